@@ -1,0 +1,187 @@
+"""Supervised fine-tuning on a task's worked solutions (prompt tokens masked out).
+
+    seqrl train sft --config configs/sft/arith_tiny.yaml [--optim.lr=3e-4 ...] [--resume]
+
+The data order is a pure function of (seed, step): batch `s` holds positions s·B … s·B+B−1 of a
+per-epoch permutation of the training problems. With optimizer, scheduler and RNG restored from
+the checkpoint, a resumed run therefore repeats an uninterrupted one exactly.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+import torch
+
+from seqrl.algos.common import OptimConfig, RunConfig, TaskConfig, make_optimizer, prepare_run_dir, set_threads
+from seqrl.core.losses import IGNORE_INDEX, token_nll_sum
+from seqrl.data.base import Problem
+from seqrl.evaluation import evaluate
+from seqrl.models.lm import ModelConfig, Policy, load_policy, num_parameters
+from seqrl.utils.checkpoint import load_checkpoint, save_checkpoint
+from seqrl.utils.metrics import MetricsLogger, read_metrics
+from seqrl.utils.plots import plot_metrics
+from seqrl.utils.progress import progress_bar
+from seqrl.utils.seeding import seed_everything
+
+
+@dataclass
+class EvalConfig:
+    """Held-out greedy evaluation during and after training."""
+
+    every: int = 0
+    """Steps between evaluations (0: only after the last step)."""
+    max_new_tokens: int = 64
+    """Generation cap for evaluation."""
+    batch_size: int = 256
+    """Prompts per generation call."""
+
+
+@dataclass
+class SFTConfig:
+    run: RunConfig = field(default_factory=lambda: RunConfig(name="sft"))
+    model: ModelConfig = field(default_factory=ModelConfig)
+    task: TaskConfig = field(default_factory=TaskConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    steps: int = 1000
+    """Optimizer steps."""
+    batch_size: int = 64
+    """Sequences per optimizer step."""
+    grad_accum: int = 1
+    """Micro-batches per step (batch_size / grad_accum sequences each)."""
+
+    def __post_init__(self) -> None:
+        if self.steps < 1 or self.batch_size < 1 or self.grad_accum < 1:
+            raise ValueError("steps, batch_size and grad_accum must be >= 1")
+        if self.batch_size % self.grad_accum:
+            raise ValueError(
+                f"batch_size ({self.batch_size}) must be divisible by grad_accum ({self.grad_accum})"
+            )
+
+
+def encode_examples(policy: Policy, problems: list[Problem]) -> list[tuple[list[int], list[int]]]:
+    """(prompt ids, completion ids + EOS) per problem; an example longer than the context is an error."""
+    tok = policy.tokenizer
+    prompts = policy.encode_prompts([p.prompt for p in problems])
+    examples = []
+    for prob, prompt in zip(problems, prompts):
+        completion = tok.encode(prob.target, add_special_tokens=False) + [tok.eos_token_id]
+        if len(prompt) + len(completion) > policy.max_seq_len:
+            raise ValueError(
+                f"example {prob.uid or prob.prompt!r} has {len(prompt) + len(completion)} tokens, more than "
+                f"the model's context of {policy.max_seq_len} (model.max_seq_len)"
+            )
+        examples.append((prompt, completion))
+    return examples
+
+
+def collate(examples: list[tuple[list[int], list[int]]], pad_id: int) -> dict[str, torch.Tensor]:
+    """Right-padded input ids, attention mask and labels (-100 on prompt and padding)."""
+    width = max(len(p) + len(c) for p, c in examples)
+    ids = torch.full((len(examples), width), pad_id, dtype=torch.long)  # (B, L)
+    labels = torch.full((len(examples), width), IGNORE_INDEX, dtype=torch.long)  # (B, L)
+    mask = torch.zeros((len(examples), width), dtype=torch.long)  # (B, L)
+    for i, (p, c) in enumerate(examples):
+        seq = p + c
+        ids[i, : len(seq)] = torch.tensor(seq)
+        labels[i, len(p) : len(seq)] = torch.tensor(c)
+        mask[i, : len(seq)] = 1
+    return {"input_ids": ids, "attention_mask": mask, "labels": labels}
+
+
+def batch_indices(step: int, batch_size: int, n: int, seed: int) -> list[int]:
+    """Indices of batch `step`: consecutive slots of per-epoch permutations of range(n).
+
+    >>> batch_indices(0, 3, 4, 0) + batch_indices(1, 3, 4, 0)[:1] == _perm(4, 0, 0).tolist()
+    True
+    """
+    return [int(_perm(n, seed, i // n)[i % n]) for i in range(step * batch_size, (step + 1) * batch_size)]
+
+
+@lru_cache(maxsize=4)
+def _perm(n: int, seed: int, epoch: int) -> torch.Tensor:
+    return torch.randperm(n, generator=torch.Generator().manual_seed(seed * 100_003 + epoch))
+
+
+def train(cfg: SFTConfig) -> dict[str, float]:
+    """Run SFT; returns the final metrics (held-out greedy accuracy among them)."""
+    set_threads(cfg.run.threads)
+    seed_everything(cfg.run.seed)
+    resume_from = prepare_run_dir(cfg.run, cfg)
+    run_dir = cfg.run.dir
+
+    task = cfg.task.build()
+    train_problems = task.problems("train", cfg.task.n_train, cfg.task.seed)
+    test_problems = task.problems("test", cfg.task.n_test, cfg.task.seed)
+    policy = load_policy(cfg.model)
+    model, tok = policy.model, policy.tokenizer
+    examples = encode_examples(policy, train_problems)
+    optimizer, scheduler = make_optimizer(model, cfg.optim, cfg.steps)
+
+    start = 0
+    if resume_from is not None:
+        start = load_checkpoint(resume_from, model, optimizer, scheduler)["step"]
+        print(f"resumed from {resume_from} at step {start}")
+    logger = MetricsLogger(run_dir / "metrics.jsonl", resume_step=start if resume_from else None)
+    if start == 0:
+        logger.log(0, {"model/parameters": num_parameters(model), "data/train_examples": len(examples)})
+
+    def run_eval() -> dict[str, float]:
+        return evaluate(policy, task, test_problems, max_new_tokens=cfg.eval.max_new_tokens,
+                        batch_size=cfg.eval.batch_size).metrics
+
+    def save(step: int) -> None:
+        save_checkpoint(run_dir, step, model, tok, optimizer, scheduler, keep_last=cfg.run.keep_last)
+
+    micro = cfg.batch_size // cfg.grad_accum
+    final: dict[str, float] = {}
+    model.train()
+    with progress_bar(cfg.steps, f"sft {cfg.run.name}", disable=not cfg.run.progress) as bar:
+        bar.advance(start)
+        try:
+            for step in range(start, cfg.steps):
+                t0 = time.perf_counter()
+                idx = batch_indices(step, cfg.batch_size, len(examples), cfg.run.seed)
+                chunks = [collate([examples[i] for i in idx[j : j + micro]], tok.pad_token_id)
+                          for j in range(0, len(idx), micro)]
+                n_tokens = sum(int((c["labels"][:, 1:] != IGNORE_INDEX).sum()) for c in chunks)
+                loss_sum = 0.0
+                for chunk in chunks:
+                    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=cfg.run.bf16):
+                        logits = model(input_ids=chunk["input_ids"], attention_mask=chunk["attention_mask"]).logits
+                    nll, _ = token_nll_sum(logits, chunk["labels"])
+                    (nll / n_tokens).backward()
+                    loss_sum += nll.item()
+                grad_norm = torch.nn.utils.clip_grad_norm_(
+                    model.parameters(), cfg.optim.grad_clip if cfg.optim.grad_clip > 0 else float("inf")
+                )
+                lr = scheduler.get_last_lr()[0]
+                optimizer.step()
+                scheduler.step()
+                optimizer.zero_grad(set_to_none=True)
+                done = step + 1
+                step_s = time.perf_counter() - t0
+                metrics = {}
+                if done % cfg.run.log_every == 0 or done == cfg.steps:
+                    metrics = {"loss/sft": loss_sum / n_tokens, "stats/grad_norm": float(grad_norm),
+                               "stats/lr": lr, "perf/step_s": step_s, "perf/tokens_per_s": n_tokens / step_s}
+                if (cfg.eval.every and done % cfg.eval.every == 0) or done == cfg.steps:
+                    metrics.update(run_eval())
+                    model.train()
+                if metrics:
+                    logger.log(done, metrics)
+                    final.update(metrics)
+                if (cfg.run.save_every and done % cfg.run.save_every == 0) or done == cfg.steps:
+                    save(done)
+                bar.advance(1, loss=loss_sum / n_tokens, **({"acc": final["eval/accuracy"]} if "eval/accuracy" in final else {}))
+        except KeyboardInterrupt:
+            print(f"\ninterrupted; checkpoints in {run_dir} are intact (resume with --resume)")
+            raise
+        finally:
+            logger.close()
+    plot_metrics(read_metrics(run_dir / "metrics.jsonl"), ["loss/sft", "eval/accuracy", "stats/lr", "stats/grad_norm"],
+                 run_dir / "plots" / "sft.png", title=f"SFT {cfg.run.name}")
+    return final

@@ -1,0 +1,1 @@
+"""Pure tensor and counting math: no state, no I/O, no config."""

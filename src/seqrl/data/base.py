@@ -1,0 +1,97 @@
+"""The `Task` interface (DESIGN.md §3) and the house answer format.
+
+A task hands out `Problem`s for a split and verifies completions. Completions use the house format::
+
+    <think>step one
+
+    step two</think><answer>42</answer>
+
+Steps inside ``<think>`` are separated by `STEP_SEP` (a blank line), as in search-and-learn.
+"""
+
+from __future__ import annotations
+
+import re
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+
+from seqrl.rewards.base import RewardResult
+
+THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
+ANSWER_OPEN, ANSWER_CLOSE = "<answer>", "</answer>"
+STEP_SEP = "\n\n"
+MARKERS = (THINK_OPEN, THINK_CLOSE, ANSWER_OPEN, ANSWER_CLOSE)
+
+SPLITS = ("train", "test")
+
+_ANSWER_RE = re.compile(re.escape(ANSWER_OPEN) + r"(.*?)" + re.escape(ANSWER_CLOSE), re.S)
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One problem.
+
+    prompt:   the question as plain text (no chat template; the policy applies its own).
+    answer:   the gold final answer as text.
+    steps:    a worked solution as a list of reasoning steps (empty if the task has none).
+    metadata: task-specific facts (operands, numbers, source row ...).
+    uid:      a stable identifier, unique within a task and split.
+    """
+
+    prompt: str
+    answer: str
+    steps: tuple[str, ...] = ()
+    metadata: dict = field(default_factory=dict, hash=False, compare=False)
+    uid: str = ""
+
+    @property
+    def target(self) -> str:
+        """The worked solution in the house format (what SFT trains on)."""
+        return format_completion(self.steps, self.answer)
+
+
+def format_completion(steps: tuple[str, ...] | list[str], answer: str) -> str:
+    """``<think>s1\\n\\ns2</think><answer>a</answer>``; no think block when there are no steps.
+
+    >>> format_completion(["1+2=3"], "3")
+    '<think>1+2=3</think><answer>3</answer>'
+    >>> format_completion([], "7")
+    '<answer>7</answer>'
+    """
+    think = f"{THINK_OPEN}{STEP_SEP.join(steps)}{THINK_CLOSE}" if steps else ""
+    return f"{think}{ANSWER_OPEN}{answer}{ANSWER_CLOSE}"
+
+
+def extract_answer(completion: str) -> str | None:
+    """Content of the last ``<answer>…</answer>`` block, stripped; None when there is none.
+
+    >>> extract_answer("<think>x</think><answer> 12 </answer>")
+    '12'
+    >>> extract_answer("12") is None
+    True
+    """
+    found = _ANSWER_RE.findall(completion)
+    return found[-1].strip() if found else None
+
+
+class Task(ABC):
+    """A source of problems with a verifier. Deterministic per (split, n, seed)."""
+
+    name: str = "task"
+
+    @abstractmethod
+    def problems(self, split: str, n: int, seed: int = 0) -> list[Problem]:
+        """`n` problems of `split` ("train" or "test"), the same list for the same arguments."""
+
+    @abstractmethod
+    def verify(self, problem: Problem, completion: str) -> RewardResult:
+        """Score a completion; never raises on model output."""
+
+    def extract_answer(self, completion: str) -> str | None:
+        """The answer a completion commits to (used for majority voting)."""
+        return extract_answer(completion)
+
+
+def check_split(split: str) -> None:
+    if split not in SPLITS:
+        raise ValueError(f"split must be one of {SPLITS} (got {split!r})")

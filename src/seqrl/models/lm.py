@@ -1,0 +1,136 @@
+"""Policies: a Hugging Face causal LM plus its tokenizer, from a tiny preset or any model directory.
+
+The presets are built from `transformers` configs (Llama or Qwen2 architecture) with the local
+character tokenizer, so everything runs offline and from scratch. Any `AutoModelForCausalLM`
+directory (or hub id, where the machine has internet) loads through the same `load_policy` call.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import torch
+from transformers import (
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    LlamaConfig,
+    PreTrainedModel,
+    PreTrainedTokenizerBase,
+    Qwen2Config,
+)
+
+from seqrl.models.tokenizer import build_char_tokenizer
+
+# name -> (hidden, layers, heads, intermediate)
+PRESETS: dict[str, tuple[int, int, int, int]] = {
+    "tiny": (128, 4, 4, 384),  # ≈ 0.8M parameters
+    "small": (384, 6, 6, 1024),  # ≈ 10.7M parameters
+}
+
+
+@dataclass
+class ModelConfig:
+    """Which policy to build or load."""
+
+    preset: str = "tiny"
+    """A preset name (tiny, small) trained from scratch; ignored when `path` is set."""
+    path: str | None = None
+    """Any Hugging Face causal-LM directory or hub id (loaded with its own tokenizer)."""
+    arch: Literal["llama", "qwen2"] = "llama"
+    """Architecture of a preset."""
+    max_seq_len: int = 256
+    """Context length of a preset (prompt + completion)."""
+    attn_implementation: Literal["sdpa", "eager"] = "sdpa"
+    """Attention kernel."""
+
+    def __post_init__(self) -> None:
+        if self.path is None and self.preset not in PRESETS:
+            raise ValueError(f"model.preset must be one of {sorted(PRESETS)} (got {self.preset!r})")
+        if self.max_seq_len < 8:
+            raise ValueError(f"model.max_seq_len must be >= 8 (got {self.max_seq_len})")
+
+
+@dataclass
+class Policy:
+    """A causal LM and its tokenizer; the unit every algorithm trains and samples."""
+
+    model: PreTrainedModel
+    tokenizer: PreTrainedTokenizerBase
+
+    @property
+    def max_seq_len(self) -> int:
+        return int(self.model.config.max_position_embeddings)
+
+    def prompt_text(self, question: str) -> str:
+        """The question wrapped in the tokenizer's chat template (plain text without one)."""
+        if self.tokenizer.chat_template:
+            return self.tokenizer.apply_chat_template(
+                [{"role": "user", "content": question}], tokenize=False, add_generation_prompt=True
+            )
+        return question
+
+    def encode_prompts(self, questions: list[str]) -> list[list[int]]:
+        """Token ids of each templated question (no padding, no special tokens added twice)."""
+        texts = [self.prompt_text(q) for q in questions]
+        return [self.tokenizer.encode(t, add_special_tokens=not self.tokenizer.chat_template) for t in texts]
+
+    def save(self, path: str | Path) -> None:
+        self.model.save_pretrained(path, safe_serialization=True)
+        self.tokenizer.save_pretrained(path)
+
+
+def build_model(cfg: ModelConfig, vocab_size: int, pad_token_id: int, eos_token_id: int) -> PreTrainedModel:
+    """A freshly initialised preset model (weights from torch's current RNG)."""
+    hidden, layers, heads, inter = PRESETS[cfg.preset]
+    common = dict(
+        vocab_size=vocab_size,
+        hidden_size=hidden,
+        intermediate_size=inter,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=heads,
+        max_position_embeddings=cfg.max_seq_len,
+        tie_word_embeddings=True,
+        pad_token_id=pad_token_id,
+        eos_token_id=eos_token_id,
+        bos_token_id=None,
+    )
+    config = LlamaConfig(**common) if cfg.arch == "llama" else Qwen2Config(**common)
+    config._attn_implementation = cfg.attn_implementation
+    return AutoModelForCausalLM.from_config(config, attn_implementation=cfg.attn_implementation)
+
+
+def load_policy(cfg: ModelConfig) -> Policy:
+    """Build a preset (fresh weights) or load `cfg.path` with its tokenizer.
+
+    An unknown preset or a missing local path is an error that lists the valid choices.
+    """
+    if cfg.path is None:
+        tokenizer = build_char_tokenizer()
+        model = build_model(cfg, len(tokenizer), tokenizer.pad_token_id, tokenizer.eos_token_id)
+        return Policy(model, tokenizer)
+    path = Path(cfg.path)
+    looks_local = path.exists() or cfg.path.startswith((".", "/", "~")) or cfg.path.count("/") > 1
+    if looks_local and not (path / "config.json").exists():
+        raise ValueError(
+            f"model.path {cfg.path!r} is not a model directory (no config.json); "
+            f"give a Hugging Face model directory or hub id, or a preset: {sorted(PRESETS)}"
+        )
+    return load_pretrained(cfg.path, cfg.attn_implementation)
+
+
+def load_pretrained(path: str | Path, attn_implementation: str = "sdpa") -> Policy:
+    """Any `AutoModelForCausalLM` directory or hub id plus its tokenizer, in float32."""
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, attn_implementation=attn_implementation)
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    tokenizer.padding_side = "left"
+    return Policy(model, tokenizer)
+
+
+def num_parameters(model: torch.nn.Module) -> int:
+    """Unique parameters (tied weights counted once)."""
+    return sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())

@@ -1,0 +1,255 @@
+"""Batched sampling with a KV cache: the one generation interface the rest of seqrl uses.
+
+`generate(policy, prompts, n, params)` returns token ids, masks, per-token log-probs of the sampled
+tokens, finish reasons and token counts. Compared with calling `model.generate` it does less work:
+
+* each distinct prompt is prefilled once and its KV cache copied to its `n` samples;
+* the prefill computes logits for the last position only;
+* a finished sequence leaves the batch (its rows are dropped from the KV cache), so it stops costing
+  compute — with natural EOS stopping most rows finish well before `max_new_tokens`;
+* no logits-processor pipeline: temperature / top-k / top-p are three tensor ops.
+
+Log-probs are those of the sampling distribution before truncation, ``log_softmax(logits / T)``
+(T = 1 for greedy), which is what a full forward pass of the policy gives at T = 1: the RL
+trainers compare them with a recomputation. Greedy decoding matches `model.generate` token for token.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+from transformers import DynamicCache
+
+from seqrl.models.lm import Policy
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """How to sample."""
+
+    temperature: float = 1.0
+    """Softmax temperature; 0 means greedy (argmax)."""
+    top_p: float = 1.0
+    """Nucleus sampling: keep the smallest set of tokens whose probability reaches top_p."""
+    top_k: int = 0
+    """Keep the k most likely tokens (0 = all)."""
+    max_new_tokens: int = 64
+    """Hard cap on generated tokens (finish reason "length")."""
+    stop: tuple[str, ...] = ()
+    """Stop strings; the completion ends after the token that completes one (finish reason "stop")."""
+    seed: int | None = None
+    """Seed of a private generator (None: torch's global RNG)."""
+
+    def __post_init__(self) -> None:
+        if self.temperature < 0:
+            raise ValueError(f"sampling.temperature must be >= 0 (got {self.temperature})")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"sampling.top_p must be in (0, 1] (got {self.top_p})")
+        if self.top_k < 0:
+            raise ValueError(f"sampling.top_k must be >= 0 (got {self.top_k})")
+        if self.max_new_tokens < 1:
+            raise ValueError(f"sampling.max_new_tokens must be >= 1 (got {self.max_new_tokens})")
+        if any(not s for s in self.stop):
+            raise ValueError("sampling.stop must not contain empty strings")
+
+
+@dataclass
+class Rollouts:
+    """Samples for P prompts × n each; rows are grouped by prompt (row i belongs to prompt i // n)."""
+
+    prompt_ids: list[list[int]]
+    """Token ids of each distinct prompt (P lists)."""
+    n: int
+    """Samples per prompt."""
+    completion_ids: torch.Tensor
+    """(P·n, T) generated ids, right-padded with the pad id."""
+    completion_mask: torch.Tensor
+    """(P·n, T) 1.0 on generated tokens (the EOS token included), 0.0 on padding."""
+    logprobs: torch.Tensor
+    """(P·n, T) log-prob of each sampled token under log_softmax(logits / T); 0 on padding."""
+    finish_reasons: list[str]
+    """Per row: "stop" (EOS or a stop string) or "length"."""
+    texts: list[str]
+    """Per row: the decoded completion without special tokens."""
+    num_prompt_tokens: int = 0
+    """Prompt tokens run through the model (each distinct prompt once)."""
+    stats: dict[str, float] = field(default_factory=dict)
+    """Timing and batch-shrink statistics of the call."""
+
+    @property
+    def prompt_index(self) -> list[int]:
+        return [i // self.n for i in range(len(self.texts))]
+
+    @property
+    def lengths(self) -> torch.Tensor:
+        """(P·n,) generated tokens per row."""
+        return self.completion_mask.sum(-1).long()
+
+    @property
+    def num_generated_tokens(self) -> int:
+        return int(self.completion_mask.sum().item())
+
+
+def _pad_left(seqs: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    width = max(len(s) for s in seqs)
+    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(seqs), width), dtype=torch.long)
+    for i, s in enumerate(seqs):
+        ids[i, width - len(s) :] = torch.tensor(s, dtype=torch.long)
+        mask[i, width - len(s) :] = 1
+    return ids, mask  # (P, L), (P, L)
+
+
+def _filter_logits(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
+    """Mask to -inf everything outside top-k and the top-p nucleus; logits (A, V)."""
+    if top_k > 0 and top_k < logits.shape[-1]:
+        kth = torch.topk(logits, top_k, dim=-1).values[:, -1:]  # (A, 1)
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if top_p < 1.0:
+        sorted_logits, order = torch.sort(logits, dim=-1, descending=True)  # (A, V)
+        probs = sorted_logits.softmax(-1)
+        # Drop a token when the mass strictly before it already reaches top_p (the first is always kept).
+        drop_sorted = (probs.cumsum(-1) - probs) >= top_p  # (A, V)
+        drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
+        logits = logits.masked_fill(drop, float("-inf"))
+    return logits
+
+
+def _eos_ids(policy: Policy) -> list[int]:
+    ids: set[int] = set()
+    for source in (policy.model.generation_config.eos_token_id, policy.tokenizer.eos_token_id):
+        if source is None:
+            continue
+        ids.update(source if isinstance(source, (list, tuple)) else [source])
+    return sorted(ids)
+
+
+@torch.no_grad()
+def generate(
+    policy: Policy,
+    prompts: list[str] | list[list[int]],
+    n: int = 1,
+    params: SamplingParams = SamplingParams(),
+) -> Rollouts:
+    """Sample `n` completions for each prompt.
+
+    prompts: templated prompt strings (see `Policy.prompt_text`) or token id lists.
+    """
+    import time
+
+    if n < 1:
+        raise ValueError(f"n must be >= 1 (got {n})")
+    if not prompts:
+        raise ValueError("generate() needs at least one prompt")
+    model, tok = policy.model, policy.tokenizer
+    prompt_ids = [
+        list(p) if not isinstance(p, str) else tok.encode(p, add_special_tokens=not tok.chat_template)
+        for p in prompts
+    ]
+    limit = policy.max_seq_len
+    longest = max(len(p) for p in prompt_ids)
+    if min(len(p) for p in prompt_ids) == 0:
+        raise ValueError("generate(): an empty prompt (0 tokens)")
+    if longest >= limit:
+        raise ValueError(
+            f"prompt of {longest} tokens does not fit the model's context of {limit} tokens "
+            f"(max_position_embeddings); shorten it or use a model with a longer context"
+        )
+    max_new = min(params.max_new_tokens, limit - longest)
+    pad_id = tok.pad_token_id if tok.pad_token_id is not None else 0
+    eos = torch.tensor(_eos_ids(policy), dtype=torch.long)
+    gen = None
+    if params.seed is not None:
+        gen = torch.Generator().manual_seed(params.seed)
+    was_training = model.training
+    model.eval()
+    t0 = time.perf_counter()
+
+    # Prefill each distinct prompt once, then give each of its n samples a copy of the cache.
+    ids, attn = _pad_left(prompt_ids, pad_id)  # (P, L)
+    positions = (attn.cumsum(-1) - 1).clamp(min=0)  # (P, L)
+    cache = DynamicCache(config=model.config)
+    out = model(input_ids=ids, attention_mask=attn, position_ids=positions, cache=cache,
+                use_cache=True, logits_to_keep=1)
+    logits = out.logits[:, -1, :].float()  # (P, V)
+    if n > 1:
+        cache.batch_repeat_interleave(n)
+        logits = logits.repeat_interleave(n, dim=0)  # (N, V)
+        attn = attn.repeat_interleave(n, dim=0)  # (N, L)
+    next_pos = attn.sum(-1)  # (N,) position of the next token
+    t_prefill = time.perf_counter() - t0
+
+    num = len(prompt_ids) * n
+    out_ids = torch.full((num, max_new), pad_id, dtype=torch.long)  # (N, T)
+    out_lp = torch.zeros((num, max_new), dtype=torch.float32)  # (N, T)
+    lengths = torch.zeros(num, dtype=torch.long)
+    reasons = ["length"] * num
+    active = torch.arange(num)  # rows still generating, in cache order
+    generated: list[list[int]] = [[] for _ in range(num)]
+    stop_window = max((len(tok.encode(s, add_special_tokens=False)) for s in params.stop), default=0) + 2
+    rows_x_steps = 0
+
+    for t in range(max_new):
+        rows_x_steps += len(active)
+        if params.temperature == 0:
+            logp = torch.log_softmax(logits, dim=-1)  # (A, V)
+            token = logits.argmax(-1)  # (A,)
+        else:
+            scaled = logits / params.temperature  # (A, V)
+            logp = torch.log_softmax(scaled, dim=-1)
+            filtered = _filter_logits(scaled, params.top_k, params.top_p)
+            token = torch.multinomial(filtered.softmax(-1), 1, generator=gen).squeeze(-1)  # (A,)
+        out_ids[active, t] = token
+        out_lp[active, t] = logp.gather(-1, token[:, None]).squeeze(-1)
+        lengths[active] += 1
+
+        done = torch.isin(token, eos)  # (A,)
+        if params.stop:
+            for j, row in enumerate(active.tolist()):
+                generated[row].append(int(token[j]))
+                if not done[j]:
+                    tail = tok.decode(generated[row][-stop_window:], skip_special_tokens=False)
+                    done[j] = any(s in tail for s in params.stop)
+        if t == max_new - 1:
+            for row in active[done].tolist():
+                reasons[row] = "stop"
+            break
+        for row in active[done].tolist():
+            reasons[row] = "stop"
+        if done.any():
+            keep = (~done).nonzero().squeeze(-1)  # (A',)
+            if keep.numel() == 0:
+                break
+            cache.batch_select_indices(keep)
+            active, token, attn, next_pos = active[keep], token[keep], attn[keep], next_pos[keep]
+        attn = torch.cat([attn, torch.ones((len(active), 1), dtype=attn.dtype)], dim=-1)  # (A, L+t+1)
+        out = model(input_ids=token[:, None], attention_mask=attn, position_ids=next_pos[:, None],
+                    cache=cache, use_cache=True)
+        logits = out.logits[:, -1, :].float()  # (A, V)
+        next_pos = next_pos + 1
+
+    if was_training:
+        model.train()
+    width = int(lengths.max().item()) if num else 0
+    mask = (torch.arange(max_new)[None, :] < lengths[:, None]).float()[:, :width]  # (N, T)
+    out_ids, out_lp = out_ids[:, :width], out_lp[:, :width] * mask
+    texts = tok.batch_decode([row[: int(l)] for row, l in zip(out_ids.tolist(), lengths)],
+                             skip_special_tokens=True)
+    elapsed = time.perf_counter() - t0
+    return Rollouts(
+        prompt_ids=prompt_ids,
+        n=n,
+        completion_ids=out_ids,
+        completion_mask=mask,
+        logprobs=out_lp,
+        finish_reasons=reasons,
+        texts=texts,
+        num_prompt_tokens=sum(len(p) for p in prompt_ids),
+        stats={
+            "gen_s": elapsed,
+            "prefill_s": t_prefill,
+            "decode_rows_x_steps": float(rows_x_steps),
+            "padded_rows_x_steps": float(num * width),
+        },
+    )
