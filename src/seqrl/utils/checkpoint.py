@@ -1,0 +1,300 @@
+"""Atomic training checkpoints: ``run_dir/checkpoint-<step>/`` with safetensors weights.
+
+A checkpoint directory holds:
+
+* ``model.safetensors`` (+ ``config.json`` …) — ``model.save_pretrained`` for a Hugging Face
+  ``PreTrainedModel`` (possibly sharded, with ``model.safetensors.index.json``; loadable with
+  ``from_pretrained`` too), or
+  ``safetensors.torch.save_model`` for any other ``nn.Module``;
+* the tokenizer files when a tokenizer is given;
+* ``optimizer.pt`` — ``{"optimizer": state_dict | None, "scheduler": state_dict | None}``;
+* ``rng.pt`` — `seqrl.utils.seeding.get_rng_state` of the saving process;
+* ``trainer_state.json`` — ``{"step": step, **state}``, written last: a directory without it is
+  not a checkpoint.
+
+Everything is written into a sibling ``checkpoint-<step>.tmp-<pid>-<random>`` directory, fsynced and
+then renamed into place, so a crash never leaves a half-written ``checkpoint-<step>``. Call these on
+the main process only (``seqrl.utils.dist.is_main``) and pass the unwrapped model (not a DDP wrapper).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import secrets
+import shutil
+from pathlib import Path
+from typing import Any
+
+import safetensors.torch
+import torch
+from torch import nn
+from transformers import PreTrainedModel
+
+from seqrl.utils.seeding import get_rng_state, set_rng_state
+
+__all__ = [
+    "CheckpointError",
+    "clean_stale_tmp",
+    "latest_checkpoint",
+    "list_checkpoints",
+    "load_checkpoint",
+    "save_checkpoint",
+]
+
+_FINAL_RE = re.compile(r"^checkpoint-(\d+)$")
+_TMP_RE = re.compile(r"^checkpoint-(\d+)\.tmp-")
+_ASIDE_RE = re.compile(r"^checkpoint-(\d+)\.old-")
+STATE_FILE = "trainer_state.json"
+WEIGHTS_FILE = "model.safetensors"
+WEIGHTS_INDEX_FILE = "model.safetensors.index.json"
+OPTIMIZER_FILE = "optimizer.pt"
+RNG_FILE = "rng.pt"
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint is missing, incomplete, corrupt or does not fit the model; names the path."""
+
+
+def save_checkpoint(
+    run_dir: str | os.PathLike,
+    step: int,
+    model: nn.Module,
+    tokenizer: Any = None,
+    optimizer: torch.optim.Optimizer | None = None,
+    scheduler: torch.optim.lr_scheduler.LRScheduler | None = None,
+    state: dict[str, Any] | None = None,
+    keep_last: int | None = None,
+) -> Path:
+    """Write ``run_dir/checkpoint-<step>`` atomically and return its path.
+
+    `tokenizer` is anything with ``save_pretrained(dir)``. `state` holds JSON-serialisable trainer
+    state (it must not contain ``"step"``). An existing ``checkpoint-<step>`` is replaced safely (moved
+    aside, new one renamed in, old one deleted). With `keep_last`, only the newest `keep_last`
+    checkpoints by step are kept — the one just written always among them.
+    """
+    if not isinstance(step, int) or isinstance(step, bool) or step < 0:
+        raise ValueError(f"save_checkpoint: step must be an int >= 0 (got {step!r})")
+    if keep_last is not None and keep_last < 1:
+        raise ValueError(f"save_checkpoint: keep_last must be >= 1 or None (got {keep_last})")
+    state = dict(state or {})
+    if "step" in state:
+        raise ValueError("save_checkpoint: state must not contain 'step' (it is the step argument)")
+    trainer_state = json.dumps({"step": step, **state}, indent=2)
+
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    final = run_dir / f"checkpoint-{step}"
+    tmp = run_dir / f"checkpoint-{step}.tmp-{os.getpid()}-{secrets.token_hex(4)}"
+    tmp.mkdir()
+    try:
+        if isinstance(model, PreTrainedModel):
+            # safetensors is the default format; keep the file's keys == model.state_dict() keys
+            # (transformers 5 would otherwise revert e.g. fused MoE experts to the legacy layout)
+            model.save_pretrained(tmp, save_original_format=False)
+        else:
+            safetensors.torch.save_model(model, str(tmp / WEIGHTS_FILE))
+        if tokenizer is not None:
+            tokenizer.save_pretrained(tmp)
+        if optimizer is not None or scheduler is not None:
+            torch.save(
+                {
+                    "optimizer": None if optimizer is None else optimizer.state_dict(),
+                    "scheduler": None if scheduler is None else scheduler.state_dict(),
+                },
+                tmp / OPTIMIZER_FILE,
+            )
+        torch.save(get_rng_state(), tmp / RNG_FILE)
+        (tmp / STATE_FILE).write_text(trainer_state, encoding="utf-8")
+        _fsync_tree(tmp)
+        _move_into_place(tmp, final)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    _fsync_dir(run_dir)
+    if keep_last is not None:
+        others = [path for s, path in list_checkpoints(run_dir) if s != step]
+        for path in others[: max(0, len(others) - (keep_last - 1))]:
+            shutil.rmtree(path)
+    return final
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _fsync_tree(root: Path) -> None:
+    """fsync every file below `root`, then the directories, so the rename publishes durable data."""
+    for path in sorted(root.rglob("*")):
+        if path.is_file():
+            with open(path, "rb") as f:
+                os.fsync(f.fileno())
+    for path in sorted((p for p in root.rglob("*") if p.is_dir()), reverse=True):
+        _fsync_dir(path)
+    _fsync_dir(root)
+
+
+def _move_into_place(tmp: Path, final: Path) -> None:
+    """Rename `tmp` to `final`; an existing `final` is moved aside first and restored on failure."""
+    if not final.exists():
+        os.replace(tmp, final)
+        return
+    aside = final.with_name(f"{final.name}.old-{os.getpid()}-{secrets.token_hex(4)}")
+    os.replace(final, aside)
+    try:
+        os.replace(tmp, final)
+    except BaseException:
+        os.replace(aside, final)
+        raise
+    shutil.rmtree(aside)
+
+
+def list_checkpoints(run_dir: str | os.PathLike) -> list[tuple[int, Path]]:
+    """Complete checkpoints in `run_dir` as ``(step, path)``, by increasing step.
+
+    Complete = named ``checkpoint-<int>`` and holding ``trainer_state.json``; temporary
+    (``.tmp-``) and set-aside (``.old-``) directories are never listed.
+    """
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        return []
+    found = []
+    for path in run_dir.iterdir():
+        match = _FINAL_RE.match(path.name)
+        if match and path.is_dir() and (path / STATE_FILE).is_file():
+            found.append((int(match.group(1)), path))
+    return sorted(found)
+
+
+def latest_checkpoint(run_dir: str | os.PathLike) -> Path | None:
+    """The complete checkpoint with the highest step in `run_dir`, or None."""
+    found = list_checkpoints(run_dir)
+    return found[-1][1] if found else None
+
+
+def clean_stale_tmp(run_dir: str | os.PathLike) -> list[Path]:
+    """Remove what an interrupted `save_checkpoint` left in `run_dir`; return the removed paths.
+
+    Temporary ``.tmp-`` directories are deleted. A set-aside ``.old-`` directory is renamed back to
+    ``checkpoint-<step>`` when the crash hit between moving it aside and renaming the new one in
+    (so no complete ``checkpoint-<step>`` exists); otherwise it is deleted. Call at the start of
+    training, on the main process, before any save.
+    """
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        return []
+    removed = []
+    for path in sorted(run_dir.iterdir()):
+        if not path.is_dir():
+            continue
+        aside = _ASIDE_RE.match(path.name)
+        if aside:
+            final = run_dir / f"checkpoint-{aside.group(1)}"
+            if not final.exists() and (path / STATE_FILE).is_file():
+                os.replace(path, final)
+                continue
+        elif not _TMP_RE.match(path.name):
+            continue
+        shutil.rmtree(path)
+        removed.append(path)
+    return removed
+
+
+def load_checkpoint(
+    path: str | os.PathLike,
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer | None = None,
+    scheduler: torch.optim.lr_scheduler.LRScheduler | None = None,
+    restore_rng: bool = True,
+) -> dict[str, Any]:
+    """Load checkpoint `path` into `model` (exactly, every key) and optionally the optimizer,
+    scheduler and global RNGs; return the trainer state (``{"step": ..., **state}``).
+
+    Weights tied to another parameter (``lm_head.weight`` ↔ ``embed_tokens.weight``) may be absent
+    from the file: they are filled through the tie. Any other missing or unexpected key, a shape
+    mismatch, or a missing/corrupt file raises `CheckpointError` naming the path.
+    """
+    path = Path(path)
+    if not path.is_dir():
+        raise CheckpointError(f"{path}: checkpoint directory not found")
+    state_file = path / STATE_FILE
+    if not state_file.is_file():
+        raise CheckpointError(f"{path}: no {STATE_FILE} (incomplete checkpoint or not a checkpoint)")
+    try:
+        trainer_state = json.loads(state_file.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise CheckpointError(f"{state_file}: corrupt trainer state: {e}") from e
+    if not isinstance(trainer_state, dict) or not isinstance(trainer_state.get("step"), int):
+        raise CheckpointError(f"{state_file}: expected an object with an integer 'step'")
+
+    _load_weights(path, model)
+    if optimizer is not None or scheduler is not None:
+        saved = _torch_load(path / OPTIMIZER_FILE)
+        for name, obj in (("optimizer", optimizer), ("scheduler", scheduler)):
+            if obj is None:
+                continue
+            if saved.get(name) is None:
+                raise CheckpointError(f"{path / OPTIMIZER_FILE}: no {name} state saved")
+            try:
+                obj.load_state_dict(saved[name])
+            except (ValueError, KeyError, RuntimeError) as e:
+                raise CheckpointError(f"{path / OPTIMIZER_FILE}: {name} state does not fit: {e}") from e
+    if restore_rng:
+        rng_file = path / RNG_FILE
+        try:
+            set_rng_state(_torch_load(rng_file))
+        except (ValueError, TypeError, RuntimeError) as e:
+            raise CheckpointError(f"{rng_file}: invalid RNG state: {e}") from e
+    return trainer_state
+
+
+def _torch_load(file: Path) -> Any:
+    if not file.is_file():
+        raise CheckpointError(f"{file}: file not found")
+    try:
+        return torch.load(file, map_location="cpu", weights_only=True)
+    except Exception as e:  # torch raises many types for corrupt archives; name the file
+        raise CheckpointError(f"{file}: cannot read: {e}") from e
+
+
+def _read_weights(path: Path) -> dict[str, torch.Tensor]:
+    """All tensors of the checkpoint, from ``model.safetensors`` or the shards of its index."""
+    index_file = path / WEIGHTS_INDEX_FILE
+    if index_file.is_file():
+        try:
+            shards = sorted(set(json.loads(index_file.read_text(encoding="utf-8"))["weight_map"].values()))
+        except (json.JSONDecodeError, KeyError, AttributeError) as e:
+            raise CheckpointError(f"{index_file}: corrupt weight index: {e}") from e
+    else:
+        shards = [WEIGHTS_FILE]
+    weights: dict[str, torch.Tensor] = {}
+    for shard in shards:
+        file = path / shard
+        if not file.is_file():
+            raise CheckpointError(f"{file}: weights file not found")
+        try:
+            weights.update(safetensors.torch.load_file(file, device="cpu"))
+        except Exception as e:  # safetensors raises its own error type for corrupt files
+            raise CheckpointError(f"{file}: cannot read weights: {e}") from e
+    return weights
+
+
+def _load_weights(path: Path, model: nn.Module) -> None:
+    """Copy the checkpoint's tensors into `model`; only tied (storage-sharing) keys may be absent."""
+    weights = _read_weights(path)
+    expected = model.state_dict()
+    try:
+        result = model.load_state_dict(weights, strict=False)
+    except RuntimeError as e:  # shape mismatches
+        raise CheckpointError(f"{path}: weights do not fit the model: {e}") from e
+    if result.unexpected_keys:
+        raise CheckpointError(f"{path}: unexpected keys not in the model: {sorted(result.unexpected_keys)}")
+    loaded_ptrs = {expected[key].data_ptr() for key in weights}
+    untied = [key for key in result.missing_keys if expected[key].data_ptr() not in loaded_ptrs]
+    if untied:
+        raise CheckpointError(f"{path}: keys missing from the checkpoint: {sorted(untied)}")

@@ -1,0 +1,95 @@
+"""The only place that knows about processes: rank, world size and collective helpers (torchrun).
+
+One code path serves 1..N processes: with ``WORLD_SIZE`` unset (or 1) every helper is a cheap no-op.
+Ranks come from the environment variables torchrun sets (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``).
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+import torch.distributed as torch_dist
+
+__all__ = [
+    "all_reduce_mean",
+    "barrier",
+    "init_distributed",
+    "is_main",
+    "local_rank",
+    "rank",
+    "seed_for_rank",
+    "world_size",
+]
+
+
+def _env_int(name: str, default: int) -> int:
+    text = os.environ.get(name)
+    if text is None:
+        return default
+    try:
+        return int(text)
+    except ValueError:
+        raise ValueError(f"environment variable {name} must be an integer (got {text!r})") from None
+
+
+def rank() -> int:
+    """Global rank of this process (``RANK``, default 0)."""
+    return _env_int("RANK", 0)
+
+
+def world_size() -> int:
+    """Number of processes (``WORLD_SIZE``, default 1)."""
+    return _env_int("WORLD_SIZE", 1)
+
+
+def local_rank() -> int:
+    """Rank of this process on its machine (``LOCAL_RANK``, default 0); picks the GPU."""
+    return _env_int("LOCAL_RANK", 0)
+
+
+def is_main() -> bool:
+    """True on the process that logs, plots and writes checkpoints (rank 0)."""
+    return rank() == 0
+
+
+def seed_for_rank(seed: int) -> int:
+    """A distinct seed per process: ``seed + rank()``."""
+    return seed + rank()
+
+
+def init_distributed() -> None:
+    """Join the process group when ``WORLD_SIZE > 1`` (nccl with CUDA, else gloo); no-op otherwise.
+
+    With CUDA, each process also selects GPU ``local_rank()``.
+    """
+    if world_size() <= 1 or torch_dist.is_initialized():
+        return
+    if torch.cuda.is_available():
+        torch.cuda.set_device(local_rank())
+        torch_dist.init_process_group("nccl")
+    else:
+        torch_dist.init_process_group("gloo")
+
+
+def _check_initialized(name: str) -> bool:
+    """False for a single process; raises when several processes never called `init_distributed`."""
+    if world_size() <= 1:
+        return False
+    if not torch_dist.is_initialized():
+        raise RuntimeError(f"{name}: WORLD_SIZE={world_size()} but init_distributed() was not called")
+    return True
+
+
+def barrier() -> None:
+    """Wait for every process (no-op for a single process)."""
+    if _check_initialized("barrier"):
+        torch_dist.barrier()
+
+
+def all_reduce_mean(tensor: torch.Tensor) -> torch.Tensor:
+    """Average `tensor` over processes, in place, and return it (unchanged for a single process)."""
+    if _check_initialized("all_reduce_mean"):
+        torch_dist.all_reduce(tensor, op=torch_dist.ReduceOp.SUM)
+        tensor.div_(world_size())
+    return tensor
