@@ -1,0 +1,207 @@
+"""Question/answer datasets from files or the Hugging Face hub (`JsonlTask`).
+
+Local files: ``.jsonl`` (one JSON object a line), ``.json`` (JSON lines, or one JSON array),
+``.parquet`` and ``.csv`` (read with `datasets`). Any other path (a hub dataset name, a local
+dataset folder) goes to ``datasets.load_dataset(path, config_name)``, and its own "train" and
+"test" splits are used.
+
+GSM8K answers (``"Natalia sold 48/2 = <<48/2=24>>24 clips ...\\n#### 72"``) become the gold answer
+after ``####`` and one step per line before it, calculator annotations ``<<...>>`` removed.
+
+A malformed row raises `DatasetFormatError` naming the file, the row (1-based line for JSON lines)
+and the field: ``data.jsonl line 3: missing field 'answer'``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from seqrl.data.base import Problem, Task, check_split, extract_answer
+from seqrl.data.gsm import parse_number
+from seqrl.data.registry import seeded_rng, split_of
+from seqrl.rewards.base import RewardResult
+
+MAX_ANSWER_CHARS = 1000
+LOCAL_SUFFIXES = (".jsonl", ".json", ".parquet", ".csv")
+_CALCULATOR_RE = re.compile(r"<<[^>]*>>")
+
+
+class DatasetFormatError(ValueError):
+    """A dataset row that cannot become a problem; the message names file, row and field."""
+
+
+def parse_gsm8k_answer(text: str) -> tuple[str, tuple[str, ...]]:
+    """``(gold answer, steps)`` of a GSM8K-style answer; plain answers have no steps.
+
+    >>> parse_gsm8k_answer("48/2 = <<48/2=24>>24 in May.\\n48+24 = <<48+24=72>>72\\n#### 72")
+    ('72', ('48/2 = 24 in May.', '48+24 = 72'))
+    >>> parse_gsm8k_answer(" 7 ")
+    ('7', ())
+    """
+    if "####" not in text:
+        return text.strip(), ()
+    work, _, gold = text.rpartition("####")
+    lines = (_CALCULATOR_RE.sub("", line).strip() for line in work.splitlines())
+    return gold.strip(), tuple(line for line in lines if line)
+
+
+def answers_match(gold: str, pred: str) -> bool:
+    """Numbers compare by value (commas and ``$`` allowed), other text after normalising case and
+    spaces; failing both, math-verify decides (``verify(parse(gold), parse(pred))``).
+
+    >>> answers_match("1,000", "1000.0"), answers_match("Paris", " paris "), answers_match("3", "4")
+    (True, True, False)
+    """
+    gold_value, pred_value = parse_number(gold), parse_number(pred)
+    if gold_value is not None and pred_value is not None:
+        if gold_value == pred_value:
+            return True
+    elif _normalise(gold) == _normalise(pred):
+        return True
+    try:
+        from math_verify import parse, verify
+
+        return bool(verify(parse(gold), parse(pred)))
+    except Exception:  # math-verify may fail on odd input or outside the main thread: not a match
+        return False
+
+
+def _normalise(text: str) -> str:
+    return " ".join(text.casefold().split()).rstrip(".")
+
+
+class JsonlTask(Task):
+    """Problems read from a dataset file (or hub dataset) with a question and an answer field.
+
+    split_field: a field holding "train" or "test"; without it a stable hash of the prompt text
+                 assigns rows to splits (~10% test), so equal prompts share a split.
+    config_name: the hub dataset's configuration (e.g. "main" for "openai/gsm8k").
+    name:        defaults to the file's stem (or the hub name).
+
+    Answer fields may hold strings or numbers; prompts must be strings.
+    """
+
+    def __init__(
+        self,
+        path: str | Path,
+        prompt_field: str = "question",
+        answer_field: str = "answer",
+        split_field: str | None = None,
+        name: str | None = None,
+        config_name: str | None = None,
+    ):
+        self.path, self.prompt_field, self.answer_field = str(path), prompt_field, answer_field
+        self.split_field = split_field
+        local = Path(path)
+        self.name = name or (local.stem if local.suffix in LOCAL_SUFFIXES else self.path)
+        self._rows: dict[str, list[Problem]] = {"train": [], "test": []}
+        if local.suffix in LOCAL_SUFFIXES:
+            for number, where, row in _read_local(local):
+                problem, split = self._problem(row, number, where)
+                self._rows[split].append(problem)
+        else:
+            self._load_hub(config_name)
+
+    def _load_hub(self, config_name: str | None) -> None:
+        import datasets
+
+        loaded = datasets.load_dataset(self.path, config_name)
+        for split in self._rows:
+            for i, row in enumerate(loaded[split], start=1):
+                problem, _ = self._problem(row, i, f"{self.path} {split} row {i}", split)
+                self._rows[split].append(problem)
+
+    def _problem(
+        self, row, number: int, where: str, split: str | None = None
+    ) -> tuple[Problem, str]:
+        """The problem in `row` (line or row `number`, described by `where`) and its split."""
+        if not isinstance(row, dict):
+            raise DatasetFormatError(f"{where}: expected an object, got {type(row).__name__}")
+        prompt = _field(row, self.prompt_field, where, (str,))
+        answer = _field(row, self.answer_field, where, (str, int, float))
+        if split is None and self.split_field is not None:
+            split = _field(row, self.split_field, where, (str,))
+            if split not in ("train", "test"):
+                raise DatasetFormatError(
+                    f"{where}: field {self.split_field!r} must be 'train' or 'test' (got {split!r})"
+                )
+        gold, steps = parse_gsm8k_answer(str(answer))
+        problem = Problem(prompt, gold, steps, {"source": where}, f"{self.name}/{number}")
+        return problem, split or split_of(prompt)
+
+    def problems(self, split: str, n: int, seed: int = 0) -> list[Problem]:
+        """`n` rows of `split` in a seeded shuffle (``n=-1``: all of them).
+
+        Raises ValueError when the split has fewer than `n` rows.
+        """
+        check_split(split)
+        rows = self._rows[split]
+        if n == -1:
+            n = len(rows)
+        if not 0 <= n <= len(rows):
+            raise ValueError(
+                f"{self.name}: asked for {n} {split} problems but there are {len(rows)}"
+            )
+        order = list(range(len(rows)))
+        seeded_rng(self.name, split, seed).shuffle(order)
+        return [rows[i] for i in order[:n]]
+
+    def verify(self, problem: Problem, completion: str) -> RewardResult:
+        """1.0 when the ``<answer>`` matches the gold answer (see `answers_match`)."""
+        answer = extract_answer(completion)
+        if answer is None:
+            return RewardResult(0.0, "no answer found")
+        if len(answer) > MAX_ANSWER_CHARS:
+            return RewardResult(0.0, "answer too long")
+        if not answers_match(problem.answer, answer):
+            return RewardResult(0.0, f"not equal: {answer[:60]} vs {problem.answer[:60]}")
+        return RewardResult(1.0)
+
+
+def _field(row: dict, field: str, where: str, types: tuple[type, ...]):
+    """``row[field]``, checked to be one of `types` (bools are not numbers here)."""
+    if field not in row:
+        raise DatasetFormatError(f"{where}: missing field {field!r}")
+    value = row[field]
+    if isinstance(value, bool) or not isinstance(value, types):
+        wanted = " or ".join(t.__name__ for t in types)
+        raise DatasetFormatError(
+            f"{where}: field {field!r} must be {wanted} (got {type(value).__name__})"
+        )
+    return value
+
+
+def _read_local(path: Path):
+    """``(number, where, row)`` for each row of a local file: its 1-based line (JSON lines) or row
+    number, and `where` naming both, e.g. ``"data.jsonl line 3"``."""
+    if not path.exists():
+        raise FileNotFoundError(f"no such dataset file: {path}")
+    if path.suffix in (".parquet", ".csv"):
+        import datasets
+
+        loaded = datasets.load_dataset(path.suffix[1:], data_files=str(path), split="train")
+        for i, row in enumerate(loaded, start=1):
+            yield i, f"{path} row {i}", row
+        return
+    if path.suffix not in (".jsonl", ".json"):
+        raise ValueError(f"unsupported dataset file type {path.suffix!r}; use {LOCAL_SUFFIXES}")
+    text = path.read_text(encoding="utf-8")
+    if path.suffix == ".json" and text.lstrip().startswith("["):
+        try:
+            rows = json.loads(text)
+        except json.JSONDecodeError as err:
+            where = f"{path} line {err.lineno}"
+            raise DatasetFormatError(f"{where}: invalid JSON ({err.msg})") from None
+        for i, row in enumerate(rows, start=1):
+            yield i, f"{path} item {i}", row
+        return
+    for lineno, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise DatasetFormatError(f"{path} line {lineno}: invalid JSON ({err.msg})") from None
+        yield lineno, f"{path} line {lineno}", row
