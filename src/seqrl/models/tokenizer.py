@@ -38,7 +38,7 @@ def build_char_tokenizer() -> PreTrainedTokenizerFast:
     >>> tok = build_char_tokenizer()
     >>> ids = tok.encode("<think>1+2=3</think><answer>3</answer>")
     >>> len(ids), tok.decode(ids)
-    (11, '<think>1+2=3</think><answer>3</answer>')
+    (10, '<think>1+2=3</think><answer>3</answer>')
     """
     vocab: dict[str, int] = {}
     for token in (*SPECIAL_TOKENS, *MARKERS, STEP_SEP, *_characters()):
