@@ -1,0 +1,5 @@
+import sys
+
+from seqrl.cli import main
+
+sys.exit(main())

@@ -1,0 +1,183 @@
+"""The `seqrl` command.
+
+    seqrl train sft --config configs/sft/arith_tiny.yaml [--optim.lr=3e-4 ...] [--resume] [--print-config]
+    seqrl eval runs/x/checkpoint-400 --task arith --metrics greedy,pass@8,maj@8
+    seqrl configs ls | show NAME
+    seqrl demo
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from seqrl.config import ConfigError, dump_yaml, load_config
+
+ALGOS = ("sft",)
+PLANNED = ("grpo", "ppo", "rm", "prm", "star", "dt", "odt", "vla")
+
+
+def configs_root() -> Path:
+    """`./configs` when it exists (a checkout), else the `configs/` beside the installed package."""
+    local = Path("configs")
+    return local if local.is_dir() else Path(__file__).resolve().parents[2] / "configs"
+
+
+def list_presets() -> list[str]:
+    root = configs_root()
+    return sorted(str(p.relative_to(root).with_suffix("")) for p in root.glob("*/*.yaml"))
+
+
+def resolve_config(name: str | None, algo: str) -> Path | None:
+    """A config path, or a preset name (``arith_tiny`` or ``sft/arith_tiny``); unknown → error listing them."""
+    if name is None:
+        return None
+    path = Path(name)
+    if path.is_file():
+        return path
+    for candidate in (configs_root() / f"{name}.yaml", configs_root() / algo / f"{name}.yaml"):
+        if candidate.is_file():
+            return candidate
+    raise ConfigError(f"--config {name!r}: no such file or preset; presets: {', '.join(list_presets()) or 'none'}")
+
+
+def _config_class(algo: str):
+    if algo == "sft":
+        from seqrl.algos.sft import SFTConfig, train
+
+        return SFTConfig, train
+    raise ConfigError(f"unknown algorithm {algo!r}; implemented: {', '.join(ALGOS)}")
+
+
+def cmd_train(args: argparse.Namespace, overrides: list[str]) -> int:
+    if args.algo in PLANNED:
+        raise ConfigError(f"seqrl train {args.algo} is not implemented yet; implemented: {', '.join(ALGOS)}")
+    cls, train = _config_class(args.algo)
+    if args.resume:
+        overrides = [*overrides, "--run.resume=true"]
+    cfg = load_config(cls, resolve_config(args.config, args.algo), overrides, root=args.algo)
+    if args.print_config:
+        import yaml
+
+        from seqrl.config import to_dict
+
+        print(yaml.safe_dump(to_dict(cfg), sort_keys=False), end="")
+        return 0
+    metrics = train(cfg)
+    _print_table(f"{args.algo} {cfg.run.name}: final metrics", metrics)
+    print(f"run folder: {cfg.run.dir}")
+    return 0
+
+
+def cmd_eval(args: argparse.Namespace, overrides: list[str]) -> int:
+    if overrides:
+        raise ConfigError(f"seqrl eval: unexpected arguments {overrides}")
+    import torch
+
+    from seqrl.data import get_task
+    from seqrl.evaluation import evaluate, parse_metrics
+    from seqrl.models.lm import ModelConfig, load_policy
+
+    torch.set_num_threads(args.threads)
+    greedy, pass_k, maj_k = parse_metrics(args.metrics)
+    task = get_task(args.task, **json.loads(args.task_kwargs))
+    policy = load_policy(ModelConfig(path=args.checkpoint))
+    problems = task.problems(args.split, args.n, args.seed)
+    result = evaluate(policy, task, problems, greedy=greedy, pass_k=pass_k, maj_k=maj_k,
+                      n_samples=args.samples, temperature=args.temperature,
+                      max_new_tokens=args.max_new_tokens, seed=args.seed)
+    _print_table(f"{args.checkpoint} on {args.task}/{args.split} ({len(problems)} problems)", result.metrics)
+    out = Path(args.out) if args.out else Path(args.checkpoint) / f"eval-{task.name}-{args.split}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"checkpoint": args.checkpoint, "task": args.task, "split": args.split,
+                               "metrics": result.metrics, "records": result.records}, indent=1))
+    print(f"wrote {out}")
+    return 0
+
+
+def cmd_configs(args: argparse.Namespace, overrides: list[str]) -> int:
+    if args.action == "ls":
+        print("\n".join(list_presets()))
+        return 0
+    if not args.name:
+        raise ConfigError("seqrl configs show NAME: give a preset name (see `seqrl configs ls`)")
+    algo = args.name.split("/")[0]
+    print(resolve_config(args.name, algo).read_text(), end="")
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace, overrides: list[str]) -> int:
+    from seqrl.demo import run_demo
+
+    run_demo(Path(args.out), quick=args.quick, overrides=overrides)
+    return 0
+
+
+def _print_table(title: str, metrics: dict[str, float]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=title)
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    for key, value in metrics.items():
+        table.add_row(key, f"{value:.4g}" if isinstance(value, float) else str(value))
+    Console().print(table)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="seqrl", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    train = sub.add_parser("train", help="train a policy; extra --key.sub=value arguments override the config")
+    train.add_argument("algo", help=f"one of {', '.join(ALGOS)}")
+    train.add_argument("--config", help="a YAML file or preset name (seqrl configs ls)")
+    train.add_argument("--resume", action="store_true", help="continue from the run folder's last checkpoint")
+    train.add_argument("--print-config", action="store_true", help="print the resolved config and exit")
+    train.set_defaults(func=cmd_train)
+
+    ev = sub.add_parser("eval", help="evaluate a checkpoint (any HF causal-LM folder) on a task split")
+    ev.add_argument("checkpoint")
+    ev.add_argument("--task", default="arith")
+    ev.add_argument("--task-kwargs", default="{}", help='JSON, e.g. \'{"digits": 3}\'')
+    ev.add_argument("--split", default="test", choices=("train", "test"))
+    ev.add_argument("--n", type=int, default=200, help="problems")
+    ev.add_argument("--metrics", default="greedy", help="comma list of greedy, pass@K, maj@K")
+    ev.add_argument("--samples", type=int, default=0, help="samples per problem for pass@K (default: max K)")
+    ev.add_argument("--temperature", type=float, default=1.0)
+    ev.add_argument("--max-new-tokens", type=int, default=64)
+    ev.add_argument("--seed", type=int, default=0)
+    ev.add_argument("--threads", type=int, default=1)
+    ev.add_argument("--out", help="JSON output (default: <checkpoint>/eval-<task>-<split>.json)")
+    ev.set_defaults(func=cmd_eval)
+
+    cfg = sub.add_parser("configs", help="list or show config presets")
+    cfg.add_argument("action", choices=("ls", "show"))
+    cfg.add_argument("name", nargs="?")
+    cfg.set_defaults(func=cmd_configs)
+
+    demo = sub.add_parser("demo", help="the reasoning pipeline end to end on arithmetic (CPU, minutes)")
+    demo.add_argument("--out", default="runs/demo")
+    demo.add_argument("--quick", action="store_true", help="a smaller run (about a minute)")
+    demo.set_defaults(func=cmd_demo)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+    args, extra = build_parser().parse_known_args(argv)
+    try:
+        return args.func(args, extra)
+    except (ConfigError, ValueError, FileNotFoundError) as e:
+        print(f"seqrl: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
