@@ -40,6 +40,8 @@ class SamplingParams:
     """Stop strings; the completion ends after the token that completes one (finish reason "stop")."""
     seed: int | None = None
     """Seed of a private generator (None: torch's global RNG)."""
+    ignore_eos: bool = False
+    """Keep generating past EOS (benchmarks with a forced length); stop strings still apply."""
 
     def __post_init__(self) -> None:
         if self.temperature < 0:
@@ -158,7 +160,7 @@ def generate(
         )
     max_new = min(params.max_new_tokens, limit - longest)
     pad_id = tok.pad_token_id if tok.pad_token_id is not None else 0
-    eos = torch.tensor(_eos_ids(policy), dtype=torch.long)
+    eos = torch.tensor([] if params.ignore_eos else _eos_ids(policy), dtype=torch.long)
     gen = None
     if params.seed is not None:
         gen = torch.Generator().manual_seed(params.seed)
