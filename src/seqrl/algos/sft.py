@@ -92,6 +92,23 @@ def collate(examples: list[tuple[list[int], list[int]]], pad_id: int) -> dict[st
     return {"input_ids": ids, "attention_mask": mask, "labels": labels}
 
 
+def accumulate_gradients(model, chunks: list[dict[str, torch.Tensor]], bf16: bool = False) -> tuple[float, int]:
+    """Backward the token-mean NLL of a batch given as micro-batches; returns (NLL sum, tokens).
+
+    Each micro-batch's summed NLL is divided by the token count of the whole batch, so the
+    accumulated gradient equals that of the batch in one piece.
+    """
+    n_tokens = sum(int((c["labels"][:, 1:] != IGNORE_INDEX).sum()) for c in chunks)
+    loss_sum = 0.0
+    for chunk in chunks:
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            logits = model(input_ids=chunk["input_ids"], attention_mask=chunk["attention_mask"]).logits  # (b, L, V)
+        nll, _ = token_nll_sum(logits, chunk["labels"])
+        (nll / max(n_tokens, 1)).backward()
+        loss_sum += nll.item()
+    return loss_sum, n_tokens
+
+
 def batch_indices(step: int, batch_size: int, n: int, seed: int) -> list[int]:
     """Indices of batch `step`: consecutive slots of per-epoch permutations of range(n).
 
@@ -147,14 +164,7 @@ def train(cfg: SFTConfig) -> dict[str, float]:
                 idx = batch_indices(step, cfg.batch_size, len(examples), cfg.run.seed)
                 chunks = [collate([examples[i] for i in idx[j : j + micro]], tok.pad_token_id)
                           for j in range(0, len(idx), micro)]
-                n_tokens = sum(int((c["labels"][:, 1:] != IGNORE_INDEX).sum()) for c in chunks)
-                loss_sum = 0.0
-                for chunk in chunks:
-                    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=cfg.run.bf16):
-                        logits = model(input_ids=chunk["input_ids"], attention_mask=chunk["attention_mask"]).logits
-                    nll, _ = token_nll_sum(logits, chunk["labels"])
-                    (nll / n_tokens).backward()
-                    loss_sum += nll.item()
+                loss_sum, n_tokens = accumulate_gradients(model, chunks, cfg.run.bf16)
                 grad_norm = torch.nn.utils.clip_grad_norm_(
                     model.parameters(), cfg.optim.grad_clip if cfg.optim.grad_clip > 0 else float("inf")
                 )

@@ -118,7 +118,13 @@ def load_policy(cfg: ModelConfig) -> Policy:
             f"model.path {cfg.path!r} is not a model directory (no config.json); "
             f"give a Hugging Face model directory or hub id, or a preset: {sorted(PRESETS)}"
         )
-    return load_pretrained(cfg.path, cfg.attn_implementation)
+    try:
+        return load_pretrained(cfg.path, cfg.attn_implementation)
+    except OSError as e:  # a hub id that does not exist, or no network
+        raise ValueError(
+            f"model.path {cfg.path!r} could not be loaded (not a local model directory; from the hub: {e}); "
+            f"presets: {sorted(PRESETS)}"
+        ) from e
 
 
 def load_pretrained(path: str | Path, attn_implementation: str = "sdpa") -> Policy:

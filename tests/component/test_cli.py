@@ -1,0 +1,63 @@
+"""The `seqrl` command: config printing, errors that name the field, eval output."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from seqrl.cli import main
+from seqrl.models import ModelConfig, load_policy
+
+
+def test_print_config_applies_overrides(capsys):
+    assert main(["train", "sft", "--config", "configs/sft/arith_tiny.yaml", "--optim.lr=3e-4", "--print-config"]) == 0
+    out = capsys.readouterr().out
+    assert "lr: 0.0003" in out and "preset: tiny" in out
+
+
+def test_preset_name_resolves_and_configs_ls_lists_it(capsys):
+    assert main(["configs", "ls"]) == 0
+    assert "sft/arith_tiny" in capsys.readouterr().out
+    assert main(["train", "sft", "--config", "arith_tiny", "--print-config"]) == 0
+
+
+@pytest.mark.parametrize(
+    "argv,message",
+    [
+        (["train", "sft", "--config", "arith_tiny", "--optim.lrr=1"], "sft.optim.lrr: unknown key"),
+        (["train", "sft", "--config", "nope"], "no such file or preset; presets: "),
+        (["train", "grpo"], "not implemented yet"),
+        (["train", "sft", "--task.name=nope", "--print-config"], ""),
+        (["eval", "./missing_dir", "--task", "arith"], "not a model directory"),
+        (["eval", "no-such-org/no-such-model", "--task", "arith"], "could not be loaded"),
+    ],
+)
+def test_errors_exit_2_and_name_the_problem(argv, message, capsys):
+    code = main(argv)
+    if argv[-1] == "--print-config":  # task names are checked when the task is built, not when printing
+        assert code == 0
+        return
+    assert code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_unknown_task_lists_valid_ones(tmp_path, capsys):
+    torch.manual_seed(0)
+    load_policy(ModelConfig(preset="tiny", max_seq_len=64)).save(tmp_path / "m")
+    assert main(["eval", str(tmp_path / "m"), "--task", "nope"]) == 2
+    assert "arith" in capsys.readouterr().err
+
+
+def test_eval_writes_json_with_all_metrics(tmp_path, capsys):
+    torch.manual_seed(0)
+    load_policy(ModelConfig(preset="tiny", max_seq_len=64)).save(tmp_path / "m")
+    out = tmp_path / "eval.json"
+    code = main(["eval", str(tmp_path / "m"), "--task", "arith", "--n", "4", "--metrics", "greedy,pass@2,maj@2",
+                 "--max-new-tokens", "8", "--out", str(out)])
+    assert code == 0
+    data = json.loads(out.read_text())
+    assert set(data["metrics"]) >= {"eval/accuracy", "eval/pass@2", "eval/maj@2"}
+    assert len(data["records"]) == 4 and "greedy" in data["records"][0]
+    assert "eval/accuracy" in capsys.readouterr().out
