@@ -128,7 +128,8 @@ def from_dict(cls: type[T], data: Mapping[str, Any], path: str = "") -> T:
 
     `path` is the name the caller gives the root (``"sft"``); error paths continue it with dots
     (``sft.optim.lr``) and list indices (``sft.stages[1].lr``). Keys missing from `data` keep their
-    defaults; a field without a default must be given. Fields declared with ``init=False`` are
+    defaults — inside a nested section too, where the default is the field's own (its default or
+    default_factory instance), not the section class's; a field without a default must be given. Fields declared with ``init=False`` are
     computed by the dataclass and cannot be set. Annotations may be: int (bools rejected), float
     (ints accepted and converted), str, bool, ``X | None``, ``list[X]``, ``tuple[X, ...]`` and
     fixed ``tuple[X, Y]`` (lists accepted, converted to tuples), ``dict[str, X]``, ``Literal[...]``,
@@ -160,7 +161,13 @@ def from_dict(cls: type[T], data: Mapping[str, Any], path: str = "") -> T:
     for name in settable:
         field = fields[name]
         if name in data:
-            kwargs[name] = _convert(data[name], hints[name], _join(path, name))
+            value = data[name]
+            default = _field_default(field)
+            if _is_dataclass_type(hints[name]) and isinstance(default, hints[name]) and isinstance(value, Mapping):
+                # A partial section keeps the field's own default (e.g. a factory with other
+                # values than the section class's defaults) for the keys it does not give.
+                value = merge(to_dict(default), value)
+            kwargs[name] = _convert(value, hints[name], _join(path, name))
         elif field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING:
             raise ConfigError(f"{_join(path, name)}: missing required field")
     try:
@@ -169,6 +176,12 @@ def from_dict(cls: type[T], data: Mapping[str, Any], path: str = "") -> T:
         raise
     except ValueError as e:
         raise ConfigError(_prefix(path, str(e))) from e
+
+
+def _field_default(field: dataclasses.Field) -> Any:
+    if field.default_factory is not dataclasses.MISSING:
+        return field.default_factory()
+    return None if field.default is dataclasses.MISSING else field.default
 
 
 def _convert(value: Any, tp: Any, path: str) -> Any:

@@ -254,3 +254,15 @@ def test_dump_yaml_round_trip(tmp_path):
     assert load_config(SFTConfig, out) == cfg
     assert to_dict(cfg)["optim"]["betas"] == [0.9, 0.95]
     assert to_dict(cfg)["stages"] == [{"name": "warm", "steps": 2}]
+
+
+@dataclass
+class RLConfig:
+    optim: OptimConfig = field(default_factory=lambda: OptimConfig(lr=1e-6, warmup_steps=7))
+
+
+def test_partial_section_keeps_the_fields_own_factory_defaults():
+    # Only lr is given: warmup_steps keeps the factory's 7, not OptimConfig's class default 0.
+    cfg = from_dict(RLConfig, {"optim": {"lr": 3e-4}}, path="rl")
+    assert cfg.optim == OptimConfig(lr=3e-4, warmup_steps=7)
+    assert from_dict(RLConfig, {}, path="rl").optim == OptimConfig(lr=1e-6, warmup_steps=7)
