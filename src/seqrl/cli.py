@@ -15,8 +15,8 @@ from pathlib import Path
 
 from seqrl.config import ConfigError, dump_yaml, load_config
 
-ALGOS = ("sft",)
-PLANNED = ("grpo", "ppo", "rm", "prm", "star", "dt", "odt", "vla")
+ALGOS = ("sft", "grpo")
+PLANNED = ("ppo", "rm", "prm", "star", "dt", "odt", "vla")
 
 
 def configs_root() -> Path:
@@ -48,6 +48,10 @@ def _config_class(algo: str):
         from seqrl.algos.sft import SFTConfig, train
 
         return SFTConfig, train
+    if algo == "grpo":
+        from seqrl.algos.grpo import GRPOConfig, train
+
+        return GRPOConfig, train
     raise ConfigError(f"unknown algorithm {algo!r}; implemented: {', '.join(ALGOS)}")
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
 
@@ -153,3 +154,26 @@ def prepare_run_dir(run: RunConfig, cfg: Any) -> Path | None:
 def set_threads(n: int) -> None:
     torch.set_num_threads(n)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+def stream_indices(start: int, count: int, n: int, seed: int) -> list[int]:
+    """Positions start … start+count−1 of an endless stream of per-epoch permutations of range(n).
+
+    The data order of every loop is a pure function of (seed, position), so a resumed run sees
+    the same data as an uninterrupted one.
+    """
+    return [int(_perm(n, seed, i // n)[i % n]) for i in range(start, start + count)]
+
+
+def batch_indices(step: int, batch_size: int, n: int, seed: int) -> list[int]:
+    """Indices of batch `step`: consecutive slots of per-epoch permutations of range(n).
+
+    >>> batch_indices(0, 3, 4, 0) + batch_indices(1, 3, 4, 0)[:1] == _perm(4, 0, 0).tolist()
+    True
+    """
+    return stream_indices(step * batch_size, batch_size, n, seed)
+
+
+@lru_cache(maxsize=4)
+def _perm(n: int, seed: int, epoch: int) -> torch.Tensor:
+    return torch.randperm(n, generator=torch.Generator().manual_seed(seed * 100_003 + epoch))

@@ -11,11 +11,17 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from functools import lru_cache
-
 import torch
 
-from seqrl.algos.common import OptimConfig, RunConfig, TaskConfig, make_optimizer, prepare_run_dir, set_threads
+from seqrl.algos.common import (
+    OptimConfig,
+    RunConfig,
+    TaskConfig,
+    batch_indices,
+    make_optimizer,
+    prepare_run_dir,
+    set_threads,
+)
 from seqrl.core.losses import IGNORE_INDEX, token_nll_sum
 from seqrl.data.base import Problem
 from seqrl.evaluation import evaluate
@@ -37,6 +43,11 @@ class EvalConfig:
     """Generation cap for evaluation."""
     batch_size: int = 256
     """Prompts per generation call."""
+    samples: int = 0
+    """Also sample this many completions per problem at temperature 1 and report eval/pass@1
+    (the held-out mean sampled reward); 0: greedy only."""
+    temperature: float = 1.0
+    """Temperature of those samples."""
 
 
 @dataclass
@@ -60,6 +71,13 @@ class SFTConfig:
             raise ValueError(
                 f"batch_size ({self.batch_size}) must be divisible by grad_accum ({self.grad_accum})"
             )
+
+
+def run_evaluation(policy: Policy, task, problems: list[Problem], cfg: EvalConfig, seed: int) -> dict[str, float]:
+    """Held-out greedy accuracy, plus the mean sampled accuracy (pass@1) when cfg.samples > 0."""
+    return evaluate(policy, task, problems, pass_k=[1] if cfg.samples else [], n_samples=cfg.samples,
+                    temperature=cfg.temperature, max_new_tokens=cfg.max_new_tokens, batch_size=cfg.batch_size,
+                    seed=seed).metrics
 
 
 def encode_examples(policy: Policy, problems: list[Problem]) -> list[tuple[list[int], list[int]]]:
@@ -109,20 +127,6 @@ def accumulate_gradients(model, chunks: list[dict[str, torch.Tensor]], bf16: boo
     return loss_sum, n_tokens
 
 
-def batch_indices(step: int, batch_size: int, n: int, seed: int) -> list[int]:
-    """Indices of batch `step`: consecutive slots of per-epoch permutations of range(n).
-
-    >>> batch_indices(0, 3, 4, 0) + batch_indices(1, 3, 4, 0)[:1] == _perm(4, 0, 0).tolist()
-    True
-    """
-    return [int(_perm(n, seed, i // n)[i % n]) for i in range(step * batch_size, (step + 1) * batch_size)]
-
-
-@lru_cache(maxsize=4)
-def _perm(n: int, seed: int, epoch: int) -> torch.Tensor:
-    return torch.randperm(n, generator=torch.Generator().manual_seed(seed * 100_003 + epoch))
-
-
 def train(cfg: SFTConfig) -> dict[str, float]:
     """Run SFT; returns the final metrics (held-out greedy accuracy among them)."""
     set_threads(cfg.run.threads)
@@ -147,8 +151,7 @@ def train(cfg: SFTConfig) -> dict[str, float]:
         logger.log(0, {"model/parameters": num_parameters(model), "data/train_examples": len(examples)})
 
     def run_eval() -> dict[str, float]:
-        return evaluate(policy, task, test_problems, max_new_tokens=cfg.eval.max_new_tokens,
-                        batch_size=cfg.eval.batch_size).metrics
+        return run_evaluation(policy, task, test_problems, cfg.eval, cfg.run.seed)
 
     def save(step: int) -> None:
         save_checkpoint(run_dir, step, model, tok, optimizer, scheduler, keep_last=cfg.run.keep_last)

@@ -1,0 +1,483 @@
+"""The GRPO family in one loop: GRPO, Dr. GRPO, DAPO, GSPO and RLOO are settings of this file.
+
+    seqrl train grpo --config configs/grpo/arith_tiny_grpo.yaml [--loss.beta=0.04 ...] [--resume]
+
+One step:
+  1. draw `batch_size / group_size` prompts and sample G completions each (`seqrl.rollout`);
+     with DAPO dynamic sampling, groups whose rewards are all equal are dropped and more prompts
+     are drawn until the batch is full (or `dapo.max_sampling_rounds` is reached);
+  2. score every completion with the weighted reward functions (a function that raises or returns
+     NaN gives that completion 0 with the reason, counted in `reward/<fn>/errors`);
+  3. advantages per group (`seqrl.core.advantages`);
+  4. μ = `num_iterations` passes over the batch, each split into `minibatches` optimizer steps,
+     each accumulated over micro-batches with the batch's global normalisers, so the gradient does
+     not depend on the micro-batch size (`seqrl.core.policy_loss.grpo_loss`).
+
+Old log-probs (π_old). With μ = 1 the batch is used once, right after sampling, so π_old = π_θ
+and we use `logp.detach()`: the ratio is exactly 1 and its gradient is the policy gradient. With
+μ > 1 they are recomputed once with a no-grad forward of the trainer itself (same precision, same
+code path) before the first update, so the first pass's ratio is exactly 1 as well. The sampler's
+own log-probs are not used as π_old: a different kernel, batch shape or precision makes them
+differ slightly, and that difference would be clipped as if the policy had moved. Their mean
+absolute gap to the trainer's is logged as `stats/sampler_logprob_gap` so a mismatch is visible.
+Log-probs are those of the sampling distribution, log_softmax(logits / temperature).
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from dataclasses import dataclass, field
+from typing import Literal
+
+import torch
+
+from seqrl.algos.common import (
+    OptimConfig,
+    RunConfig,
+    TaskConfig,
+    make_optimizer,
+    prepare_run_dir,
+    set_threads,
+    stream_indices,
+)
+from seqrl.algos.sft import EvalConfig, run_evaluation
+from seqrl.core.advantages import group_advantages, reinforce_pp_advantages, rloo_advantages, zero_variance_groups
+from seqrl.core.policy_loss import AGG_MODES, entropy_from_logits, grpo_loss
+from seqrl.core.shaping import soft_overlong_penalty
+from seqrl.data.base import Problem
+from seqrl.models.lm import ModelConfig, Policy, load_policy, num_parameters
+from seqrl.rewards.combine import RewardSpec, build_reward, score_completions
+from seqrl.rollout import SamplingParams, generate
+from seqrl.utils.checkpoint import load_checkpoint, save_checkpoint
+from seqrl.utils.metrics import MetricsLogger, read_metrics
+from seqrl.utils.plots import plot_metrics
+from seqrl.utils.progress import progress_bar
+from seqrl.utils.seeding import seed_everything
+
+
+@dataclass
+class SamplingConfig:
+    """How completions are sampled for training."""
+
+    temperature: float = 1.0
+    """Sampling temperature (log-probs are taken at the same temperature)."""
+    top_p: float = 1.0
+    """Nucleus sampling threshold."""
+    top_k: int = 0
+    """Top-k truncation (0: none)."""
+    max_new_tokens: int = 64
+    """Completion cap (L_max of DAPO's overlong shaping)."""
+
+
+@dataclass
+class LossConfig:
+    """Advantage estimator and policy loss."""
+
+    advantage: Literal["grpo", "rloo", "reinforce_pp"] = "grpo"
+    """grpo: group-relative (r − mean_g) / std; rloo: leave-one-out baseline; reinforce_pp: batch-normalised."""
+    scale_rewards: Literal["group", "batch", "none"] = "group"
+    """Std used by the grpo advantage: the group's, the batch's, or none (Dr. GRPO)."""
+    clip_eps_low: float = 0.2
+    """ε_low: ratio floor 1 − ε_low."""
+    clip_eps_high: float = 0.2
+    """ε_high: ratio ceiling 1 + ε_high (DAPO clip-higher: 0.28)."""
+    beta: float = 0.0
+    """β: KL coefficient against a frozen reference policy (DeepSeekMath: 0.04); 0 = no reference model."""
+    kl_kind: Literal["k1", "k2", "k3"] = "k3"
+    """KL estimator (GRPO uses k3)."""
+    ratio_level: Literal["token", "sequence"] = "token"
+    """Importance ratio per token, or per sequence (π/π_old)^(1/|o|) (GSPO)."""
+    agg: Literal["seq_mean_token_mean", "token_mean", "seq_mean_token_sum_norm", "seq_mean_token_sum"] = (
+        "seq_mean_token_mean"
+    )
+    """Loss aggregation: GRPO paper, DAPO token-level, Dr. GRPO constant normaliser, plain sum."""
+    max_tokens: int = 0
+    """Dr. GRPO's constant normaliser (0: sampling.max_new_tokens)."""
+    ref_sync_every: int = 0
+    """Copy the policy into the reference model every N steps (0: never)."""
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.clip_eps_low < 1 or self.clip_eps_high < 0:
+            raise ValueError(f"loss.clip_eps_low must be in [0, 1) and loss.clip_eps_high >= 0 "
+                             f"(got {self.clip_eps_low}, {self.clip_eps_high})")
+        if self.beta < 0:
+            raise ValueError(f"loss.beta must be >= 0 (got {self.beta})")
+        if self.agg not in AGG_MODES:
+            raise ValueError(f"loss.agg must be one of {AGG_MODES} (got {self.agg!r})")
+
+
+@dataclass
+class DAPOConfig:
+    """DAPO's additions (Yu et al. 2025); all off by default."""
+
+    dynamic_sampling: bool = False
+    """Drop groups whose rewards are all equal; draw more prompts until the batch is full."""
+    max_sampling_rounds: int = 4
+    """Cap on sampling rounds per step with dynamic sampling (the batch may stay short; logged)."""
+    mask_truncated: bool = False
+    """Overlong filtering: truncated completions get no loss."""
+    soft_overlong_cache: int = 0
+    """L_cache of the soft overlong punishment added to the reward (0: off)."""
+
+
+@dataclass
+class GRPOConfig:
+    run: RunConfig = field(default_factory=lambda: RunConfig(name="grpo"))
+    model: ModelConfig = field(default_factory=ModelConfig)
+    task: TaskConfig = field(default_factory=TaskConfig)
+    optim: OptimConfig = field(default_factory=lambda: OptimConfig(lr=1e-4, warmup_steps=0, schedule="constant"))
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    sampling: SamplingConfig = field(default_factory=SamplingConfig)
+    loss: LossConfig = field(default_factory=LossConfig)
+    dapo: DAPOConfig = field(default_factory=DAPOConfig)
+    rewards: list[RewardSpec] = field(default_factory=lambda: [RewardSpec("task", 1.0)])
+    """Weighted reward functions; the total reward is Σ weight · score."""
+    steps: int = 50
+    """Sampling-and-update steps."""
+    batch_size: int = 128
+    """Completions per step (prompts per step = batch_size / group_size)."""
+    group_size: int = 8
+    """G: completions per prompt."""
+    num_iterations: int = 1
+    """μ: passes over each batch."""
+    minibatches: int = 1
+    """Optimizer steps per pass (the batch split into this many minibatches)."""
+    micro_batch_size: int = 64
+    """Completions per forward/backward (memory only: the gradient does not depend on it)."""
+
+    def __post_init__(self) -> None:
+        if self.group_size < 2:
+            raise ValueError(f"group_size must be >= 2 (got {self.group_size}): a group of one has no baseline")
+        if self.batch_size % self.group_size:
+            raise ValueError(f"batch_size ({self.batch_size}) must be divisible by group_size ({self.group_size})")
+        if self.batch_size % self.minibatches:
+            raise ValueError(f"batch_size ({self.batch_size}) must be divisible by minibatches ({self.minibatches})")
+        for name in ("steps", "num_iterations", "minibatches", "micro_batch_size"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1 (got {getattr(self, name)})")
+        if not self.rewards:
+            raise ValueError("rewards must name at least one reward function")
+        if self.loss.ref_sync_every and self.run.save_every and self.run.save_every % self.loss.ref_sync_every:
+            raise ValueError(f"run.save_every ({self.run.save_every}) must be a multiple of loss.ref_sync_every "
+                             f"({self.loss.ref_sync_every}) so a checkpoint holds the reference policy too")
+        if self.dapo.soft_overlong_cache > self.sampling.max_new_tokens:
+            raise ValueError("dapo.soft_overlong_cache must be <= sampling.max_new_tokens")
+
+    @property
+    def prompts_per_step(self) -> int:
+        return self.batch_size // self.group_size
+
+
+@dataclass
+class GRPOBatch:
+    """One step's completions, grouped: rows g·G … g·G+G−1 answer the same prompt."""
+
+    prompt_ids: list[list[int]]
+    """Per row (N)."""
+    completion_ids: torch.Tensor
+    """(N, T)"""
+    completion_mask: torch.Tensor
+    """(N, T) 1 on generated tokens."""
+    loss_mask: torch.Tensor
+    """(N, T) tokens that carry loss (completion_mask minus truncated rows under overlong filtering)."""
+    sampler_logprobs: torch.Tensor
+    """(N, T) log-probs reported by the sampler."""
+    rewards: torch.Tensor
+    """(N,) total reward."""
+    advantages: torch.Tensor
+    """(N,) one advantage per completion, broadcast over its tokens."""
+    metrics: dict[str, float] = field(default_factory=dict)
+    """Sampling and reward statistics of the step."""
+
+
+def _pad_rows(rows: list[torch.Tensor], value: float | int) -> torch.Tensor:
+    width = max(int(r.shape[0]) for r in rows)
+    out = torch.full((len(rows), width), value, dtype=rows[0].dtype)
+    for i, r in enumerate(rows):
+        out[i, : r.shape[0]] = r
+    return out
+
+
+def sequence_logprobs(
+    model: torch.nn.Module,
+    prompt_ids: list[list[int]],
+    completion_ids: torch.Tensor,
+    pad_id: int,
+    temperature: float = 1.0,
+    bf16: bool = False,
+    with_entropy: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """log π(o_t | q, o_<t) of each completion token, and optionally the entropy there.
+
+    Rows are prompt + completion, right-padded; completion_ids (m, T) may carry padding after each
+    completion's end (those positions are garbage and must be masked by the caller).
+    Returns logp (m, T) and entropy (m, T) or None.
+    """
+    m, t = completion_ids.shape
+    lengths = [len(p) for p in prompt_ids]
+    width = max(lengths) + t
+    ids = torch.full((m, width), pad_id, dtype=torch.long)  # (m, L)
+    attn = torch.zeros((m, width), dtype=torch.long)  # (m, L)
+    for i, p in enumerate(prompt_ids):
+        ids[i, : len(p)] = torch.tensor(p)
+        ids[i, len(p) : len(p) + t] = completion_ids[i]
+        attn[i, : len(p) + t] = 1
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+        logits = model(input_ids=ids, attention_mask=attn).logits  # (m, L, V)
+    # The logits predicting completion token j sit at position len(prompt) − 1 + j.
+    pos = torch.tensor(lengths)[:, None] - 1 + torch.arange(t)[None, :]  # (m, T)
+    picked = logits.gather(1, pos[..., None].expand(-1, -1, logits.shape[-1])).float() / temperature  # (m, T, V)
+    logp = torch.log_softmax(picked, dim=-1).gather(-1, completion_ids[..., None]).squeeze(-1)  # (m, T)
+    entropy = None
+    if with_entropy:
+        with torch.no_grad():
+            entropy = entropy_from_logits(picked.detach())  # (m, T)
+    return logp, entropy
+
+
+class GRPOTrainer:
+    """Holds the policy, reference model and optimizer; `collect` samples a batch, `train_step` learns from it."""
+
+    def __init__(self, cfg: GRPOConfig, policy: Policy, problems: list[Problem]) -> None:
+        self.cfg, self.policy, self.problems = cfg, policy, problems
+        self.task = cfg.task.build()
+        self.reward_fns = {
+            (spec.name if spec.name != "task" else "accuracy"): (build_reward(spec, self.task), spec.weight)
+            for spec in cfg.rewards
+        }
+        self.optimizer, self.scheduler = make_optimizer(policy.model, cfg.optim, cfg.steps * cfg.num_iterations * cfg.minibatches)
+        self.ref = None
+        if cfg.loss.beta > 0:
+            self.ref = copy.deepcopy(policy.model).eval().requires_grad_(False)
+        self.prompt_cursor = 0  # position in the endless stream of training prompts
+
+    # -- sampling -------------------------------------------------------------------------------
+    def _params(self, step: int, round_: int) -> SamplingParams:
+        s = self.cfg.sampling
+        return SamplingParams(temperature=s.temperature, top_p=s.top_p, top_k=s.top_k,
+                              max_new_tokens=s.max_new_tokens, seed=self.cfg.run.seed * 1_000_003 + step * 101 + round_)
+
+    def collect(self, step: int) -> GRPOBatch:
+        """Sample and score one batch (with dynamic sampling: only groups with distinct rewards)."""
+        cfg, g = self.cfg, self.cfg.group_size
+        t0 = time.perf_counter()
+        kept: list[dict] = []
+        n_groups = n_flat = rounds = generated = 0
+        fn_scores: dict[str, list[float]] = {name: [] for name in self.reward_fns}
+        fn_errors = dict.fromkeys(self.reward_fns, 0)
+        lengths_all, truncated_all, overlong_all = [], [], []
+        while len(kept) < cfg.prompts_per_step and (rounds == 0 or (cfg.dapo.dynamic_sampling and rounds < cfg.dapo.max_sampling_rounds)):
+            need = cfg.prompts_per_step - len(kept)
+            idx = stream_indices(self.prompt_cursor, need, len(self.problems), cfg.run.seed)
+            self.prompt_cursor += need
+            probs = [self.problems[i] for i in idx]
+            ro = generate(self.policy, self.policy.encode_prompts([p.prompt for p in probs]), g, self._params(step, rounds))
+            rounds += 1
+            generated += ro.num_generated_tokens
+            row_problems = [probs[i // g] for i in range(len(ro.texts))]
+            scored = score_completions(self.reward_fns, row_problems, ro.texts)
+            total = torch.tensor(scored.total, dtype=torch.float32)  # (n·G,)
+            lengths = ro.lengths  # (n·G,)
+            truncated = torch.tensor([r == "length" for r in ro.finish_reasons])  # (n·G,)
+            if cfg.dapo.soft_overlong_cache:
+                overlong = soft_overlong_penalty(lengths, cfg.sampling.max_new_tokens, cfg.dapo.soft_overlong_cache)
+                total = total + overlong
+                overlong_all.append(overlong)
+            for name in self.reward_fns:
+                fn_scores[name] += scored.scores[name]
+                fn_errors[name] += scored.errors[name]
+            lengths_all.append(lengths.float())
+            truncated_all.append(truncated.float())
+            flat = zero_variance_groups(total.view(need, g))  # (n,)
+            n_groups += need
+            n_flat += int(flat.sum())
+            for j in range(need):
+                if cfg.dapo.dynamic_sampling and flat[j]:
+                    continue
+                if len(kept) == cfg.prompts_per_step:
+                    break
+                rows = slice(j * g, (j + 1) * g)
+                kept.append({
+                    "prompt": ro.prompt_ids[j],
+                    "ids": list(ro.completion_ids[rows]),
+                    "mask": list(ro.completion_mask[rows]),
+                    "lp": list(ro.logprobs[rows]),
+                    "reward": total[rows],
+                    "truncated": truncated[rows],
+                })
+        if not kept:
+            raise RuntimeError("dynamic sampling kept no group (every group had equal rewards); "
+                               "raise dapo.max_sampling_rounds or lower the task difficulty")
+        n_rows = len(kept) * g
+        rewards = torch.cat([k["reward"] for k in kept])  # (N,)
+        grouped = rewards.view(len(kept), g)  # (B', G)
+        if cfg.loss.advantage == "grpo":
+            adv = group_advantages(grouped, scale=cfg.loss.scale_rewards)  # (B', G)
+        elif cfg.loss.advantage == "rloo":
+            adv = rloo_advantages(grouped)  # (B', G)
+        else:
+            adv = reinforce_pp_advantages(grouped)  # (B', G)
+        completion_ids = _pad_rows([r for k in kept for r in k["ids"]], self.policy.tokenizer.pad_token_id)  # (N, T)
+        mask = _pad_rows([r for k in kept for r in k["mask"]], 0.0)  # (N, T)
+        truncated = torch.cat([k["truncated"] for k in kept])  # (N,)
+        loss_mask = mask * (~truncated).float()[:, None] if cfg.dapo.mask_truncated else mask.clone()  # (N, T)
+        lengths = torch.cat(lengths_all)
+        metrics = {
+            "reward/total/mean": float(rewards.mean()),
+            "reward/total/std": float(rewards.std()) if n_rows > 1 else 0.0,
+            "stats/zero_var_groups": n_flat / max(n_groups, 1),
+            "stats/sampling_rounds": float(rounds),
+            "stats/groups_kept": float(len(kept)),
+            "stats/completion_len_mean": float(lengths.mean()),
+            "stats/completion_len_max": float(lengths.max()),
+            "stats/truncated_frac": float(torch.cat(truncated_all).mean()),
+            "perf/gen_s": time.perf_counter() - t0,
+            "perf/gen_tokens": float(generated),
+        }
+        for name, scores in fn_scores.items():
+            t = torch.tensor(scores)
+            metrics[f"reward/{name}/mean"] = float(t.mean())
+            metrics[f"reward/{name}/std"] = float(t.std()) if len(scores) > 1 else 0.0
+            metrics[f"reward/{name}/errors"] = float(fn_errors[name])
+        if overlong_all:
+            metrics["reward/overlong/mean"] = float(torch.cat(overlong_all).mean())
+        return GRPOBatch(
+            prompt_ids=[k["prompt"] for k in kept for _ in range(g)],
+            completion_ids=completion_ids,
+            completion_mask=mask,
+            loss_mask=loss_mask,
+            sampler_logprobs=_pad_rows([r for k in kept for r in k["lp"]], 0.0),
+            rewards=rewards,
+            advantages=adv.reshape(-1),
+            metrics=metrics,
+        )
+
+    # -- learning -------------------------------------------------------------------------------
+    def _logprobs(self, model, batch: GRPOBatch, rows: torch.Tensor, with_entropy: bool = False):
+        return sequence_logprobs(model, [batch.prompt_ids[i] for i in rows.tolist()], batch.completion_ids[rows],
+                                 self.policy.tokenizer.pad_token_id, self.cfg.sampling.temperature,
+                                 self.cfg.run.bf16, with_entropy)
+
+    @torch.no_grad()
+    def _no_grad_logprobs(self, model, batch: GRPOBatch) -> torch.Tensor:
+        chunks = torch.arange(len(batch.rewards)).split(self.cfg.micro_batch_size)
+        return torch.cat([self._logprobs(model, batch, rows)[0] for rows in chunks])  # (N, T)
+
+    def train_step(self, batch: GRPOBatch) -> dict[str, float]:
+        """μ passes of clipped policy-gradient updates on `batch`; returns the step's metrics."""
+        cfg, model = self.cfg, self.policy.model
+        t0 = time.perf_counter()
+        model.train()
+        n = len(batch.rewards)
+        old = self._no_grad_logprobs(model, batch) if cfg.num_iterations > 1 else None  # (N, T)
+        ref = self._no_grad_logprobs(self.ref, batch) if self.ref is not None else None  # (N, T)
+        max_tokens = cfg.loss.max_tokens or cfg.sampling.max_new_tokens
+        sums: dict[str, float] = {}
+        weights: dict[str, float] = {}
+
+        def add(key: str, value: float, weight: float) -> None:
+            sums[key] = sums.get(key, 0.0) + value * weight
+            weights[key] = weights.get(key, 0.0) + weight
+
+        gen = torch.Generator().manual_seed(cfg.run.seed + 7919 * int(self.scheduler.last_epoch))
+        for _ in range(cfg.num_iterations):
+            order = torch.randperm(n, generator=gen) if cfg.minibatches > 1 else torch.arange(n)
+            for mb in order.chunk(cfg.minibatches):
+                num_tokens = float(batch.loss_mask[mb].sum().clamp(min=1))
+                for rows in mb.split(cfg.micro_batch_size):
+                    logp, entropy = self._logprobs(model, batch, rows, with_entropy=True)  # (m, T)
+                    mask = batch.loss_mask[rows]  # (m, T)
+                    loss, stats = grpo_loss(
+                        logp, old[rows] if old is not None else logp.detach(), batch.advantages[rows], mask,
+                        clip_eps_low=cfg.loss.clip_eps_low, clip_eps_high=cfg.loss.clip_eps_high,
+                        beta=cfg.loss.beta, ref_logp=ref[rows] if ref is not None else None, kl_kind=cfg.loss.kl_kind,
+                        ratio_level=cfg.loss.ratio_level, agg=cfg.loss.agg, max_tokens=max_tokens,
+                        num_tokens=num_tokens, num_seqs=len(mb),
+                    )
+                    loss.backward()
+                    tokens = float(mask.sum())
+                    add("loss/policy", loss.item(), 1.0)
+                    for key, value in stats.items():
+                        add(f"stats/{key}", float(value), tokens)
+                    full = batch.completion_mask[rows]
+                    add("stats/entropy", float((entropy * full).sum() / full.sum().clamp(min=1)), float(full.sum()))
+                    gap = ((logp.detach() - batch.sampler_logprobs[rows]).abs() * full).sum() / full.sum().clamp(min=1)
+                    add("stats/sampler_logprob_gap", float(gap), float(full.sum()))
+                grad_norm = torch.nn.utils.clip_grad_norm_(
+                    model.parameters(), cfg.optim.grad_clip if cfg.optim.grad_clip > 0 else float("inf"))
+                add("stats/grad_norm", float(grad_norm), 1.0)
+                add("stats/lr", self.scheduler.get_last_lr()[0], 1.0)
+                self.optimizer.step()
+                self.scheduler.step()
+                self.optimizer.zero_grad(set_to_none=True)
+        metrics = {key: sums[key] / max(weights[key], 1e-12) for key in sums}
+        # loss/policy: sum over micro-batches is the minibatch loss; report the mean per optimizer step
+        metrics["loss/policy"] = sums["loss/policy"] / (cfg.num_iterations * cfg.minibatches)
+        metrics["perf/train_s"] = time.perf_counter() - t0
+        return metrics
+
+    def sync_reference(self) -> None:
+        if self.ref is not None:
+            self.ref.load_state_dict(self.policy.model.state_dict())
+
+
+def train(cfg: GRPOConfig) -> dict[str, float]:
+    """Run GRPO-family training; returns the last logged metrics (held-out accuracy among them)."""
+    set_threads(cfg.run.threads)
+    seed_everything(cfg.run.seed)
+    resume_from = prepare_run_dir(cfg.run, cfg)
+    run_dir = cfg.run.dir
+    task = cfg.task.build()
+    problems = task.problems("train", cfg.task.n_train, cfg.task.seed)
+    test_problems = task.problems("test", cfg.task.n_test, cfg.task.seed)
+    policy = load_policy(cfg.model)
+    trainer = GRPOTrainer(cfg, policy, problems)
+    start = 0
+    if resume_from is not None:
+        state = load_checkpoint(resume_from, policy.model, trainer.optimizer, trainer.scheduler)
+        start, trainer.prompt_cursor = state["step"], state["prompt_cursor"]
+        if trainer.ref is not None and cfg.loss.ref_sync_every:
+            trainer.sync_reference()  # checkpoints fall on sync steps (checked in the config)
+        print(f"resumed from {resume_from} at step {start}")
+    logger = MetricsLogger(run_dir / "metrics.jsonl", resume_step=start if resume_from else None)
+
+    def run_eval() -> dict[str, float]:
+        out = run_evaluation(policy, task, test_problems, cfg.eval, cfg.run.seed)
+        policy.model.train()
+        return out
+
+    final: dict[str, float] = {}
+    if start == 0:
+        final = {"model/parameters": float(num_parameters(policy.model)), **run_eval()}
+        logger.log(0, final)
+    with progress_bar(cfg.steps, f"grpo {cfg.run.name}", disable=not cfg.run.progress) as bar:
+        bar.advance(start)
+        try:
+            for step in range(start, cfg.steps):
+                batch = trainer.collect(step)
+                metrics = {**batch.metrics, **trainer.train_step(batch)}
+                done = step + 1
+                metrics["perf/tokens_per_s"] = metrics["perf/gen_tokens"] / (metrics["perf/gen_s"] + metrics["perf/train_s"])
+                if cfg.loss.ref_sync_every and done % cfg.loss.ref_sync_every == 0:
+                    trainer.sync_reference()
+                if (cfg.eval.every and done % cfg.eval.every == 0) or done == cfg.steps:
+                    metrics.update(run_eval())
+                if done % cfg.run.log_every == 0 or done == cfg.steps or "eval/accuracy" in metrics:
+                    logger.log(done, metrics)
+                final.update(metrics)
+                if (cfg.run.save_every and done % cfg.run.save_every == 0) or done == cfg.steps:
+                    save_checkpoint(run_dir, done, policy.model, policy.tokenizer, trainer.optimizer, trainer.scheduler,
+                                    state={"prompt_cursor": trainer.prompt_cursor}, keep_last=cfg.run.keep_last)
+                bar.advance(1, reward=metrics["reward/total/mean"],
+                            **({"acc": final["eval/accuracy"]} if "eval/accuracy" in final else {}))
+        except KeyboardInterrupt:
+            print(f"\ninterrupted; checkpoints in {run_dir} are intact (resume with --resume)")
+            raise
+        finally:
+            logger.close()
+    plot_metrics(read_metrics(run_dir / "metrics.jsonl"),
+                 ["reward/total/mean", "eval/accuracy", "stats/completion_len_mean", "stats/kl", "stats/entropy",
+                  "stats/clipfrac_high", "stats/zero_var_groups", "loss/policy"],
+                 run_dir / "plots" / "grpo.png", title=f"GRPO {cfg.run.name}")
+    return final

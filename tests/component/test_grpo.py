@@ -1,0 +1,184 @@
+"""The GRPO loop's plumbing: config errors, reward failures, dynamic sampling, accumulation, resume."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from seqrl.algos.common import OptimConfig, RunConfig, TaskConfig
+from seqrl.algos.grpo import DAPOConfig, GRPOConfig, GRPOTrainer, LossConfig, SamplingConfig, sequence_logprobs, train
+from seqrl.algos.sft import EvalConfig
+from seqrl.config import ConfigError, from_dict
+from seqrl.core.advantages import zero_variance_groups
+from seqrl.models import ModelConfig, load_policy
+from seqrl.rewards import RewardResult
+from seqrl.rewards.combine import score_completions
+from seqrl.utils.checkpoint import latest_checkpoint
+from seqrl.utils.metrics import read_metrics
+
+
+def _cfg(tmp_path=None, **kw) -> GRPOConfig:
+    base = dict(
+        run=RunConfig(name="g", out_dir=str(tmp_path or "runs"), seed=1, log_every=1, progress=False),
+        model=ModelConfig(preset="tiny", max_seq_len=64),
+        task=TaskConfig(name="arith", n_train=64, n_test=4),
+        optim=OptimConfig(lr=1e-3, warmup_steps=0, schedule="constant"),
+        eval=EvalConfig(max_new_tokens=8),
+        sampling=SamplingConfig(max_new_tokens=8),
+        steps=2,
+        batch_size=16,
+        group_size=4,
+    )
+    base.update(kw)
+    return GRPOConfig(**base)
+
+
+def _trainer(cfg: GRPOConfig, seed: int = 0) -> GRPOTrainer:
+    torch.manual_seed(seed)
+    policy = load_policy(cfg.model)
+    return GRPOTrainer(cfg, policy, cfg.task.build().problems("train", cfg.task.n_train, 0))
+
+
+@pytest.mark.parametrize(
+    "data,match",
+    [
+        ({"group_size": 1}, r"grpo: group_size must be >= 2"),
+        ({"batch_size": 30, "group_size": 8}, r"batch_size \(30\) must be divisible by group_size \(8\)"),
+        ({"rewards": [{"name": "vibes"}]}, r"reward name must be one of"),
+        ({"loss": {"clip_eps_low": 1.5}}, r"loss.clip_eps_low"),
+        ({"loss": {"agg": "mean"}}, r"grpo.loss.agg: expected one of"),
+        ({"run": {"save_every": 3}, "loss": {"ref_sync_every": 2}}, r"multiple of loss.ref_sync_every"),
+    ],
+)
+def test_config_errors_name_the_setting(data, match):
+    with pytest.raises(ConfigError, match=match):
+        from_dict(GRPOConfig, data, path="grpo")
+
+
+def test_a_reward_function_that_raises_or_returns_nan_costs_one_completion_only():
+    def flaky(problems, completions):
+        out = []
+        for c in completions:
+            if "boom" in c:
+                raise RuntimeError("cannot parse")
+            out.append(RewardResult(float("nan") if "nan" in c else 1.0))
+        return out
+
+    scored = score_completions({"flaky": (flaky, 2.0)}, [None] * 4, ["ok", "boom", "nan", "fine"])
+    assert scored.scores["flaky"] == [1.0, 0.0, 0.0, 1.0]
+    assert scored.total == [2.0, 0.0, 0.0, 2.0]
+    assert scored.errors["flaky"] == 2
+    assert "RuntimeError: cannot parse" in scored.reasons["flaky"][1]
+    assert "non-finite" in scored.reasons["flaky"][2]
+
+
+def test_a_reward_function_returning_the_wrong_count_is_an_error_naming_it():
+    with pytest.raises(ValueError, match="reward function 'short' returned 1 results for 2"):
+        score_completions({"short": (lambda p, c: [RewardResult(1.0)], 1.0)}, [None, None], ["a", "b"])
+
+
+def test_training_goes_on_when_a_reward_function_raises():
+    cfg = _cfg()
+    trainer = _trainer(cfg)
+
+    def explode_on_digits(problems, completions):
+        if any(ch.isdigit() for c in completions for ch in c):
+            raise ValueError("digits!")
+        return [RewardResult(0.5) for _ in completions]
+
+    trainer.reward_fns["explode"] = (explode_on_digits, 1.0)
+    batch = trainer.collect(0)
+    metrics = trainer.train_step(batch)
+    assert batch.metrics["reward/explode/errors"] > 0
+    assert all(torch.isfinite(torch.tensor(v)) for v in metrics.values())
+
+
+def test_logprobs_of_the_trainer_match_the_sampler():
+    cfg = _cfg()
+    trainer = _trainer(cfg)
+    batch = trainer.collect(0)
+    with torch.no_grad():
+        logp, _ = sequence_logprobs(trainer.policy.model, batch.prompt_ids, batch.completion_ids,
+                                    trainer.policy.tokenizer.pad_token_id)
+    gap = ((logp - batch.sampler_logprobs).abs() * batch.completion_mask).max()
+    assert gap < 1e-4
+
+
+def test_dynamic_sampling_never_keeps_a_zero_variance_group():
+    # reward = first character of the completion is a digit: varies within groups of a random model
+    cfg = _cfg(dapo=DAPOConfig(dynamic_sampling=True, max_sampling_rounds=6), batch_size=32, group_size=4)
+    trainer = _trainer(cfg)
+
+    def first_is_digit(problems, completions):
+        return [RewardResult(1.0 if c[:1].isdigit() else 0.0) for c in completions]
+
+    trainer.reward_fns = {"digit": (first_is_digit, 1.0)}
+    batch = trainer.collect(0)
+    groups = batch.rewards.view(-1, 4)
+    assert not zero_variance_groups(groups).any()
+    assert batch.metrics["stats/sampling_rounds"] >= 1
+    assert batch.metrics["stats/zero_var_groups"] > 0  # some groups were dropped on the way
+
+
+@pytest.mark.parametrize("agg", ["seq_mean_token_mean", "token_mean", "seq_mean_token_sum_norm"])
+def test_micro_batch_size_does_not_change_the_update(agg):
+    cfg = _cfg(loss=LossConfig(agg=agg, beta=0.04), batch_size=16, group_size=4)
+    results = []
+    for micro in (16, 3):
+        cfg.micro_batch_size = micro
+        trainer = _trainer(cfg, seed=0)
+        trainer.policy.model.double()
+        if trainer.ref is not None:
+            trainer.ref.double()
+        torch.manual_seed(5)
+        batch = trainer.collect(0)
+        batch.rewards = torch.arange(16, dtype=torch.float64) % 3  # non-trivial advantages
+        batch.advantages = (batch.rewards - 1.0)
+        trainer.optimizer = torch.optim.SGD(trainer.policy.model.parameters(), lr=1.0)
+        trainer.scheduler = torch.optim.lr_scheduler.LambdaLR(trainer.optimizer, lambda s: 1.0)
+        before = [p.detach().clone() for p in trainer.policy.model.parameters()]
+        trainer.train_step(batch)
+        results.append([p.detach() - b for p, b in zip(trainer.policy.model.parameters(), before)])
+    for a, b in zip(*results):
+        assert torch.allclose(a, b, atol=1e-6, rtol=0)
+
+
+def test_recomputed_old_logprobs_make_the_first_ratio_exactly_one():
+    cfg = _cfg(num_iterations=2, loss=LossConfig(beta=0.04))
+    trainer = _trainer(cfg)
+    batch = trainer.collect(0)
+    old = trainer._no_grad_logprobs(trainer.policy.model, batch)
+    ref = trainer._no_grad_logprobs(trainer.ref, batch)
+    assert torch.equal(old * batch.completion_mask, ref * batch.completion_mask)  # policy == reference at start
+    metrics = trainer.train_step(batch)
+    assert metrics["stats/kl"] >= 0.0 and metrics["stats/clipfrac_low"] >= 0.0
+
+
+def test_resume_equals_an_uninterrupted_run(tmp_path, monkeypatch):
+    train(_cfg(tmp_path / "a", steps=4, run=RunConfig(name="g", out_dir=str(tmp_path / "a"), seed=1, save_every=2,
+                                                   log_every=1, progress=False)))
+    import seqrl.algos.grpo as grpo
+
+    calls = {"n": 0}
+    real = grpo.GRPOTrainer.train_step
+
+    def stop_at_third(self, batch):
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise KeyboardInterrupt
+        return real(self, batch)
+
+    monkeypatch.setattr(grpo.GRPOTrainer, "train_step", stop_at_third)
+    run = RunConfig(name="g", out_dir=str(tmp_path / "b"), seed=1, save_every=2, log_every=1, progress=False)
+    with pytest.raises(KeyboardInterrupt):
+        train(_cfg(tmp_path / "b", steps=4, run=run))
+    monkeypatch.undo()
+    assert latest_checkpoint(tmp_path / "b" / "g").name == "checkpoint-2"
+    run.resume = True
+    train(_cfg(tmp_path / "b", steps=4, run=run))
+    a = load_policy(ModelConfig(path=str(tmp_path / "a" / "g" / "checkpoint-4"))).model.state_dict()
+    b = load_policy(ModelConfig(path=str(tmp_path / "b" / "g" / "checkpoint-4"))).model.state_dict()
+    for key in a:
+        assert torch.equal(a[key], b[key]), key
+    rewards = lambda d: [(r["step"], r.get("reward/total/mean")) for r in read_metrics(d / "g" / "metrics.jsonl")]
+    assert rewards(tmp_path / "a") == rewards(tmp_path / "b")
