@@ -417,6 +417,18 @@ class GRPOTrainer:
         metrics["perf/train_s"] = time.perf_counter() - t0
         return metrics
 
+    @torch.no_grad()
+    def heldout_reward(self, problems: list[Problem], samples: int, seed: int) -> dict[str, float]:
+        """Mean training reward (every function, weighted) of `samples` completions per held-out problem."""
+        s = self.cfg.sampling
+        params = SamplingParams(temperature=s.temperature, top_p=s.top_p, top_k=s.top_k,
+                                max_new_tokens=s.max_new_tokens, seed=seed)
+        ro = generate(self.policy, self.policy.encode_prompts([p.prompt for p in problems]), samples, params)
+        scored = score_completions(self.reward_fns, [problems[i // samples] for i in range(len(ro.texts))], ro.texts)
+        out = {"eval/reward": sum(scored.total) / len(scored.total)}
+        out.update({f"eval/reward/{name}": sum(v) / len(v) for name, v in scored.scores.items()})
+        return out
+
     def sync_reference(self) -> None:
         if self.ref is not None:
             self.ref.load_state_dict(self.policy.model.state_dict())
@@ -444,6 +456,8 @@ def train(cfg: GRPOConfig) -> dict[str, float]:
 
     def run_eval() -> dict[str, float]:
         out = run_evaluation(policy, task, test_problems, cfg.eval, cfg.run.seed)
+        if cfg.eval.samples:
+            out.update(trainer.heldout_reward(test_problems, cfg.eval.samples, cfg.run.seed + 1))
         policy.model.train()
         return out
 
