@@ -35,7 +35,8 @@ class RunConfig:
     threads: int = 1
     """torch intra-op threads (two threads under contention ran 3× slower than one here)."""
     bf16: bool = False
-    """bf16 autocast for forward passes; master weights stay fp32."""
+    """bf16 autocast for forward passes; master weights stay fp32. Fast on GPUs and CPUs with
+    AVX-512 BF16; on AVX2-only CPUs (the project's 2-core machines) a step ran ~12× slower."""
     save_every: int = 0
     """Steps between checkpoints (0: only the final one)."""
     keep_last: int = 2

@@ -1,0 +1,379 @@
+#!/usr/bin/env python
+"""Rollout throughput: `seqrl.rollout.generate` against Hugging Face `model.generate`.
+
+    python benchmarks/rollout_throughput.py --quick      # ≈ 3 min with an empty cache
+    python benchmarks/rollout_throughput.py              # full run, ≈ 10 min
+
+Both engines get the same model weights, the same prompts (distinct 2-digit additions from the
+arithmetic test split), the same batch (P prompts × n samples), the same sampling settings
+(temperature 1.0, no top-k, top-p 1.0), the same `max_new_tokens`, fp32 and one torch thread.
+Hugging Face gets the P prompts with ``num_return_sequences=n``.
+
+Two modes per preset (tiny, small):
+
+* natural — rows stop at EOS. A model fresh from initialisation almost never emits EOS, so each
+  preset is first trained briefly with SFT on 2-digit addition (cached under
+  ``runs/bench-cache/<preset>-<steps>/``; ``--retrain`` redoes it). The fraction of rows that
+  stopped at EOS and the mean / max generated lengths are reported for both engines.
+* forced — every row generates exactly `max_new_tokens`: ours with ``ignore_eos=True``, Hugging Face
+  with ``eos_token_id=None`` (no EOS check at all; the sampling distribution is untouched, unlike
+  ``min_new_tokens`` which masks the EOS logit). Both are checked to give exactly
+  `max_new_tokens` tokens per row.
+
+For each (preset, mode): one warm-up call per engine (same batch, at most 16 new tokens: the same
+code paths at a fraction of the cost), then R repeats interleaved (ours, HF, ours, HF, …).
+Generated tokens count real tokens only, up to and including the first EOS (for HF found in its
+padded output). Reported: median seconds, median tokens/s, and speedup = HF median seconds / ours
+median seconds (> 1: ours is faster); the decode work in rows × steps of each engine (HF keeps every
+row until the last one stops); for ours, `decode_rows_x_steps / padded_rows_x_steps`, the fraction
+of its own padded decode work actually done. A greedy parity check (ours vs HF, token for token)
+runs once per preset.
+
+The machine is small, shared and noisy: times move between runs; ratios of interleaved runs hold
+better. The last printed line is one JSON object with the headline figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))  # runnable from a checkout without installing the package
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import torch  # noqa: E402
+from rich.console import Console  # noqa: E402
+from rich.table import Table  # noqa: E402
+
+from seqrl.algos.common import OptimConfig, RunConfig, TaskConfig  # noqa: E402
+from seqrl.algos.sft import EvalConfig, SFTConfig, train  # noqa: E402
+from seqrl.data import get_task  # noqa: E402
+from seqrl.models import ModelConfig, Policy, load_pretrained, num_parameters  # noqa: E402
+from seqrl.rollout import SamplingParams, generate  # noqa: E402
+from seqrl.utils.metrics import read_metrics  # noqa: E402
+from seqrl.utils.progress import progress_bar  # noqa: E402
+
+PRESETS = ("tiny", "small")
+MODES = ("natural", "forced")
+# SFT that is just enough for the model to write the answer format and stop at EOS (accuracy is
+# beside the point). fp32: on this AVX2-only CPU bf16 autocast made a small-preset step ≈ 12× slower.
+DEFAULT_STEPS = {"tiny": 100, "small": 30}
+TRAIN_LR = 3e-3
+TRAIN_BATCH = 32
+MAX_SEQ_LEN = 128
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--quick", action="store_true", help="fewer repeats (≈ 3 min including training)")
+    p.add_argument("--presets", default="tiny,small", help="comma-separated presets (tiny, small)")
+    p.add_argument("--modes", default="natural,forced", help="comma-separated modes (natural, forced)")
+    p.add_argument("--prompts", type=int, default=16, help="distinct prompts P")
+    p.add_argument("--n", type=int, default=8, help="samples per prompt")
+    p.add_argument("--max-new-tokens", type=int, default=64)
+    p.add_argument("--repeats", type=int, default=None, help="timed repeats per engine (default 3 quick, 9 full)")
+    p.add_argument("--forced-repeats", type=int, default=None,
+                   help="timed repeats in forced mode (default: --repeats; 2 with --quick, its calls are the longest)")
+    p.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
+    p.add_argument("--seed", type=int, default=0, help="seed of the prompt draw and of sampling (training uses seed 0)")
+    p.add_argument("--tiny-steps", type=int, default=DEFAULT_STEPS["tiny"], help="SFT steps of the tiny preset")
+    p.add_argument("--small-steps", type=int, default=DEFAULT_STEPS["small"], help="SFT steps of the small preset")
+    p.add_argument("--cache-dir", default=str(ROOT / "runs" / "bench-cache"), help="trained checkpoints")
+    p.add_argument("--retrain", action="store_true", help="train again even when a cached checkpoint exists")
+    args = p.parse_args(argv)
+    args.presets = [x for x in args.presets.split(",") if x]
+    args.modes = [x for x in args.modes.split(",") if x]
+    for x in args.presets:
+        if x not in PRESETS:
+            p.error(f"unknown preset {x!r}; choose from {PRESETS}")
+    for x in args.modes:
+        if x not in MODES:
+            p.error(f"unknown mode {x!r}; choose from {MODES}")
+    if args.repeats is None:
+        args.repeats = 3 if args.quick else 9
+    if args.forced_repeats is None:
+        args.forced_repeats = min(2, args.repeats) if args.quick else args.repeats
+    if min(args.prompts, args.n, args.max_new_tokens, args.repeats, args.forced_repeats, args.threads) < 1:
+        p.error("--prompts, --n, --max-new-tokens, --repeats, --forced-repeats and --threads must be >= 1")
+    return args
+
+
+# ---------------------------------------------------------------------------------------------
+# Trained checkpoints (cached)
+
+
+def trained_policy(preset: str, steps: int, args: argparse.Namespace) -> tuple[Policy, dict]:
+    """The preset after `steps` of SFT on 2-digit addition, from the cache or trained now."""
+    run_dir = Path(args.cache_dir) / f"{preset}-{steps}"
+    ckpt = run_dir / f"checkpoint-{steps}"
+    info: dict = {"checkpoint": str(ckpt), "steps": steps}
+    if args.retrain or not (ckpt / "trainer_state.json").exists():
+        if run_dir.exists():
+            shutil.rmtree(run_dir)
+        cfg = SFTConfig(
+            run=RunConfig(name=run_dir.name, out_dir=str(run_dir.parent), seed=0, threads=args.threads,
+                          bf16=False, save_every=0, keep_last=1, log_every=max(1, steps // 5)),
+            model=ModelConfig(preset=preset, max_seq_len=MAX_SEQ_LEN),
+            task=TaskConfig(name="arith", kwargs={"digits": 2}, n_train=5000, n_test=64),
+            optim=OptimConfig(lr=TRAIN_LR, warmup_steps=min(50, steps // 4)),
+            eval=EvalConfig(every=0, max_new_tokens=48),
+            steps=steps,
+            batch_size=TRAIN_BATCH,
+        )
+        t0 = time.perf_counter()
+        train(cfg)
+        info["train_s"] = round(time.perf_counter() - t0, 1)
+        info["cached"] = False
+    else:
+        info["cached"] = True
+    evals = [r for r in read_metrics(run_dir / "metrics.jsonl") if "eval/accuracy" in r]
+    if evals:
+        info["greedy_accuracy"] = evals[-1]["eval/accuracy"]
+    torch.set_num_threads(args.threads)  # train() sets it too; keep ours in force either way
+    policy = load_pretrained(ckpt)
+    policy.model.eval()
+    info["parameters"] = num_parameters(policy.model)
+    return policy, info
+
+
+# ---------------------------------------------------------------------------------------------
+# One timed call of each engine
+
+
+def eos_ids(policy: Policy) -> list[int]:
+    ids: set[int] = set()
+    for source in (policy.model.generation_config.eos_token_id, policy.tokenizer.eos_token_id):
+        if source is not None:
+            ids.update(source if isinstance(source, (list, tuple)) else [source])
+    return sorted(ids)
+
+
+def run_ours(policy: Policy, prompt_ids: list[list[int]], n: int, max_new: int, forced: bool, seed: int) -> dict:
+    params = SamplingParams(temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=max_new, seed=seed,
+                            ignore_eos=forced)
+    t0 = time.perf_counter()
+    ro = generate(policy, prompt_ids, n, params)
+    seconds = time.perf_counter() - t0
+    lengths = ro.lengths
+    if forced and not bool((lengths == max_new).all()):
+        raise RuntimeError(f"ours, forced: lengths {lengths.unique().tolist()} != {max_new}")
+    eos = torch.tensor(eos_ids(policy))
+    # A row stopped naturally when its last real token is EOS.
+    last = ro.completion_ids.gather(1, (lengths - 1).clamp(min=0)[:, None]).squeeze(1)
+    stopped = (torch.isin(last, eos) & (lengths > 0)) if not forced else torch.zeros_like(lengths, dtype=torch.bool)
+    return {
+        "seconds": seconds,
+        "tokens": int(lengths.sum()),
+        "lengths": lengths,
+        "stopped": stopped,
+        "work_frac": ro.stats["decode_rows_x_steps"] / max(1.0, ro.stats["padded_rows_x_steps"]),
+        "rows_x_steps": int(ro.stats["decode_rows_x_steps"]),
+    }
+
+
+def hf_inputs(policy: Policy, prompt_ids: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Left-padded (P, L) ids and attention mask."""
+    pad = policy.tokenizer.pad_token_id if policy.tokenizer.pad_token_id is not None else 0
+    width = max(len(p) for p in prompt_ids)
+    ids = torch.full((len(prompt_ids), width), pad, dtype=torch.long)
+    mask = torch.zeros((len(prompt_ids), width), dtype=torch.long)
+    for i, p in enumerate(prompt_ids):
+        ids[i, width - len(p):] = torch.tensor(p)
+        mask[i, width - len(p):] = 1
+    return ids, mask
+
+
+@torch.no_grad()
+def run_hf(policy: Policy, inputs: tuple[torch.Tensor, torch.Tensor], n: int, max_new: int, forced: bool,
+           seed: int) -> dict:
+    ids, mask = inputs
+    eos = eos_ids(policy)
+    pad = policy.tokenizer.pad_token_id if policy.tokenizer.pad_token_id is not None else 0
+    torch.manual_seed(seed)
+    t0 = time.perf_counter()
+    out = policy.model.generate(
+        input_ids=ids, attention_mask=mask, do_sample=True, temperature=1.0, top_p=1.0, top_k=0,
+        max_new_tokens=max_new, num_return_sequences=n, pad_token_id=pad,
+        eos_token_id=None if forced else eos,
+    )
+    seconds = time.perf_counter() - t0
+    comp = out[:, ids.shape[1]:]  # (N, T)
+    is_eos = torch.isin(comp, torch.tensor(eos))
+    if forced:
+        if comp.shape[1] != max_new:
+            raise RuntimeError(f"HF, forced: generated {comp.shape[1]} tokens per row, not {max_new}")
+        lengths = torch.full((comp.shape[0],), max_new, dtype=torch.long)
+        stopped = torch.zeros_like(lengths, dtype=torch.bool)
+    else:
+        stopped = is_eos.any(1)
+        first = is_eos.float().argmax(1) + 1  # index of the first EOS, + 1 to include it
+        lengths = torch.where(stopped, first, torch.full_like(first, comp.shape[1]))
+    # HF runs every row through every step until the last row stops.
+    return {"seconds": seconds, "tokens": int(lengths.sum()), "lengths": lengths, "stopped": stopped,
+            "rows_x_steps": int(comp.shape[0] * comp.shape[1])}
+
+
+@torch.no_grad()
+def greedy_parity(policy: Policy, prompt_ids: list[list[int]], max_new: int) -> bool:
+    """Greedy ours == greedy HF token for token (up to and including EOS) on every prompt."""
+    ro = generate(policy, prompt_ids, 1, SamplingParams(temperature=0.0, max_new_tokens=max_new))
+    ids, mask = hf_inputs(policy, prompt_ids)
+    out = policy.model.generate(input_ids=ids, attention_mask=mask, do_sample=False, max_new_tokens=max_new,
+                                pad_token_id=policy.tokenizer.pad_token_id, eos_token_id=eos_ids(policy))
+    comp = out[:, ids.shape[1]:]
+    eos = torch.tensor(eos_ids(policy))
+    for i, length in enumerate(ro.lengths.tolist()):
+        row = comp[i].tolist()
+        hits = [j for j, t in enumerate(row) if t in eos.tolist()]
+        hf_len = hits[0] + 1 if hits else len(row)
+        if hf_len != length or row[:hf_len] != ro.completion_ids[i, :length].tolist():
+            return False
+    return True
+
+
+# ---------------------------------------------------------------------------------------------
+# The benchmark
+
+
+def summarize(calls: list[dict], rows: int) -> dict:
+    lengths = torch.cat([c["lengths"] for c in calls]).float()
+    stopped = torch.cat([c["stopped"] for c in calls]).float()
+    out = {
+        "median_s": statistics.median(c["seconds"] for c in calls),
+        "seconds": [round(c["seconds"], 4) for c in calls],
+        "median_tokens": statistics.median_low(c["tokens"] for c in calls),
+        "tokens": [c["tokens"] for c in calls],
+        "tok_s": statistics.median(c["tokens"] / c["seconds"] for c in calls),
+        "stop_frac": float(stopped.mean()),
+        "mean_len": float(lengths.mean()),
+        "max_len": int(lengths.max()),
+        "rows": rows,
+        "rows_x_steps": statistics.median_low(c["rows_x_steps"] for c in calls),
+    }
+    if "work_frac" in calls[0]:
+        out["decode_work_frac"] = statistics.median(c["work_frac"] for c in calls)
+    return out
+
+
+def main(argv: list[str] | None = None) -> dict:
+    args = parse_args(argv)
+    torch.set_num_threads(args.threads)
+    started = time.perf_counter()
+    console = Console(width=None if sys.stdout.isatty() else 150)
+    steps = {"tiny": args.tiny_steps, "small": args.small_steps}
+    problems = get_task("arith", digits=2).problems("test", args.prompts, args.seed)
+    questions = [p.prompt for p in problems]
+    if len(set(questions)) != len(questions):
+        raise RuntimeError("prompts are not distinct")
+    rows = args.prompts * args.n
+    results: dict[str, dict] = {}
+    train_info: dict[str, dict] = {}
+    parity: dict[str, bool] = {}
+
+    for preset in args.presets:
+        policy, info = trained_policy(preset, steps[preset], args)
+        train_info[preset] = info
+        prompt_ids = policy.encode_prompts(questions)
+        inputs = hf_inputs(policy, prompt_ids)
+        parity[preset] = greedy_parity(policy, prompt_ids, args.max_new_tokens)
+        repeats = {"natural": args.repeats, "forced": args.forced_repeats}
+        with progress_bar(sum(2 * (repeats[m] + 1) for m in args.modes), f"{preset}: ours vs HF") as bar:
+            for mode in args.modes:
+                forced = mode == "forced"
+                ours, hf = [], []
+                # Warm-up (not timed): the same batch, shorter (it runs the same code paths), then
+                # interleaved repeats.
+                warm = min(args.max_new_tokens, 16)
+                run_ours(policy, prompt_ids, args.n, warm, forced, seed=10_000)
+                bar.advance(1, mode=mode)
+                run_hf(policy, inputs, args.n, warm, forced, seed=10_000)
+                bar.advance(1)
+                for r in range(repeats[mode]):
+                    seed = args.seed * 1000 + r
+                    ours.append(run_ours(policy, prompt_ids, args.n, args.max_new_tokens, forced, seed))
+                    bar.advance(1, ours_s=ours[-1]["seconds"])
+                    hf.append(run_hf(policy, inputs, args.n, args.max_new_tokens, forced, seed))
+                    bar.advance(1, hf_s=hf[-1]["seconds"])
+                o, h = summarize(ours, rows), summarize(hf, rows)
+                results[f"{preset}_{mode}"] = {
+                    "preset": preset, "mode": mode, "ours": o, "hf": h,
+                    "speedup": h["median_s"] / o["median_s"], "repeats": repeats[mode],
+                    "tok_s_ratio": o["tok_s"] / h["tok_s"],
+                }
+        del policy
+
+    # ---- readable table (stdout) ----
+    table = Table(title=f"Rollout throughput: {args.prompts} prompts × {args.n} samples = {rows} rows, "
+                        f"max_new_tokens {args.max_new_tokens}, T=1.0, fp32, {args.threads} thread(s), "
+                        f"{args.repeats} repeats (forced: {args.forced_repeats})")
+    for col in ("preset", "mode", "engine", "median s", "tokens/call", "tokens/s", "stopped at EOS",
+                "mean len", "max len", "rows×steps", "decode work", "speedup"):
+        table.add_column(col, justify="right" if col not in ("preset", "mode", "engine") else "left")
+    for key, res in results.items():
+        for engine in ("ours", "hf"):
+            s = res[engine]
+            table.add_row(
+                res["preset"] if engine == "ours" else "", res["mode"] if engine == "ours" else "",
+                "seqrl" if engine == "ours" else "HF generate",
+                f"{s['median_s']:.3f}", f"{s['median_tokens']:.0f}", f"{s['tok_s']:.0f}",
+                f"{s['stop_frac']:.1%}" if res["mode"] == "natural" else "forced",
+                f"{s['mean_len']:.1f}", f"{s['max_len']}", f"{s['rows_x_steps']:.0f}",
+                f"{s['decode_work_frac']:.1%}" if "decode_work_frac" in s else "",
+                f"{res['speedup']:.2f}×" if engine == "ours" else "",
+            )
+    console.print(table)
+    console.print("speedup = HF median s / seqrl median s (> 1: seqrl faster); rows×steps: decode work (HF keeps "
+                  "every row until the last stops); decode work: seqrl's decode_rows_x_steps / padded_rows_x_steps")
+    for preset, info in train_info.items():
+        how = "cached" if info["cached"] else f"trained now in {info['train_s']} s"
+        console.print(f"{preset}: {info['parameters'] / 1e6:.2f}M params, SFT {info['steps']} steps ({how}), "
+                      f"greedy accuracy {info.get('greedy_accuracy', float('nan')):.2f}, "
+                      f"greedy ours == HF: {parity[preset]}")
+
+    summary: dict = {"benchmark": "rollout_throughput", "date": datetime.now(timezone.utc).strftime("%Y-%m-%d"),
+                     "quick": args.quick, "rows": rows, "prompts": args.prompts, "n": args.n,
+                     "max_new_tokens": args.max_new_tokens, "repeats": args.repeats,
+                     "forced_repeats": args.forced_repeats, "threads": args.threads}
+    for key, res in results.items():
+        suffix = res["preset"] + ("_forced" if res["mode"] == "forced" else "")
+        summary[f"speedup_vs_hf_{suffix}"] = round(res["speedup"], 3)
+    for key, res in results.items():
+        suffix = res["preset"] + ("_forced" if res["mode"] == "forced" else "")
+        o, h = res["ours"], res["hf"]
+        summary[f"ours_median_s_{suffix}"] = round(o["median_s"], 4)
+        summary[f"hf_median_s_{suffix}"] = round(h["median_s"], 4)
+        summary[f"ours_tokens_{suffix}"] = o["median_tokens"]
+        summary[f"hf_tokens_{suffix}"] = h["median_tokens"]
+        summary[f"ours_tok_s_{suffix}"] = round(o["tok_s"], 1)
+        summary[f"hf_tok_s_{suffix}"] = round(h["tok_s"], 1)
+        summary[f"tok_s_ratio_{suffix}"] = round(res["tok_s_ratio"], 3)
+        summary[f"ours_decode_work_frac_{suffix}"] = round(o["decode_work_frac"], 3)
+        summary[f"ours_rows_x_steps_{suffix}"] = o["rows_x_steps"]
+        summary[f"hf_rows_x_steps_{suffix}"] = h["rows_x_steps"]
+        if res["mode"] == "natural":
+            summary[f"ours_stop_frac_{suffix}"] = round(o["stop_frac"], 3)
+            summary[f"hf_stop_frac_{suffix}"] = round(h["stop_frac"], 3)
+            summary[f"ours_mean_len_{suffix}"] = round(o["mean_len"], 2)
+            summary[f"hf_mean_len_{suffix}"] = round(h["mean_len"], 2)
+            summary[f"ours_max_len_{suffix}"] = o["max_len"]
+            summary[f"hf_max_len_{suffix}"] = h["max_len"]
+    for preset, info in train_info.items():
+        summary[f"sft_steps_{preset}"] = info["steps"]
+        summary[f"train_s_{preset}"] = info.get("train_s", 0.0)
+        summary[f"greedy_parity_{preset}"] = parity[preset]
+    summary["total_s"] = round(time.perf_counter() - started, 1)
+    print(json.dumps(summary), flush=True)
+    return summary
+
+
+if __name__ == "__main__":
+    main()
