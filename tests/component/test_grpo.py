@@ -36,7 +36,8 @@ def _cfg(tmp_path=None, **kw) -> GRPOConfig:
 def _trainer(cfg: GRPOConfig, seed: int = 0) -> GRPOTrainer:
     torch.manual_seed(seed)
     policy = load_policy(cfg.model)
-    return GRPOTrainer(cfg, policy, cfg.task.build().problems("train", cfg.task.n_train, 0))
+    task = cfg.task.build()
+    return GRPOTrainer(cfg, policy, task, task.problems("train", cfg.task.n_train, 0))
 
 
 @pytest.mark.parametrize(

@@ -45,7 +45,7 @@ from seqrl.algos.sft import EvalConfig, run_evaluation
 from seqrl.core.advantages import group_advantages, reinforce_pp_advantages, rloo_advantages, zero_variance_groups
 from seqrl.core.policy_loss import AGG_MODES, entropy_from_logits, grpo_loss
 from seqrl.core.shaping import soft_overlong_penalty
-from seqrl.data.base import Problem
+from seqrl.data.base import Problem, Task
 from seqrl.models.lm import ModelConfig, Policy, load_policy, num_parameters
 from seqrl.rewards.combine import RewardSpec, build_reward, score_completions
 from seqrl.rollout import SamplingParams, generate
@@ -239,9 +239,8 @@ def sequence_logprobs(
 class GRPOTrainer:
     """Holds the policy, reference model and optimizer; `collect` samples a batch, `train_step` learns from it."""
 
-    def __init__(self, cfg: GRPOConfig, policy: Policy, problems: list[Problem]) -> None:
-        self.cfg, self.policy, self.problems = cfg, policy, problems
-        self.task = cfg.task.build()
+    def __init__(self, cfg: GRPOConfig, policy: Policy, task: Task, problems: list[Problem]) -> None:
+        self.cfg, self.policy, self.task, self.problems = cfg, policy, task, problems
         self.reward_fns = {
             (spec.name if spec.name != "task" else "accuracy"): (build_reward(spec, self.task), spec.weight)
             for spec in cfg.rewards
@@ -444,7 +443,7 @@ def train(cfg: GRPOConfig) -> dict[str, float]:
     problems = task.problems("train", cfg.task.n_train, cfg.task.seed)
     test_problems = task.problems("test", cfg.task.n_test, cfg.task.seed)
     policy = load_policy(cfg.model)
-    trainer = GRPOTrainer(cfg, policy, problems)
+    trainer = GRPOTrainer(cfg, policy, task, problems)
     start = 0
     if resume_from is not None:
         state = load_checkpoint(resume_from, policy.model, trainer.optimizer, trainer.scheduler)
