@@ -3,6 +3,7 @@
     seqrl train sft --config configs/sft/arith_tiny.yaml [--optim.lr=3e-4 ...] [--resume] [--print-config]
     seqrl eval runs/x/checkpoint-400 --task arith --metrics greedy,pass@8,maj@8
     seqrl configs ls | show NAME
+    seqrl reward math --pred '<answer>\\frac{1}{2}</answer>' --gold 0.5 [--mode strict|lenient] [--json]
     seqrl demo
 """
 
@@ -119,6 +120,21 @@ def cmd_demo(args: argparse.Namespace, overrides: list[str]) -> int:
     return 0
 
 
+def cmd_reward(args: argparse.Namespace, overrides: list[str]) -> int:
+    if overrides:
+        raise ConfigError(f"seqrl reward: unexpected arguments {overrides}")
+    from seqrl.rewards.math import extract_final_answer, math_reward
+
+    result = math_reward(args.pred, args.gold, mode=args.mode, where=args.where)
+    if args.json:
+        answer, source = extract_final_answer(args.pred, args.mode, args.where)
+        print(json.dumps({"score": result.score, "reason": result.reason, "parts": result.parts,
+                          "extracted": answer, "source": source}))
+    else:
+        print(f"score={result.score} reason={result.reason!r}")
+    return 0
+
+
 def _print_table(title: str, metrics: dict[str, float]) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -162,9 +178,18 @@ def build_parser() -> argparse.ArgumentParser:
     cfg.add_argument("name", nargs="?")
     cfg.set_defaults(func=cmd_configs)
 
-    demo = sub.add_parser("demo", help="the reasoning pipeline end to end on arithmetic (CPU, minutes)")
+    rw = sub.add_parser("reward", help="score one prediction against a gold answer")
+    rw.add_argument("kind", choices=("math",), help="math: final answer checked with math-verify")
+    rw.add_argument("--pred", required=True, help="the completion text")
+    rw.add_argument("--gold", required=True, help="the gold answer")
+    rw.add_argument("--mode", default="lenient", choices=("strict", "lenient"))
+    rw.add_argument("--where", default="answer_tag", choices=("answer_tag", "boxed"), help="strict mode: where the answer must be")
+    rw.add_argument("--json", action="store_true", help="print a JSON object (score, reason, parts, extracted, source)")
+    rw.set_defaults(func=cmd_reward)
+
+    demo = sub.add_parser("demo", help="SFT then GRPO on arithmetic from scratch, with a report (CPU, minutes)")
     demo.add_argument("--out", default="runs/demo")
-    demo.add_argument("--quick", action="store_true", help="a smaller run (about a minute)")
+    demo.add_argument("--quick", action="store_true", help="a smaller run (a couple of minutes)")
     demo.set_defaults(func=cmd_demo)
     return parser
 

@@ -1,22 +1,25 @@
 """`seqrl demo`: the reasoning pipeline end to end on arithmetic, from scratch, on a CPU.
 
-1. build the character tokenizer and the tiny preset (fresh weights, seed 0);
-2. evaluate it untrained on held-out problems (greedy accuracy, pass@4, maj@4);
-3. SFT on worked column-wise solutions;
-4. evaluate again, and write `<out>/report.md` with the before/after table and plots.
+1. build the character tokenizer and the tiny preset (fresh weights, seed 0) and evaluate it;
+2. a deliberately short SFT on worked column-wise solutions, then evaluate;
+3. GRPO from that SFT model with the task's verifier as reward, then evaluate;
+4. write `<out>/report.md` with the table and plots.
 
-Later stages (GRPO, test-time search) join this pipeline as they land.
+Held-out metrics at each stage: greedy accuracy, mean sampled accuracy (pass@1 at T = 1),
+pass@4 and maj@4 on problems disjoint from training. Later stages (test-time search) join as they land.
+Override any setting with `--sft.<key>=…` or `--grpo.<key>=…`.
 """
 
 from __future__ import annotations
 
 import shutil
 import time
+from dataclasses import replace
 from pathlib import Path
 
+from seqrl.algos import grpo, sft
 from seqrl.algos.common import OptimConfig, RunConfig, TaskConfig
-from seqrl.algos.sft import EvalConfig, SFTConfig, train
-from seqrl.config import from_dict, merge, parse_overrides, to_dict
+from seqrl.config import ConfigError, from_dict, merge, parse_overrides, to_dict
 from seqrl.evaluation import evaluate
 from seqrl.models.lm import ModelConfig, load_policy, load_pretrained, num_parameters
 from seqrl.utils.checkpoint import latest_checkpoint
@@ -24,73 +27,105 @@ from seqrl.utils.plots import plot_bars
 from seqrl.utils.seeding import seed_everything
 
 EVAL_K = 4
+TASK = TaskConfig(name="arith", kwargs={"digits": 2}, n_train=4000, n_test=200)
+MAX_NEW = 48
 
 
-def demo_config(out: Path, quick: bool) -> SFTConfig:
-    return SFTConfig(
-        run=RunConfig(name="sft", out_dir=str(out), seed=0, save_every=200, log_every=10),
+def demo_configs(out: Path, quick: bool) -> tuple[sft.SFTConfig, grpo.GRPOConfig]:
+    sft_cfg = sft.SFTConfig(
+        run=RunConfig(name="sft", out_dir=str(out), seed=0, save_every=100, log_every=10),
         model=ModelConfig(preset="tiny", max_seq_len=128),
-        task=TaskConfig(name="arith", kwargs={"digits": 3}, n_train=20000, n_test=100 if quick else 200),
-        optim=OptimConfig(lr=3e-3, warmup_steps=50),
-        eval=EvalConfig(every=100, max_new_tokens=48),
-        steps=150 if quick else 700,
+        task=replace(TASK),
+        optim=OptimConfig(lr=3e-3),
+        eval=sft.EvalConfig(every=100, max_new_tokens=MAX_NEW),
+        steps=100 if quick else 200,
         batch_size=32,
     )
+    grpo_cfg = grpo.GRPOConfig(
+        run=RunConfig(name="grpo", out_dir=str(out), seed=0, save_every=0, log_every=1),
+        model=ModelConfig(path=str(out / "sft" / f"checkpoint-{sft_cfg.steps}")),
+        task=replace(TASK),
+        optim=OptimConfig(lr=5e-5, warmup_steps=4, schedule="constant"),
+        eval=sft.EvalConfig(every=10, max_new_tokens=MAX_NEW, samples=4),
+        sampling=grpo.SamplingConfig(temperature=1.0, max_new_tokens=MAX_NEW),
+        steps=4 if quick else 30,
+        batch_size=512,
+        group_size=8,
+        micro_batch_size=128,
+    )
+    return sft_cfg, grpo_cfg
 
 
-def _evaluate(policy, cfg: SFTConfig) -> dict[str, float]:
-    task = cfg.task.build()
-    problems = task.problems("test", cfg.task.n_test, cfg.task.seed)
-    return evaluate(policy, task, problems, pass_k=[EVAL_K], maj_k=[EVAL_K], max_new_tokens=cfg.eval.max_new_tokens,
-                    seed=cfg.run.seed).metrics
+def _apply(cfg, section: dict, name: str):
+    return from_dict(type(cfg), merge(to_dict(cfg), section), path=f"demo.{name}") if section else cfg
+
+
+def _evaluate(policy, task_cfg: TaskConfig, seed: int) -> dict[str, float]:
+    task = task_cfg.build()
+    problems = task.problems("test", task_cfg.n_test, task_cfg.seed)
+    return evaluate(policy, task, problems, pass_k=[1, EVAL_K], maj_k=[EVAL_K], n_samples=EVAL_K,
+                    max_new_tokens=MAX_NEW, seed=seed).metrics
 
 
 def run_demo(out: Path, quick: bool = False, overrides: list[str] | None = None) -> dict[str, dict[str, float]]:
-    """Run the demo into `out` (replacing an earlier demo there) and return the before/after metrics."""
+    """Run the demo into `out` (replacing an earlier demo there); returns the metrics per stage."""
+    sft_cfg, grpo_cfg = demo_configs(out, quick)
+    given = parse_overrides(overrides or [])
+    unknown = set(given) - {"sft", "grpo"}
+    if unknown:
+        raise ConfigError(f"demo: overrides must start with sft. or grpo. (got {sorted(unknown)})")
+    sft_cfg, grpo_cfg = _apply(sft_cfg, given.get("sft", {}), "sft"), _apply(grpo_cfg, given.get("grpo", {}), "grpo")
     if out.exists():
         shutil.rmtree(out)
     out.mkdir(parents=True)
-    cfg = demo_config(out, quick)
-    if overrides:
-        cfg = from_dict(SFTConfig, merge(to_dict(cfg), parse_overrides(overrides)), path="demo")
     t0 = time.perf_counter()
 
-    seed_everything(cfg.run.seed)  # the same initialisation SFT starts from
-    untrained = load_policy(cfg.model)
-    print(f"[1/3] untrained {cfg.model.preset} model ({num_parameters(untrained.model):,} parameters): evaluating")
-    before = _evaluate(untrained, cfg)
+    seed_everything(sft_cfg.run.seed)  # the same initialisation SFT starts from
+    untrained = load_policy(sft_cfg.model)
+    params = num_parameters(untrained.model)
+    print(f"[1/4] untrained {sft_cfg.model.preset} model ({params:,} parameters): evaluating")
+    stages = {"untrained": _evaluate(untrained, sft_cfg.task, sft_cfg.run.seed)}
 
-    print(f"[2/3] SFT on {cfg.task.name} {cfg.task.kwargs}: {cfg.steps} steps of {cfg.batch_size}")
-    train(cfg)
-    checkpoint = latest_checkpoint(cfg.run.dir)
-    print("[3/3] evaluating the SFT model")
-    after = _evaluate(load_pretrained(checkpoint), cfg)
+    print(f"[2/4] SFT on {sft_cfg.task.name} {sft_cfg.task.kwargs}: {sft_cfg.steps} steps of {sft_cfg.batch_size}")
+    sft.train(sft_cfg)
+    stages["after SFT"] = _evaluate(load_pretrained(latest_checkpoint(sft_cfg.run.dir)), sft_cfg.task, sft_cfg.run.seed)
+
+    print(f"[3/4] GRPO: {grpo_cfg.steps} steps of {grpo_cfg.batch_size} completions (G = {grpo_cfg.group_size})")
+    grpo_cfg.model.path = str(latest_checkpoint(sft_cfg.run.dir))
+    grpo.train(grpo_cfg)
+    print("[4/4] evaluating the GRPO model")
+    stages["after GRPO"] = _evaluate(load_pretrained(latest_checkpoint(grpo_cfg.run.dir)), sft_cfg.task, sft_cfg.run.seed)
     elapsed = time.perf_counter() - t0
 
-    keys = ["eval/accuracy", f"eval/pass@{EVAL_K}", f"eval/maj@{EVAL_K}", "eval/mean_length", "eval/truncated"]
-    plot_bars([k.split("/")[1] for k in keys[:3]], {"untrained": [before[k] for k in keys[:3]],
-              "after SFT": [after[k] for k in keys[:3]]}, out / "before_after.png",
-              title="held-out metrics before / after SFT", ylabel="fraction of problems")
-    rows = "\n".join(f"| {k} | {before[k]:.3f} | {after[k]:.3f} |" for k in keys)
+    keys = ["eval/accuracy", "eval/pass@1", f"eval/pass@{EVAL_K}", f"eval/maj@{EVAL_K}", "eval/mean_length", "eval/truncated"]
+    plot_bars([k.split("/")[1] for k in keys[:4]], {stage: [m[k] for k in keys[:4]] for stage, m in stages.items()},
+              out / "stages.png", title="held-out metrics per stage", ylabel="fraction of problems")
+    header = " | ".join(stages)
+    rows = "\n".join(f"| {k} | " + " | ".join(f"{m[k]:.3f}" for m in stages.values()) + " |" for k in keys)
     report = f"""# seqrl demo
 
-Task: `{cfg.task.name}` {cfg.task.kwargs}, {cfg.task.n_test} held-out test problems (disjoint from training).
-Model: `{cfg.model.preset}` preset, {num_parameters(untrained.model):,} parameters, trained from scratch.
+Task: `{sft_cfg.task.name}` {sft_cfg.task.kwargs}, {sft_cfg.task.n_test} held-out test problems (disjoint from training).
+Model: `{sft_cfg.model.preset}` preset, {params:,} parameters, trained from scratch on this CPU.
+Pipeline: SFT {sft_cfg.steps} steps × {sft_cfg.batch_size} → GRPO {grpo_cfg.steps} steps × {grpo_cfg.batch_size}
+completions (G = {grpo_cfg.group_size}, lr {grpo_cfg.optim.lr:g}, reward = the task's verifier).
 Run time: {elapsed:.0f} s. Reproduce: `seqrl demo{' --quick' if quick else ''}`.
 
-| metric | untrained | after SFT ({cfg.steps} steps) |
-|---|---|---|
+| metric | {header} |
+|---|{'---|' * len(stages)}
 {rows}
 
-greedy accuracy = one temperature-0 completion verified; pass@{EVAL_K} = unbiased estimator from {EVAL_K} samples
-at temperature 1; maj@{EVAL_K} = majority answer of {EVAL_K} samples.
+greedy accuracy = one temperature-0 completion verified; pass@1 = mean accuracy of {EVAL_K} samples at
+temperature 1 (what GRPO optimises); pass@{EVAL_K} = unbiased estimator from {EVAL_K} samples;
+maj@{EVAL_K} = majority answer of {EVAL_K} samples.
 
-![before/after](before_after.png)
+![stages](stages.png)
 
 ![SFT curves](sft/plots/sft.png)
 
-Run folder: `{cfg.run.dir}` (config.yaml, metrics.jsonl, checkpoints).
+![GRPO curves](grpo/plots/grpo.png)
+
+Run folders: `{sft_cfg.run.dir}`, `{grpo_cfg.run.dir}` (config.yaml, metrics.jsonl, checkpoints).
 """
     (out / "report.md").write_text(report)
     print(report)
-    return {"before": before, "after": after}
+    return stages
