@@ -15,11 +15,12 @@ from dataclasses import dataclass, field
 
 from seqrl.data.base import Problem, Task
 from seqrl.rewards.base import RewardResult
-from seqrl.rewards.format import format_reward
+from seqrl.rewards.format import format_partial_reward, format_reward
+from seqrl.rewards.math import math_answer_reward
 
 RewardFn = Callable[[list[Problem], list[str]], list[RewardResult]]
 
-BUILTIN_REWARDS = ("task", "format")
+BUILTIN_REWARDS = ("task", "format", "math", "format_partial")
 
 
 @dataclass
@@ -27,7 +28,8 @@ class RewardSpec:
     """One weighted reward function."""
 
     name: str = "task"
-    """task (the task's verifier) or format (R1-style think/answer format)."""
+    """task (the task's verifier), format (R1-style think/answer format), math (math-verify on the
+    ``<answer>`` tag against problem.answer, strict) or format_partial (+0.1 think pair, +0.1 boxed)."""
     weight: float = 1.0
     """Weight in the total reward."""
 
@@ -47,7 +49,9 @@ def task_reward(task: Task) -> RewardFn:
 
 
 def build_reward(spec: RewardSpec, task: Task) -> RewardFn:
-    return task_reward(task) if spec.name == "task" else format_reward
+    if spec.name == "task":
+        return task_reward(task)
+    return {"format": format_reward, "math": math_answer_reward, "format_partial": format_partial_reward}[spec.name]
 
 
 @dataclass

@@ -36,3 +36,33 @@ def think_answer_format(completion: str) -> RewardResult:
 def format_reward(problems: list[Problem], completions: list[str]) -> list[RewardResult]:
     """`think_answer_format` for each completion (a reward function)."""
     return [think_answer_format(c) for c in completions]
+
+
+def think_answer_partial(completion: str, think_credit: float = 0.1, boxed_credit: float = 0.1) -> RewardResult:
+    """Partial format credit (the seed design's shaping): +``think_credit`` for a
+    ``<think>…</think>`` pair (open tag before close tag), +``boxed_credit`` for a non-empty
+    ``\\boxed{…}`` with balanced braces. ``parts`` holds each credit earned (``think``, ``boxed``);
+    the reason lists what is missing.
+
+    >>> think_answer_partial("<think>7+5</think> so \\\\boxed{12}")
+    RewardResult(score=0.2, reason='', parts={'think': 0.1, 'boxed': 0.1})
+    >>> think_answer_partial("<think>7+5</think><answer>12</answer>")
+    RewardResult(score=0.1, reason='missing \\\\boxed{…}', parts={'think': 0.1, 'boxed': 0.0})
+    >>> think_answer_partial("</think>12<think>").reason
+    'missing <think>…</think>; missing \\\\boxed{…}'
+    """
+    from seqrl.rewards.math import find_boxed
+
+    if not isinstance(completion, str):
+        completion = ""
+    opened = completion.find(THINK_OPEN)
+    has_think = opened >= 0 and completion.find(THINK_CLOSE, opened + len(THINK_OPEN)) >= 0
+    has_boxed = any(find_boxed(completion))
+    parts = {"think": think_credit if has_think else 0.0, "boxed": boxed_credit if has_boxed else 0.0}
+    missing = [m for m, ok in (("missing <think>…</think>", has_think), ("missing \\boxed{…}", has_boxed)) if not ok]
+    return RewardResult(round(parts["think"] + parts["boxed"], 12), "; ".join(missing), parts)
+
+
+def format_partial_reward(problems: list[Problem], completions: list[str]) -> list[RewardResult]:
+    """`think_answer_partial` for each completion (a reward function; at most 0.2)."""
+    return [think_answer_partial(c) for c in completions]
