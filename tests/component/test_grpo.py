@@ -183,3 +183,17 @@ def test_resume_equals_an_uninterrupted_run(tmp_path, monkeypatch):
         assert torch.equal(a[key], b[key]), key
     rewards = lambda d: [(r["step"], r.get("reward/total/mean")) for r in read_metrics(d / "g" / "metrics.jsonl")]
     assert rewards(tmp_path / "a") == rewards(tmp_path / "b")
+
+
+def test_dynamic_sampling_that_finds_no_signal_goes_on_without_a_gradient():
+    cfg = _cfg(dapo=DAPOConfig(dynamic_sampling=True, max_sampling_rounds=2))
+    trainer = _trainer(cfg)
+    trainer.reward_fns = {"constant": (lambda problems, completions: [RewardResult(0.0) for _ in completions], 1.0)}
+    batch = trainer.collect(0)
+    assert batch.metrics["stats/sampling_exhausted"] == 1.0 and batch.metrics["stats/sampling_rounds"] == 2
+    assert torch.all(batch.advantages == 0)
+    before = [p.detach().clone() for p in trainer.policy.model.parameters()]
+    trainer.optimizer = torch.optim.SGD(trainer.policy.model.parameters(), lr=1.0)
+    trainer.scheduler = torch.optim.lr_scheduler.LambdaLR(trainer.optimizer, lambda s: 1.0)
+    trainer.train_step(batch)
+    assert all(torch.equal(b, p) for b, p in zip(before, trainer.policy.model.parameters()))

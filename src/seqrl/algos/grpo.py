@@ -291,23 +291,20 @@ class GRPOTrainer:
             flat = zero_variance_groups(total.view(need, g))  # (n,)
             n_groups += need
             n_flat += int(flat.sum())
-            for j in range(need):
-                if cfg.dapo.dynamic_sampling and flat[j]:
-                    continue
-                if len(kept) == cfg.prompts_per_step:
-                    break
-                rows = slice(j * g, (j + 1) * g)
-                kept.append({
-                    "prompt": ro.prompt_ids[j],
-                    "ids": list(ro.completion_ids[rows]),
-                    "mask": list(ro.completion_mask[rows]),
-                    "lp": list(ro.logprobs[rows]),
-                    "reward": total[rows],
-                    "truncated": truncated[rows],
-                })
-        if not kept:
-            raise RuntimeError("dynamic sampling kept no group (every group had equal rewards); "
-                               "raise dapo.max_sampling_rounds or lower the task difficulty")
+            groups = [{
+                "prompt": ro.prompt_ids[j],
+                "ids": list(ro.completion_ids[j * g : (j + 1) * g]),
+                "mask": list(ro.completion_mask[j * g : (j + 1) * g]),
+                "lp": list(ro.logprobs[j * g : (j + 1) * g]),
+                "reward": total[j * g : (j + 1) * g],
+                "truncated": truncated[j * g : (j + 1) * g],
+            } for j in range(need)]
+            kept += [grp for grp, f in zip(groups, flat.tolist()) if not (cfg.dapo.dynamic_sampling and f)]
+        exhausted = not kept
+        if exhausted:
+            # Every group of every round had equal rewards: train on the last round's groups, whose
+            # advantages are all zero (no policy gradient), and say so in stats/sampling_exhausted.
+            kept = groups
         n_rows = len(kept) * g
         rewards = torch.cat([k["reward"] for k in kept])  # (N,)
         grouped = rewards.view(len(kept), g)  # (B', G)
@@ -327,7 +324,8 @@ class GRPOTrainer:
             "reward/total/std": float(rewards.std()) if n_rows > 1 else 0.0,
             "stats/zero_var_groups": n_flat / max(n_groups, 1),
             "stats/sampling_rounds": float(rounds),
-            "stats/groups_kept": float(len(kept)),
+            "stats/groups_kept": 0.0 if exhausted else float(len(kept)),
+            "stats/sampling_exhausted": float(exhausted),
             "stats/completion_len_mean": float(lengths.mean()),
             "stats/completion_len_max": float(lengths.max()),
             "stats/truncated_frac": float(torch.cat(truncated_all).mean()),
