@@ -1,0 +1,22 @@
+"""Running untrusted code: a confined subprocess tree, limits, timeouts, no network, unforgeable
+per-test verdicts, and a worker pool. See ``docs/sandbox.md``."""
+
+from seqrl.sandbox.pool import run_many
+from seqrl.sandbox.runner import (
+    SandboxResult,
+    SandboxUnavailable,
+    TestRecord,
+    available_layers,
+    plain_equal,
+    run_python,
+)
+
+__all__ = [
+    "SandboxResult",
+    "SandboxUnavailable",
+    "TestRecord",
+    "available_layers",
+    "plain_equal",
+    "run_many",
+    "run_python",
+]

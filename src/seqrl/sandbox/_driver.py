@@ -1,0 +1,437 @@
+"""In-sandbox driver: the trusted half of a sandboxed run (stdlib only, no seqrl imports).
+
+Executed by path as ``python -I -S _driver.py RESULT_FD`` inside the sandbox's namespaces. It:
+
+1. reads the *boot* message (solution source, uid, process limit) from fd 0 — exact-length
+   framing, nothing read ahead;
+2. forks the **solution child**; the child closes fd 0 and the result fd, drops to an
+   unprivileged uid, sets ``no_new_privs`` and ``RLIMIT_NPROC``, imports the solution and then
+   answers call requests (``name(*args)``) with plain-data outputs over a private pipe pair;
+3. only *after* the fork reads the *job* message (nonce, io-case arguments or assert-style test
+   code), so none of it is in the child's copy of memory;
+4. asks the child for each output, validates it by decoding it (``json.loads`` + tags → only plain
+   Python types exist afterwards), and writes nonce-stamped JSON records to ``RESULT_FD``, which the
+   child never holds. Io cases are compared with their expected values in the *parent* (the
+   expected values never enter the sandbox); assert-style test code runs here, in the trusted
+   process, against proxies whose calls are answered by the child.
+
+The driver never executes solution code itself. The plain-data codec below is shared with the
+parent (``seqrl.sandbox.runner`` imports it).
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import json
+import os
+import sys
+import time
+
+# ----------------------------------------------------------------------------- plain-data codec
+# JSON natives: None, bool, int, float, str, list. Everything else is a one-key tagged object:
+# {"t": [...]} tuple, {"d": [[k, v], ...]} dict, {"s": [...]} set, {"f": [...]} frozenset,
+# {"b": "hex"} bytes, {"c": [re, im]} complex. Exact types only: subclasses (an int subclass with
+# an always-true __eq__, a str subclass, ...) are rejected, so no custom behaviour survives.
+
+_MAX_DEPTH = 200
+
+
+def encode_plain(x, _depth: int = 0):
+    """Plain Python data → JSON-able tagged form; raises TypeError on anything else."""
+    if _depth > _MAX_DEPTH:
+        raise TypeError("output nested too deeply")
+    t = type(x)
+    if x is None or t is bool or t is int or t is str or t is float:
+        return x
+    d = _depth + 1
+    if t is list:
+        return [encode_plain(v, d) for v in x]
+    if t is tuple:
+        return {"t": [encode_plain(v, d) for v in x]}
+    if t is dict:
+        return {"d": [[encode_plain(k, d), encode_plain(v, d)] for k, v in x.items()]}
+    if t is set:
+        return {"s": [encode_plain(v, d) for v in x]}
+    if t is frozenset:
+        return {"f": [encode_plain(v, d) for v in x]}
+    if t is bytes:
+        return {"b": x.hex()}
+    if t is complex:
+        return {"c": [x.real, x.imag]}
+    raise TypeError(f"not plain data: {t.__name__}")
+
+
+def decode_plain(o, _depth: int = 0):
+    """Inverse of :func:`encode_plain` on ``json.loads`` output; raises ValueError on malformed."""
+    if _depth > _MAX_DEPTH:
+        raise ValueError("nested too deeply")
+    t = type(o)
+    if o is None or t is bool or t is int or t is str or t is float:
+        return o
+    d = _depth + 1
+    if t is list:
+        return [decode_plain(v, d) for v in o]
+    if t is dict and len(o) == 1:
+        (tag, v), = o.items()
+        if tag == "t" and type(v) is list:
+            return tuple(decode_plain(e, d) for e in v)
+        if tag == "d" and type(v) is list:
+            out = {}
+            for kv in v:
+                if type(kv) is not list or len(kv) != 2:
+                    raise ValueError("bad dict item")
+                out[decode_plain(kv[0], d)] = decode_plain(kv[1], d)
+            return out
+        if tag == "s" and type(v) is list:
+            return {decode_plain(e, d) for e in v}
+        if tag == "f" and type(v) is list:
+            return frozenset(decode_plain(e, d) for e in v)
+        if tag == "b" and type(v) is str:
+            return bytes.fromhex(v)
+        if tag == "c" and type(v) is list and len(v) == 2:
+            return complex(float(v[0]), float(v[1]))
+    raise ValueError(f"malformed plain-data value of type {t.__name__}")
+
+
+# ----------------------------------------------------------------------------- framing
+def _read_exact(fd: int, n: int) -> bytes:
+    chunks, got = [], 0
+    while got < n:
+        b = os.read(fd, min(n - got, 1 << 20))
+        if not b:
+            raise EOFError("short read")
+        chunks.append(b)
+        got += len(b)
+    return b"".join(chunks)
+
+
+def read_msg(fd: int):
+    n = int.from_bytes(_read_exact(fd, 8), "big")
+    return json.loads(_read_exact(fd, n))
+
+
+def frame(obj) -> bytes:
+    data = json.dumps(obj).encode()
+    return len(data).to_bytes(8, "big") + data
+
+
+class _LineReader:
+    """Unbuffered-enough line reader over a raw fd (caps a line at ``limit`` bytes)."""
+
+    def __init__(self, fd: int, limit: int = 64 << 20):
+        self.fd, self.buf, self.limit = fd, b"", limit
+
+    def readline(self) -> bytes:
+        while b"\n" not in self.buf:
+            if len(self.buf) > self.limit:
+                raise ValueError("line too long")
+            b = os.read(self.fd, 1 << 16)
+            if not b:
+                out, self.buf = self.buf, b""
+                return out
+            self.buf += b
+        line, _, self.buf = self.buf.partition(b"\n")
+        return line + b"\n"
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        n = os.write(fd, view)
+        view = view[n:]
+
+
+# ----------------------------------------------------------------------------- solution child
+def _child_main(boot: dict, req_r: int, resp_w: int) -> None:
+    """Runs in the forked child. Everything before ``exec(code, ...)`` is trusted set-up."""
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)  # the job message still waits in the stdin pipe: never let the child read it
+    os.close(devnull)
+    uid = boot.get("uid")
+    if uid is not None:
+        import resource
+
+        os.setgroups([])
+        os.setgid(uid)
+        os.setuid(uid)
+        nproc = boot.get("nproc")
+        if nproc:
+            resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
+        try:
+            import ctypes
+
+            ctypes.CDLL(None, use_errno=True).prctl(38, 1, 0, 0, 0)  # PR_SET_NO_NEW_PRIVS
+        except Exception:
+            pass
+    reader = _LineReader(req_r)
+
+    def send(obj) -> None:
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        except BaseException:
+            pass
+        _write_all(resp_w, (json.dumps(obj) + "\n").encode())
+
+    def describe(e: BaseException) -> str:
+        try:
+            return f"{type(e).__name__}: {str(e)[:500]}"
+        except BaseException:
+            return "exception (unprintable)"
+
+    source = boot["solution"]
+    boot.clear()
+    g = {"__name__": "solution", "__builtins__": builtins}
+    try:
+        code = compile(source, "solution.py", "exec")
+    except (SyntaxError, ValueError) as e:  # ValueError: null bytes
+        send({"import": "error", "kind": "SyntaxError", "msg": describe(e)})
+        return
+    try:
+        exec(code, g)
+    except MemoryError as e:
+        send({"import": "error", "kind": "MemoryError", "msg": describe(e)})
+        return
+    except BaseException as e:  # SystemExit included: exiting at import is a failure, not a pass
+        send({"import": "error", "kind": type(e).__name__, "msg": describe(e)})
+        return
+    names = [k for k, v in list(g.items()) if type(k) is str and not k.startswith("__") and callable(v)]
+    send({"import": "ok", "names": names})
+    while True:
+        line = reader.readline()
+        if not line:
+            return
+        req = json.loads(line)
+        fn = g.get(req["name"])
+        if not callable(fn):
+            send({"err": f"NameError: no callable named {req['name']!r} in the solution", "kind": "NameError"})
+            continue
+        try:
+            args = decode_plain(req["args"])
+            out = fn(*args)
+        except MemoryError as e:
+            send({"err": describe(e), "kind": "MemoryError"})
+            continue
+        except BaseException as e:
+            send({"err": describe(e), "kind": type(e).__name__})
+            continue
+        try:
+            enc = encode_plain(out)
+        except BaseException as e:
+            send({"err": f"output is not plain data ({describe(e)})", "kind": "TypeError"})
+            continue
+        send({"ok": enc})
+
+
+# ----------------------------------------------------------------------------- trusted side
+class CandidateDied(Exception):
+    """The solution process is gone; every later call fails with this."""
+
+
+class _Channel:
+    def __init__(self, pid: int, req_w: int, resp_r: int):
+        self.pid, self.req_w, self.reader = pid, req_w, _LineReader(resp_r)
+        self.dead: str | None = None
+        self.exit: dict | None = None
+
+    def _reap(self) -> str:
+        if self.exit is None:
+            _, status = os.waitpid(self.pid, 0)
+            if os.WIFSIGNALED(status):
+                self.exit = {"signal": os.WTERMSIG(status)}
+            else:
+                self.exit = {"code": os.WEXITSTATUS(status)}
+        if "signal" in self.exit:
+            return f"solution process killed by signal {self.exit['signal']}"
+        return f"solution process exited (code {self.exit['code']})"
+
+    def recv(self) -> dict:
+        if self.dead:
+            raise CandidateDied(self.dead)
+        line = self.reader.readline()
+        if not line:
+            self.dead = self._reap()
+            raise CandidateDied(self.dead)
+        msg = json.loads(line)
+        if type(msg) is not dict:
+            raise ValueError("protocol error: not an object")
+        return msg
+
+    def call(self, name: str, args: list) -> dict:
+        if self.dead:
+            raise CandidateDied(self.dead)
+        try:
+            _write_all(self.req_w, (json.dumps({"name": name, "args": encode_plain(list(args))}) + "\n").encode())
+        except BrokenPipeError:
+            self.dead = self._reap()
+            raise CandidateDied(self.dead) from None
+        return self.recv()
+
+
+class CandidateError(Exception):
+    """The solution raised; carries the exception's type name and message."""
+
+
+class _Proxy:
+    """What assert-style test code sees as ``candidate``: forwards calls to the child."""
+
+    def __init__(self, chan: _Channel, name: str):
+        self._chan, self._name = chan, name
+        self.__name__ = name
+
+    def __call__(self, *args, **kwargs):
+        if kwargs:
+            raise TypeError("keyword arguments to the candidate are not supported by the sandbox")
+        resp = self._chan.call(self._name, list(args))
+        if "ok" in resp:
+            return decode_plain(resp["ok"])
+        kind = str(resp.get("kind", ""))
+        msg = str(resp.get("err", "error"))
+        exc = getattr(builtins, kind, None)
+        if isinstance(exc, type) and issubclass(exc, Exception) and kind not in ("StopIteration",):
+            try:
+                raise exc(msg)
+            except TypeError:
+                pass
+        raise CandidateError(msg)
+
+
+class _AssertRewriter(ast.NodeTransformer):
+    """``assert test, msg`` → ``__seqrl_assert__(line, lambda: (test), lambda: (msg))``.
+
+    Every executed assert becomes one recorded verdict and execution continues past failures."""
+
+    def visit_Assert(self, node: ast.Assert):
+        msg = node.msg if node.msg is not None else ast.Constant(None)
+        empty = ast.arguments(posonlyargs=[], args=[], kwonlyargs=[], kw_defaults=[], defaults=[])
+        call = ast.Call(
+            func=ast.Name("__seqrl_assert__", ast.Load()),
+            args=[ast.Constant(node.lineno), ast.Lambda(empty, node.test), ast.Lambda(empty, msg)],
+            keywords=[],
+        )
+        return ast.copy_location(ast.Expr(call), node)
+
+
+def main(argv: list[str]) -> int:
+    result_fd = int(argv[1])
+    boot = read_msg(0)
+    req_r, req_w = os.pipe()
+    resp_r, resp_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # ---- solution child
+        try:
+            os.close(result_fd)
+            os.close(req_w)
+            os.close(resp_r)
+            _child_main(boot, req_r, resp_w)
+        finally:
+            try:
+                sys.stdout.flush()
+                sys.stderr.flush()
+            finally:
+                os._exit(0)
+    # ---- trusted driver
+    boot.clear()
+    os.close(req_r)
+    os.close(resp_w)
+    job = read_msg(0)
+    nonce = job["nonce"]
+
+    def emit(rec: dict) -> None:
+        rec["nonce"] = nonce
+        _write_all(result_fd, (json.dumps(rec) + "\n").encode())
+
+    chan = _Channel(pid, req_w, resp_r)
+    try:
+        first = chan.recv()
+    except CandidateDied as e:
+        emit({"type": "import", "ok": False, "kind": "exit", "msg": str(e), "exit": chan.exit})
+        emit({"type": "done"})
+        return 0
+    except ValueError as e:
+        emit({"type": "import", "ok": False, "kind": "protocol", "msg": str(e)})
+        emit({"type": "done"})
+        return 0
+    if first.get("import") != "ok":
+        emit({"type": "import", "ok": False, "kind": str(first.get("kind")), "msg": str(first.get("msg", ""))[:2000]})
+        emit({"type": "done"})
+        return 0
+    names = first.get("names")
+    names = [n for n in names if type(n) is str] if type(names) is list else []
+    emit({"type": "import", "ok": True})
+
+    entry = job.get("entry_point")
+    if job.get("io") is not None:
+        for i, args in enumerate(job["io"]):
+            t0 = time.perf_counter()
+            try:
+                resp = chan.call(entry, args)
+                if "ok" in resp:
+                    value = resp["ok"]
+                    decode_plain(value)  # validate: only well-formed plain data leaves the sandbox
+                    rec = {"type": "io", "i": i, "out": value}
+                else:
+                    rec = {"type": "io", "i": i, "err": str(resp.get("err"))[:2000], "kind": str(resp.get("kind"))}
+            except CandidateDied as e:
+                rec = {"type": "io", "i": i, "err": str(e), "kind": "died"}
+            except (ValueError, TypeError, KeyError) as e:
+                rec = {"type": "io", "i": i, "err": f"protocol error: {e}", "kind": "protocol"}
+            rec["elapsed"] = time.perf_counter() - t0
+            emit(rec)
+    if job.get("tests") is not None:
+        _run_asserts(job["tests"], entry, names, chan, emit)
+    if chan.exit is not None:
+        emit({"type": "child_exit", **chan.exit})
+    emit({"type": "done"})
+    return 0
+
+
+def _run_asserts(tests: str, entry: str | None, names: list[str], chan: _Channel, emit) -> None:
+    counts: dict[int, int] = {}
+
+    def record(name: str, passed: bool, reason: str, t0: float) -> None:
+        emit({"type": "assert", "name": name, "passed": passed, "reason": reason[:2000],
+              "elapsed": time.perf_counter() - t0})
+
+    def seqrl_assert(line: int, test, msg) -> None:
+        counts[line] = counts.get(line, 0) + 1
+        name = f"assert@{line}" + (f"#{counts[line]}" if counts[line] > 1 else "")
+        t0 = time.perf_counter()
+        try:
+            ok = bool(test())
+        except BaseException as e:
+            record(name, False, f"{type(e).__name__}: {e}", t0)
+            return
+        reason = ""
+        if not ok:
+            try:
+                m = msg()
+            except BaseException:
+                m = None
+            reason = "assertion failed" + (f": {m}" if m is not None else "")
+        record(name, ok, reason, t0)
+
+    tree = ast.parse(tests, "tests.py")
+    loaded = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+    tree = ast.fix_missing_locations(_AssertRewriter().visit(tree))
+    ns: dict = {"__name__": "__tests__", "__builtins__": builtins}
+    # Proxies only for solution callables the tests name that are not builtins: a solution that
+    # defines ``abs`` or ``isinstance`` must not change what the test code's own builtins do.
+    builtin_names = set(dir(builtins))
+    for n in names:
+        if n in loaded and (n not in builtin_names or n == entry):
+            ns[n] = _Proxy(chan, n)
+    ns["__seqrl_assert__"] = seqrl_assert
+    t0 = time.perf_counter()
+    try:
+        exec(compile(tree, "tests.py", "exec"), ns)
+        check = ns.get("check")
+        if entry and callable(check) and not isinstance(check, _Proxy):
+            check(_Proxy(chan, entry))
+    except BaseException as e:
+        record("tests", False, f"test code raised {type(e).__name__}: {e}", t0)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

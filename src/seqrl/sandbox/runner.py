@@ -1,0 +1,519 @@
+"""Run untrusted Python in a confined process tree and return unforgeable per-test verdicts.
+
+Layers (all on by default when running as root, see ``docs/sandbox.md``):
+
+- ``rlimits``      RLIMIT_CPU / AS / FSIZE / NOFILE / CORE=0 on the whole tree (``preexec_fn``)
+- ``netns``        a fresh network namespace: only a down loopback, no route anywhere
+- ``pidns``        a PID namespace whose init is the trusted driver: when it exits or is killed, the
+                   kernel kills every process in it, daemonised grandchildren included
+- ``mountns``      a private mount namespace with its own ``/proc`` (host processes invisible)
+- ``pids_cgroup``  a cgroup-v1 ``pids`` group capping the number of tasks (holds for root)
+- ``setuid``       the solution runs as a fresh unprivileged uid (200000+), no groups,
+                   ``no_new_privs``, with ``RLIMIT_NPROC`` (which then applies)
+
+Verdict design: the solution runs in a child of the trusted in-sandbox driver
+(``_driver.py``), answers ``f(*args)`` requests with plain data over its own pipe, and never holds
+the result channel (a pipe fd passed only to the driver, records stamped with a per-run nonce).
+Io-case outputs are compared with their expected values here, in the parent; expected values never
+enter the sandbox. Assert-style test code runs in the driver against proxies.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import resource
+import secrets
+import selectors
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+
+from seqrl.rewards.base import RewardResult
+from seqrl.sandbox._driver import decode_plain, frame
+
+DRIVER = Path(__file__).with_name("_driver.py")
+PIDS_CGROUP_ROOT = Path("/sys/fs/cgroup/pids")
+STRONG_LAYERS = ("netns", "pidns", "mountns", "pids_cgroup", "setuid")
+_RESULT_CAP = 32 << 20  # bytes of result-channel data accepted from one run
+
+
+class SandboxUnavailable(RuntimeError):
+    """The confining layers cannot be set up here (not root, or ``unshare`` fails)."""
+
+
+@dataclass
+class TestRecord:
+    """One test's verdict: io case ``case[i]`` or one executed assert ``assert@<line>``."""
+
+    name: str
+    passed: bool
+    reason: str = ""
+    elapsed: float = 0.0
+
+
+@dataclass
+class SandboxResult:
+    """Outcome of one sandboxed run.
+
+    status: how the run ended — ``ok`` (all tests were run; some may have failed), ``timeout`` (wall
+            or CPU limit), ``memory`` (MemoryError under RLIMIT_AS), ``runtime_error`` (raised or
+            exited at import, or the process ended before the tests finished), ``syntax_error``,
+            ``killed`` (died by a signal).
+    passed/total: tests passed / tests counted (io: every case; asserts: every executed assert, plus
+            one failing ``<unfinished>`` record when the run did not finish).
+    """
+
+    status: str
+    passed: int
+    total: int
+    tests: list[TestRecord] = field(default_factory=list)
+    stdout: str = ""
+    stderr: str = ""
+    elapsed_s: float = 0.0
+    layers: list[str] = field(default_factory=list)
+    reason: str = ""
+
+    @property
+    def all_passed(self) -> bool:
+        return self.status == "ok" and self.total > 0 and self.passed == self.total
+
+    def reward(self, partial: bool = False) -> RewardResult:
+        """Binary (or fraction-passed) reward with a reason whenever it is not full marks."""
+        frac = self.passed / self.total if self.total else 0.0
+        score = frac if partial and self.status == "ok" else float(self.all_passed)
+        if score >= 1.0:
+            return RewardResult(1.0, "", {"pass_frac": frac})
+        why = self.reason or next((f"{t.name}: {t.reason}" for t in self.tests if not t.passed), "")
+        return RewardResult(score, f"{self.status}, {self.passed}/{self.total} passed" + (f"; {why}" if why else ""),
+                            {"pass_frac": frac})
+
+
+# ----------------------------------------------------------------------------- capability probe
+@lru_cache(maxsize=1)
+def _unshare_cmd() -> tuple[str, ...] | None:
+    """The namespace wrapper if it works here (root + util-linux ``unshare``), else None."""
+    exe = shutil.which("unshare", path="/usr/bin:/bin:/usr/sbin:/sbin")
+    if exe is None or os.geteuid() != 0:
+        return None
+    cmd = (exe, "--net", "--pid", "--fork", "--kill-child", "--mount-proc", "--")
+    try:
+        r = subprocess.run([*cmd, "/bin/true"], capture_output=True, timeout=10, env={"PATH": "/usr/bin:/bin"})
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return cmd if r.returncode == 0 else None
+
+
+@lru_cache(maxsize=1)
+def _sandbox_python() -> str:
+    """An interpreter whose standard library an unprivileged uid can read.
+
+    The solution runs as a fresh uid, so an interpreter installed under a private home (pyenv in
+    ``/root``) could not import modules the driver had not already loaded; prefer this
+    interpreter when it works for ``nobody``, else the system one."""
+    if os.geteuid() != 0:
+        return sys.executable
+    for cand in (sys.executable, "/usr/bin/python3", "/usr/local/bin/python3"):
+        try:
+            r = subprocess.run([cand, "-I", "-S", "-c", "import socket, json, ast, ctypes, collections, re"],
+                               capture_output=True, timeout=10, env={"PATH": "/usr/bin:/bin"}, cwd="/",
+                               user=65534, group=65534, extra_groups=[])
+        except (OSError, subprocess.SubprocessError):
+            continue
+        if r.returncode == 0:
+            return cand
+    return sys.executable
+
+
+@lru_cache(maxsize=1)
+def _pids_cgroup_ok() -> bool:
+    if os.geteuid() != 0 or not PIDS_CGROUP_ROOT.is_dir():
+        return False
+    probe = PIDS_CGROUP_ROOT / f"seqrl-probe-{os.getpid()}-{secrets.token_hex(4)}"
+    try:
+        probe.mkdir()
+        (probe / "pids.max").write_text("4")
+        return True
+    except OSError:
+        return False
+    finally:
+        try:
+            probe.rmdir()
+        except OSError:
+            pass
+
+
+def available_layers() -> list[str]:
+    """Isolation layers a run would get on this machine right now."""
+    layers = ["rlimits"]
+    if _unshare_cmd() is not None:
+        layers += ["netns", "pidns", "mountns", "setuid"]
+    if _pids_cgroup_ok():
+        layers.append("pids_cgroup")
+    return layers
+
+
+# ----------------------------------------------------------------------------- comparison
+def plain_equal(got, expected, float_tol: float = 1e-6) -> bool:
+    """Strict structural equality of plain data (both sides already decoded, exact types).
+
+    bool is not int; int and float compare numerically (floats with ``float_tol``, relative or
+    absolute); list and tuple are interchangeable (JSON datasets lose tuples); dict, set and bytes
+    must match exactly by type and content.
+
+    >>> plain_equal(0.1 + 0.2, 0.3), plain_equal(True, 1), plain_equal((1, 2), [1, 2])
+    (True, False, True)
+    """
+    tg, te = type(got), type(expected)
+    if tg is bool or te is bool:
+        return tg is te and got == expected
+    if tg in (int, float) and te in (int, float):
+        if tg is int and te is int:
+            return got == expected
+        if math.isnan(got) or math.isnan(expected):
+            return math.isnan(got) and math.isnan(expected)
+        return math.isclose(got, expected, rel_tol=float_tol, abs_tol=float_tol)
+    if tg in (list, tuple) and te in (list, tuple):
+        return len(got) == len(expected) and all(plain_equal(a, b, float_tol) for a, b in zip(got, expected))
+    if tg is dict and te is dict:
+        return got.keys() == expected.keys() and all(plain_equal(got[k], expected[k], float_tol) for k in got)
+    if tg is te and tg in (str, set, frozenset, bytes, complex, type(None)):
+        return got == expected
+    return False
+
+
+# ----------------------------------------------------------------------------- the run
+def _scrubbed_env(home: str) -> dict[str, str]:
+    return {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "PYTHONHASHSEED": "0", "HOME": home}
+
+
+def _make_cgroup(max_tasks: int) -> Path | None:
+    if not _pids_cgroup_ok():
+        return None
+    cg = PIDS_CGROUP_ROOT / f"seqrl-{os.getpid()}-{secrets.token_hex(6)}"
+    cg.mkdir()
+    (cg / "pids.max").write_text(str(max_tasks))
+    return cg
+
+
+def _destroy_cgroup(cg: Path) -> None:
+    deadline = time.monotonic() + 2.0
+    while True:
+        try:
+            pids = [int(p) for p in (cg / "cgroup.procs").read_text().split()]
+        except OSError:
+            pids = []
+        if not pids:
+            break
+        for p in pids:
+            try:
+                os.kill(p, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        if time.monotonic() > deadline:
+            break
+        time.sleep(0.01)
+    for _ in range(100):
+        try:
+            cg.rmdir()
+            return
+        except FileNotFoundError:
+            return
+        except OSError:
+            time.sleep(0.01)
+
+
+def run_python(
+    solution: str,
+    tests: str | None = None,
+    io_cases: list | None = None,
+    *,
+    entry_point: str | None = None,
+    timeout_s: float = 2.0,
+    cpu_s: float | None = None,
+    memory_mb: int = 256,
+    max_output_bytes: int = 64_000,
+    max_file_bytes: int = 1_000_000,
+    max_procs: int = 32,
+    float_tol: float = 1e-6,
+    allow_unconfined: bool = False,
+) -> SandboxResult:
+    """Run ``solution`` (Python source) in the sandbox and check it.
+
+    tests:      assert-style test code: top-level asserts naming solution functions, and/or
+                ``def check(candidate): assert ...`` (called with the ``entry_point`` function).
+    io_cases:   ``[[args...], expected]`` pairs; ``entry_point(*args)`` is compared with
+                ``expected`` here, outside the sandbox (see :func:`plain_equal`).
+    timeout_s:  wall-clock limit for the whole run (start-up included); the process tree is killed.
+    cpu_s:      RLIMIT_CPU per process (default ``ceil(timeout_s) + 1``).
+    memory_mb:  RLIMIT_AS per process.  max_output_bytes: kept per stream (stdout, stderr).
+    max_file_bytes: RLIMIT_FSIZE.  max_procs: tasks the solution may add (pids cgroup, RLIMIT_NPROC).
+    allow_unconfined: when the strong layers are unavailable run with rlimits only (``layers`` says
+                so) instead of raising :class:`SandboxUnavailable`.
+    """
+    if tests is None and io_cases is None:
+        raise ValueError("run_python needs tests or io_cases (got neither)")
+    if io_cases is not None and not entry_point:
+        raise ValueError("run_python: io_cases need entry_point (the function to call)")
+    if timeout_s <= 0:
+        raise ValueError(f"run_python: timeout_s must be > 0 (got {timeout_s})")
+    io_args, io_expected = [], []
+    for i, case in enumerate(io_cases or []):
+        if not (isinstance(case, (list, tuple)) and len(case) == 2 and isinstance(case[0], (list, tuple))):
+            raise ValueError(f"run_python: io_cases[{i}] must be [[args...], expected] (got {case!r:.80})")
+        io_args.append(list(case[0]))
+        io_expected.append(case[1])
+
+    unshare = _unshare_cmd()
+    layers = ["rlimits"]
+    if unshare is None:
+        if not allow_unconfined:
+            why = "not root" if os.geteuid() != 0 else "`unshare --net --pid --fork --mount-proc` failed"
+            raise SandboxUnavailable(f"sandbox namespaces unavailable ({why}); pass allow_unconfined=True "
+                                     "to run with rlimits only")
+        layers.append("unconfined")
+    else:
+        layers += ["netns", "pidns", "mountns", "setuid"]
+
+    cpu = int(math.ceil(cpu_s if cpu_s is not None else timeout_s + 1))
+    mem = int(memory_mb) << 20
+    uid = 200_000 + secrets.randbelow(60_000) if unshare else None
+    workdir = tempfile.mkdtemp(prefix="seqrl-sbx-")
+    cg: Path | None = None
+    proc: subprocess.Popen | None = None
+    nonce = secrets.token_hex(16)
+    t_start = time.monotonic()
+    try:
+        if uid is not None:
+            os.chown(workdir, uid, uid)
+        cg = _make_cgroup(max_procs + 3) if unshare else None  # + unshare, driver, solution process
+        if cg is not None:
+            layers.append("pids_cgroup")
+        cg_procs = str(cg / "cgroup.procs") if cg is not None else None
+        # Unconfined: RLIMIT_NPROC counts every process of our uid, so allow what already runs.
+        nproc_unconfined = None if uid is not None else _count_own_processes() + max_procs + 3
+
+        def preexec() -> None:  # runs in the forked child before exec: no locks, no allocation-heavy work
+            if cg_procs is not None:
+                fd = os.open(cg_procs, os.O_WRONLY)
+                os.write(fd, b"0")
+                os.close(fd)
+            resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
+            resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
+            resource.setrlimit(resource.RLIMIT_FSIZE, (max_file_bytes, max_file_bytes))
+            resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))
+            resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+            if nproc_unconfined is not None:
+                resource.setrlimit(resource.RLIMIT_NPROC, (nproc_unconfined, nproc_unconfined))
+
+        res_r, res_w = os.pipe()
+        cmd = [*(unshare or ()), _sandbox_python() if unshare else sys.executable, "-I", "-S", str(DRIVER), str(res_w)]
+        try:
+            proc = subprocess.Popen(
+                cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                cwd=workdir, env=_scrubbed_env(workdir), pass_fds=(res_w,), start_new_session=True,
+                preexec_fn=preexec,
+            )
+        finally:
+            os.close(res_w)
+        boot = {"solution": solution, "uid": uid, "nproc": max_procs if uid is not None else None}
+        job = {"nonce": nonce, "entry_point": entry_point, "io": io_args if io_cases is not None else None,
+               "tests": tests}
+        out, err, res, timed_out = _pump(proc, frame(boot) + frame(job), res_r,
+                                         deadline=t_start + timeout_s, cap=max_output_bytes)
+    finally:
+        if proc is not None:
+            _kill_tree(proc)
+        if cg is not None:
+            _destroy_cgroup(cg)
+        shutil.rmtree(workdir, ignore_errors=True)
+    elapsed = time.monotonic() - t_start
+    return _verdict(res, nonce, io_expected if io_cases is not None else None, float_tol, timed_out,
+                    proc.returncode if proc else None, out, err, elapsed, layers)
+
+
+def _count_own_processes() -> int:
+    me, n = os.getuid(), 0
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                n += os.stat(f"/proc/{name}").st_uid == me
+            except OSError:
+                pass
+    return n
+
+
+def _kill_tree(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)  # unshare + driver (the pidns init): the namespace dies
+    except (ProcessLookupError, PermissionError):
+        pass
+    try:
+        proc.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        pass
+    for f in (proc.stdin, proc.stdout, proc.stderr):
+        try:
+            if f is not None:
+                f.close()
+        except OSError:
+            pass
+
+
+def _pump(proc, stdin_data: bytes, res_r: int, deadline: float, cap: int):
+    """One select loop: feed stdin, drain stdout/stderr (keep ``cap`` bytes each) and the result pipe."""
+    sel = selectors.DefaultSelector()
+    bufs: dict[int, bytearray] = {}
+    caps: dict[int, int] = {}
+    dropped: dict[int, int] = {}
+    for fd, c in ((proc.stdout.fileno(), cap), (proc.stderr.fileno(), cap), (res_r, _RESULT_CAP)):
+        os.set_blocking(fd, False)
+        sel.register(fd, selectors.EVENT_READ)
+        bufs[fd], caps[fd], dropped[fd] = bytearray(), c, 0
+    in_fd = proc.stdin.fileno()
+    os.set_blocking(in_fd, False)
+    pending = memoryview(stdin_data)
+    sel.register(in_fd, selectors.EVENT_WRITE)
+    readers = 3
+    timed_out = False
+    exited_at = None
+    try:
+        while readers:
+            now = time.monotonic()
+            if now >= deadline:
+                timed_out = True
+                break
+            if exited_at is None and proc.poll() is not None:
+                exited_at = now
+            if exited_at is not None and now - exited_at > 0.5:
+                break  # something outside the namespace kept a pipe open (unconfined mode only)
+            for key, _ in sel.select(timeout=min(deadline - now, 0.05)):
+                fd = key.fd
+                if fd == in_fd:
+                    try:
+                        n = os.write(fd, pending[:65536])
+                    except BlockingIOError:
+                        continue
+                    except BrokenPipeError:
+                        n = len(pending)  # the driver is gone; its records (if any) say why
+                    pending = pending[n:]
+                    if not pending:
+                        sel.unregister(fd)
+                        proc.stdin.close()
+                    continue
+                try:
+                    chunk = os.read(fd, 1 << 16)
+                except BlockingIOError:
+                    continue
+                if not chunk:
+                    sel.unregister(fd)
+                    readers -= 1
+                    continue
+                room = caps[fd] - len(bufs[fd])
+                if room > 0:
+                    bufs[fd] += chunk[:room]
+                dropped[fd] += max(0, len(chunk) - max(room, 0))
+    finally:
+        sel.close()
+        os.close(res_r)
+
+    def text(fd: int) -> str:
+        s = bufs[fd].decode("utf-8", errors="replace")
+        return s + (f"\n[... {dropped[fd]} bytes truncated]" if dropped[fd] else "")
+
+    return text(proc.stdout.fileno()), text(proc.stderr.fileno()), bytes(bufs[res_r]), timed_out
+
+
+def _verdict(res: bytes, nonce: str, expected: list | None, float_tol: float, timed_out: bool,
+             returncode: int | None, out: str, err: str, elapsed: float, layers: list[str]) -> SandboxResult:
+    records: list[dict] = []
+    for line in res.split(b"\n"):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue
+        if type(rec) is dict and rec.get("nonce") == nonce:
+            records.append(rec)
+    imp = next((r for r in records if r.get("type") == "import"), None)
+    done = any(r.get("type") == "done" for r in records)
+    child_exit = next((r for r in records if r.get("type") == "child_exit"), None)
+    tests: list[TestRecord] = []
+    reason = ""
+    memory_hit = False
+
+    if expected is not None:
+        io = {r["i"]: r for r in records if r.get("type") == "io" and type(r.get("i")) is int}
+        for i, exp in enumerate(expected):
+            r = io.get(i)
+            name = f"case[{i}]"
+            if r is None:
+                tests.append(TestRecord(name, False, "no result"))
+                continue
+            el = float(r.get("elapsed", 0.0)) if type(r.get("elapsed")) in (int, float) else 0.0
+            if "out" in r:
+                try:
+                    got = decode_plain(r["out"])
+                except (ValueError, TypeError) as e:
+                    tests.append(TestRecord(name, False, f"malformed output: {e}", el))
+                    continue
+                ok = plain_equal(got, exp, float_tol)
+                tests.append(TestRecord(name, ok, "" if ok else f"expected {exp!r:.200}, got {got!r:.200}", el))
+            else:
+                memory_hit |= r.get("kind") == "MemoryError"
+                tests.append(TestRecord(name, False, str(r.get("err", "error"))[:500], el))
+    for r in records:
+        if r.get("type") == "assert":
+            memory_hit |= "MemoryError" in str(r.get("reason", ""))
+            el = r.get("elapsed", 0.0)
+            tests.append(TestRecord(str(r.get("name")), r.get("passed") is True, str(r.get("reason", "")),
+                                    float(el) if type(el) in (int, float) else 0.0))
+
+    if timed_out:
+        status, reason = "timeout", "wall-clock timeout"
+    elif imp is None:
+        status = "killed" if returncode is not None and returncode < 0 else "runtime_error"
+        reason = f"sandbox ended before the solution was imported (exit {returncode}); stderr: {err[-300:]}"
+    elif not imp.get("ok"):
+        kind = str(imp.get("kind"))
+        reason = f"{kind} at import: {imp.get('msg', '')}"
+        exit_info = imp.get("exit") or {}
+        if kind == "SyntaxError":
+            status = "syntax_error"
+        elif kind == "MemoryError":
+            status = "memory"
+        elif exit_info.get("signal") == signal.SIGXCPU:
+            status, reason = "timeout", "CPU time limit"
+        elif "signal" in exit_info:
+            status = "killed"
+        else:
+            status = "runtime_error"
+    elif child_exit is not None and child_exit.get("signal") == signal.SIGXCPU:
+        status, reason = "timeout", "CPU time limit"
+    elif memory_hit:
+        status, reason = "memory", "MemoryError in a test"
+    elif child_exit is not None and "signal" in child_exit:
+        status, reason = "killed", f"solution process killed by signal {child_exit['signal']}"
+    elif child_exit is not None:
+        status, reason = "runtime_error", f"solution process exited early (code {child_exit.get('code')})"
+    elif not done:
+        status = "killed" if returncode is not None and returncode < 0 else "runtime_error"
+        reason = f"sandbox ended before finishing (exit {returncode})"
+    else:
+        status = "ok"
+    if expected is None and (status != "ok" or not done):
+        tests.append(TestRecord("<unfinished>", False, reason or status))
+    if expected is not None and status != "ok":
+        for t in tests:
+            if not t.passed and t.reason == "no result":
+                t.reason = f"no result ({status})"
+    passed = sum(t.passed for t in tests)
+    return SandboxResult(status, passed, len(tests), tests, out, err, elapsed, layers, reason)
