@@ -6,6 +6,7 @@ import re
 
 from seqrl.data.base import ANSWER_CLOSE, ANSWER_OPEN, THINK_CLOSE, THINK_OPEN, Problem
 from seqrl.rewards.base import RewardResult
+from seqrl.rewards.math import find_boxed
 
 _R1 = re.compile(
     r"^\s*" + re.escape(THINK_OPEN) + r"(?P<think>.*?)" + re.escape(THINK_CLOSE) + r"\s*"
@@ -51,8 +52,6 @@ def think_answer_partial(completion: str, think_credit: float = 0.1, boxed_credi
     >>> think_answer_partial("</think>12<think>").reason
     'missing <think>…</think>; missing \\\\boxed{…}'
     """
-    from seqrl.rewards.math import find_boxed
-
     if not isinstance(completion, str):
         completion = ""
     opened = completion.find(THINK_OPEN)
