@@ -4,6 +4,7 @@
     seqrl eval runs/x/checkpoint-400 --task arith --metrics greedy,pass@8,maj@8
     seqrl configs ls | show NAME
     seqrl reward math --pred '<answer>\\frac{1}{2}</answer>' --gold 0.5 [--mode strict|lenient] [--json]
+    seqrl sandbox run SOLUTION.py --tests TESTS.py | --io CASES.json --entry-point NAME [--timeout S] [--memory MB] [--json]
     seqrl demo
 """
 
@@ -135,6 +136,58 @@ def cmd_reward(args: argparse.Namespace, overrides: list[str]) -> int:
     return 0
 
 
+def _read_cli_file(path: str, what: str) -> str:
+    p = Path(path)
+    if not p.is_file():
+        raise FileNotFoundError(f"{what} {path}: no such file")
+    try:
+        return p.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise ValueError(f"{what} {path}: cannot read: {e}") from e
+
+
+def cmd_sandbox(args: argparse.Namespace, overrides: list[str]) -> int:
+    if overrides:
+        raise ConfigError(f"seqrl sandbox: unexpected arguments {overrides}")
+    from seqrl.sandbox import SandboxUnavailable, run_python
+
+    if (args.tests is None) == (args.io is None):
+        raise ValueError("seqrl sandbox run: give exactly one of --tests TESTS.py or --io CASES.json")
+    if args.io is not None and not args.entry_point:
+        raise ValueError(f"seqrl sandbox run: --io {args.io} needs --entry-point NAME (the function to call)")
+    solution = _read_cli_file(args.solution, "solution")
+    tests = _read_cli_file(args.tests, "--tests") if args.tests is not None else None
+    io_cases = None
+    if args.io is not None:
+        try:
+            io_cases = json.loads(_read_cli_file(args.io, "--io"))
+        except json.JSONDecodeError as e:
+            raise ValueError(f"--io {args.io}: not valid JSON: {e}") from e
+        if not isinstance(io_cases, list):
+            raise ValueError(f"--io {args.io}: expected a JSON list of [[args...], expected] cases")
+    try:
+        r = run_python(solution, tests, io_cases, entry_point=args.entry_point, timeout_s=args.timeout,
+                       memory_mb=args.memory, allow_unconfined=args.allow_unconfined)
+    except SandboxUnavailable as e:
+        print(f"seqrl: error: {e} (seqrl sandbox run --allow-unconfined runs with rlimits only)", file=sys.stderr)
+        return 2
+    except ValueError as e:
+        raise ValueError(f"--io {args.io}: {e}" if args.io is not None else str(e)) from e
+    if args.json:
+        print(json.dumps({"status": r.status, "passed": r.passed, "total": r.total,
+                          "tests": [{"name": t.name, "passed": t.passed, "reason": t.reason, "elapsed": t.elapsed}
+                                    for t in r.tests],
+                          "layers": r.layers, "elapsed_s": r.elapsed_s, "reason": r.reason,
+                          "stdout": r.stdout, "stderr": r.stderr}))
+    else:
+        print(f"{r.status}: {r.passed}/{r.total} passed in {r.elapsed_s:.2f} s"
+              + (f" ({r.reason})" if r.reason else "") + f"; layers: {', '.join(r.layers)}")
+        for t in r.tests:
+            if not t.passed:
+                print(f"  FAIL {t.name}: {t.reason}")
+    return 0 if r.all_passed else 1
+
+
 def _print_table(title: str, metrics: dict[str, float]) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -186,6 +239,19 @@ def build_parser() -> argparse.ArgumentParser:
     rw.add_argument("--where", default="answer_tag", choices=("answer_tag", "boxed"), help="strict mode: where the answer must be")
     rw.add_argument("--json", action="store_true", help="print a JSON object (score, reason, parts, extracted, source)")
     rw.set_defaults(func=cmd_reward)
+
+    sb = sub.add_parser("sandbox", help="run untrusted Python in the sandbox against tests")
+    sb.add_argument("action", choices=("run",))
+    sb.add_argument("solution", help="the solution's Python source file")
+    sb.add_argument("--tests", help="assert-style test code (top-level asserts or def check(candidate))")
+    sb.add_argument("--io", help='JSON file of [[args...], expected] cases (needs --entry-point)')
+    sb.add_argument("--entry-point", help="the function to call (io cases, check(candidate))")
+    sb.add_argument("--timeout", type=float, default=2.0, help="wall-clock limit in seconds")
+    sb.add_argument("--memory", type=int, default=256, help="address-space limit per process (MB)")
+    sb.add_argument("--allow-unconfined", action="store_true",
+                    help="run with rlimits only when the namespaces are unavailable (not isolated)")
+    sb.add_argument("--json", action="store_true", help="print a JSON object (status, passed, total, tests, ...)")
+    sb.set_defaults(func=cmd_sandbox)
 
     demo = sub.add_parser("demo", help="SFT then GRPO on arithmetic from scratch, with a report (CPU, minutes)")
     demo.add_argument("--out", default="runs/demo")

@@ -20,7 +20,7 @@ from seqrl.rewards.math import math_answer_reward
 
 RewardFn = Callable[[list[Problem], list[str]], list[RewardResult]]
 
-BUILTIN_REWARDS = ("task", "format", "math", "format_partial")
+BUILTIN_REWARDS = ("task", "format", "math", "format_partial", "code")
 
 
 @dataclass
@@ -29,7 +29,8 @@ class RewardSpec:
 
     name: str = "task"
     """task (the task's verifier), format (R1-style think/answer format), math (math-verify on the
-    ``<answer>`` tag against problem.answer, strict) or format_partial (+0.1 think pair, +0.1 boxed)."""
+    ``<answer>`` tag against problem.answer, strict), format_partial (+0.1 think pair, +0.1 boxed) or
+    code (`CodeExecutionReward` with default weights: sandboxed tests from problem.metadata)."""
     weight: float = 1.0
     """Weight in the total reward."""
 
@@ -51,6 +52,10 @@ def task_reward(task: Task) -> RewardFn:
 def build_reward(spec: RewardSpec, task: Task) -> RewardFn:
     if spec.name == "task":
         return task_reward(task)
+    if spec.name == "code":
+        from seqrl.rewards.code import CodeExecutionReward  # the sandbox only when asked for
+
+        return CodeExecutionReward()
     return {"format": format_reward, "math": math_answer_reward, "format_partial": format_partial_reward}[spec.name]
 
 
