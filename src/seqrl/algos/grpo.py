@@ -488,7 +488,7 @@ def train(cfg: GRPOConfig) -> dict[str, float]:
         finally:
             logger.close()
     plot_metrics(read_metrics(run_dir / "metrics.jsonl"),
-                 ["reward/total/mean", "eval/accuracy", "stats/completion_len_mean", "stats/kl", "stats/entropy",
+                 ["reward/total/mean", "eval/accuracy", "eval/pass@1", "stats/completion_len_mean", "stats/kl", "stats/entropy",
                   "stats/clipfrac_high", "stats/zero_var_groups", "loss/policy"],
                  run_dir / "plots" / "grpo.png", title=f"GRPO {cfg.run.name}")
     return final
