@@ -252,10 +252,14 @@ class GRPOTrainer:
         self.prompt_cursor = 0  # position in the endless stream of training prompts
 
     # -- sampling -------------------------------------------------------------------------------
-    def _params(self, step: int, round_: int) -> SamplingParams:
+    def _sampling(self, seed: int) -> SamplingParams:
         s = self.cfg.sampling
         return SamplingParams(temperature=s.temperature, top_p=s.top_p, top_k=s.top_k,
-                              max_new_tokens=s.max_new_tokens, seed=self.cfg.run.seed * 1_000_003 + step * 101 + round_)
+                              max_new_tokens=s.max_new_tokens, seed=seed)
+
+    def _params(self, step: int, round_: int) -> SamplingParams:
+        """Training samples: seeded by (run seed, step, round), so a resumed run draws the same."""
+        return self._sampling(self.cfg.run.seed * 1_000_003 + step * 101 + round_)
 
     def collect(self, step: int) -> GRPOBatch:
         """Sample and score one batch (with dynamic sampling: only groups with distinct rewards)."""
@@ -417,9 +421,7 @@ class GRPOTrainer:
     @torch.no_grad()
     def heldout_reward(self, problems: list[Problem], samples: int, seed: int) -> dict[str, float]:
         """Mean training reward (every function, weighted) of `samples` completions per held-out problem."""
-        s = self.cfg.sampling
-        params = SamplingParams(temperature=s.temperature, top_p=s.top_p, top_k=s.top_k,
-                                max_new_tokens=s.max_new_tokens, seed=seed)
+        params = self._sampling(seed)
         ro = generate(self.policy, self.policy.encode_prompts([p.prompt for p in problems]), samples, params)
         scored = score_completions(self.reward_fns, [problems[i // samples] for i in range(len(ro.texts))], ro.texts)
         out = {"eval/reward": sum(scored.total) / len(scored.total)}

@@ -16,6 +16,7 @@ trainers compare them with a recomputation. Greedy decoding matches `model.gener
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 
 import torch
@@ -138,8 +139,6 @@ def generate(
 
     prompts: templated prompt strings (see `Policy.prompt_text`) or token id lists.
     """
-    import time
-
     if n < 1:
         raise ValueError(f"n must be >= 1 (got {n})")
     if not prompts:
@@ -213,12 +212,10 @@ def generate(
                 if not done[j]:
                     tail = tok.decode(generated[row][-stop_window:], skip_special_tokens=False)
                     done[j] = any(s in tail for s in params.stop)
-        if t == max_new - 1:
-            for row in active[done].tolist():
-                reasons[row] = "stop"
-            break
         for row in active[done].tolist():
             reasons[row] = "stop"
+        if t == max_new - 1:
+            break
         if done.any():
             keep = (~done).nonzero().squeeze(-1)  # (A',)
             if keep.numel() == 0:
