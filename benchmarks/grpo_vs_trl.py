@@ -427,38 +427,27 @@ def worker_main(args: argparse.Namespace) -> None:
 
 def warm_start(preset: str, args: argparse.Namespace, console) -> dict:
     """The preset after a short SFT on 2-digit addition, from the cache or trained now."""
+    from seqrl.algos.sft import SFTConfig
+    from seqrl.config import load_config
+
+    from _warm_start import cached_sft  # benchmarks/, the script's own folder
+
     steps = SFT_STEPS[preset]
     run_dir = Path(args.cache_dir) / f"grpo-warm-{preset}-{steps}"
-    ckpt = run_dir / f"checkpoint-{steps}"
-    info: dict = {"checkpoint": str(ckpt), "sft_steps": steps}
-    if args.retrain or not (ckpt / "trainer_state.json").exists():
-        from seqrl.algos.sft import SFTConfig, train
-        from seqrl.config import load_config
 
-        if run_dir.exists():
-            shutil.rmtree(run_dir)
-        cfg = load_config(SFTConfig, SFT_CONFIG, [
+    def config() -> SFTConfig:
+        return load_config(SFTConfig, SFT_CONFIG, [
             f"--run.name={run_dir.name}", f"--run.out_dir={run_dir.parent}", "--run.save_every=0",
             "--run.keep_last=1", f"--run.threads={args.threads}", "--run.bf16=false",
             f"--model.preset={preset}", f"--steps={steps}", "--eval.every=0",
             *(["--eval.samples=0"] if preset == "small" else []),  # small's sampled accuracy: ≈ 0 and slow
         ])
+
+    def announce() -> None:
         console.print(f"training the {preset} warm start: SFT {steps} steps as {SFT_CONFIG.relative_to(ROOT)} "
                       f"→ {run_dir}", style="dim")
-        t0 = time.perf_counter()
-        train(cfg)
-        info["train_s"] = round(time.perf_counter() - t0, 1)
-        info["cached"] = False
-    else:
-        info["cached"] = True
-    from seqrl.utils.metrics import read_metrics
 
-    evals = [r for r in read_metrics(run_dir / "metrics.jsonl") if "eval/accuracy" in r]
-    if evals:
-        info["greedy_accuracy"] = evals[-1]["eval/accuracy"]
-        if "eval/pass@1" in evals[-1]:
-            info["sampled_accuracy"] = evals[-1]["eval/pass@1"]
-    return info
+    return {**cached_sft(run_dir, steps, config, args.retrain, announce), "sft_steps": steps}
 
 
 def run_worker(kind: str, preset: str, seed: int, steps: int, args: argparse.Namespace, ckpt: str, bar,

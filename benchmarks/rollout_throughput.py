@@ -38,7 +38,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import statistics
 import sys
 import time
@@ -54,12 +53,13 @@ from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
 from seqrl.algos.common import OptimConfig, RunConfig, TaskConfig  # noqa: E402
-from seqrl.algos.sft import EvalConfig, SFTConfig, train  # noqa: E402
+from seqrl.algos.sft import EvalConfig, SFTConfig  # noqa: E402
 from seqrl.data import get_task  # noqa: E402
 from seqrl.models import ModelConfig, Policy, load_pretrained, num_parameters  # noqa: E402
 from seqrl.rollout import SamplingParams, generate  # noqa: E402
-from seqrl.utils.metrics import read_metrics  # noqa: E402
 from seqrl.utils.progress import progress_bar  # noqa: E402
+
+from _warm_start import cached_sft  # noqa: E402  (benchmarks/, the script's own folder)
 
 PRESETS = ("tiny", "small")
 MODES = ("natural", "forced")
@@ -114,12 +114,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def trained_policy(preset: str, steps: int, args: argparse.Namespace) -> tuple[Policy, dict]:
     """The preset after `steps` of SFT on 2-digit addition, from the cache or trained now."""
     run_dir = Path(args.cache_dir) / f"{preset}-{steps}"
-    ckpt = run_dir / f"checkpoint-{steps}"
-    info: dict = {"checkpoint": str(ckpt), "steps": steps}
-    if args.retrain or not (ckpt / "trainer_state.json").exists():
-        if run_dir.exists():
-            shutil.rmtree(run_dir)
-        cfg = SFTConfig(
+
+    def config() -> SFTConfig:
+        return SFTConfig(
             run=RunConfig(name=run_dir.name, out_dir=str(run_dir.parent), seed=0, threads=args.threads,
                           bf16=False, save_every=0, keep_last=1, log_every=max(1, steps // 5)),
             model=ModelConfig(preset=preset, max_seq_len=MAX_SEQ_LEN),
@@ -129,15 +126,9 @@ def trained_policy(preset: str, steps: int, args: argparse.Namespace) -> tuple[P
             steps=steps,
             batch_size=TRAIN_BATCH,
         )
-        t0 = time.perf_counter()
-        train(cfg)
-        info["train_s"] = round(time.perf_counter() - t0, 1)
-        info["cached"] = False
-    else:
-        info["cached"] = True
-    evals = [r for r in read_metrics(run_dir / "metrics.jsonl") if "eval/accuracy" in r]
-    if evals:
-        info["greedy_accuracy"] = evals[-1]["eval/accuracy"]
+
+    info = {**cached_sft(run_dir, steps, config, args.retrain), "steps": steps}
+    ckpt = info["checkpoint"]
     torch.set_num_threads(args.threads)  # train() sets it too; keep ours in force either way
     policy = load_pretrained(ckpt)
     policy.model.eval()
