@@ -3,20 +3,24 @@ per-test verdicts, and a worker pool. See ``docs/sandbox.md``."""
 
 from seqrl.sandbox.pool import run_many
 from seqrl.sandbox.runner import (
+    CommandResult,
     SandboxResult,
     SandboxUnavailable,
     TestRecord,
     available_layers,
     plain_equal,
+    run_command,
     run_python,
 )
 
 __all__ = [
+    "CommandResult",
     "SandboxResult",
     "SandboxUnavailable",
     "TestRecord",
     "available_layers",
     "plain_equal",
+    "run_command",
     "run_many",
     "run_python",
 ]

@@ -17,6 +17,12 @@ Executed by path as ``python -I -S _driver.py RESULT_FD`` inside the sandbox's n
 
 The driver never executes solution code itself. The plain-data codec below is shared with the
 parent (``seqrl.sandbox.runner`` imports it).
+
+**Command mode** (``run_command``): when *boot* holds ``argv``, the child drops privileges the same
+way and ``execve``s the command in ``cwd`` with the given environment (stdin ``/dev/null``; an
+optional report pipe as fd 3); the driver reaps every process that reparents to it (it is PID 1)
+until the command exits, then writes one nonce-stamped ``exec`` record (exit code or signal, or
+why ``execve`` failed). The command's output is data the caller treats as untrusted.
 """
 
 from __future__ import annotations
@@ -143,27 +149,30 @@ def _write_all(fd: int, data: bytes) -> None:
 
 
 # ----------------------------------------------------------------------------- solution child
+def _drop_privileges(uid: int, nproc: int | None) -> None:
+    """No groups, gid = uid = ``uid`` (unprivileged), RLIMIT_NPROC, ``no_new_privs``."""
+    import resource
+
+    os.setgroups([])
+    os.setgid(uid)
+    os.setuid(uid)
+    if nproc:
+        resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(38, 1, 0, 0, 0)  # PR_SET_NO_NEW_PRIVS
+    except Exception:
+        pass
+
+
 def _child_main(boot: dict, req_r: int, resp_w: int) -> None:
     """Runs in the forked child. Everything before ``exec(code, ...)`` is trusted set-up."""
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)  # the job message still waits in the stdin pipe: never let the child read it
     os.close(devnull)
-    uid = boot.get("uid")
-    if uid is not None:
-        import resource
-
-        os.setgroups([])
-        os.setgid(uid)
-        os.setuid(uid)
-        nproc = boot.get("nproc")
-        if nproc:
-            resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
-        try:
-            import ctypes
-
-            ctypes.CDLL(None, use_errno=True).prctl(38, 1, 0, 0, 0)  # PR_SET_NO_NEW_PRIVS
-        except Exception:
-            pass
+    if boot.get("uid") is not None:
+        _drop_privileges(boot["uid"], boot.get("nproc"))
     reader = _LineReader(req_r)
 
     def send(obj) -> None:
@@ -313,9 +322,82 @@ class _AssertRewriter(ast.NodeTransformer):
         return ast.copy_location(ast.Expr(call), node)
 
 
+REPORT_FD = 3  # where a command run with a report pipe finds it (``/dev/fd/3``)
+
+
+def _exec_main(boot: dict, result_fd: int) -> int:
+    """Command mode: fork, drop privileges, ``execve``; reap until it exits; one ``exec`` record."""
+    import fcntl
+
+    report_fd = boot.get("report_fd")
+    # exec-failure pipe, close-on-exec and above the report fd number: empty read == exec worked
+    err_r0, err_w0 = os.pipe()
+    err_r = fcntl.fcntl(err_r0, fcntl.F_DUPFD_CLOEXEC, 10)
+    err_w = fcntl.fcntl(err_w0, fcntl.F_DUPFD_CLOEXEC, 10)
+    os.close(err_r0)
+    os.close(err_w0)
+    pid = os.fork()
+    if pid == 0:  # ---- the command
+        try:
+            os.close(result_fd)
+            os.close(err_r)
+            devnull = os.open(os.devnull, os.O_RDONLY)
+            os.dup2(devnull, 0)  # the job message still waits in the stdin pipe
+            os.close(devnull)
+            if report_fd is not None:
+                if report_fd != REPORT_FD:
+                    os.dup2(report_fd, REPORT_FD)  # dup2 makes it inheritable
+                    os.close(report_fd)
+                else:
+                    os.set_inheritable(REPORT_FD, True)
+            if boot.get("uid") is not None:
+                _drop_privileges(boot["uid"], boot.get("nproc"))
+            os.chdir(boot["cwd"])
+            argv = boot["argv"]
+            os.execve(argv[0], argv, boot["env"])
+        except BaseException as e:
+            try:
+                os.write(err_w, f"{type(e).__name__}: {e}".encode("utf-8", "replace")[:2000])
+            finally:
+                os._exit(127)
+    # ---- trusted driver
+    boot.clear()
+    if report_fd is not None:
+        os.close(report_fd)
+    os.close(err_w)
+    job = read_msg(0)
+    nonce = job["nonce"]
+    exec_err = b""
+    while chunk := os.read(err_r, 4096):
+        exec_err += chunk
+    os.close(err_r)
+    status = None
+    while status is None:  # PID 1: reap whatever reparents to us until the command itself exits
+        try:
+            p, st = os.wait()
+        except ChildProcessError:
+            break
+        except InterruptedError:
+            continue
+        if p == pid:
+            status = st
+    rec = {"type": "exec", "ok": not exec_err, "nonce": nonce}
+    if exec_err:
+        rec["msg"] = exec_err.decode("utf-8", "replace")
+    if status is not None:
+        if os.WIFSIGNALED(status):
+            rec["signal"] = os.WTERMSIG(status)
+        else:
+            rec["code"] = os.WEXITSTATUS(status)
+    _write_all(result_fd, (json.dumps(rec) + "\n").encode())
+    return 0
+
+
 def main(argv: list[str]) -> int:
     result_fd = int(argv[1])
     boot = read_msg(0)
+    if boot.get("argv") is not None:
+        return _exec_main(boot, result_fd)
     req_r, req_w = os.pipe()
     resp_r, resp_w = os.pipe()
     pid = os.fork()

@@ -271,6 +271,37 @@ def run_python(
         io_args.append(list(case[0]))
         io_expected.append(case[1])
 
+    nonce = secrets.token_hex(16)
+    job = {"nonce": nonce, "entry_point": entry_point, "io": io_args if io_cases is not None else None,
+           "tests": tests}
+    run = _launch({"solution": solution}, job, cwd=None, env=None, writable=(), report_cap=None,
+                  timeout_s=timeout_s, cpu_s=cpu_s, memory_mb=memory_mb, max_output_bytes=max_output_bytes,
+                  max_file_bytes=max_file_bytes, max_procs=max_procs, allow_unconfined=allow_unconfined)
+    return _verdict(run.res, nonce, io_expected if io_cases is not None else None, float_tol, run.timed_out,
+                    run.returncode, run.out, run.err, run.elapsed, run.layers)
+
+
+@dataclass
+class _Launched:
+    out: str
+    err: str
+    res: bytes
+    report: bytes
+    report_dropped: int
+    timed_out: bool
+    returncode: int | None
+    elapsed: float
+    layers: list[str]
+
+
+def _launch(boot: dict, job: dict, *, cwd: str | None, env: dict | None, writable, report_cap: int | None,
+            timeout_s: float, cpu_s: float | None, memory_mb: int, max_output_bytes: int, max_file_bytes: int,
+            max_procs: int, allow_unconfined: bool) -> _Launched:
+    """One confined run of the driver (both modes): layers, scratch dir, cgroup, rlimits, pump, kill.
+
+    The scratch dir (``HOME``) is fresh, owned by the run's uid and removed afterwards; it is the
+    working directory unless ``cwd`` is given. ``writable`` trees are handed to the uid for the
+    run and back to root afterwards (symlinks are never followed)."""
     unshare = _unshare_cmd()
     layers = ["rlimits"]
     if unshare is None:
@@ -288,11 +319,14 @@ def run_python(
     workdir = tempfile.mkdtemp(prefix="seqrl-sbx-")
     cg: Path | None = None
     proc: subprocess.Popen | None = None
-    nonce = secrets.token_hex(16)
     t_start = time.monotonic()
+    owned = []
     try:
         if uid is not None:
             os.chown(workdir, uid, uid)
+            for tree in writable:
+                _chown_tree(tree, uid)
+                owned.append(tree)
         cg = _make_cgroup(max_procs + 3) if unshare else None  # + unshare, driver, solution process
         if cg is not None:
             layers.append("pids_cgroup")
@@ -314,29 +348,143 @@ def run_python(
                 resource.setrlimit(resource.RLIMIT_NPROC, (nproc_unconfined, nproc_unconfined))
 
         res_r, res_w = os.pipe()
+        rep_r = rep_w = None
+        if report_cap is not None:
+            rep_r, rep_w = os.pipe()
+            if uid is not None:  # the uid reopens it as /dev/fd/3 (a pipe inode is 0600, owner checked)
+                os.fchown(rep_w, uid, uid)
+        pass_fds = (res_w,) if rep_w is None else (res_w, rep_w)
         cmd = [*(unshare or ()), _sandbox_python() if unshare else sys.executable, "-I", "-S", str(DRIVER), str(res_w)]
         try:
             proc = subprocess.Popen(
                 cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                cwd=workdir, env=_scrubbed_env(workdir), pass_fds=(res_w,), start_new_session=True,
+                cwd=workdir, env=_scrubbed_env(workdir), pass_fds=pass_fds, start_new_session=True,
                 preexec_fn=preexec,
             )
         finally:
             os.close(res_w)
-        boot = {"solution": solution, "uid": uid, "nproc": max_procs if uid is not None else None}
-        job = {"nonce": nonce, "entry_point": entry_point, "io": io_args if io_cases is not None else None,
-               "tests": tests}
-        out, err, res, timed_out = _pump(proc, frame(boot) + frame(job), res_r,
-                                         deadline=t_start + timeout_s, cap=max_output_bytes)
+            if rep_w is not None:
+                os.close(rep_w)
+        boot = {**boot, "uid": uid, "nproc": max_procs if uid is not None else None}
+        if "argv" in boot:
+            boot["cwd"] = cwd or workdir
+            boot["env"] = {**_scrubbed_env(workdir), "TMPDIR": workdir, **(env or {})}
+            boot["report_fd"] = rep_w
+        extra = {rep_r: report_cap} if rep_r is not None else {}
+        out, err, res, more, timed_out = _pump(proc, frame(boot) + frame(job), res_r,
+                                               deadline=t_start + timeout_s, cap=max_output_bytes, extra=extra)
     finally:
         if proc is not None:
             _kill_tree(proc)
         if cg is not None:
             _destroy_cgroup(cg)
         shutil.rmtree(workdir, ignore_errors=True)
-    elapsed = time.monotonic() - t_start
-    return _verdict(res, nonce, io_expected if io_cases is not None else None, float_tol, timed_out,
-                    proc.returncode if proc else None, out, err, elapsed, layers)
+        for tree in owned:
+            _chown_tree(tree, 0)
+    report, dropped = more.get(rep_r, (b"", 0)) if rep_r is not None else (b"", 0)
+    return _Launched(out, err, res, report, dropped, timed_out, proc.returncode if proc else None,
+                     time.monotonic() - t_start, layers)
+
+
+def _chown_tree(root: str | os.PathLike, uid: int) -> None:
+    """``lchown`` a directory tree to ``uid:uid`` without following any symlink (no process runs in it)."""
+    os.lchown(root, uid, uid)
+    for dirpath, dirnames, filenames in os.walk(root):  # followlinks=False: symlinked dirs are not entered
+        for name in dirnames + filenames:
+            try:
+                os.lchown(os.path.join(dirpath, name), uid, uid)
+            except FileNotFoundError:
+                pass
+
+
+@dataclass
+class CommandResult:
+    """Outcome of :func:`run_command`. Everything in it came from untrusted code: treat it as data.
+
+    status: ``ok`` (the command exited; see ``returncode``), ``timeout`` (wall clock or RLIMIT_CPU),
+            ``killed`` (died by another signal), ``error`` (``execve`` failed or the sandbox broke).
+    report: what the command wrote to fd 3 (``/dev/fd/3``) when run with ``report=True``, at most
+            ``max_report_bytes``; ``report_truncated`` says whether more was written.
+    """
+
+    status: str
+    returncode: int | None
+    signal: int | None
+    stdout: str = ""
+    stderr: str = ""
+    report: bytes = b""
+    report_truncated: bool = False
+    elapsed_s: float = 0.0
+    layers: list[str] = field(default_factory=list)
+    reason: str = ""
+
+
+def run_command(
+    argv: list[str],
+    *,
+    cwd: str | os.PathLike,
+    timeout_s: float = 30.0,
+    cpu_s: float | None = None,
+    memory_mb: int = 1024,
+    max_output_bytes: int = 64_000,
+    max_file_bytes: int = 10_000_000,
+    max_procs: int = 32,
+    env: dict[str, str] | None = None,
+    writable: tuple | list = (),
+    report: bool = False,
+    max_report_bytes: int = 4 << 20,
+    allow_unconfined: bool = False,
+) -> CommandResult:
+    """Run ``argv`` (an executable path and its arguments, no shell) in the sandbox, in ``cwd``.
+
+    The same layers and limits as :func:`run_python` (namespaces, fresh uid, pids cgroup, rlimits,
+    output caps, whole-tree kill); the environment is the scrubbed one plus ``TMPDIR`` (the fresh
+    scratch dir, also ``HOME``) plus ``env``. ``cwd`` must be reachable by an unprivileged uid (world
+    ``x`` on every directory above it); the command can write only where an unprivileged uid can,
+    plus the ``writable`` trees, which are ``lchown``-ed to the run's uid before the run and back to
+    root afterwards. ``report=True`` gives the command a pipe as fd 3 (``/dev/fd/3``) whose bytes come
+    back in ``CommandResult.report`` (capped at ``max_report_bytes``) — a channel, not a trust
+    boundary: anything the command runs can write to it.
+    """
+    if not (isinstance(argv, (list, tuple)) and argv and all(isinstance(a, str) for a in argv)):
+        raise ValueError(f"run_command: argv must be a non-empty list of strings (got {argv!r:.80})")
+    if not os.path.isabs(argv[0]):
+        raise ValueError(f"run_command: argv[0] must be an absolute path (got {argv[0]!r}); there is no PATH lookup")
+    if timeout_s <= 0:
+        raise ValueError(f"run_command: timeout_s must be > 0 (got {timeout_s})")
+    if not os.path.isdir(cwd):
+        raise ValueError(f"run_command: cwd {str(cwd)!r} is not a directory")
+    nonce = secrets.token_hex(16)
+    run = _launch({"argv": list(argv)}, {"nonce": nonce}, cwd=os.fspath(cwd), env=env, writable=writable,
+                  report_cap=max_report_bytes if report else None, timeout_s=timeout_s, cpu_s=cpu_s,
+                  memory_mb=memory_mb, max_output_bytes=max_output_bytes, max_file_bytes=max_file_bytes,
+                  max_procs=max_procs, allow_unconfined=allow_unconfined)
+    rec = None
+    for line in run.res.split(b"\n"):
+        try:
+            r = json.loads(line)
+        except ValueError:
+            continue
+        if type(r) is dict and r.get("nonce") == nonce and r.get("type") == "exec":
+            rec = r
+    code = sig = None
+    if rec is not None:
+        code = rec.get("code") if type(rec.get("code")) is int else None
+        sig = rec.get("signal") if type(rec.get("signal")) is int else None
+    if run.timed_out:
+        status, reason = "timeout", f"wall-clock timeout after {timeout_s} s"
+    elif rec is None:
+        status, reason = "error", f"sandbox ended without an exit record (exit {run.returncode}); stderr: {run.err[-300:]}"
+    elif not rec.get("ok"):
+        status, reason = "error", f"cannot execute {argv[0]}: {str(rec.get('msg', ''))[:300]}"
+    elif sig == signal.SIGXCPU:
+        status, reason = "timeout", "CPU time limit"
+    elif sig is not None:
+        status, reason = "killed", f"killed by signal {sig}"
+    else:
+        status, reason = "ok", ""
+    return CommandResult(status, code, sig, run.out, run.err, run.report, run.report_dropped > 0, run.elapsed,
+                         run.layers, reason)
 
 
 def _count_own_processes() -> int:
@@ -367,13 +515,15 @@ def _kill_tree(proc: subprocess.Popen) -> None:
             pass
 
 
-def _pump(proc, stdin_data: bytes, res_r: int, deadline: float, cap: int):
-    """One select loop: feed stdin, drain stdout/stderr (keep ``cap`` bytes each) and the result pipe."""
+def _pump(proc, stdin_data: bytes, res_r: int, deadline: float, cap: int, extra: dict[int, int] | None = None):
+    """One select loop: feed stdin, drain stdout/stderr (keep ``cap`` bytes each), the result pipe and
+    any ``extra`` pipes (fd → cap; returned as fd → (bytes, bytes dropped), and closed)."""
     sel = selectors.DefaultSelector()
     bufs: dict[int, bytearray] = {}
     caps: dict[int, int] = {}
     dropped: dict[int, int] = {}
-    for fd, c in ((proc.stdout.fileno(), cap), (proc.stderr.fileno(), cap), (res_r, _RESULT_CAP)):
+    extra = extra or {}
+    for fd, c in ((proc.stdout.fileno(), cap), (proc.stderr.fileno(), cap), (res_r, _RESULT_CAP), *extra.items()):
         os.set_blocking(fd, False)
         sel.register(fd, selectors.EVENT_READ)
         bufs[fd], caps[fd], dropped[fd] = bytearray(), c, 0
@@ -381,7 +531,7 @@ def _pump(proc, stdin_data: bytes, res_r: int, deadline: float, cap: int):
     os.set_blocking(in_fd, False)
     pending = memoryview(stdin_data)
     sel.register(in_fd, selectors.EVENT_WRITE)
-    readers = 3
+    readers = 3 + len(extra)
     timed_out = False
     exited_at = None
     try:
@@ -423,12 +573,15 @@ def _pump(proc, stdin_data: bytes, res_r: int, deadline: float, cap: int):
     finally:
         sel.close()
         os.close(res_r)
+        for fd in extra:
+            os.close(fd)
 
     def text(fd: int) -> str:
         s = bufs[fd].decode("utf-8", errors="replace")
         return s + (f"\n[... {dropped[fd]} bytes truncated]" if dropped[fd] else "")
 
-    return text(proc.stdout.fileno()), text(proc.stderr.fileno()), bytes(bufs[res_r]), timed_out
+    more = {fd: (bytes(bufs[fd]), dropped[fd]) for fd in extra}
+    return text(proc.stdout.fileno()), text(proc.stderr.fileno()), bytes(bufs[res_r]), more, timed_out
 
 
 def _verdict(res: bytes, nonce: str, expected: list | None, float_tol: float, timed_out: bool,
