@@ -22,6 +22,9 @@ _LAZY = {
     "make_length_reward": "seqrl.rewards.length",
     "make_soft_overlong_reward": "seqrl.rewards.length",
     "soft_overlong_reward": "seqrl.rewards.length",
+    "CodeAgentReward": "seqrl.rewards.code_agent",
+    "CodeAgentRewardFunction": "seqrl.rewards.code_agent",
+    "score_code_agent": "seqrl.rewards.code_agent",
 }
 
 __all__ = ["RewardResult", *_LAZY]

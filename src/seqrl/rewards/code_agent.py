@@ -1,0 +1,733 @@
+"""Code-agent trajectory reward: apply the agent's final diff to a repository snapshot in the
+sandbox, run the snapshot's own tests there, score tests + patch quality − an action penalty.
+
+Inputs (`CodeAgentReward.score`): a repository snapshot (a directory, never modified), the issue
+text, the agent's actions (a list, or their count), the final unified diff, and the test command
+(``pytest ARGS`` or ``python -m pytest ARGS``). Steps, each in a fresh throwaway directory:
+
+1. **Screen the diff** in this process (never raises): text, at most ``max_patch_bytes``, not
+   empty, no NUL bytes, no ``GIT binary patch``, has a file header. Anything else scores 0 with
+   the reason.
+2. **Collect the pristine tests** once per (snapshot contents, test command): ``pytest
+   --collect-only`` on a copy of the untouched snapshot, in the sandbox. The collected node ids
+   are the tests that count; a test the patched run does not report counts as failed.
+3. **Apply** the diff with ``git apply`` *inside the sandbox* (an unprivileged uid, no network) on
+   a fresh copy (``.git`` and byte-code left out); it does not apply → 0 with git's message.
+4. **Sanitise** (here, as root, with nothing running in the tree): a patch that creates a symlink
+   or a compiled file (``*.pyc``, ``*.so``, ``__pycache__``) is rejected (0); every file is made
+   root-owned and not writable by the sandbox uid.
+5. **Restore the test harness**: every *protected* path — files under ``tests/``, ``test/``,
+   ``testing/`` directories, ``test_*.py``, ``*_test.py``, any ``conftest.py``, and the root
+   configuration files pytest reads (``pytest.ini``, ``pyproject.toml``, ``tox.ini``,
+   ``setup.cfg`` …) — that the patch added, changed or deleted is put back as it is in the
+   snapshot (added ones are removed). Test edits are thereby worthless, not punished: an agent
+   that writes a reproduction test loses nothing, and a patch that only edits tests scores the
+   snapshot's own (failing) tests. ``test_edit_penalty`` can punish them as well.
+6. **Run the tests** in the sandbox on the patched copy: the trusted entry script
+   (`seqrl/sandbox/_pytest_entry.py`) runs pytest with plugin autoloading off, the snapshot's
+   config file, ``--rootdir``/``--confcutdir`` pinned to the copy, and the JUnit XML report on a
+   pipe (fd 3). The report is parsed **here**, as untrusted data: size cap, no DOCTYPE/entities,
+   exactly one suite, the guard's ``seqrl_integrity`` stamp with this run's nonce, pytest's exit
+   status consistent with the outcomes, and counts taken over the pristine collection only.
+
+Score (weights are fields)::
+
+    tests   = 1.0 if every pristine test passed else partial_credit · passed / total
+    size    = 1 if changed_lines ≤ size_free_lines, linear to 0 at size_zero_lines
+    parses  = fraction of the changed (non-test) Python files that parse (1 when none)
+    total   = w_tests·tests + w_size·size + w_parses·parses
+              − min(action_penalty · n_actions, max_action_penalty) + test_edit_penalty·[tests touched]
+
+``changed_lines`` counts the diff's ``+``/``-`` lines outside protected paths. A patch that
+references the harness (``pytest``, ``_pytest``, ``pluggy``, ``junit``, ``conftest``) in lines it
+adds outside protected paths gets no test reward (``forbid_harness_refs``; a heuristic, see
+``docs/sandbox.md``). Every part is in ``RewardResult.parts``; the reason names the first failure.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import json
+import os
+import re
+import secrets
+import shlex
+import shutil
+import stat
+import tempfile
+import threading
+import xml.etree.ElementTree as ET
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+from seqrl.data.base import Problem
+from seqrl.rewards.base import RewardResult
+from seqrl.sandbox import SandboxUnavailable, run_command
+from seqrl.sandbox import runner as _runner
+
+ENTRY = Path(_runner.__file__).with_name("_pytest_entry.py")
+GIT = "/usr/bin/git"
+TEST_DIRS = ("tests", "test", "testing")
+TEST_FILE_PATTERNS = ("test_*.py", "*_test.py", "conftest.py")
+HARNESS_FILES = ("pytest.ini", ".pytest.ini", "pytest.toml", ".pytest.toml", "pyproject.toml", "tox.ini",
+                 "setup.cfg")
+_COMPILED = re.compile(r"\.(pyc|pyo|so|pyd|dylib)$|(^|/)__pycache__(/|$)")
+_HARNESS_REF = re.compile(r"pytest|pluggy|junit|conftest", re.I)
+_HEADER = re.compile(r"^(diff --git |--- |\+\+\+ )", re.M)
+_SKIP_COPY = shutil.ignore_patterns(".git", "__pycache__", "*.pyc", "*.pyo", ".pytest_cache")
+_FORBIDDEN_ARGS = ("--junitxml", "--junit-xml", "--junit-prefix", "--rootdir", "-c", "--config-file",
+                   "--confcutdir", "--collect-only", "--co", "--debug", "-p")
+PARTS = ("applies", "tests", "pass_frac", "passed", "total", "size", "changed_lines", "parses", "actions",
+         "action_penalty", "test_files_touched", "harness_refs")
+
+
+# ----------------------------------------------------------------------------- helpers (pure)
+def parse_test_cmd(test_cmd: str) -> list[str]:
+    """The pytest arguments of a test command (``pytest ARGS`` / ``python -m pytest ARGS``).
+
+    >>> parse_test_cmd("python -m pytest -q tests/test_pricing.py")
+    ['-q', 'tests/test_pricing.py']
+    >>> parse_test_cmd("pytest")
+    []
+    """
+    if not isinstance(test_cmd, str) or not test_cmd.strip():
+        raise ValueError(f"code-agent reward: test_cmd must be a non-empty string (got {test_cmd!r:.80})")
+    try:
+        words = shlex.split(test_cmd)
+    except ValueError as e:
+        raise ValueError(f"code-agent reward: test_cmd {test_cmd!r}: {e}") from e
+    head = os.path.basename(words[0])
+    if head in ("pytest", "py.test"):
+        args = words[1:]
+    elif re.fullmatch(r"python(3(\.\d+)?)?", head) and words[1:3] == ["-m", "pytest"]:
+        args = words[3:]
+    else:
+        raise ValueError(f"code-agent reward: test_cmd must run pytest ('pytest ARGS' or 'python -m pytest "
+                         f"ARGS'), got {test_cmd!r}")
+    for a in args:
+        name = a.split("=", 1)[0]
+        if name in _FORBIDDEN_ARGS:
+            raise ValueError(f"code-agent reward: test_cmd may not set {name} (the reward sets the report, "
+                             f"rootdir, config file and plugins itself): {test_cmd!r}")
+    return args
+
+
+def is_protected(rel: str, test_dirs=TEST_DIRS, patterns=TEST_FILE_PATTERNS, harness_files=HARNESS_FILES) -> bool:
+    """Whether a repository-relative POSIX path belongs to the test harness (restored from the snapshot).
+
+    >>> [is_protected(p) for p in ("tests/a.py", "pkg/test_x.py", "pkg/conftest.py", "setup.cfg", "pkg/mod.py")]
+    [True, True, True, True, False]
+    """
+    from fnmatch import fnmatchcase
+
+    parts = rel.split("/")
+    if any(p in test_dirs for p in parts[:-1]):
+        return True
+    if any(fnmatchcase(parts[-1], pat) for pat in patterns):
+        return True
+    return len(parts) == 1 and parts[0] in harness_files
+
+
+def _strip_path(p: str) -> str | None:
+    p = p.split("\t", 1)[0].strip()
+    if len(p) >= 2 and p[0] == p[-1] == '"':
+        p = p[1:-1]
+    if p == "/dev/null" or not p:
+        return None
+    return p[2:] if p[:2] in ("a/", "b/") else p
+
+
+def scan_diff(diff: str) -> dict[str, list[list[str]]]:
+    """Per file path (prefix ``a/``/``b/`` stripped): ``[added lines, removed lines]`` in its hunks.
+
+    >>> scan_diff("--- a/m.py\\n+++ b/m.py\\n@@ -1 +1 @@\\n-x = 1\\n+x = 2\\n")
+    {'m.py': [['x = 2'], ['x = 1']]}
+    """
+    out: dict[str, list[list[str]]] = {}
+    lines = diff.splitlines()
+    current, in_hunk = None, False
+    for i, line in enumerate(lines):
+        nxt = lines[i + 1] if i + 1 < len(lines) else ""
+        if line.startswith("diff --git "):
+            current, in_hunk = None, False
+            continue
+        if line.startswith("--- ") and (not in_hunk or nxt.startswith("+++ ")):
+            current, in_hunk = _strip_path(line[4:]), False
+            continue
+        if line.startswith("+++ ") and not in_hunk:
+            current = _strip_path(line[4:]) or current
+            continue
+        if line.startswith("@@"):
+            in_hunk = True
+            continue
+        if in_hunk and current is not None and line[:1] in ("+", "-"):
+            out.setdefault(current, [[], []])[0 if line[0] == "+" else 1].append(line[1:])
+    return out
+
+
+def find_inifile(repo: Path) -> str | None:
+    """The configuration file pytest would use at the snapshot's root (relative name), if any."""
+    checks = (("pytest.toml", None), (".pytest.toml", None), ("pytest.ini", None), (".pytest.ini", None),
+              ("pyproject.toml", "[tool.pytest"), ("tox.ini", "[pytest]"), ("setup.cfg", "[tool:pytest]"))
+    for name, marker in checks:
+        f = repo / name
+        if f.is_file() and not f.is_symlink():
+            if marker is None:
+                return name
+            try:
+                if marker in f.read_text(encoding="utf-8", errors="replace"):
+                    return name
+            except OSError:
+                continue
+    return None
+
+
+@dataclass
+class JUnitReport:
+    """Outcomes parsed from an untrusted JUnit XML report: (classname, name) → passed?"""
+
+    outcomes: dict[tuple[str, str], bool]
+    integrity: list[str]
+    any_failed: bool
+
+
+def parse_junit(data: bytes) -> JUnitReport:
+    """Parse pytest's JUnit XML (untrusted): raises ValueError with a reason on anything odd."""
+    if not data.strip():
+        raise ValueError("empty test report")
+    if b"<!DOCTYPE" in data or b"<!ENTITY" in data:
+        raise ValueError("test report rejected: DOCTYPE/ENTITY declarations")
+    try:
+        root = ET.fromstring(data)
+    except ET.ParseError as e:
+        raise ValueError(f"malformed test report: {e}") from e
+    if root.tag == "testsuites":
+        suites = list(root)
+    elif root.tag == "testsuite":
+        suites = [root]
+    else:
+        raise ValueError(f"malformed test report: root element <{root.tag[:40]}>")
+    if len(suites) != 1 or suites[0].tag != "testsuite":
+        raise ValueError(f"malformed test report: {len(suites)} suites (expected one <testsuite>)")
+    suite = suites[0]
+    integrity = [p.get("value", "") for props in suite.findall("properties") for p in props.findall("property")
+                 if p.get("name") == "seqrl_integrity"]
+    outcomes: dict[tuple[str, str], bool] = {}
+    any_failed = False
+    for case in suite.iter("testcase"):
+        key = (case.get("classname", ""), case.get("name", ""))
+        bad = any(child.tag in ("failure", "error", "skipped") for child in case)
+        any_failed |= any(child.tag in ("failure", "error") for child in case)
+        outcomes[key] = outcomes.get(key, True) and not bad
+    return JUnitReport(outcomes, integrity, any_failed)
+
+
+# ----------------------------------------------------------------------------- the tree work (root)
+def _walk_files(root: Path, skip: bool = True) -> dict[str, os.stat_result]:
+    """relpath → lstat of every non-directory entry (symlinks not followed, not entered). ``skip``:
+    leave out what the copy leaves out (``.git``, ``__pycache__``, ``.pytest_cache``, byte-code)."""
+    out = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        if skip:
+            dirnames[:] = [d for d in dirnames if d not in (".git", "__pycache__", ".pytest_cache")]
+            filenames = [f for f in filenames if not f.endswith((".pyc", ".pyo"))]
+        for name in filenames + [d for d in dirnames if os.path.islink(os.path.join(dirpath, d))]:
+            full = os.path.join(dirpath, name)
+            out[os.path.relpath(full, root).replace(os.sep, "/")] = os.lstat(full)
+    return out
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    import filecmp
+
+    return filecmp.cmp(a, b, shallow=False)
+
+
+def _read_capped(path: Path, cap: int) -> bytes | None:
+    """Read a regular file without following a symlink; None when it is not one or exceeds ``cap``."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > cap:
+            return None
+        chunks, got = [], 0
+        while got <= cap:
+            b = os.read(fd, 1 << 16)
+            if not b:
+                break
+            chunks.append(b)
+            got += len(b)
+        return b"".join(chunks) if got <= cap else None
+    finally:
+        os.close(fd)
+
+
+def _seal(root: Path) -> None:
+    """Root-owned, and not writable by anyone else: dirs 0755, files 0644 / 0755 (symlinks untouched)."""
+    is_root = os.geteuid() == 0
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in [*dirnames, *filenames, None]:
+            full = dirpath if name is None else os.path.join(dirpath, name)
+            st = os.lstat(full)
+            if stat.S_ISLNK(st.st_mode):
+                continue
+            if is_root:
+                os.lchown(full, 0, 0)
+            mode = 0o755 if stat.S_ISDIR(st.st_mode) or st.st_mode & 0o111 else 0o644
+            os.chmod(full, mode)
+
+
+def _ensure_dir(root: Path, rel_dir: str) -> None:
+    """Make ``root/rel_dir`` a real directory, replacing any file that sits on the way."""
+    cur = root
+    for part in [p for p in rel_dir.split("/") if p]:
+        cur = cur / part
+        if cur.is_symlink() or (cur.exists() and not cur.is_dir()):
+            cur.unlink()
+        if not cur.exists():
+            cur.mkdir(mode=0o755)
+
+
+def _remove(path: Path) -> None:
+    if path.is_symlink() or path.is_file():
+        path.unlink()
+    elif path.is_dir():
+        shutil.rmtree(path)
+
+
+@lru_cache(maxsize=8)
+def _probe_pytest(python: str, paths: tuple[str, ...]) -> str:
+    """'' when ``python`` imports pytest from ``paths`` as an unprivileged uid, else why not."""
+    import subprocess
+
+    code = f"import sys; sys.path[:0] = {list(paths)!r}; import pytest, _pytest.junitxml"
+    kw = dict(user=65534, group=65534, extra_groups=[]) if os.geteuid() == 0 else {}
+    try:
+        r = subprocess.run([python, "-I", "-S", "-B", "-c", code], capture_output=True, timeout=60, cwd="/",
+                           env={"PATH": "/usr/bin:/bin"}, **kw)
+    except (OSError, subprocess.SubprocessError) as e:
+        return f"{python}: {e}"
+    return "" if r.returncode == 0 else r.stderr.decode(errors="replace")[-300:]
+
+
+def default_pytest_path() -> tuple[str, ...]:
+    """Directories holding pytest and its dependencies for this interpreter (the trainer's venv)."""
+    import importlib.util
+
+    dirs = []
+    for mod in ("pytest", "_pytest", "pluggy", "iniconfig", "packaging", "pygments"):
+        spec = importlib.util.find_spec(mod)
+        if spec is None or not spec.origin:
+            continue
+        d = str(Path(spec.origin).resolve().parent.parent)
+        if d not in dirs:
+            dirs.append(d)
+    return tuple(dirs)
+
+
+# ----------------------------------------------------------------------------- the reward
+@dataclass
+class CodeAgentReward:
+    """Code-agent trajectory reward; an instance is also a reward function ``(problems, completions)``.
+
+    See the module docstring for the procedure and the formula.
+    """
+
+    w_tests: float = 1.0
+    """Weight of the test reward (1 when all pristine tests pass, else partial_credit · fraction)."""
+    partial_credit: float = 0.5
+    """Factor of the passed fraction when not every test passes."""
+    w_size: float = 0.1
+    """Weight of the size part."""
+    w_parses: float = 0.1
+    """Weight of the fraction of changed (non-test) Python files that parse."""
+    action_penalty: float = 0.01
+    """Subtracted per action of the trajectory."""
+    max_action_penalty: float = 0.2
+    """Cap of the total action penalty."""
+    test_edit_penalty: float = 0.0
+    """Weight (≤ 0 to punish) of the indicator that the patch touched protected (test) paths."""
+    size_free_lines: int = 40
+    """Changed lines (outside tests) at or below which size = 1."""
+    size_zero_lines: int = 400
+    """Changed lines at which size reaches 0."""
+    forbid_harness_refs: bool = True
+    """No test reward when added non-test lines mention pytest/_pytest/pluggy/junit/conftest."""
+    timeout_s: float = 60.0
+    """Sandbox wall-clock limit of one pytest run (collection or tests)."""
+    apply_timeout_s: float = 20.0
+    """Sandbox wall-clock limit of ``git apply``."""
+    memory_mb: int = 2048
+    """RLIMIT_AS per process of the pytest run."""
+    max_procs: int = 32
+    """Processes the tests may start (pids cgroup / RLIMIT_NPROC)."""
+    max_patch_bytes: int = 1_000_000
+    """Diffs larger than this (UTF-8) score 0."""
+    max_report_bytes: int = 8 << 20
+    """A JUnit report larger than this earns no test reward."""
+    max_tree_files: int = 20_000
+    """A patched tree with more files is rejected."""
+    max_source_bytes: int = 2_000_000
+    """Changed Python files larger than this count as not parsing."""
+    git_apply_args: tuple[str, ...] = ("--recount", "--whitespace=nowarn")
+    """Extra ``git apply`` options (``--recount``: ignore hunk-header line counts, which models get wrong)."""
+    test_dirs: tuple[str, ...] = TEST_DIRS
+    """Directory names whose contents are protected (restored from the snapshot)."""
+    test_file_patterns: tuple[str, ...] = TEST_FILE_PATTERNS
+    """File-name patterns that are protected anywhere."""
+    harness_files: tuple[str, ...] = HARNESS_FILES
+    """Root-level files that are protected (pytest configuration)."""
+    python: str | None = None
+    """Interpreter for pytest in the sandbox (default: the sandbox's stdlib interpreter)."""
+    python_path: tuple[str, ...] | None = None
+    """Directories with pytest and its dependencies, readable by the sandbox uid (default: this venv's)."""
+    max_workers: int = 2
+    """Trajectories scored at once by the batch interface."""
+    allow_unconfined: bool = False
+    """Run with rlimits only when the sandbox namespaces are unavailable (weak: see docs/sandbox.md)."""
+
+    def __post_init__(self) -> None:
+        if self.size_zero_lines <= self.size_free_lines:
+            raise ValueError(f"code-agent reward: size_zero_lines must be > size_free_lines "
+                             f"(got {self.size_zero_lines} <= {self.size_free_lines})")
+        for name in ("timeout_s", "apply_timeout_s"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"code-agent reward: {name} must be > 0 (got {getattr(self, name)})")
+        if self.max_workers < 1:
+            raise ValueError(f"code-agent reward: max_workers must be >= 1 (got {self.max_workers})")
+        if not 0 <= self.partial_credit <= 1:
+            raise ValueError(f"code-agent reward: partial_credit must be in [0, 1] (got {self.partial_credit})")
+        self.__name__ = "code_agent"
+        self._lock = threading.Lock()
+        self._collected: dict[tuple, dict] = {}
+
+    # ------------------------------------------------------------------ reward-function interface
+    def __call__(self, problems: list[Problem], completions: list) -> list[RewardResult]:
+        """``problem.metadata``: ``repo`` (snapshot dir), ``test_cmd``; ``problem.prompt`` is the issue.
+        A completion is the final diff (str) or a mapping ``{"diff": str, "actions": list | int}``."""
+        if len(problems) != len(completions):
+            raise ValueError(f"code-agent reward: {len(problems)} problems for {len(completions)} completions")
+        jobs = []
+        for p, c in zip(problems, completions):
+            md = p.metadata or {}
+            for key in ("repo", "test_cmd"):
+                if not md.get(key):
+                    raise ValueError(f"code-agent reward: problem {p.uid!r} has no {key!r} in its metadata")
+            if isinstance(c, Mapping):
+                diff, actions = c.get("diff"), c.get("actions", ())
+            else:
+                diff, actions = c, ()
+            jobs.append((md["repo"], p.prompt, actions, diff, md["test_cmd"]))
+        if len(jobs) == 1 or self.max_workers == 1:
+            return [self.score(*j) for j in jobs]
+        with ThreadPoolExecutor(max_workers=min(self.max_workers, len(jobs))) as ex:
+            return list(ex.map(lambda j: self.score(*j), jobs))
+
+    # ------------------------------------------------------------------ one trajectory
+    def score(self, repo, issue: str, actions, diff, test_cmd: str) -> RewardResult:
+        """Score one trajectory. Raises only on a bad *task* (snapshot, test command, environment)."""
+        pytest_args = parse_test_cmd(test_cmd)
+        snapshot = Path(repo)
+        if not snapshot.is_dir():
+            raise ValueError(f"code-agent reward: repo {str(repo)!r} is not a directory")
+        python, paths = self._interpreter()
+        n_actions = _count_actions(actions)
+        parts = dict.fromkeys(PARTS, 0.0)
+        parts["actions"] = float(n_actions)
+        text, why = _screen_diff(diff, self.max_patch_bytes)
+        if why:
+            return RewardResult(0.0, why, parts)
+        collected = self._pristine_tests(snapshot, pytest_args, python, paths)
+        try:
+            return self._score_patch(snapshot, text, pytest_args, python, paths, collected, parts)
+        except SandboxUnavailable:
+            raise
+        except Exception as e:  # noqa: BLE001 — model output must never crash the trainer
+            return RewardResult(0.0, f"could not score the patch: {type(e).__name__}: {str(e)[:200]}", parts)
+
+    def _interpreter(self) -> tuple[str, tuple[str, ...]]:
+        python = self.python or _runner._sandbox_python()
+        paths = tuple(self.python_path) if self.python_path is not None else default_pytest_path()
+        why = _probe_pytest(python, paths)
+        if why:
+            raise SandboxUnavailable(f"code-agent reward: pytest is not importable by an unprivileged uid with "
+                                     f"{python} and python_path={list(paths)} (pass python= / python_path= "
+                                     f"readable by any uid): {why}")
+        return python, paths
+
+    def _protected(self, rel: str) -> bool:
+        return is_protected(rel, self.test_dirs, self.test_file_patterns, self.harness_files)
+
+    def _sandbox_kw(self) -> dict:
+        return dict(allow_unconfined=self.allow_unconfined)
+
+    # ------------------------------------------------------------------ pristine collection (cached)
+    def _pristine_tests(self, snapshot: Path, pytest_args: list[str], python: str, paths) -> dict:
+        files = _walk_files(snapshot)
+        h = hashlib.sha256()
+        for rel in sorted(files):
+            st = files[rel]
+            h.update(f"{rel}\0{st.st_size}\0{st.st_mtime_ns}\0{st.st_mode}\n".encode())
+        key = (str(snapshot.resolve()), tuple(pytest_args), python, paths, h.hexdigest())
+        with self._lock:
+            hit = self._collected.get(key)
+        if hit is not None:
+            return hit
+        base = Path(tempfile.mkdtemp(prefix="seqrl-agent-"))
+        try:
+            os.chmod(base, 0o711)
+            work = base / "repo"
+            shutil.copytree(snapshot, work, symlinks=True, ignore=_SKIP_COPY)
+            _seal(work)
+            run = self._pytest(base, work, "collect", pytest_args, python, paths, snapshot)
+        finally:
+            shutil.rmtree(base, ignore_errors=True)
+        tail = (run.stdout[-600:] + run.stderr[-300:]).strip()
+        if run.status != "ok":
+            raise ValueError(f"code-agent reward: collecting the tests of {snapshot} failed ({run.status}: "
+                             f"{run.reason}): {tail}")
+        try:
+            data = json.loads(run.report)
+            items = [(str(c), str(n)) for _, c, n in data["items"]]
+            errors = [str(p) for _, p in data["errors"]]
+        except (ValueError, KeyError, TypeError) as e:
+            raise ValueError(f"code-agent reward: collecting the tests of {snapshot} gave no usable list "
+                             f"(pytest exit {run.returncode}): {tail}") from e
+        if run.returncode not in (0, 1, 2):
+            raise ValueError(f"code-agent reward: `pytest {shlex.join(pytest_args)}` fails on the snapshot "
+                             f"{snapshot} (exit {run.returncode}): {tail}")
+        if not items and not errors:
+            raise ValueError(f"code-agent reward: `pytest {shlex.join(pytest_args)}` collects no tests in "
+                             f"{snapshot}")
+        result = {"items": items, "errors": errors, "inifile": find_inifile(snapshot),
+                  "conftests": sorted(r for r in files if r.rsplit("/", 1)[-1] == "conftest.py")}
+        with self._lock:
+            self._collected[key] = result
+        return result
+
+    def _pytest(self, base: Path, work: Path, mode: str, pytest_args, python, paths, snapshot: Path,
+                nonce: str = "", conftests=()):
+        entry = base / "entry.py"
+        if not entry.exists():
+            shutil.copyfile(ENTRY, entry)
+            os.chmod(entry, 0o644)
+        ini = find_inifile(snapshot)
+        if ini is None:
+            ini_path = base / "empty-pytest.ini"
+            ini_path.write_text("[pytest]\n")
+            os.chmod(ini_path, 0o644)
+        else:
+            ini_path = work / ini
+        cfg = json.dumps({"mode": mode, "paths": list(paths), "nonce": nonce, "conftests": list(conftests)})
+        argv = [python, "-I", "-S", "-B", str(entry), cfg, "-p", "no:cacheprovider",
+                "--continue-on-collection-errors", f"--rootdir={work}", f"--confcutdir={work}", "-c", str(ini_path),
+                "-o", "junit_family=xunit2", "-o", "junit_logging=no", *pytest_args]
+        env = {"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", "PYTHONDONTWRITEBYTECODE": "1", "COLUMNS": "120"}
+        return run_command(argv, cwd=work, timeout_s=self.timeout_s, memory_mb=self.memory_mb,
+                           max_procs=self.max_procs, env=env, report=True, max_report_bytes=self.max_report_bytes,
+                           max_output_bytes=32_000, **self._sandbox_kw())
+
+    # ------------------------------------------------------------------ the patch
+    def _score_patch(self, snapshot: Path, diff: str, pytest_args, python, paths, collected: dict,
+                     parts: dict) -> RewardResult:
+        base = Path(tempfile.mkdtemp(prefix="seqrl-agent-"))
+        try:
+            os.chmod(base, 0o711)
+            work = base / "repo"
+            shutil.copytree(snapshot, work, symlinks=True, ignore=_SKIP_COPY)
+            _seal(work)
+            patch = base / "patch.diff"
+            patch.write_bytes(diff.encode("utf-8", "surrogateescape"))
+            os.chmod(patch, 0o644)
+            # ---- 1. git apply, in the sandbox, as an unprivileged uid that owns the copy for the run
+            env = {"GIT_CEILING_DIRECTORIES": str(base), "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": "/dev/null",
+                   "GIT_TERMINAL_PROMPT": "0"}
+            ap = run_command([GIT, "apply", *self.git_apply_args, str(patch)], cwd=work, writable=[work], env=env,
+                             timeout_s=self.apply_timeout_s, memory_mb=1024, max_procs=8, max_output_bytes=16_000,
+                             max_file_bytes=10_000_000, **self._sandbox_kw())
+            if ap.status != "ok" or ap.returncode != 0:
+                msg = (ap.stderr.strip() or ap.stdout.strip() or ap.reason)[-300:]
+                return RewardResult(0.0, f"patch does not apply: {msg}" if ap.status == "ok"
+                                    else f"patch does not apply: git apply {ap.status}: {ap.reason}", parts)
+            parts["applies"] = 1.0
+            # ---- 2. sanitise (nothing runs in the tree now)
+            pristine = _walk_files(snapshot)
+            patched = _walk_files(work, skip=False)  # everything the patch created counts
+            if len(patched) > self.max_tree_files:
+                return RewardResult(0.0, f"patch rejected: {len(patched)} files in the patched tree "
+                                         f"(> {self.max_tree_files})", parts)
+            for rel, st in sorted(patched.items()):
+                if stat.S_ISLNK(st.st_mode):
+                    same = rel in pristine and stat.S_ISLNK(pristine[rel].st_mode) and \
+                        os.readlink(work / rel) == os.readlink(snapshot / rel)
+                    if not same:
+                        return RewardResult(0.0, f"patch rejected: it creates a symlink ({rel})", parts)
+                elif not stat.S_ISREG(st.st_mode):
+                    return RewardResult(0.0, f"patch rejected: {rel} is not a regular file", parts)
+                elif _COMPILED.search(rel):
+                    return RewardResult(0.0, f"patch rejected: it adds a compiled file ({rel})", parts)
+            _seal(work)
+            changed = sorted(r for r in set(pristine) | set(patched)
+                             if r not in pristine or r not in patched
+                             or not (stat.S_ISLNK(patched[r].st_mode) or _same_file(snapshot / r, work / r)))
+            if not changed:
+                return RewardResult(0.0, "patch changes nothing", parts)
+            touched = [r for r in changed if self._protected(r)]
+            source = [r for r in changed if not self._protected(r)]
+            parts["test_files_touched"] = float(len(touched))
+            if not source:
+                return RewardResult(0.0, "patch only changes test files (restored from the snapshot): "
+                                         + ", ".join(touched[:5]), parts)
+            # ---- 3. restore the test harness from the snapshot
+            for rel in touched:
+                _remove(work / rel)
+                if rel in pristine:
+                    _ensure_dir(work, rel.rsplit("/", 1)[0] if "/" in rel else "")
+                    if stat.S_ISLNK(pristine[rel].st_mode):
+                        os.symlink(os.readlink(snapshot / rel), work / rel)
+                    else:
+                        shutil.copy2(snapshot / rel, work / rel)
+            _seal(work)
+            # ---- 4. patch quality (here: parsing executes nothing)
+            scanned = scan_diff(diff)
+            lines = sum(len(a) + len(r) for p, (a, r) in scanned.items() if not self._protected(p))
+            parts["changed_lines"] = float(lines)
+            over = max(0, lines - self.size_free_lines)
+            parts["size"] = max(0.0, 1.0 - over / (self.size_zero_lines - self.size_free_lines))
+            py = [r for r in source if r.endswith(".py") and r in patched]
+            ok = 0
+            bad_file = ""
+            for rel in py:
+                data = _read_capped(work / rel, self.max_source_bytes)
+                try:
+                    if data is None:
+                        raise ValueError("too large or not a regular file")
+                    ast.parse(data, rel)
+                    ok += 1
+                except Exception as e:  # noqa: BLE001 — SyntaxError, ValueError (NUL), RecursionError, MemoryError
+                    bad_file = bad_file or f"{rel} does not parse: {type(e).__name__}: {getattr(e, 'msg', e)}"
+            parts["parses"] = ok / len(py) if py else 1.0
+            refs = [p for p, (added, _) in scanned.items() if not self._protected(p)
+                    and any(_HARNESS_REF.search(line) for line in added)]
+            parts["harness_refs"] = float(len(refs))
+            reasons = []
+            if touched:
+                reasons.append(f"test files restored from the snapshot: {', '.join(touched[:5])}")
+            if bad_file:
+                reasons.append(bad_file[:200])
+            # ---- 5. the tests
+            if refs and self.forbid_harness_refs:
+                reasons.insert(0, f"no test reward: the patch references the test harness outside tests "
+                                  f"({', '.join(refs[:3])})")
+            else:
+                nonce = secrets.token_hex(16)
+                run = self._pytest(base, work, "run", pytest_args, python, paths, snapshot, nonce,
+                                   collected["conftests"])
+                passed, total, why, failing = _tally(run, nonce, collected)
+                parts["passed"], parts["total"] = float(passed), float(total)
+                parts["pass_frac"] = passed / total if total else 0.0
+                if why:
+                    reasons.insert(0, why)
+                elif total and passed == total:
+                    parts["tests"] = 1.0
+                else:
+                    parts["tests"] = self.partial_credit * parts["pass_frac"]
+                    reasons.insert(0, f"{passed}/{total} tests passed; failing: {', '.join(failing[:3])}"
+                                      + (" …" if len(failing) > 3 else ""))
+        finally:
+            shutil.rmtree(base, ignore_errors=True)
+        if lines > self.size_free_lines:
+            reasons.append(f"{lines} changed lines (free up to {self.size_free_lines})")
+        penalty = min(self.action_penalty * parts["actions"], self.max_action_penalty)
+        parts["action_penalty"] = penalty
+        if penalty:
+            reasons.append(f"{int(parts['actions'])} actions (−{penalty:.3g})")
+        total_score = (self.w_tests * parts["tests"] + self.w_size * parts["size"] + self.w_parses * parts["parses"]
+                       - penalty + self.test_edit_penalty * float(bool(touched)))
+        return RewardResult(round(total_score, 12), "; ".join(reasons), parts)
+
+
+def _count_actions(actions) -> int:
+    if isinstance(actions, bool):
+        return 0
+    if isinstance(actions, int):
+        return max(0, actions)
+    if isinstance(actions, (str, bytes)) or actions is None:
+        return 0 if not actions else 1
+    try:
+        return len(actions) if isinstance(actions, Sequence) else sum(1 for _ in actions)
+    except Exception:  # noqa: BLE001
+        return 0
+
+
+def _screen_diff(diff, max_bytes: int) -> tuple[str, str]:
+    """``(diff text, "")`` when worth applying, else ``("", why)``. Never raises."""
+    if isinstance(diff, (bytes, bytearray)):
+        diff = bytes(diff).decode("utf-8", "replace")
+    if not isinstance(diff, str):
+        return "", f"no patch: the diff is a {type(diff).__name__}, not text"
+    if not diff.strip():
+        return "", "empty patch"
+    size = len(diff.encode("utf-8", "surrogateescape")) if len(diff) <= max_bytes else max_bytes + 1
+    if size > max_bytes:
+        return "", f"patch too large: > {max_bytes} bytes"
+    if "\0" in diff:
+        return "", "patch rejected: it contains NUL bytes (binary)"
+    if re.search(r"^GIT binary patch$", diff, re.M):
+        return "", "patch rejected: binary patches are not accepted"
+    if not _HEADER.search(diff):
+        return "", "not a unified diff: no '--- a/…' / '+++ b/…' or 'diff --git' header"
+    if not diff.endswith("\n"):
+        diff += "\n"  # git apply reports a truncated last line as a corrupt patch
+    return diff, ""
+
+
+def _tally(run, nonce: str, collected: dict) -> tuple[int, int, str, list[str]]:
+    """``(passed, total, why no test reward, failing tests)`` from the untrusted run, counted over the
+    pristine collection: a pristine test the report lacks has failed."""
+    expected = collected["items"]
+    open_prefixes = collected["errors"]
+    total = len(expected) + len(open_prefixes)
+    tail = (run.stdout.strip().splitlines() or [""])[-1][:200]
+    if run.status == "timeout":
+        return 0, total, f"tests timed out ({run.reason})", []
+    if run.status != "ok":
+        return 0, total, f"test run {run.status}: {run.reason}", []
+    if run.report_truncated:
+        return 0, total, "test report rejected: larger than max_report_bytes", []
+    if run.returncode not in (0, 1):
+        return 0, total, f"pytest exited {run.returncode} (interrupted, internal error or no tests): {tail}", []
+    try:
+        rep = parse_junit(run.report)
+    except ValueError as e:
+        return 0, total, f"{e} (pytest exit {run.returncode}: {tail})", []
+    if rep.integrity != [f"ok {nonce}"]:
+        what = rep.integrity[0][:200] if rep.integrity else "missing"
+        return 0, total, f"harness integrity check failed: {what}", []
+    if (run.returncode == 0) == rep.any_failed:
+        return 0, total, f"test report inconsistent with pytest's exit status {run.returncode}", []
+    failing = [f"{c}::{n}" for c, n in expected if not rep.outcomes.get((c, n), False)]
+    passed = len(expected) - len(failing)
+    total = len(expected)
+    for prefix in open_prefixes:  # files that did not collect on the snapshot: their tests as reported now
+        mine = [(f"{c}::{n}", v) for (c, n), v in rep.outcomes.items() if c == prefix or c.startswith(prefix + ".")]
+        passed += sum(v for _, v in mine)
+        total += max(1, len(mine))
+        failing += [k for k, v in mine if not v] or ([] if mine else [f"{prefix} (not collected)"])
+    return passed, total, "", failing
+
+
+def score_code_agent(repo, diff, test_cmd: str, actions=(), issue: str = "",
+                     reward: CodeAgentReward | None = None) -> RewardResult:
+    """Score one trajectory with `CodeAgentReward` (default weights unless ``reward`` is given)."""
+    return (reward or CodeAgentReward()).score(repo, issue, actions, diff, test_cmd)
+
+
+CodeAgentRewardFunction = CodeAgentReward  # the seed's name
