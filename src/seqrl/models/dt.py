@@ -1,0 +1,351 @@
+"""Decision Transformer (Chen et al. 2021) and the MLP behaviour-cloning policy it is compared with.
+
+`DecisionTransformer` is a causal GPT-style transformer over interleaved (R̂_t, s_t, a_t) tokens
+(`seqrl.core.sequences`), as in the official code: a GPT-2 block stack (pre-LayerNorm, fused QKV,
+ReLU MLP of width 4d, dropout on embeddings, attention and residuals, final LayerNorm) with GPT-2's
+positional embedding replaced by a learned per-timestep embedding added to all three tokens of a
+step; a LayerNorm over the embedded tokens; the action a_t read from the output at the *state*
+token s_t. Attention is `torch.nn.functional.scaled_dot_product_attention` with a causal mask
+(plus the padding mask of left-padded contexts). At the paper's size it trains as fast as
+`transformers.GPT2Model` with `inputs_embeds` on one CPU thread (≈ 1.0×, docs/algorithms/dt.md),
+with no GPT-2 config to bend (vocabulary, positions, token ids) and full control of the padding
+mask; a test checks it against `GPT2Model` with the same weights.
+
+The model owns its input normalisation as buffers saved with the weights: states are normalised
+with the dataset's mean/std, returns-to-go divided by the return scale, and the tanh head rescaled
+to the action bounds. Callers pass raw environment values.
+
+Action heads (``action_head``): ``"tanh"`` — a linear layer, tanh, rescaled to [low, high]
+(continuous, deterministic: the official DT head); ``"categorical"`` — logits over `action_dim`
+discrete actions (discrete actions are embedded with an ``nn.Embedding``). `encode` returns the
+state-token features, so other heads (Online DT's squashed Gaussian) sit on the same body.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Literal
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from seqrl.core.sequences import causal_attention_mask, deinterleave, interleave, interleave_mask
+
+__all__ = ["ACTION_HEADS", "DecisionTransformer", "MLPPolicy"]
+
+ACTION_HEADS = ("tanh", "categorical")
+ACTIVATIONS = {"relu": nn.ReLU, "gelu": nn.GELU}
+
+
+def _as_buffer(value, size: int, default: float, name: str) -> torch.Tensor:
+    if value is None:
+        return torch.full((size,), default, dtype=torch.float32)
+    t = torch.as_tensor(np.asarray(value, dtype=np.float32)).reshape(-1)
+    if t.numel() != size:
+        raise ValueError(f"DecisionTransformer: {name} must have {size} values (got {t.numel()})")
+    return t.clone()
+
+
+class Block(nn.Module):
+    """One GPT-2 block: x + Attn(LN(x)), then x + MLP(LN(x)), causal (and padding) masked."""
+
+    def __init__(self, d: int, n_head: int, dropout: float, activation: str) -> None:
+        super().__init__()
+        if d % n_head:
+            raise ValueError(f"hidden_size ({d}) must be divisible by n_head ({n_head})")
+        self.n_head = n_head
+        self.dropout = dropout
+        self.ln_1 = nn.LayerNorm(d)
+        self.qkv = nn.Linear(d, 3 * d)
+        self.attn_proj = nn.Linear(d, d)
+        self.ln_2 = nn.LayerNorm(d)
+        self.fc = nn.Linear(d, 4 * d)
+        self.act = ACTIVATIONS[activation]()
+        self.mlp_proj = nn.Linear(4 * d, d)
+        self.resid_drop = nn.Dropout(dropout)
+
+    def forward(self, x: torch.Tensor, allowed: torch.Tensor | None) -> torch.Tensor:
+        B, L, d = x.shape
+        h = self.n_head
+        q, k, v = self.qkv(self.ln_1(x)).view(B, L, 3, h, d // h).permute(2, 0, 3, 1, 4)  # 3 × (B, h, L, d/h)
+        p = self.dropout if self.training else 0.0
+        if allowed is None:
+            a = F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True)  # (B, h, L, d/h)
+        else:
+            a = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, dropout_p=p)  # (B, h, L, d/h)
+        x = x + self.resid_drop(self.attn_proj(a.transpose(1, 2).reshape(B, L, d)))  # (B, L, d)
+        return x + self.resid_drop(self.mlp_proj(self.act(self.fc(self.ln_2(x)))))  # (B, L, d)
+
+
+class TanhHead(nn.Module):
+    """a = low + (tanh(W h + b) + 1)/2 · (high − low): features (…, d) → actions (…, A) in [low, high]."""
+
+    def __init__(self, d: int, action_dim: int) -> None:
+        super().__init__()
+        self.linear = nn.Linear(d, action_dim)
+
+    def forward(self, h: torch.Tensor, low: torch.Tensor, high: torch.Tensor) -> torch.Tensor:
+        return low + (torch.tanh(self.linear(h)) + 1) * 0.5 * (high - low)  # (…, A)
+
+
+class DecisionTransformer(nn.Module):
+    """Causal transformer over (R̂_t, s_t, a_t) tokens predicting a_t from the s_t token.
+
+    state_dim, action_dim: sizes (discrete: action_dim = number of actions)
+    hidden_size:  d, the token width (paper: 128)
+    n_layer, n_head: blocks and heads (paper: 3, 1)
+    context_len:  K, steps per context (3K tokens; paper: 20)
+    max_ep_len:   size of the timestep embedding; timesteps must lie in [0, max_ep_len)
+    dropout:      on embeddings, attention weights and residuals (paper: 0.1)
+    activation:   MLP non-linearity ("relu" as in the official gym code, or "gelu")
+    action_head:  "tanh" (continuous) or "categorical" (discrete)
+    action_low/high: bounds of the tanh head (default −1, 1)
+    state_mean/std: state normaliser (default 0, 1); return_scale: R̂ is divided by it (MuJoCo: 1000)
+    """
+
+    def __init__(
+        self,
+        state_dim: int,
+        action_dim: int,
+        hidden_size: int = 128,
+        n_layer: int = 3,
+        n_head: int = 1,
+        context_len: int = 20,
+        max_ep_len: int = 1000,
+        dropout: float = 0.1,
+        activation: Literal["relu", "gelu"] = "relu",
+        action_head: Literal["tanh", "categorical"] = "tanh",
+        action_low=None,
+        action_high=None,
+        state_mean=None,
+        state_std=None,
+        return_scale: float = 1.0,
+    ) -> None:
+        super().__init__()
+        for name, value in (("state_dim", state_dim), ("action_dim", action_dim), ("hidden_size", hidden_size),
+                            ("n_layer", n_layer), ("n_head", n_head), ("context_len", context_len),
+                            ("max_ep_len", max_ep_len)):
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"DecisionTransformer: {name} must be an int >= 1 (got {value!r})")
+        if action_head not in ACTION_HEADS:
+            raise ValueError(f"DecisionTransformer: action_head must be one of {ACTION_HEADS} (got {action_head!r})")
+        if activation not in ACTIVATIONS:
+            raise ValueError(f"DecisionTransformer: activation must be one of {tuple(ACTIVATIONS)} (got {activation!r})")
+        if not 0 <= dropout < 1:
+            raise ValueError(f"DecisionTransformer: dropout must be in [0, 1) (got {dropout})")
+        if not return_scale > 0:
+            raise ValueError(f"DecisionTransformer: return_scale must be > 0 (got {return_scale})")
+        self.kwargs = dict(state_dim=state_dim, action_dim=action_dim, hidden_size=hidden_size, n_layer=n_layer,
+                           n_head=n_head, context_len=context_len, max_ep_len=max_ep_len, dropout=dropout,
+                           activation=activation, action_head=action_head)
+        self.state_dim, self.action_dim = state_dim, action_dim
+        self.context_len, self.max_ep_len = context_len, max_ep_len
+        self.discrete = action_head == "categorical"
+        d = hidden_size
+
+        self.embed_timestep = nn.Embedding(max_ep_len, d)
+        self.embed_return = nn.Linear(1, d)
+        self.embed_state = nn.Linear(state_dim, d)
+        self.embed_action = nn.Embedding(action_dim, d) if self.discrete else nn.Linear(action_dim, d)
+        self.embed_ln = nn.LayerNorm(d)
+        self.embed_drop = nn.Dropout(dropout)
+        self.blocks = nn.ModuleList(Block(d, n_head, dropout, activation) for _ in range(n_layer))
+        self.ln_f = nn.LayerNorm(d)
+        self.head = nn.Linear(d, action_dim) if self.discrete else TanhHead(d, action_dim)
+
+        self.register_buffer("state_mean", _as_buffer(state_mean, state_dim, 0.0, "state_mean"))
+        self.register_buffer("state_std", _as_buffer(state_std, state_dim, 1.0, "state_std"))
+        self.register_buffer("return_scale", torch.tensor(float(return_scale)))
+        self.register_buffer("action_low", _as_buffer(action_low, action_dim, -1.0, "action_low"))
+        self.register_buffer("action_high", _as_buffer(action_high, action_dim, 1.0, "action_high"))
+        if not self.discrete and not bool((self.action_high > self.action_low).all()):
+            raise ValueError("DecisionTransformer: action_high must be > action_low in every dimension")
+        if not bool((self.state_std > 0).all()):
+            raise ValueError("DecisionTransformer: state_std must be > 0")
+        self.apply(self._init_weights)
+        for block in self.blocks:  # GPT-2: residual projections scaled by 1/sqrt(2·n_layer)
+            for proj in (block.attn_proj, block.mlp_proj):
+                nn.init.normal_(proj.weight, std=0.02 / math.sqrt(2 * n_layer))
+
+    @staticmethod
+    def _init_weights(module: nn.Module) -> None:
+        if isinstance(module, (nn.Linear, nn.Embedding)):
+            nn.init.normal_(module.weight, std=0.02)
+            if isinstance(module, nn.Linear) and module.bias is not None:
+                nn.init.zeros_(module.bias)
+        elif isinstance(module, nn.LayerNorm):
+            nn.init.ones_(module.weight)
+            nn.init.zeros_(module.bias)
+
+    def _check(self, returns, states, actions, timesteps, attention_mask) -> torch.Tensor:
+        if states.dim() != 3 or states.shape[-1] != self.state_dim:
+            raise ValueError(f"DecisionTransformer: states must have shape (B, K, {self.state_dim}) "
+                             f"(got {tuple(states.shape)})")
+        B, K = states.shape[:2]
+        if K > self.context_len:
+            raise ValueError(f"DecisionTransformer: {K} steps exceed the context K = {self.context_len}")
+        if returns.dim() == 2:
+            returns = returns[..., None]
+        want_actions = (B, K) if self.discrete else (B, K, self.action_dim)
+        for name, t, want in (("returns", returns, (B, K, 1)), ("actions", actions, want_actions),
+                              ("timesteps", timesteps, (B, K)),
+                              ("attention_mask", attention_mask, (B, K))):
+            if t is not None and tuple(t.shape) != want:
+                raise ValueError(f"DecisionTransformer: {name} must have shape {want} (got {tuple(t.shape)})")
+        if timesteps.numel() and (int(timesteps.min()) < 0 or int(timesteps.max()) >= self.max_ep_len):
+            raise ValueError(f"DecisionTransformer: timesteps must lie in [0, max_ep_len = {self.max_ep_len}) "
+                             f"(got {int(timesteps.min())}..{int(timesteps.max())})")
+        return returns
+
+    def encode(
+        self,
+        returns: torch.Tensor,
+        states: torch.Tensor,
+        actions: torch.Tensor,
+        timesteps: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """Output features at the state tokens: (B, K, d). Inputs as in `forward`."""
+        returns = self._check(returns, states, actions, timesteps, attention_mask)
+        B, K = states.shape[:2]
+        time = self.embed_timestep(timesteps)  # (B, K, d)
+        s = (states - self.state_mean) / self.state_std  # (B, K, S)
+        r_tok = self.embed_return(returns / self.return_scale) + time  # (B, K, d)
+        s_tok = self.embed_state(s) + time  # (B, K, d)
+        a_tok = self.embed_action(actions) + time  # (B, K, d)
+        x = self.embed_drop(self.embed_ln(interleave(r_tok, s_tok, a_tok)))  # (B, 3K, d)
+        allowed = None
+        if attention_mask is not None and not bool(attention_mask.bool().all()):
+            allowed = causal_attention_mask(interleave_mask(attention_mask))  # (B, 1, 3K, 3K)
+        for block in self.blocks:
+            x = block(x, allowed)  # (B, 3K, d)
+        _, s_out, _ = deinterleave(self.ln_f(x))  # (B, K, d) each
+        return s_out
+
+    def forward(
+        self,
+        returns: torch.Tensor,
+        states: torch.Tensor,
+        actions: torch.Tensor,
+        timesteps: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """Predicted actions at every step: bounded actions (B, K, A), or logits (B, K, n) when discrete.
+
+        returns: (B, K) or (B, K, 1) raw returns-to-go R̂_t; states: (B, K, S) raw states;
+        actions: (B, K, A) float, or (B, K) long when discrete (a_t is not seen by the prediction at t);
+        timesteps: (B, K) long in [0, max_ep_len); attention_mask: (B, K), 1 on real steps, 0 on the
+        left padding (None: all real).
+        """
+        h = self.encode(returns, states, actions, timesteps, attention_mask)  # (B, K, d)
+        if self.discrete:
+            return self.head(h)  # (B, K, n)
+        return self.head(h, self.action_low, self.action_high)  # (B, K, A)
+
+    @torch.no_grad()
+    def get_action(
+        self,
+        states: torch.Tensor,
+        actions: torch.Tensor,
+        returns_to_go: torch.Tensor,
+        timesteps: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """The deterministic action for the last step of a history (tanh mean / argmax).
+
+        Histories are (T, …) for one episode or (B, T, …) for a batch, any T ≥ 1: the last K steps
+        are used, left-padded when T < K. `actions` may hold T − 1 steps (the current action is not
+        known yet; a placeholder is appended — the prediction at t never reads a_t). Returns (A,) /
+        (B, A), or () / (B,) long when discrete.
+        """
+        single = states.dim() == 2
+        if single:
+            states, actions, returns_to_go, timesteps = (x[None] for x in (states, actions, returns_to_go, timesteps))
+            attention_mask = None if attention_mask is None else attention_mask[None]
+        B, T = states.shape[:2]
+        if returns_to_go.dim() == 3:
+            returns_to_go = returns_to_go[..., 0]
+        if actions.shape[1] == T - 1:
+            actions = torch.cat([actions, torch.zeros_like(actions[:, :1])], dim=1)
+        if attention_mask is None:
+            attention_mask = torch.ones(B, T, dtype=torch.long, device=states.device)
+        K = self.context_len
+        seqs = [states, actions, returns_to_go, timesteps, attention_mask]
+        if T >= K:
+            seqs = [x[:, T - K :] for x in seqs]
+        else:
+            seqs = [torch.cat([x.new_zeros((B, K - T, *x.shape[2:])), x], dim=1) for x in seqs]
+        states, actions, returns_to_go, timesteps, attention_mask = seqs
+        out = self(returns_to_go, states, actions, timesteps, attention_mask)[:, -1]  # (B, A) or (B, n)
+        if self.discrete:
+            out = out.argmax(dim=-1)  # (B,)
+        return out[0] if single else out
+
+
+class MLPPolicy(nn.Module):
+    """Behaviour cloning policy: an MLP from the (normalised) current state to the action.
+
+    state s_t (…, S) → Linear-ReLU-Dropout × n_layer → tanh head rescaled to [low, high] (…, A), or
+    logits (…, n) when discrete. `get_action` takes the same histories as the Decision Transformer's
+    and reads only the last state, so evaluation treats both alike (context_len = 1).
+    """
+
+    context_len = 1
+
+    def __init__(
+        self,
+        state_dim: int,
+        action_dim: int,
+        hidden_size: int = 256,
+        n_layer: int = 2,
+        dropout: float = 0.1,
+        action_head: Literal["tanh", "categorical"] = "tanh",
+        action_low=None,
+        action_high=None,
+        state_mean=None,
+        state_std=None,
+        max_ep_len: int = 1000,
+    ) -> None:
+        super().__init__()
+        for name, value in (("state_dim", state_dim), ("action_dim", action_dim), ("hidden_size", hidden_size),
+                            ("n_layer", n_layer), ("max_ep_len", max_ep_len)):
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"MLPPolicy: {name} must be an int >= 1 (got {value!r})")
+        if action_head not in ACTION_HEADS:
+            raise ValueError(f"MLPPolicy: action_head must be one of {ACTION_HEADS} (got {action_head!r})")
+        if not 0 <= dropout < 1:
+            raise ValueError(f"MLPPolicy: dropout must be in [0, 1) (got {dropout})")
+        self.kwargs = dict(state_dim=state_dim, action_dim=action_dim, hidden_size=hidden_size, n_layer=n_layer,
+                           dropout=dropout, action_head=action_head, max_ep_len=max_ep_len)
+        self.state_dim, self.action_dim, self.max_ep_len = state_dim, action_dim, max_ep_len
+        self.discrete = action_head == "categorical"
+        layers: list[nn.Module] = []
+        width = state_dim
+        for _ in range(n_layer):
+            layers += [nn.Linear(width, hidden_size), nn.ReLU(), nn.Dropout(dropout)]
+            width = hidden_size
+        self.body = nn.Sequential(*layers)
+        self.head = nn.Linear(width, action_dim) if self.discrete else TanhHead(width, action_dim)
+        self.register_buffer("state_mean", _as_buffer(state_mean, state_dim, 0.0, "state_mean"))
+        self.register_buffer("state_std", _as_buffer(state_std, state_dim, 1.0, "state_std"))
+        self.register_buffer("action_low", _as_buffer(action_low, action_dim, -1.0, "action_low"))
+        self.register_buffer("action_high", _as_buffer(action_high, action_dim, 1.0, "action_high"))
+        if not self.discrete and not bool((self.action_high > self.action_low).all()):
+            raise ValueError("MLPPolicy: action_high must be > action_low in every dimension")
+
+    def forward(self, states: torch.Tensor) -> torch.Tensor:
+        """Raw states (…, S) → actions (…, A) (logits (…, n) when discrete)."""
+        if states.shape[-1] != self.state_dim:
+            raise ValueError(f"MLPPolicy: states must end in {self.state_dim} features (got {tuple(states.shape)})")
+        h = self.body((states - self.state_mean) / self.state_std)  # (…, hidden)
+        if self.discrete:
+            return self.head(h)  # (…, n)
+        return self.head(h, self.action_low, self.action_high)  # (…, A)
+
+    @torch.no_grad()
+    def get_action(self, states, actions=None, returns_to_go=None, timesteps=None, attention_mask=None) -> torch.Tensor:
+        """The deterministic action for the last state of a (T, S) or (B, T, S) history."""
+        out = self(states[..., -1, :])  # (A,) or (B, A)
+        return out.argmax(dim=-1) if self.discrete else out

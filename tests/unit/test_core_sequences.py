@@ -1,0 +1,129 @@
+"""DT sequence layout against hand-computed values, with distinguishable values (rtg=1, state=2, action=3)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from seqrl.core.sequences import (
+    causal_attention_mask,
+    deinterleave,
+    interleave,
+    interleave_mask,
+    left_pad,
+    returns_to_go,
+    top_return_episodes,
+)
+
+f64 = torch.float64
+
+
+def test_returns_to_go_undiscounted_and_scaled():
+    r = torch.tensor([1.0, 2.0, 3.0], dtype=f64)
+    # R̂_2 = 3, R̂_1 = 2 + 3 = 5, R̂_0 = 1 + 5 = 6
+    assert torch.equal(returns_to_go(r), torch.tensor([6.0, 5.0, 3.0], dtype=f64))
+    # scale 2: 6/2, 5/2, 3/2
+    assert torch.equal(returns_to_go(r, scale=2.0), torch.tensor([3.0, 2.5, 1.5], dtype=f64))
+
+
+def test_returns_to_go_discounted_batched():
+    r = torch.tensor([[1.0, 2.0, 4.0], [0.0, 0.0, 8.0]], dtype=f64)
+    # γ = 0.5: row 0: R̂_2 = 4, R̂_1 = 2 + 0.5·4 = 4, R̂_0 = 1 + 0.5·4 = 3; row 1: 8, 4, 2
+    out = returns_to_go(r, gamma=0.5)
+    assert torch.allclose(out, torch.tensor([[3.0, 4.0, 4.0], [2.0, 4.0, 8.0]], dtype=f64), atol=1e-12, rtol=0)
+    # γ = 0: R̂_t = r_t; scale applies after discounting
+    assert torch.allclose(returns_to_go(r, scale=4.0, gamma=0.0), r / 4, atol=1e-12, rtol=0)
+
+
+def test_returns_to_go_degenerate_cases():
+    assert returns_to_go(torch.zeros(0, dtype=f64)).shape == (0,)
+    assert torch.equal(returns_to_go(torch.tensor([-7.0], dtype=f64)), torch.tensor([-7.0], dtype=f64))
+    assert torch.equal(returns_to_go(torch.zeros(4, dtype=f64)), torch.zeros(4, dtype=f64))
+    with pytest.raises(ValueError, match="scale must be > 0"):
+        returns_to_go(torch.ones(2), scale=0.0)
+    with pytest.raises(ValueError, match="gamma"):
+        returns_to_go(torch.ones(2), gamma=1.5)
+    with pytest.raises(ValueError, match="float tensor"):
+        returns_to_go(torch.ones(2, dtype=torch.long))
+
+
+def test_interleave_uses_distinguishable_values():
+    B, K, d = 2, 3, 2
+    rtg = torch.full((B, K, d), 1.0, dtype=f64)
+    states = torch.full((B, K, d), 2.0, dtype=f64)
+    actions = torch.full((B, K, d), 3.0, dtype=f64)
+    tokens = interleave(rtg, states, actions)
+    assert tokens.shape == (B, 3 * K, d)
+    assert tokens[0, :, 0].tolist() == [1.0, 2.0, 3.0] * K
+    # the step index survives too: R̂_t = 10 + t, s_t = 20 + t, a_t = 30 + t
+    t = torch.arange(K, dtype=f64)[None, :, None].expand(B, K, d)
+    tokens = interleave(10 + t, 20 + t, 30 + t)
+    assert tokens[1, :, 1].tolist() == [10, 20, 30, 11, 21, 31, 12, 22, 32]
+    r_out, s_out, a_out = deinterleave(tokens)
+    assert torch.equal(r_out, 10 + t) and torch.equal(s_out, 20 + t) and torch.equal(a_out, 30 + t)
+
+
+def test_two_stream_interleave_and_round_trip():
+    s = torch.tensor([[[2.0], [4.0]]])
+    a = torch.tensor([[[3.0], [5.0]]])
+    tokens = interleave(s, a)
+    assert tokens[0, :, 0].tolist() == [2.0, 3.0, 4.0, 5.0]
+    assert [x.tolist() for x in deinterleave(tokens, n=2)] == [s.tolist(), a.tolist()]
+
+
+def test_interleave_rejects_mismatched_streams():
+    with pytest.raises(ValueError, match="stream 1 has shape"):
+        interleave(torch.ones(1, 2, 3), torch.ones(1, 3, 3))
+    with pytest.raises(ValueError, match=r"\(B, 3·K, d\)"):
+        deinterleave(torch.ones(1, 4, 2))
+
+
+def test_interleave_mask_repeats_each_step_for_its_tokens():
+    mask = torch.tensor([[0, 1, 1], [0, 0, 1]])
+    assert interleave_mask(mask).tolist() == [[0, 0, 0, 1, 1, 1, 1, 1, 1], [0, 0, 0, 0, 0, 0, 1, 1, 1]]
+
+
+def test_causal_attention_mask_by_hand():
+    # tokens 0 is padding, 1..2 real
+    allowed = causal_attention_mask(torch.tensor([[0, 1, 1]]))
+    assert allowed.shape == (1, 1, 3, 3)
+    assert allowed[0, 0].tolist() == [
+        [True, False, False],   # the padded query sees only itself (no empty softmax row)
+        [False, True, False],   # real queries never see the padded key
+        [False, True, True],
+    ]
+    # no padding: plain lower-triangular
+    assert torch.equal(causal_attention_mask(torch.ones(1, 4))[0, 0], torch.ones(4, 4, dtype=torch.bool).tril())
+    # fully padded row: only the diagonal, still no empty row
+    assert torch.equal(causal_attention_mask(torch.zeros(1, 3))[0, 0], torch.eye(3, dtype=torch.bool))
+
+
+def test_left_pad_short_and_long():
+    x = torch.tensor([[2.0], [4.0]])
+    padded, mask = left_pad(x, 4, value=-1.0)
+    assert padded[:, 0].tolist() == [-1.0, -1.0, 2.0, 4.0] and mask.tolist() == [0, 0, 1, 1]
+    long = torch.arange(6.0)
+    window, mask = left_pad(long, 3)
+    assert window.tolist() == [3.0, 4.0, 5.0] and mask.tolist() == [1, 1, 1]
+    exact, mask = left_pad(long, 6)
+    assert torch.equal(exact, long) and mask.tolist() == [1] * 6
+    empty, mask = left_pad(torch.zeros(0, 2), 2)
+    assert empty.shape == (2, 2) and mask.tolist() == [0, 0]
+    with pytest.raises(ValueError, match="length must be >= 1"):
+        left_pad(long, 0)
+
+
+def test_top_return_episodes_fills_the_step_budget_best_first():
+    returns = torch.tensor([5.0, 9.0, 1.0, 7.0])
+    lengths = torch.tensor([10, 20, 30, 40])  # 100 steps
+    # 50%: 50 steps: best (ep 1, 20) → +ep 3 (40) = 60 > 50 → stop: [1]
+    assert top_return_episodes(returns, lengths, 0.5).tolist() == [1]
+    # 60%: ep 1 + ep 3 = 60 ≤ 60; + ep 0 = 70 > 60 → [1, 3]
+    assert top_return_episodes(returns, lengths, 0.6).tolist() == [1, 3]
+    assert top_return_episodes(returns, lengths, 1.0).tolist() == [1, 3, 0, 2]
+    # tiny fraction: the best episode is always kept even though it exceeds the budget
+    assert top_return_episodes(returns, lengths, 0.01).tolist() == [1]
+    # ties: lower index first
+    assert top_return_episodes(torch.tensor([3.0, 3.0, 3.0]), torch.tensor([1, 1, 1]), 0.67).tolist() == [0, 1]
+    with pytest.raises(ValueError, match="fraction must be in"):
+        top_return_episodes(returns, lengths, 0.0)
