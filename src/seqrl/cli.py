@@ -4,6 +4,7 @@
     seqrl eval runs/x/checkpoint-400 --task arith --metrics greedy,pass@8,maj@8
     seqrl configs ls | show NAME
     seqrl reward math --pred '<answer>\\frac{1}{2}</answer>' --gold 0.5 [--mode strict|lenient] [--json]
+    seqrl reward code-agent --repo DIR --patch FILE --test-cmd 'pytest -q' [--actions N] [--json]
     seqrl sandbox run SOLUTION.py --tests TESTS.py | --io CASES.json --entry-point NAME [--timeout S] [--memory MB] [--json]
     seqrl demo
 """
@@ -124,6 +125,10 @@ def cmd_demo(args: argparse.Namespace, overrides: list[str]) -> int:
 def cmd_reward(args: argparse.Namespace, overrides: list[str]) -> int:
     if overrides:
         raise ConfigError(f"seqrl reward: unexpected arguments {overrides}")
+    if args.kind == "code-agent":
+        return _reward_code_agent(args)
+    if args.pred is None or args.gold is None:
+        raise ValueError("seqrl reward math: --pred and --gold are required")
     from seqrl.rewards.math import extract_final_answer, math_reward
 
     result = math_reward(args.pred, args.gold, mode=args.mode, where=args.where)
@@ -131,6 +136,31 @@ def cmd_reward(args: argparse.Namespace, overrides: list[str]) -> int:
         answer, source = extract_final_answer(args.pred, args.mode, args.where)
         print(json.dumps({"score": result.score, "reason": result.reason, "parts": result.parts,
                           "extracted": answer, "source": source}))
+    else:
+        print(f"score={result.score} reason={result.reason!r}")
+    return 0
+
+
+def _reward_code_agent(args: argparse.Namespace) -> int:
+    from seqrl.rewards.code_agent import CodeAgentReward
+    from seqrl.sandbox import SandboxUnavailable
+
+    for name in ("repo", "patch", "test_cmd"):
+        if getattr(args, name) is None:
+            raise ValueError(f"seqrl reward code-agent: --{name.replace('_', '-')} is required")
+    diff = Path(args.patch).read_bytes() if Path(args.patch).is_file() else None
+    if diff is None:
+        raise FileNotFoundError(f"--patch {args.patch}: no such file")
+    if args.actions < 0:
+        raise ValueError(f"seqrl reward code-agent: --actions must be >= 0 (got {args.actions})")
+    try:
+        result = CodeAgentReward(timeout_s=args.timeout, allow_unconfined=args.allow_unconfined).score(
+            args.repo, "", args.actions, diff, args.test_cmd)
+    except SandboxUnavailable as e:
+        print(f"seqrl: error: {e}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps({"score": result.score, "reason": result.reason, "parts": result.parts}))
     else:
         print(f"score={result.score} reason={result.reason!r}")
     return 0
@@ -231,13 +261,22 @@ def build_parser() -> argparse.ArgumentParser:
     cfg.add_argument("name", nargs="?")
     cfg.set_defaults(func=cmd_configs)
 
-    rw = sub.add_parser("reward", help="score one prediction against a gold answer")
-    rw.add_argument("kind", choices=("math",), help="math: final answer checked with math-verify")
-    rw.add_argument("--pred", required=True, help="the completion text")
-    rw.add_argument("--gold", required=True, help="the gold answer")
+    rw = sub.add_parser("reward", help="score one prediction against a gold answer, or a code-agent patch")
+    rw.add_argument("kind", choices=("math", "code-agent"),
+                    help="math: final answer checked with math-verify; code-agent: a diff applied to a repo, tests run")
+    rw.add_argument("--pred", help="math: the completion text")
+    rw.add_argument("--gold", help="math: the gold answer")
+    rw.add_argument("--repo", help="code-agent: the repository snapshot (a directory; never modified)")
+    rw.add_argument("--patch", help="code-agent: the unified diff file")
+    rw.add_argument("--test-cmd", help="code-agent: 'pytest ARGS' or 'python -m pytest ARGS'")
+    rw.add_argument("--actions", type=int, default=0, help="code-agent: number of agent actions (penalised)")
+    rw.add_argument("--timeout", type=float, default=60.0, help="code-agent: wall-clock limit per pytest run (s)")
+    rw.add_argument("--allow-unconfined", action="store_true",
+                    help="code-agent: run with rlimits only when the namespaces are unavailable (not isolated)")
     rw.add_argument("--mode", default="lenient", choices=("strict", "lenient"))
     rw.add_argument("--where", default="answer_tag", choices=("answer_tag", "boxed"), help="strict mode: where the answer must be")
-    rw.add_argument("--json", action="store_true", help="print a JSON object (score, reason, parts, extracted, source)")
+    rw.add_argument("--json", action="store_true",
+                    help="print a JSON object (score, reason, parts; math also extracted, source)")
     rw.set_defaults(func=cmd_reward)
 
     sb = sub.add_parser("sandbox", help="run untrusted Python in the sandbox against tests")
