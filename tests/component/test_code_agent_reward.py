@@ -246,6 +246,20 @@ def test_tested_code_cannot_write_the_tree(reward):
     assert r.parts["applies"] == 1 and r.parts["passed"] == 0  # every write was refused → the -1.0 branch
 
 
+def test_config_planted_above_the_copy_is_ignored(monkeypatch):
+    """An earlier run could leave pytest.ini / conftest.py in a world-writable parent (/tmp): config
+    discovery would pick them up; the pinned -c / --rootdir / --confcutdir do not."""
+    d = world_dir()
+    (d / "conftest.py").write_text("raise SystemExit('planted conftest was loaded')\n")
+    (d / "pytest.ini").write_text("[pytest]\naddopts = -p planted_plugin_xyz\n")
+    monkeypatch.setattr(tempfile, "tempdir", str(d))  # the reward's work dirs are created in d
+    try:
+        r = score(CodeAgentReward(timeout_s=20.0), patch("correct"))
+        assert r.parts["tests"] == 1.0, r.reason
+    finally:
+        shutil.rmtree(d)
+
+
 def test_symlinks_and_compiled_files_are_rejected(reward):
     link = ("diff --git a/shop/data b/shop/data\nnew file mode 120000\n--- /dev/null\n+++ b/shop/data\n"
             "@@ -0,0 +1 @@\n+/etc/shadow\n\\ No newline at end of file\n")
