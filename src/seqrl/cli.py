@@ -6,6 +6,7 @@
     seqrl reward math --pred '<answer>\\frac{1}{2}</answer>' --gold 0.5 [--mode strict|lenient] [--json]
     seqrl reward code-agent --repo DIR --patch FILE --test-cmd 'pytest -q' [--actions N] [--json]
     seqrl sandbox run SOLUTION.py --tests TESTS.py | --io CASES.json --entry-point NAME [--timeout S] [--memory MB] [--json]
+    seqrl data minari hopper medium [--steps N] [--seed S] [--out DIR] [--force]   # LEVEL all: every level
     seqrl demo
 """
 
@@ -218,6 +219,24 @@ def cmd_sandbox(args: argparse.Namespace, overrides: list[str]) -> int:
     return 0 if r.all_passed else 1
 
 
+def cmd_data(args: argparse.Namespace, overrides: list[str]) -> int:
+    if overrides:
+        raise ConfigError(f"seqrl data: unexpected arguments {overrides}")
+    import time
+
+    import torch
+
+    from seqrl.data.minari_data import LEVELS, build_dataset, describe, load_offline
+
+    torch.set_num_threads(1)
+    for level in LEVELS if args.level == "all" else (args.level,):
+        t0 = time.time()
+        path = build_dataset(args.env, level, n_steps=args.steps, seed=args.seed, out=args.out, force=args.force)
+        summary = {**describe(load_offline(path)), "path": str(path), "build_s": round(time.time() - t0, 1)}
+        print(json.dumps(summary))
+    return 0
+
+
 def _print_table(title: str, metrics: dict[str, float]) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -291,6 +310,16 @@ def build_parser() -> argparse.ArgumentParser:
                     help="run with rlimits only when the namespaces are unavailable (not isolated)")
     sb.add_argument("--json", action="store_true", help="print a JSON object (status, passed, total, tests, ...)")
     sb.set_defaults(func=cmd_sandbox)
+
+    data = sub.add_parser("data", help="build offline datasets locally (D4RL-style Minari datasets)")
+    data.add_argument("kind", choices=("minari",))
+    data.add_argument("env", help="pendulum, hopper, halfcheetah, walker2d (or their gymnasium ids)")
+    data.add_argument("level", help="random, medium, expert, medium-replay, medium-expert, or all")
+    data.add_argument("--steps", type=int, help="environment steps (default: 20k Pendulum, 200k MuJoCo)")
+    data.add_argument("--seed", type=int, default=0)
+    data.add_argument("--out", help="Minari datasets folder (default: $MINARI_DATASETS_PATH or ~/.minari/datasets)")
+    data.add_argument("--force", action="store_true", help="rebuild a dataset that already exists")
+    data.set_defaults(func=cmd_data)
 
     demo = sub.add_parser("demo", help="SFT then GRPO on arithmetic from scratch, with a report (CPU, minutes)")
     demo.add_argument("--out", default="runs/demo")
