@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import json
-import warnings
-
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -173,3 +170,329 @@ def test_mlp_policy_reads_only_the_last_state():
     s = torch.randn(2, 4, 3, dtype=f64)
     assert torch.equal(p.get_action(s), p(s[:, -1]))
     assert (p(s).abs() <= 2).all()
+
+
+# --------------------------------------------------------------------------------------------------
+# a tiny environment whose achievable return is set by the action, and its dataset
+
+H = 10  # horizon
+
+
+class LevelEnv(gym.Env):
+    """obs = [t / H, 1]; action a ∈ [−1, 1]; reward = a; H steps. The return is Σ a_t ∈ [−H, H]."""
+
+    observation_space = gym.spaces.Box(-2.0, 2.0, (2,), np.float32)
+    action_space = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
+
+    def reset(self, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return self._obs(), {}
+
+    def _obs(self):
+        return np.array([self.t / H, 1.0], dtype=np.float32)
+
+    def step(self, action):
+        reward = float(np.clip(np.asarray(action, dtype=np.float64).reshape(-1)[0], -1, 1))
+        self.t += 1
+        return self._obs(), reward, False, self.t >= H, {}
+
+
+ENV_ID = "SeqrlTestLevel-v0"
+if ENV_ID not in gym.registry:
+    gym.register(ENV_ID, entry_point=LevelEnv, max_episode_steps=H)
+
+
+def level_dataset(n_episodes=64, seed=0, noise=0.1) -> OfflineDataset:
+    """Episode i holds a constant level c_i ~ U[−1, 1] plus noise: returns spread over about [−H, H]."""
+    rng = np.random.default_rng(seed)
+    episodes = []
+    for i in range(n_episodes):
+        c = rng.uniform(-1, 1)
+        actions = np.clip(c + noise * rng.standard_normal((H, 1)), -1, 1).astype(np.float32)
+        obs = np.stack([np.array([t / H, 1.0]) for t in range(H + 1)]).astype(np.float32)
+        episodes.append(Episode(observations=obs, actions=actions, rewards=actions[:, 0].copy(),
+                                terminations=np.zeros(H, bool), truncations=np.arange(H) == H - 1, id=i))
+    return OfflineDataset(episodes, env_id=ENV_ID, action_dim=1, action_low=np.array([-1.0], np.float32),
+                          action_high=np.array([1.0], np.float32), ref_min_score=-float(H), ref_max_score=float(H),
+                          name="level")
+
+
+def _dt_cfg(tmp_path, name, method="dt", **kw):
+    from seqrl.algos.common import RunConfig
+    from seqrl.algos.dt import BCModelConfig, DataConfig, DTConfig, DTEvalConfig, DTModelConfig
+
+    base = dict(
+        run=RunConfig(name=name, out_dir=str(tmp_path), seed=1, log_every=1, progress=False),
+        data=DataConfig(dataset="level"),
+        model=DTModelConfig(hidden_size=32, n_layer=1, n_head=1, context_len=4, max_ep_len=16, dropout=0.1),
+        bc=BCModelConfig(hidden_size=32, n_layer=2),
+        eval=DTEvalConfig(episodes=2, target_returns=[8.0, -8.0]),
+        method=method, return_scale=10.0, steps=6, batch_size=8,
+    )
+    base.update(kw)
+    cfg = DTConfig(**base)
+    cfg.optim.warmup_steps = 2
+    cfg.optim.lr = 1e-3
+    return cfg
+
+
+# --------------------------------------------------------------------------------------------------
+# batches
+
+
+def test_batch_windows_are_consecutive_left_padded_and_rtg_matches():
+    from seqrl.algos.dt import Trajectories
+
+    eps = []
+    for i, T in enumerate([3, 6]):
+        obs = np.array([[100 * i + t] for t in range(T + 1)], np.float32)  # s_t = 100·episode + t
+        acts = np.array([[1000 * i + t] for t in range(T)], np.float32)    # a_t = 1000·episode + t
+        rew = np.arange(1, T + 1, dtype=np.float32)                         # r_t = t + 1
+        eps.append(Episode(obs, acts, rew, np.zeros(T, bool), np.zeros(T, bool), id=i))
+    ds = OfflineDataset(eps, action_dim=1)
+    data = Trajectories(ds, 1.0, 100, "dt.model")
+    b = data.batch(step=0, batch_size=256, K=4, seed=0)
+    for row in range(256):
+        m = b["mask"][row].bool()
+        n = int(m.sum())
+        assert m.tolist() == [False] * (4 - n) + [True] * n  # left padding only
+        s = b["states"][row, m, 0]
+        ep, t0 = int(s[0]) // 100, int(s[0]) % 100
+        T = [3, 6][ep]
+        assert s.tolist() == [100 * ep + t0 + k for k in range(n)]                 # consecutive states
+        assert b["actions"][row, m, 0].tolist() == [1000 * ep + t0 + k for k in range(n)]  # aligned actions
+        assert b["timesteps"][row, m].tolist() == list(range(t0, t0 + n))
+        # R̂_t = Σ_{t' ≥ t} (t' + 1) = Σ_{u=t+1}^{T} u
+        assert b["returns"][row, m].tolist() == [sum(range(t + 1, T + 1)) for t in range(t0, t0 + n)]
+        assert n == min(4, T - t0)  # a window runs to K steps or the episode's end
+        assert (b["states"][row, ~m] == 0).all() and (b["returns"][row, ~m] == 0).all()
+    # episodes are drawn ∝ their length (3 : 6), starts uniform
+    first = b["states"][b["mask"].bool().cumsum(1) == 1][:, 0]  # the first real state of each window
+    frac_long = float((first >= 100).double().mean())
+    assert abs(frac_long - 6 / 9) < 0.1
+    # a pure function of (seed, step)
+    again = data.batch(step=0, batch_size=256, K=4, seed=0)
+    assert all(torch.equal(b[k], again[k]) for k in b)
+    assert not torch.equal(data.batch(step=1, batch_size=256, K=4, seed=0)["states"], b["states"])
+
+
+def test_top_fraction_keeps_the_best_episodes():
+    from seqrl.algos.dt import Trajectories
+
+    ds = level_dataset(n_episodes=20)
+    data = Trajectories(ds, 0.25, 100, "dt.model")
+    assert len(data.returns) == 5  # equal lengths: 25% of 20 episodes
+    assert sorted(data.returns) == sorted(ds.returns)[-5:]
+
+
+# --------------------------------------------------------------------------------------------------
+# evaluation
+
+
+def test_evaluation_decrements_the_target_by_observed_rewards():
+    from seqrl.envs.evaluate import evaluate_policy
+
+    class Recorder(torch.nn.Module):
+        context_len, max_ep_len, discrete = 3, 100, False
+
+        def __init__(self):
+            super().__init__()
+            self.seen = []
+
+        def get_action(self, states, actions, returns_to_go, timesteps, attention_mask=None):
+            self.seen.append((returns_to_go.clone(), timesteps.clone(), actions.clone()))
+            return torch.full((states.shape[0], 1), 0.5)  # reward 0.5 every step
+
+    rec = Recorder()
+    result = evaluate_policy(rec, ENV_ID, [4.0, -2.0], episodes=2, seed=0)
+    assert result.returns.shape == (2, 2) and np.allclose(result.returns, 5.0) and (result.lengths == H).all()
+    rtg, steps, acts = rec.seen[4]  # step t = 4: window t = 2, 3, 4
+    # rows: target 4 ×2 episodes, target −2 ×2; R̂_t = target − 0.5·t
+    assert rtg.tolist() == [[3.0, 2.5, 2.0]] * 2 + [[-3.0, -3.5, -4.0]] * 2
+    assert steps.tolist() == [[2, 3, 4]] * 4
+    assert acts[:, :2, 0].tolist() == [[0.5, 0.5]] * 4 and acts[:, 2, 0].tolist() == [0.0] * 4  # placeholder
+    assert rec.seen[0][0].shape == (4, 1)  # the first step's history holds one step
+    m = result.metrics(lambda r: 100 * r / H)
+    assert m["eval/return/4"] == pytest.approx(5.0) and m["eval/normalized/-2"] == pytest.approx(50.0)
+
+
+def test_far_targets_warn():
+    from seqrl.envs.evaluate import far_targets, warn_far_targets
+
+    data = np.array([-10.0, 10.0])  # span 20: far means > 30 or < −30
+    assert far_targets([29.0, 31.0, -31.0, 0.0], data) == [31.0, -31.0]
+    with pytest.warns(UserWarning, match=r"dt.eval.target_returns: target return 50 is far outside"):
+        warn_far_targets([50.0], data, "dt.eval.target_returns")
+
+
+# --------------------------------------------------------------------------------------------------
+# training plumbing
+
+
+def test_checkpoint_round_trip_is_exact(tmp_path):
+    from seqrl.algos.dt import Trajectories, load_policy_checkpoint, train
+    from seqrl.utils.checkpoint import latest_checkpoint
+
+    for method in ("dt", "bc"):
+        cfg = _dt_cfg(tmp_path, method, method=method)
+        train(cfg, level_dataset())
+        policy, info = load_policy_checkpoint(latest_checkpoint(tmp_path / method))
+        assert info["method"] == method and info["env_id"] == ENV_ID
+        b = Trajectories(level_dataset(), 1.0, 16, "dt.model").batch(0, 4, 4, 0)
+        # a second load gives identical weights and identical actions
+        again, _ = load_policy_checkpoint(latest_checkpoint(tmp_path / method))
+        for (k, x), (_, y) in zip(policy.state_dict().items(), again.state_dict().items()):
+            assert torch.equal(x, y), k
+        args = (b["states"], b["actions"], b["returns"], b["timesteps"], b["mask"])
+        assert torch.equal(policy.get_action(*args), again.get_action(*args))
+        # the normaliser travelled with the weights
+        assert torch.allclose(policy.state_mean, torch.tensor([0.45, 1.0]), atol=1e-6)
+
+
+def test_resume_after_interrupt_equals_uninterrupted_run(tmp_path, monkeypatch):
+    import seqrl.algos.dt as dt
+    from seqrl.utils.checkpoint import latest_checkpoint
+    from seqrl.utils.metrics import read_metrics
+
+    ds = level_dataset()
+    full = _dt_cfg(tmp_path, "full")
+    full.run.save_every, full.eval.every = 3, 2
+    dt.train(full, ds)
+
+    real, calls = dt.action_loss, {"n": 0}
+
+    def interrupt_at_step_5(*args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 5:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    cut = _dt_cfg(tmp_path, "cut")
+    cut.run.save_every, cut.eval.every = 3, 2
+    monkeypatch.setattr(dt, "action_loss", interrupt_at_step_5)
+    with pytest.raises(KeyboardInterrupt):
+        dt.train(cut, ds)
+    monkeypatch.undo()
+    assert latest_checkpoint(tmp_path / "cut").name == "checkpoint-3"
+    cut.run.resume = True
+    dt.train(cut, ds)
+    a, _ = dt.load_policy_checkpoint(tmp_path / "full" / "checkpoint-6")
+    b, _ = dt.load_policy_checkpoint(tmp_path / "cut" / "checkpoint-6")
+    for (k, x), (_, y) in zip(a.state_dict().items(), b.state_dict().items()):
+        assert torch.equal(x, y), k
+    keys = ("loss/action", "eval/return/8")
+    rows = lambda run: [(r["step"], *(r.get(k) for k in keys)) for r in read_metrics(tmp_path / run / "metrics.jsonl")
+                        if "loss/action" in r]
+    assert rows("full") == rows("cut") and len(rows("full")) == 6
+
+
+def test_outputs_metrics_plots_and_far_target_warning(tmp_path):
+    from seqrl.algos.dt import train
+    from seqrl.utils.metrics import read_metrics
+
+    cfg = _dt_cfg(tmp_path, "out")
+    cfg.eval.target_returns = [8.0, 100.0]
+    with pytest.warns(UserWarning, match="target return 100 is far outside"):
+        final = train(cfg, level_dataset())
+    for key in ("loss/action", "eval/return/8", "eval/normalized/8", "eval/return/100", "perf/steps_per_s"):
+        assert key in final, key
+    records = read_metrics(tmp_path / "out" / "metrics.jsonl")
+    assert records[0]["data/episodes"] == 64 and records[0]["step"] == 0
+    assert (tmp_path / "out" / "plots" / "dt.png").is_file() and (tmp_path / "out" / "plots" / "targets.png").is_file()
+    assert (tmp_path / "out" / "config.yaml").is_file()
+
+
+def test_percent_bc_trains_on_the_top_episodes_only(tmp_path):
+    from seqrl.algos.dt import DataConfig, train
+    from seqrl.utils.metrics import read_metrics
+
+    cfg = _dt_cfg(tmp_path, "pbc", method="bc", data=DataConfig(dataset="level", top_fraction=0.1))
+    final = train(cfg, level_dataset())
+    first = read_metrics(tmp_path / "pbc" / "metrics.jsonl")[0]
+    assert first["data/episodes"] == 6  # 10% of 64 equal-length episodes
+    assert first["data/return_mean"] > 0.7 * H  # the best levels only
+    assert "eval/return" in final and "eval/normalized" in final  # BC: one unconditioned evaluation
+
+
+@pytest.mark.parametrize(
+    "data,match",
+    [
+        ({"model": {"context_len": 0}}, r"dt\.model: model\.context_len must be >= 1 \(got 0\)"),
+        ({"model": {"hidden_size": 30, "n_head": 4}}, r"model\.hidden_size \(30\) must be divisible by model\.n_head"),
+        ({"data": {"top_fraction": 0.0}}, r"data\.top_fraction must be in \(0, 1\]"),
+        ({"eval": {"target_returns": []}}, "eval.target_returns must hold at least one"),
+        ({"return_scale": 0}, "return_scale must be > 0"),
+        ({"method": "cql"}, r"dt\.method: expected one of 'dt', 'bc'"),
+        ({"optim": {"lrr": 1.0}}, r"dt\.optim\.lrr: unknown key; did you mean 'lr'"),
+        ({"steps": "many"}, r"dt\.steps: expected int"),
+    ],
+)
+def test_config_errors_name_the_field(data, match):
+    from seqrl.algos.dt import DTConfig
+
+    with pytest.raises(ConfigError, match=match):
+        from_dict(DTConfig, data, path="dt")
+
+
+def test_auto_run_names_and_bc_config():
+    from seqrl.algos.dt import BCConfig, DTConfig
+
+    assert from_dict(DTConfig, {"data": {"dataset": "seqrl/hopper/medium-v0"}}).run.name == "dt_seqrl-hopper-medium-v0_s0"
+    bc = from_dict(BCConfig, {"data": {"top_fraction": 0.1}, "run": {"seed": 2}})
+    assert bc.method == "bc" and bc.run.name == "bc_quick-medium-replay_top10_s2"
+
+
+def test_bad_dataset_rows_are_rejected_naming_the_episode(tmp_path):
+    from seqrl.algos.dt import train
+
+    with pytest.raises(DatasetError, match="episode 3: rewards has a NaN"):
+        eps = level_dataset().episodes
+        eps[3].rewards[4] = np.nan
+        OfflineDataset(eps, action_dim=1)
+    ds = level_dataset()
+    ds.episodes[5].observations = ds.episodes[5].observations[:-2]  # changed after the dataset was built
+    with pytest.raises(DatasetError, match="episode 5: observations must have T\\+1"):
+        train(_dt_cfg(tmp_path, "bad"), ds)
+    short = _dt_cfg(tmp_path, "short")
+    short.model.max_ep_len = 8
+    with pytest.raises(DatasetError, match=r"episode 0 has 10 steps, more than dt\.model\.max_ep_len = 8"):
+        train(short, level_dataset())
+
+
+def test_discrete_actions_train_with_the_categorical_head(tmp_path):
+    from seqrl.algos.dt import load_policy_checkpoint, train
+    from seqrl.utils.metrics import read_metrics
+
+    rng = np.random.default_rng(0)
+    eps = []
+    for i in range(8):
+        a = rng.integers(0, 3, H)
+        obs = rng.standard_normal((H + 1, 2)).astype(np.float32)
+        eps.append(Episode(obs, a.astype(np.int64), a.astype(np.float32), np.zeros(H, bool), np.zeros(H, bool), id=i))
+    ds = OfflineDataset(eps, discrete=True, action_dim=3)
+    cfg = _dt_cfg(tmp_path, "disc")
+    cfg.eval.episodes = 0
+    cfg.steps = 30
+    train(cfg, ds)
+    losses = [r["loss/action"] for r in read_metrics(tmp_path / "disc" / "metrics.jsonl") if "loss/action" in r]
+    assert losses[0] == pytest.approx(np.log(3), abs=0.15)  # cross-entropy of a near-uniform start
+    policy, _ = load_policy_checkpoint(tmp_path / "disc" / "checkpoint-30")
+    assert policy.discrete and policy.get_action(torch.zeros(2, 2), torch.zeros(1, dtype=torch.long),
+                                                 torch.zeros(2), torch.arange(2)).dtype == torch.long
+
+
+def test_higher_target_gives_higher_return(tmp_path):
+    """Return conditioning: trained on levels in [−1, 1], the DT follows the target it is given."""
+    from seqrl.algos.dt import load_policy_checkpoint, run_evaluation, train
+    from seqrl.utils.checkpoint import latest_checkpoint
+
+    cfg = _dt_cfg(tmp_path, "cond", steps=300, batch_size=32)
+    cfg.eval.episodes = 0
+    cfg.model.dropout = 0.0
+    train(cfg, level_dataset(n_episodes=128))
+    policy, info = load_policy_checkpoint(latest_checkpoint(tmp_path / "cond"))
+    metrics, result = run_evaluation(policy, info, [-8.0, 0.0, 8.0], episodes=2, seed=0)
+    low, mid, high = (metrics[f"eval/return/{t}"] for t in ("-8", "0", "8"))
+    print(f"achieved return for targets -8 / 0 / 8: {low:.2f} / {mid:.2f} / {high:.2f}")
+    assert high > mid + 4 and mid > low + 4

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
 from seqrl.core.sequences import (
+    action_loss,
     causal_attention_mask,
     deinterleave,
     interleave,
@@ -127,3 +130,30 @@ def test_top_return_episodes_fills_the_step_budget_best_first():
     assert top_return_episodes(torch.tensor([3.0, 3.0, 3.0]), torch.tensor([1, 1, 1]), 0.67).tolist() == [0, 1]
     with pytest.raises(ValueError, match="fraction must be in"):
         top_return_episodes(returns, lengths, 0.0)
+
+
+def test_action_loss_counts_real_steps_only():
+    pred = torch.tensor([[[1.0, 2.0], [9.0, 9.0], [0.0, 0.0]]], dtype=f64)   # (1, 3, 2)
+    target = torch.tensor([[[0.0, 0.0], [0.0, 0.0], [1.0, 3.0]]], dtype=f64)
+    mask = torch.tensor([[1, 0, 1]])  # step 1 is padding: its error 81 + 81 must not count
+    # real squared errors: step 0: 1 + 4, step 2: 1 + 9 → 15 over 2 steps · 2 dims = 3.75
+    assert action_loss(pred, target, mask).item() == pytest.approx(3.75, abs=1e-12)
+
+
+def test_action_loss_discrete_cross_entropy_by_hand():
+    logits = torch.tensor([[[0.0, 0.0], [2.0, 0.0], [5.0, -5.0]]], dtype=f64)
+    target = torch.tensor([[0, 1, 1]])
+    mask = torch.tensor([[1, 1, 0]])
+    # step 0: −log(1/2) = log 2; step 1: −log(e^0 / (e^2 + e^0)) = log(1 + e^2); step 2 padded
+    expected = (math.log(2) + math.log(1 + math.e**2)) / 2
+    assert action_loss(logits, target, mask, discrete=True).item() == pytest.approx(expected, abs=1e-12)
+
+
+def test_action_loss_without_real_steps_is_zero_not_nan():
+    pred = torch.ones(2, 3, 1, dtype=f64, requires_grad=True)
+    loss = action_loss(pred, torch.zeros(2, 3, 1, dtype=f64), torch.zeros(2, 3))
+    assert loss.item() == 0.0
+    loss.backward()
+    assert torch.equal(pred.grad, torch.zeros_like(pred))
+    with pytest.raises(ValueError, match="mask must have shape"):
+        action_loss(pred, pred, torch.ones(2, 2))

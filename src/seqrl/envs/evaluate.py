@@ -1,0 +1,174 @@
+"""Evaluation rollouts of sequence policies (Decision Transformer, BC), conditioned on target returns.
+
+All episodes of an evaluation — every target return × every episode — run in lockstep, one
+environment copy each, and the policy sees the active ones as one batch: one forward pass per
+environment step, however many targets and episodes. Episode ``i`` resets with the same seed for
+every target (`seqrl.envs.rollout.episode_rngs`), so targets are compared on the same start states.
+
+Return conditioning follows the Decision Transformer (Chen et al. 2021, Algorithm 1 and the official
+evaluation): R̂_0 = target, and after each step R̂_{t+1} = R̂_t − r_t with the observed reward. The
+policy acts on the last K steps of its history (states, actions, R̂, timesteps), left-padded at the
+start of an episode, and its deterministic action is used (tanh output / argmax; Online DT: the mean).
+
+A policy is any object with ``context_len`` (K), ``max_ep_len``, ``discrete`` and
+``get_action(states, actions, returns_to_go, timesteps, attention_mask) -> actions`` on batched
+histories — `seqrl.models.dt.DecisionTransformer` and `seqrl.models.dt.MLPPolicy` are.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from seqrl.envs.make import make_env
+from seqrl.envs.rollout import episode_rngs
+
+__all__ = ["EvalResult", "evaluate_policy", "far_targets", "target_label", "warn_far_targets"]
+
+
+@dataclass
+class EvalResult:
+    """Returns and lengths of each (target, episode): arrays of shape (n_targets, episodes)."""
+
+    targets: list[float | None]
+    returns: np.ndarray
+    lengths: np.ndarray
+
+    def metrics(self, normalize: Callable[[np.ndarray], np.ndarray] | None = None) -> dict[str, float]:
+        """``eval/return/<target>`` (mean), ``eval/return_std/<target>``, ``eval/length/<target>`` and,
+        with `normalize`, ``eval/normalized/<target>`` (mean normalised score ×100). A target of None
+        (an unconditioned policy such as BC) gives the keys without the ``/<target>`` suffix."""
+        out: dict[str, float] = {}
+        for j, target in enumerate(self.targets):
+            suffix = "" if target is None else f"/{target_label(target)}"
+            out[f"eval/return{suffix}"] = float(self.returns[j].mean())
+            out[f"eval/return_std{suffix}"] = float(self.returns[j].std())
+            out[f"eval/length{suffix}"] = float(self.lengths[j].mean())
+            if normalize is not None:
+                out[f"eval/normalized{suffix}"] = float(np.mean(normalize(self.returns[j])))
+        return out
+
+
+def target_label(target: float) -> str:
+    """``3600.0`` → ``"3600"``, ``-150.5`` → ``"-150.5"`` (metric key suffixes)."""
+    return str(int(target)) if float(target).is_integer() else f"{target:g}"
+
+
+def far_targets(targets: Sequence[float], data_returns: np.ndarray, factor: float = 1.0) -> list[float]:
+    """Targets more than `factor` × the data's return range outside it (min − f·span, max + f·span).
+
+    A Decision Transformer only learned what R̂ means inside the returns it saw; far outside, the
+    achieved return usually stops following the target (Chen et al. 2021, Fig. 4). A dataset whose
+    returns are all equal uses max(|R|, 1) as the span.
+    """
+    lo, hi = float(np.min(data_returns)), float(np.max(data_returns))
+    span = hi - lo if hi > lo else max(abs(hi), 1.0)
+    return [t for t in targets if t > hi + factor * span or t < lo - factor * span]
+
+
+def warn_far_targets(targets: Sequence[float], data_returns: np.ndarray, field: str) -> list[float]:
+    """`warnings.warn` for each target `far_targets` finds; the message names `field`. Returns them."""
+    far = far_targets(targets, data_returns)
+    lo, hi = float(np.min(data_returns)), float(np.max(data_returns))
+    for t in far:
+        warnings.warn(f"{field}: target return {t:g} is far outside the dataset's episode returns "
+                      f"[{lo:.1f}, {hi:.1f}]; the achieved return will likely not follow it", stacklevel=2)
+    return far
+
+
+def _flat_obs(obs) -> np.ndarray:
+    return np.asarray(obs, dtype=np.float32).reshape(-1)
+
+
+@torch.no_grad()
+def evaluate_policy(
+    policy: torch.nn.Module,
+    env: str | Callable[[], gym.Env],
+    target_returns: Sequence[float | None],
+    episodes: int = 10,
+    seed: int = 0,
+    max_steps: int = 0,
+) -> EvalResult:
+    """Roll out `episodes` episodes per target return and return their returns and lengths.
+
+    env: a gymnasium id (built with `make_env`) or a factory of environments. target_returns: raw
+    (unscaled) R̂_0 per condition; None for a policy that ignores returns (R̂ is then 0 throughout).
+    max_steps: stop episodes after this many steps (0: only the environment's own time limit).
+    Timesteps beyond the policy's ``max_ep_len − 1`` are clipped to it, with one warning.
+    The policy is put in eval mode for the rollouts and its previous mode restored.
+    """
+    if episodes < 1:
+        raise ValueError(f"evaluate_policy: episodes must be >= 1 (got {episodes})")
+    if not target_returns:
+        raise ValueError("evaluate_policy: give at least one target return (None for an unconditioned policy)")
+    if max_steps < 0:
+        raise ValueError(f"evaluate_policy: max_steps must be >= 0 (got {max_steps})")
+    make = (lambda: make_env(env)) if isinstance(env, str) else env
+    n_targets = len(target_returns)
+    envs = [make() for _ in range(n_targets * episodes)]
+    N = len(envs)
+    limit = max_steps or min((e.spec.max_episode_steps for e in envs if e.spec and e.spec.max_episode_steps),
+                             default=0)
+    if not limit:
+        raise ValueError("evaluate_policy: the environment has no time limit; give max_steps")
+    space = envs[0].action_space
+    discrete = bool(policy.discrete)
+    K, max_ep_len = int(policy.context_len), int(policy.max_ep_len)
+    if limit > max_ep_len:
+        warnings.warn(f"evaluate_policy: episodes may last {limit} steps but the policy knows timesteps < "
+                      f"{max_ep_len}; later timesteps are clipped to {max_ep_len - 1}", stacklevel=2)
+
+    first = [env.reset(seed=episode_rngs(seed, i % episodes)[0])[0] for i, env in enumerate(envs)]
+    S = _flat_obs(first[0]).shape[0]
+    A = 1 if discrete else int(np.prod(space.shape))
+    states = np.zeros((N, limit + 1, S), dtype=np.float32)  # (N, T+1, S)
+    actions = np.zeros((N, limit + 1) if discrete else (N, limit + 1, A),
+                       dtype=np.int64 if discrete else np.float32)  # (N, T+1[, A]); slot t+1 is a placeholder
+    rtg = np.zeros((N, limit + 1), dtype=np.float32)  # (N, T+1)
+    for i, obs in enumerate(first):
+        states[i, 0] = _flat_obs(obs)
+        target = target_returns[i // episodes]
+        rtg[i, 0] = 0.0 if target is None else float(target)
+    returns = np.zeros(N, dtype=np.float64)
+    lengths = np.zeros(N, dtype=np.int64)
+    active = np.ones(N, dtype=bool)
+
+    was_training = policy.training
+    policy.eval()
+    try:
+        for t in range(limit):
+            idx = np.flatnonzero(active)
+            if not len(idx):
+                break
+            w0 = max(0, t - K + 1)
+            steps = torch.arange(w0, t + 1).clamp(max=max_ep_len - 1).expand(len(idx), -1)  # (n, k)
+            act = policy.get_action(
+                torch.from_numpy(states[idx, w0 : t + 1]),  # (n, k, S)
+                torch.from_numpy(actions[idx, w0 : t + 1]),  # (n, k[, A]); the last is a placeholder
+                torch.from_numpy(rtg[idx, w0 : t + 1]),  # (n, k)
+                steps,
+            ).numpy()  # (n, A) or (n,)
+            for row, i in enumerate(idx):
+                a = act[row]
+                env_action = int(a) if discrete else a.reshape(space.shape).astype(space.dtype)
+                obs, reward, terminated, truncated, _ = envs[i].step(env_action)
+                actions[i, t] = a
+                states[i, t + 1] = _flat_obs(obs)
+                rtg[i, t + 1] = rtg[i, t] - float(reward)
+                returns[i] += float(reward)
+                lengths[i] = t + 1
+                if terminated or truncated or t + 1 == limit:
+                    active[i] = False
+    finally:
+        policy.train(was_training)
+        for e in envs:
+            e.close()
+    if not np.isfinite(returns).all():
+        raise ValueError("evaluate_policy: the environment returned a non-finite reward")
+    return EvalResult(targets=list(target_returns), returns=returns.reshape(n_targets, episodes),
+                      lengths=lengths.reshape(n_targets, episodes))
