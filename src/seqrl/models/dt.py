@@ -293,6 +293,7 @@ class MLPPolicy(nn.Module):
     """
 
     context_len = 1
+    max_ep_len = 2**31 - 1  # reads no timesteps
 
     def __init__(
         self,
@@ -306,11 +307,10 @@ class MLPPolicy(nn.Module):
         action_high=None,
         state_mean=None,
         state_std=None,
-        max_ep_len: int = 1000,
     ) -> None:
         super().__init__()
         for name, value in (("state_dim", state_dim), ("action_dim", action_dim), ("hidden_size", hidden_size),
-                            ("n_layer", n_layer), ("max_ep_len", max_ep_len)):
+                            ("n_layer", n_layer)):
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"MLPPolicy: {name} must be an int >= 1 (got {value!r})")
         if action_head not in ACTION_HEADS:
@@ -318,8 +318,8 @@ class MLPPolicy(nn.Module):
         if not 0 <= dropout < 1:
             raise ValueError(f"MLPPolicy: dropout must be in [0, 1) (got {dropout})")
         self.kwargs = dict(state_dim=state_dim, action_dim=action_dim, hidden_size=hidden_size, n_layer=n_layer,
-                           dropout=dropout, action_head=action_head, max_ep_len=max_ep_len)
-        self.state_dim, self.action_dim, self.max_ep_len = state_dim, action_dim, max_ep_len
+                           dropout=dropout, action_head=action_head)
+        self.state_dim, self.action_dim = state_dim, action_dim
         self.discrete = action_head == "categorical"
         layers: list[nn.Module] = []
         width = state_dim
