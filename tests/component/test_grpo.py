@@ -197,3 +197,152 @@ def test_dynamic_sampling_that_finds_no_signal_goes_on_without_a_gradient():
     trainer.scheduler = torch.optim.lr_scheduler.LambdaLR(trainer.optimizer, lambda s: 1.0)
     trainer.train_step(batch)
     assert all(torch.equal(b, p) for b, p in zip(before, trainer.policy.model.parameters()))
+
+
+def _flat_and_signal_batch(trainer: GRPOTrainer):
+    """A collected batch whose groups 0 and 2 are flat (advantage exactly 0) and the others are not."""
+    batch = trainer.collect(0)
+    g = trainer.cfg.group_size
+    rewards = (torch.arange(len(batch.rewards), dtype=torch.float64) % 3).view(-1, g)
+    rewards[0] = 1.0
+    rewards[2] = 0.0
+    batch.rewards = rewards.flatten()
+    batch.advantages = (rewards - rewards.mean(dim=1, keepdim=True)).flatten()
+    return batch
+
+
+@pytest.mark.parametrize("agg,mu", [("seq_mean_token_mean", 1), ("token_mean", 2), ("seq_mean_token_sum_norm", 1)])
+def test_skipping_zero_advantage_rows_leaves_the_update_unchanged(agg, mu):
+    results, skipped = [], []
+    for skip in (False, True):
+        cfg = _cfg(loss=LossConfig(agg=agg, beta=0.0), batch_size=16, group_size=4, micro_batch_size=3,
+                   num_iterations=mu, minibatches=2, skip_zero_advantage=skip)
+        trainer = _trainer(cfg, seed=0)
+        trainer.policy.model.double()
+        torch.manual_seed(5)
+        batch = _flat_and_signal_batch(trainer)
+        flat = batch.advantages.clone()
+        flat.zero_()
+        metrics = trainer.train_step(batch)  # AdamW: momentum and decay carry into the next step
+        skipped.append((metrics["stats/skipped_rows_frac"], float((batch.advantages == 0).double().mean())))
+        batch.advantages = flat  # a batch with no signal at all: every row skippable
+        trainer.train_step(batch)
+        results.append([p.detach().clone() for p in trainer.policy.model.parameters()])
+    (off, _), (on, zero_frac) = skipped
+    assert off == 0.0 and on == zero_frac >= 0.5  # two flat groups of four, plus zero-advantage rows elsewhere
+    for a, b in zip(*results):
+        assert torch.allclose(a, b, atol=1e-10, rtol=0)
+
+
+def test_zero_advantage_rows_are_not_skipped_when_the_kl_term_needs_them():
+    cfg = _cfg(loss=LossConfig(beta=0.04))
+    trainer = _trainer(cfg)
+    batch = _flat_and_signal_batch(trainer)
+    assert len(trainer.active_rows(batch)) == len(batch.rewards)
+
+
+def _saved_base(tmp_path) -> str:
+    torch.manual_seed(0)
+    base = load_policy(ModelConfig(preset="tiny", max_seq_len=64))
+    base.save(tmp_path / "base")
+    return str(tmp_path / "base")
+
+
+def test_lora_trains_only_the_adapter_and_its_base_is_the_reference(tmp_path):
+    from seqrl.models.lora import LoRAConfig, apply_lora, is_lora
+
+    path = _saved_base(tmp_path)
+    cfg = _cfg(model=ModelConfig(path=path), loss=LossConfig(beta=0.04), lora=LoRAConfig(r=4, alpha=8))
+    policy = load_policy(cfg.model)
+    base_state = {k: v.clone() for k, v in policy.model.state_dict().items()}
+    policy.model = apply_lora(policy.model, cfg.lora)
+    assert is_lora(policy.model)
+    task = cfg.task.build()
+    trainer = GRPOTrainer(cfg, policy, task, task.problems("train", 64, 0))
+    assert trainer.ref is None  # no second copy of the weights
+    torch.manual_seed(5)
+    batch = _flat_and_signal_batch(trainer)
+    rows = torch.arange(len(batch.rewards))
+    start = trainer._no_grad_logprobs(policy.model, batch)
+    ref0 = trainer._reference_logprobs(batch, rows)
+    assert torch.equal(start * batch.completion_mask, ref0 * batch.completion_mask)  # B = 0: adapter is a no-op
+    for _ in range(3):
+        metrics = trainer.train_step(batch)
+    assert metrics["stats/kl"] > 0  # the adapted policy moved away from its base
+    after = trainer._no_grad_logprobs(policy.model, batch)
+    assert ((after - start).abs() * batch.completion_mask).max() > 1e-4
+    ref1 = trainer._reference_logprobs(batch, rows)
+    assert torch.equal(ref1 * batch.completion_mask, ref0 * batch.completion_mask)  # the base did not move
+    merged = policy.model.get_base_model().state_dict()
+    for key, value in base_state.items():
+        name = key.replace(".weight", ".base_layer.weight") if key.replace(".weight", ".base_layer.weight") in merged else key
+        assert torch.equal(merged[name], value), key
+    trainable = {n for n, p in policy.model.named_parameters() if p.requires_grad}
+    assert trainable and all("lora_" in n for n in trainable)
+
+
+def test_lora_needs_a_saved_base_and_a_fixed_reference():
+    from seqrl.models.lora import LoRAConfig
+
+    with pytest.raises(ConfigError, match="lora.r > 0 needs model.path"):
+        from_dict(GRPOConfig, {"lora": {"r": 4}}, path="grpo")
+    with pytest.raises(ConfigError, match="ref_sync_every must be 0 with lora"):
+        from_dict(GRPOConfig, {"lora": {"r": 4}, "model": {"path": "x"}, "loss": {"ref_sync_every": 2}}, path="grpo")
+    with pytest.raises(ValueError, match=r"lora.target_modules \['c_attn'\] match no module"):
+        from seqrl.models.lora import apply_lora
+        apply_lora(load_policy(ModelConfig(preset="tiny", max_seq_len=32)).model, LoRAConfig(r=2, target_modules=["c_attn"]))
+
+
+def test_lora_checkpoints_resume_exactly_and_load_as_a_model_folder(tmp_path, monkeypatch):
+    from seqrl.models.lora import LoRAConfig
+
+    path = _saved_base(tmp_path)
+    import seqrl.algos.grpo as grpo
+
+    def first_is_digit(problems, completions):  # varies within groups of an untrained model
+        return [RewardResult(1.0 if c[:1].isdigit() else 0.0) for c in completions]
+
+    monkeypatch.setattr(grpo, "build_reward", lambda spec, task: first_is_digit)
+
+    def cfg(out, resume=False):
+        run = RunConfig(name="g", out_dir=str(tmp_path / out), seed=1, save_every=2, log_every=1, progress=False,
+                        resume=resume)
+        return _cfg(run=run, steps=4, model=ModelConfig(path=path), lora=LoRAConfig(r=4, alpha=8),
+                    optim=OptimConfig(lr=1e-2, warmup_steps=0, schedule="constant"))
+
+    train(cfg("a"))
+    real, calls = grpo.GRPOTrainer.train_step, {"n": 0}
+
+    def stop_at_third(self, batch):
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise KeyboardInterrupt
+        return real(self, batch)
+
+    monkeypatch.setattr(grpo.GRPOTrainer, "train_step", stop_at_third)
+    with pytest.raises(KeyboardInterrupt):
+        train(cfg("b"))
+    monkeypatch.setattr(grpo.GRPOTrainer, "train_step", real)
+    train(cfg("b", resume=True))
+    import safetensors.torch
+
+    a = safetensors.torch.load_file(tmp_path / "a" / "g" / "checkpoint-4" / "adapter_model.safetensors")
+    b = safetensors.torch.load_file(tmp_path / "b" / "g" / "checkpoint-4" / "adapter_model.safetensors")
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert any(float(v.abs().max()) > 0 for k, v in a.items() if "lora_B" in k)  # the adapter learned something
+    # an ordinary model folder: base + adapter through load_policy (transformers' PEFT integration)
+    loaded = load_policy(ModelConfig(path=str(tmp_path / "a" / "g" / "checkpoint-4")))
+    base = load_policy(ModelConfig(path=path))
+    ids = torch.tensor([base.encode_prompts(["12+34="])[0]])
+    with torch.no_grad():
+        hf_logits = loaded.model(input_ids=ids).logits
+        diff = (hf_logits - base.model(input_ids=ids).logits).abs().max()
+    assert diff > 1e-5
+    # ... and equal to the base + adapter restored the trainer's way (apply_lora + load_checkpoint)
+    from seqrl.models.lora import apply_lora
+    from seqrl.utils.checkpoint import load_checkpoint
+
+    again = apply_lora(load_policy(ModelConfig(path=path)).model, LoRAConfig(r=4, alpha=8))
+    load_checkpoint(tmp_path / "a" / "g" / "checkpoint-4", again, restore_rng=False)
+    with torch.no_grad():
+        assert torch.allclose(again(input_ids=ids).logits, hf_logits, atol=1e-6, rtol=0)

@@ -47,6 +47,7 @@ from seqrl.core.policy_loss import AGG_MODES, entropy_from_logits, grpo_loss
 from seqrl.core.shaping import soft_overlong_penalty
 from seqrl.data.base import Problem, Task
 from seqrl.models.lm import ModelConfig, Policy, load_policy, num_parameters
+from seqrl.models.lora import LoRAConfig, adapter_disabled, apply_lora, is_lora
 from seqrl.rewards.combine import RewardSpec, build_reward, score_completions
 from seqrl.rollout import SamplingParams, generate
 from seqrl.utils.checkpoint import load_checkpoint, save_checkpoint
@@ -145,8 +146,20 @@ class GRPOConfig:
     """Optimizer steps per pass (the batch split into this many minibatches)."""
     micro_batch_size: int = 64
     """Completions per forward/backward (memory only: the gradient does not depend on it)."""
+    skip_zero_advantage: bool = True
+    """With β = 0, skip the forward/backward of completions whose advantage is exactly 0 (a group
+    with equal rewards): their loss and gradient are exactly 0, so the update is unchanged (tested);
+    `stats/entropy` and `stats/sampler_logprob_gap` then cover the completions trained on."""
+    lora: LoRAConfig = field(default_factory=LoRAConfig)
+    """LoRA adapters (`lora.r` > 0) instead of full fine-tuning; needs `model.path` (a trained base)."""
 
     def __post_init__(self) -> None:
+        if self.lora.r and self.model.path is None:
+            raise ValueError("lora.r > 0 needs model.path: adapters train on top of a trained base model "
+                             "(a preset built from scratch has no saved base weights to reload)")
+        if self.lora.r and self.loss.ref_sync_every:
+            raise ValueError("loss.ref_sync_every must be 0 with lora: the reference is the frozen base "
+                             "(the adapter switched off)")
         if self.group_size < 2:
             raise ValueError(f"group_size must be >= 2 (got {self.group_size}): a group of one has no baseline")
         if self.batch_size % self.group_size:
@@ -246,8 +259,10 @@ class GRPOTrainer:
             for spec in cfg.rewards
         }
         self.optimizer, self.scheduler = make_optimizer(policy.model, cfg.optim, cfg.steps * cfg.num_iterations * cfg.minibatches)
+        # The reference policy (only when β > 0): a frozen copy, or with LoRA the base model itself
+        # (the adapter switched off in `_reference_logprobs`), so no second copy of the weights.
         self.ref = None
-        if cfg.loss.beta > 0:
+        if cfg.loss.beta > 0 and not is_lora(policy.model):
             self.ref = copy.deepcopy(policy.model).eval().requires_grad_(False)
         self.prompt_cursor = 0  # position in the endless stream of training prompts
 
@@ -361,9 +376,33 @@ class GRPOTrainer:
                                  self.cfg.run.bf16, with_entropy)
 
     @torch.no_grad()
-    def _no_grad_logprobs(self, model, batch: GRPOBatch) -> torch.Tensor:
-        chunks = torch.arange(len(batch.rewards)).split(self.cfg.micro_batch_size)
-        return torch.cat([self._logprobs(model, batch, rows)[0] for rows in chunks])  # (N, T)
+    def _no_grad_logprobs(self, model, batch: GRPOBatch, rows: torch.Tensor | None = None) -> torch.Tensor:
+        """log-probs of `rows` (default: all) without a graph; rows not asked for are left at 0."""
+        n, t = batch.completion_ids.shape
+        rows = torch.arange(n) if rows is None else rows
+        out = torch.zeros((n, t), dtype=torch.float32)  # (N, T)
+        for chunk in rows.split(self.cfg.micro_batch_size) if len(rows) else ():
+            lp = self._logprobs(model, batch, chunk)[0]  # (m, T)
+            out = out.to(lp.dtype)
+            out[chunk] = lp
+        return out
+
+    def _reference_logprobs(self, batch: GRPOBatch, rows: torch.Tensor) -> torch.Tensor | None:
+        """log π_ref of the batch when β > 0: the frozen copy, or the LoRA base with the adapter off."""
+        if self.cfg.loss.beta == 0:
+            return None
+        if self.ref is not None:
+            return self._no_grad_logprobs(self.ref, batch, rows)
+        with adapter_disabled(self.policy.model):
+            return self._no_grad_logprobs(self.policy.model, batch, rows)
+
+    def active_rows(self, batch: GRPOBatch) -> torch.Tensor:
+        """Rows that can change the update: all, unless β = 0 and skip_zero_advantage, when a row
+        whose advantage is exactly 0 has loss 0 and gradient 0 (ratio·0, clipped or not) and is skipped."""
+        n = len(batch.rewards)
+        if not self.cfg.skip_zero_advantage or self.cfg.loss.beta > 0:
+            return torch.arange(n)
+        return torch.nonzero(batch.advantages != 0).flatten()
 
     def train_step(self, batch: GRPOBatch) -> dict[str, float]:
         """μ passes of clipped policy-gradient updates on `batch`; returns the step's metrics."""
@@ -371,8 +410,11 @@ class GRPOTrainer:
         t0 = time.perf_counter()
         model.train()
         n = len(batch.rewards)
-        old = self._no_grad_logprobs(model, batch) if cfg.num_iterations > 1 else None  # (N, T)
-        ref = self._no_grad_logprobs(self.ref, batch) if self.ref is not None else None  # (N, T)
+        active = torch.zeros(n, dtype=torch.bool)
+        active[self.active_rows(batch)] = True  # (N,)
+        rows_needed = torch.nonzero(active).flatten()
+        old = self._no_grad_logprobs(model, batch, rows_needed) if cfg.num_iterations > 1 else None  # (N, T)
+        ref = self._reference_logprobs(batch, rows_needed)  # (N, T) or None
         max_tokens = cfg.loss.max_tokens or cfg.sampling.max_new_tokens
         sums: dict[str, float] = {}
         weights: dict[str, float] = {}
@@ -385,8 +427,10 @@ class GRPOTrainer:
         for _ in range(cfg.num_iterations):
             order = torch.randperm(n, generator=gen) if cfg.minibatches > 1 else torch.arange(n)
             for mb in order.chunk(cfg.minibatches):
+                # the normalisers count every row of the minibatch, skipped ones included
                 num_tokens = float(batch.loss_mask[mb].sum().clamp(min=1))
-                for rows in mb.split(cfg.micro_batch_size):
+                trained = mb[active[mb]]
+                for rows in trained.split(cfg.micro_batch_size) if len(trained) else ():
                     logp, entropy = self._logprobs(model, batch, rows, with_entropy=True)  # (m, T)
                     mask = batch.loss_mask[rows]  # (m, T)
                     loss, stats = grpo_loss(
@@ -405,6 +449,9 @@ class GRPOTrainer:
                     add("stats/entropy", float((entropy * full).sum() / full.sum().clamp(min=1)), float(full.sum()))
                     gap = ((logp.detach() - batch.sampler_logprobs[rows]).abs() * full).sum() / full.sum().clamp(min=1)
                     add("stats/sampler_logprob_gap", float(gap), float(full.sum()))
+                for p in model.parameters():
+                    if p.requires_grad and p.grad is None:
+                        p.grad = torch.zeros_like(p)  # a fully skipped minibatch still steps (momentum, decay) as before
                 grad_norm = torch.nn.utils.clip_grad_norm_(
                     model.parameters(), cfg.optim.grad_clip if cfg.optim.grad_clip > 0 else float("inf"))
                 add("stats/grad_norm", float(grad_norm), 1.0)
@@ -414,7 +461,8 @@ class GRPOTrainer:
                 self.optimizer.zero_grad(set_to_none=True)
         metrics = {key: sums[key] / max(weights[key], 1e-12) for key in sums}
         # loss/policy: sum over micro-batches is the minibatch loss; report the mean per optimizer step
-        metrics["loss/policy"] = sums["loss/policy"] / (cfg.num_iterations * cfg.minibatches)
+        metrics["loss/policy"] = sums.get("loss/policy", 0.0) / (cfg.num_iterations * cfg.minibatches)
+        metrics["stats/skipped_rows_frac"] = 1.0 - float(active.float().mean())
         metrics["perf/train_s"] = time.perf_counter() - t0
         return metrics
 
@@ -443,6 +491,8 @@ def train(cfg: GRPOConfig) -> dict[str, float]:
     problems = task.problems("train", cfg.task.n_train, cfg.task.seed)
     test_problems = task.problems("test", cfg.task.n_test, cfg.task.seed)
     policy = load_policy(cfg.model)
+    if cfg.lora.r:
+        policy.model = apply_lora(policy.model, cfg.lora)
     trainer = GRPOTrainer(cfg, policy, task, problems)
     start = 0
     if resume_from is not None:
@@ -456,7 +506,15 @@ def train(cfg: GRPOConfig) -> dict[str, float]:
     def run_eval() -> dict[str, float]:
         out = run_evaluation(policy, task, test_problems, cfg.eval, cfg.run.seed)
         if cfg.eval.samples:
-            out.update(trainer.heldout_reward(test_problems, cfg.eval.samples, cfg.run.seed + 1))
+            s = cfg.sampling
+            same_sampling = (cfg.eval.temperature, cfg.eval.max_new_tokens, s.top_p, s.top_k) == (
+                s.temperature, s.max_new_tokens, 1.0, 0)
+            if (same_sampling and [(r.name, r.weight) for r in cfg.rewards] == [("task", 1.0)]
+                    and not cfg.dapo.soft_overlong_cache):
+                # the training reward is the verifier alone: its held-out mean is pass@1, already sampled
+                out.update({"eval/reward": out["eval/pass@1"], "eval/reward/accuracy": out["eval/pass@1"]})
+            else:
+                out.update(trainer.heldout_reward(test_problems, cfg.eval.samples, cfg.run.seed + 1))
         policy.model.train()
         return out
 

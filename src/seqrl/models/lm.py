@@ -113,9 +113,9 @@ def load_policy(cfg: ModelConfig) -> Policy:
         return Policy(model, tokenizer)
     path = Path(cfg.path)
     looks_local = path.exists() or cfg.path.startswith((".", "/", "~")) or cfg.path.count("/") > 1
-    if looks_local and not (path / "config.json").exists():
+    if looks_local and not ((path / "config.json").exists() or (path / "adapter_config.json").exists()):
         raise ValueError(
-            f"model.path {cfg.path!r} is not a model directory (no config.json); "
+            f"model.path {cfg.path!r} is not a model directory (no config.json or adapter_config.json); "
             f"give a Hugging Face model directory or hub id, or a preset: {sorted(PRESETS)}"
         )
     try:
@@ -128,7 +128,11 @@ def load_policy(cfg: ModelConfig) -> Policy:
 
 
 def load_pretrained(path: str | Path, attn_implementation: str = "sdpa") -> Policy:
-    """Any `AutoModelForCausalLM` directory or hub id plus its tokenizer, in float32."""
+    """Any `AutoModelForCausalLM` directory or hub id plus its tokenizer, in float32.
+
+    A PEFT adapter folder (``adapter_config.json``, e.g. a LoRA checkpoint) loads its base model
+    from the path the adapter names, with the adapter applied (transformers' PEFT integration).
+    """
     tokenizer = AutoTokenizer.from_pretrained(path)
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, attn_implementation=attn_implementation)
     if tokenizer.pad_token_id is None:

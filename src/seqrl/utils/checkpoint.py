@@ -5,6 +5,8 @@ A checkpoint directory holds:
 * ``model.safetensors`` (+ ``config.json`` …) — ``model.save_pretrained`` for a Hugging Face
   ``PreTrainedModel`` (possibly sharded, with ``model.safetensors.index.json``; loadable with
   ``from_pretrained`` too), or
+  ``adapter_model.safetensors`` + ``adapter_config.json`` for a `peft` model (LoRA: only the
+  adapter; the config names the frozen base model's path), or
   ``safetensors.torch.save_model`` for any other ``nn.Module``;
 * the tokenizer files when a tokenizer is given;
 * ``optimizer.pt`` — ``{"optimizer": state_dict | None, "scheduler": state_dict | None}``;
@@ -32,6 +34,7 @@ import torch
 from torch import nn
 from transformers import PreTrainedModel
 
+from seqrl.models.lora import is_lora
 from seqrl.utils.seeding import get_rng_state, set_rng_state
 
 __all__ = [
@@ -49,6 +52,7 @@ _ASIDE_RE = re.compile(r"^checkpoint-(\d+)\.old-")
 STATE_FILE = "trainer_state.json"
 WEIGHTS_FILE = "model.safetensors"
 WEIGHTS_INDEX_FILE = "model.safetensors.index.json"
+ADAPTER_FILE = "adapter_model.safetensors"
 OPTIMIZER_FILE = "optimizer.pt"
 RNG_FILE = "rng.pt"
 
@@ -89,7 +93,9 @@ def save_checkpoint(
     tmp = run_dir / f"checkpoint-{step}.tmp-{os.getpid()}-{secrets.token_hex(4)}"
     tmp.mkdir()
     try:
-        if isinstance(model, PreTrainedModel):
+        if is_lora(model):
+            model.save_pretrained(tmp)  # the adapter only: the base stays where adapter_config.json says
+        elif isinstance(model, PreTrainedModel):
             # safetensors is the default format; keep the file's keys == model.state_dict() keys
             # (transformers 5 would otherwise revert e.g. fused MoE experts to the legacy layout)
             model.save_pretrained(tmp, save_original_format=False)
@@ -286,6 +292,9 @@ def _read_weights(path: Path) -> dict[str, torch.Tensor]:
 
 def _load_weights(path: Path, model: nn.Module) -> None:
     """Copy the checkpoint's tensors into `model`; only tied (storage-sharing) keys may be absent."""
+    if is_lora(model):
+        _load_adapter(path, model)
+        return
     weights = _read_weights(path)
     expected = model.state_dict()
     try:
@@ -298,3 +307,26 @@ def _load_weights(path: Path, model: nn.Module) -> None:
     untied = [key for key in result.missing_keys if expected[key].data_ptr() not in loaded_ptrs]
     if untied:
         raise CheckpointError(f"{path}: keys missing from the checkpoint: {sorted(untied)}")
+
+
+def _load_adapter(path: Path, model: nn.Module) -> None:
+    """Load a LoRA checkpoint's adapter into a `peft` model: exactly the adapter's keys, no more, no less."""
+    from peft import get_peft_model_state_dict, set_peft_model_state_dict
+
+    file = path / ADAPTER_FILE
+    if not file.is_file():
+        raise CheckpointError(f"{file}: adapter weights not found (is this a full-model checkpoint? "
+                              f"then train without lora, or start a LoRA run from it with model.path)")
+    try:
+        weights = safetensors.torch.load_file(file, device="cpu")
+    except Exception as e:
+        raise CheckpointError(f"{file}: cannot read adapter weights: {e}") from e
+    expected = get_peft_model_state_dict(model)
+    if set(weights) != set(expected):
+        raise CheckpointError(f"{path}: adapter keys do not fit the model: missing "
+                              f"{sorted(set(expected) - set(weights))[:5]}, unexpected {sorted(set(weights) - set(expected))[:5]}")
+    bad = [k for k in weights if weights[k].shape != expected[k].shape]
+    if bad:
+        raise CheckpointError(f"{path}: adapter shapes do not fit the model (e.g. {bad[0]}: "
+                              f"{tuple(weights[bad[0]].shape)} vs {tuple(expected[bad[0]].shape)}; another lora.r?)")
+    set_peft_model_state_dict(model, weights)
