@@ -495,3 +495,10 @@ def test_limits_and_cgroup_hold_without_preexec_and_when_the_parent_does_not_att
     monkeypatch.setattr(runner, "_attach_driver", lambda *a, **k: None)
     r = runner.run_python(sol, io_cases=want, entry_point="f", timeout_s=3.0, memory_mb=300, max_file_bytes=12345)
     assert r.all_passed and "pids_cgroup" in r.layers, r.tests
+
+
+def test_without_setpriv_no_new_privs_comes_from_the_preexec_fallback(monkeypatch):
+    monkeypatch.setattr(runner, "_setpriv_nnp", lambda: ())
+    sol = "def f():\n    return [l.split()[1] for l in open('/proc/self/status') if l.startswith('NoNewPrivs')]\n"
+    r = runner.run_python(sol, io_cases=[[[], ["1"]]], entry_point="f")
+    assert r.all_passed, r.tests

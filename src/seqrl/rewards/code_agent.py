@@ -453,6 +453,8 @@ class CodeAgentReward:
             return RewardResult(0.0, f"could not score the patch: {type(e).__name__}: {str(e)[:200]}", parts)
 
     def _interpreter(self) -> tuple[str, tuple[str, ...]]:
+        if not os.access(GIT, os.X_OK):  # else every patch would score 0 as "does not apply"
+            raise SandboxUnavailable(f"code-agent reward: {GIT} is missing (git applies the patches)")
         python = self.python or _runner._sandbox_python()
         paths = tuple(self.python_path) if self.python_path is not None else default_pytest_path()
         why = _probe_pytest(python, paths)
