@@ -50,7 +50,8 @@ from seqrl.models.lm import ModelConfig, Policy, load_policy, num_parameters
 from seqrl.models.lora import LoRAConfig, adapter_disabled, apply_lora, is_lora
 from seqrl.rewards.combine import RewardSpec, build_reward, score_completions
 from seqrl.rollout import SamplingParams, generate
-from seqrl.utils.checkpoint import load_checkpoint, save_checkpoint
+from seqrl.utils import dist
+from seqrl.utils.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from seqrl.utils.metrics import MetricsLogger, read_metrics
 from seqrl.utils.plots import plot_metrics
 from seqrl.utils.progress import progress_bar
@@ -179,7 +180,17 @@ class GRPOConfig:
 
     @property
     def prompts_per_step(self) -> int:
+        """Prompts per step over all processes."""
         return self.batch_size // self.group_size
+
+    @property
+    def local_prompts_per_step(self) -> int:
+        """Prompts per step of this process (torchrun: the step's prompts split evenly over processes)."""
+        world = dist.world_size()
+        if self.prompts_per_step % world:
+            raise ValueError(f"batch_size / group_size = {self.prompts_per_step} prompts per step must be "
+                             f"divisible by the number of processes ({world})")
+        return self.prompts_per_step // world
 
 
 @dataclass
@@ -264,7 +275,9 @@ class GRPOTrainer:
         self.ref = None
         if cfg.loss.beta > 0 and not is_lora(policy.model):
             self.ref = copy.deepcopy(policy.model).eval().requires_grad_(False)
-        self.prompt_cursor = 0  # position in the endless stream of training prompts
+        # Position in this process's share of the endless prompt stream: with W processes, process r
+        # reads the global positions r, r + W, r + 2W, … so the shares never overlap.
+        self.prompt_cursor = 0
 
     # -- sampling -------------------------------------------------------------------------------
     def _sampling(self, seed: int) -> SamplingParams:
@@ -273,8 +286,18 @@ class GRPOTrainer:
                               max_new_tokens=s.max_new_tokens, seed=seed)
 
     def _params(self, step: int, round_: int) -> SamplingParams:
-        """Training samples: seeded by (run seed, step, round), so a resumed run draws the same."""
-        return self._sampling(self.cfg.run.seed * 1_000_003 + step * 101 + round_)
+        """Training samples: seeded by (run seed, step, round, rank), so a resumed run draws the same."""
+        return self._sampling(self.cfg.run.seed * 1_000_003 + step * 101 + round_ + 7_919_111 * dist.rank())
+
+    def _next_prompts(self, count: int) -> list[Problem]:
+        world, r = dist.world_size(), dist.rank()
+        local = range(self.prompt_cursor, self.prompt_cursor + count)
+        self.prompt_cursor += count
+        if world == 1:
+            idx = stream_indices(local.start, count, len(self.problems), self.cfg.run.seed)
+        else:
+            idx = [stream_indices(p * world + r, 1, len(self.problems), self.cfg.run.seed)[0] for p in local]
+        return [self.problems[i] for i in idx]
 
     def collect(self, step: int) -> GRPOBatch:
         """Sample and score one batch (with dynamic sampling: only groups with distinct rewards)."""
@@ -285,11 +308,10 @@ class GRPOTrainer:
         fn_scores: dict[str, list[float]] = {name: [] for name in self.reward_fns}
         fn_errors = dict.fromkeys(self.reward_fns, 0)
         lengths_all, truncated_all, overlong_all = [], [], []
-        while len(kept) < cfg.prompts_per_step and (rounds == 0 or (cfg.dapo.dynamic_sampling and rounds < cfg.dapo.max_sampling_rounds)):
-            need = cfg.prompts_per_step - len(kept)
-            idx = stream_indices(self.prompt_cursor, need, len(self.problems), cfg.run.seed)
-            self.prompt_cursor += need
-            probs = [self.problems[i] for i in idx]
+        want = cfg.local_prompts_per_step
+        while len(kept) < want and (rounds == 0 or (cfg.dapo.dynamic_sampling and rounds < cfg.dapo.max_sampling_rounds)):
+            need = want - len(kept)
+            probs = self._next_prompts(need)
             ro = generate(self.policy, self.policy.encode_prompts([p.prompt for p in probs]), g, self._params(step, rounds))
             rounds += 1
             generated += ro.num_generated_tokens
@@ -327,12 +349,21 @@ class GRPOTrainer:
         n_rows = len(kept) * g
         rewards = torch.cat([k["reward"] for k in kept])  # (N,)
         grouped = rewards.view(len(kept), g)  # (B', G)
-        if cfg.loss.advantage == "grpo":
-            adv = group_advantages(grouped, scale=cfg.loss.scale_rewards)  # (B', G)
-        elif cfg.loss.advantage == "rloo":
-            adv = rloo_advantages(grouped)  # (B', G)
+        global_stats = cfg.loss.advantage == "reinforce_pp" or (cfg.loss.advantage == "grpo" and cfg.loss.scale_rewards == "batch")
+        if global_stats and dist.world_size() > 1:
+            # batch statistics span every process's groups: compute on all of them, keep this rank's rows
+            shares = dist.all_gather_objects(grouped)
+            offset = sum(len(x) for x in shares[: dist.rank()])
+            grouped_all = torch.cat(shares)  # (B_total, G)
         else:
-            adv = reinforce_pp_advantages(grouped)  # (B', G)
+            offset, grouped_all = 0, grouped
+        if cfg.loss.advantage == "grpo":
+            adv = group_advantages(grouped_all, scale=cfg.loss.scale_rewards)  # (B_total, G)
+        elif cfg.loss.advantage == "rloo":
+            adv = rloo_advantages(grouped_all)  # (B_total, G)
+        else:
+            adv = reinforce_pp_advantages(grouped_all)  # (B_total, G)
+        adv = adv[offset : offset + len(kept)]  # (B', G)
         completion_ids = _pad_rows([r for k in kept for r in k["ids"]], self.policy.tokenizer.pad_token_id)  # (N, T)
         mask = _pad_rows([r for k in kept for r in k["mask"]], 0.0)  # (N, T)
         truncated = torch.cat([k["truncated"] for k in kept])  # (N,)
@@ -426,9 +457,12 @@ class GRPOTrainer:
         gen = torch.Generator().manual_seed(cfg.run.seed + 7919 * int(self.scheduler.last_epoch))
         for _ in range(cfg.num_iterations):
             order = torch.randperm(n, generator=gen) if cfg.minibatches > 1 else torch.arange(n)
-            for mb in order.chunk(cfg.minibatches):
-                # the normalisers count every row of the minibatch, skipped ones included
-                num_tokens = float(batch.loss_mask[mb].sum().clamp(min=1))
+            for mb in torch.tensor_split(order, cfg.minibatches):  # exactly `minibatches` parts on every process
+                # the normalisers count every row of the minibatch, skipped ones included, on every
+                # process (torchrun: the minibatch is the union of each process's share)
+                counts = dist.all_reduce_sum(torch.tensor([float(batch.loss_mask[mb].sum()), float(len(mb))],
+                                                          dtype=torch.float64))
+                num_tokens, num_seqs = float(counts[0].clamp(min=1)), int(counts[1])
                 trained = mb[active[mb]]
                 for rows in trained.split(cfg.micro_batch_size) if len(trained) else ():
                     logp, entropy = self._logprobs(model, batch, rows, with_entropy=True)  # (m, T)
@@ -438,7 +472,7 @@ class GRPOTrainer:
                         clip_eps_low=cfg.loss.clip_eps_low, clip_eps_high=cfg.loss.clip_eps_high,
                         beta=cfg.loss.beta, ref_logp=ref[rows] if ref is not None else None, kl_kind=cfg.loss.kl_kind,
                         ratio_level=cfg.loss.ratio_level, agg=cfg.loss.agg, max_tokens=max_tokens,
-                        num_tokens=num_tokens, num_seqs=len(mb),
+                        num_tokens=num_tokens, num_seqs=num_seqs,
                     )
                     loss.backward()
                     tokens = float(mask.sum())
@@ -452,6 +486,7 @@ class GRPOTrainer:
                 for p in model.parameters():
                     if p.requires_grad and p.grad is None:
                         p.grad = torch.zeros_like(p)  # a fully skipped minibatch still steps (momentum, decay) as before
+                dist.all_reduce_grads(model)  # torchrun: Σ over processes (each loss used the global normalisers)
                 grad_norm = torch.nn.utils.clip_grad_norm_(
                     model.parameters(), cfg.optim.grad_clip if cfg.optim.grad_clip > 0 else float("inf"))
                 add("stats/grad_norm", float(grad_norm), 1.0)
@@ -481,11 +516,38 @@ class GRPOTrainer:
             self.ref.load_state_dict(self.policy.model.state_dict())
 
 
+def _reduce_metrics(per_rank: list[dict[str, float]]) -> dict[str, float]:
+    """One record from every process's metrics: token counts summed, maxima and wall times maxed, the rest averaged."""
+    if len(per_rank) == 1:
+        return per_rank[0]
+    out: dict[str, float] = {}
+    for key in dict.fromkeys(k for m in per_rank for k in m):
+        values = [m[key] for m in per_rank if key in m]
+        if key == "perf/gen_tokens" or key.endswith("/errors") or key == "stats/groups_kept":
+            out[key] = float(sum(values))
+        elif key.endswith("_max") or key.endswith("_s") or key == "stats/sampling_rounds":
+            out[key] = float(max(values))
+        else:
+            out[key] = float(sum(values) / len(values))
+    return out
+
+
 def train(cfg: GRPOConfig) -> dict[str, float]:
-    """Run GRPO-family training; returns the last logged metrics (held-out accuracy among them)."""
+    """Run GRPO-family training; returns the last logged metrics (held-out accuracy among them).
+
+    Under torchrun (`WORLD_SIZE` > 1) every process samples its share of the step's prompts,
+    the loss normalisers and the gradients are summed over processes, and rank 0 evaluates, logs
+    and writes checkpoints; the model starts identical everywhere (same seed) and stays so.
+    """
+    dist.init_distributed()
+    main = dist.is_main()
     set_threads(cfg.run.threads)
-    seed_everything(cfg.run.seed)
-    resume_from = prepare_run_dir(cfg.run, cfg)
+    seed_everything(cfg.run.seed)  # the same on every process: identical initial weights
+    cfg.local_prompts_per_step  # noqa: B018 - raises when the prompts do not split over the processes
+    resume_from = prepare_run_dir(cfg.run, cfg) if main else None
+    dist.barrier()
+    if not main and cfg.run.resume:
+        resume_from = latest_checkpoint(cfg.run.dir)
     run_dir = cfg.run.dir
     task = cfg.task.build()
     problems = task.problems("train", cfg.task.n_train, cfg.task.seed)
@@ -497,58 +559,75 @@ def train(cfg: GRPOConfig) -> dict[str, float]:
     start = 0
     if resume_from is not None:
         state = load_checkpoint(resume_from, policy.model, trainer.optimizer, trainer.scheduler)
-        start, trainer.prompt_cursor = state["step"], state["prompt_cursor"]
+        start, cursors = state["step"], state["prompt_cursor"]
+        cursors = cursors if isinstance(cursors, list) else [cursors]
+        if len(cursors) != dist.world_size():
+            raise ValueError(f"{resume_from} was written by {len(cursors)} process(es); resume it with "
+                             f"the same number (got {dist.world_size()})")
+        trainer.prompt_cursor = cursors[dist.rank()]
         if trainer.ref is not None and cfg.loss.ref_sync_every:
             trainer.sync_reference()  # checkpoints fall on sync steps (checked in the config)
-        print(f"resumed from {resume_from} at step {start}")
-    logger = MetricsLogger(run_dir / "metrics.jsonl", resume_step=start if resume_from else None)
+        if main:
+            print(f"resumed from {resume_from} at step {start}")
+    logger = MetricsLogger(run_dir / "metrics.jsonl", resume_step=start if resume_from else None) if main else None
 
     def run_eval() -> dict[str, float]:
-        out = run_evaluation(policy, task, test_problems, cfg.eval, cfg.run.seed)
-        if cfg.eval.samples:
-            s = cfg.sampling
-            same_sampling = (cfg.eval.temperature, cfg.eval.max_new_tokens, s.top_p, s.top_k) == (
-                s.temperature, s.max_new_tokens, 1.0, 0)
-            if (same_sampling and [(r.name, r.weight) for r in cfg.rewards] == [("task", 1.0)]
-                    and not cfg.dapo.soft_overlong_cache):
-                # the training reward is the verifier alone: its held-out mean is pass@1, already sampled
-                out.update({"eval/reward": out["eval/pass@1"], "eval/reward/accuracy": out["eval/pass@1"]})
-            else:
-                out.update(trainer.heldout_reward(test_problems, cfg.eval.samples, cfg.run.seed + 1))
-        policy.model.train()
+        out: dict[str, float] = {}
+        if main:
+            out = run_evaluation(policy, task, test_problems, cfg.eval, cfg.run.seed)
+            if cfg.eval.samples:
+                s = cfg.sampling
+                same_sampling = (cfg.eval.temperature, cfg.eval.max_new_tokens, s.top_p, s.top_k) == (
+                    s.temperature, s.max_new_tokens, 1.0, 0)
+                if (same_sampling and [(r.name, r.weight) for r in cfg.rewards] == [("task", 1.0)]
+                        and not cfg.dapo.soft_overlong_cache):
+                    # the training reward is the verifier alone: its held-out mean is pass@1, already sampled
+                    out.update({"eval/reward": out["eval/pass@1"], "eval/reward/accuracy": out["eval/pass@1"]})
+                else:
+                    out.update(trainer.heldout_reward(test_problems, cfg.eval.samples, cfg.run.seed + 1))
+            policy.model.train()
+        dist.barrier()
         return out
 
     final: dict[str, float] = {}
     if start == 0:
         final = {"model/parameters": float(num_parameters(policy.model)), **run_eval()}
-        logger.log(0, final)
-    with progress_bar(cfg.steps, f"grpo {cfg.run.name}", disable=not cfg.run.progress) as bar:
+        if main:
+            logger.log(0, final)
+    with progress_bar(cfg.steps, f"grpo {cfg.run.name}", disable=not (cfg.run.progress and main)) as bar:
         bar.advance(start)
         try:
             for step in range(start, cfg.steps):
                 batch = trainer.collect(step)
-                metrics = {**batch.metrics, **trainer.train_step(batch)}
+                metrics = _reduce_metrics(dist.all_gather_objects({**batch.metrics, **trainer.train_step(batch)}))
                 done = step + 1
                 metrics["perf/tokens_per_s"] = metrics["perf/gen_tokens"] / (metrics["perf/gen_s"] + metrics["perf/train_s"])
                 if cfg.loss.ref_sync_every and done % cfg.loss.ref_sync_every == 0:
                     trainer.sync_reference()
                 if (cfg.eval.every and done % cfg.eval.every == 0) or done == cfg.steps:
                     metrics.update(run_eval())
-                if done % cfg.run.log_every == 0 or done == cfg.steps or "eval/accuracy" in metrics:
+                if main and (done % cfg.run.log_every == 0 or done == cfg.steps or "eval/accuracy" in metrics):
                     logger.log(done, metrics)
                 final.update(metrics)
                 if (cfg.run.save_every and done % cfg.run.save_every == 0) or done == cfg.steps:
-                    save_checkpoint(run_dir, done, policy.model, policy.tokenizer, trainer.optimizer, trainer.scheduler,
-                                    state={"prompt_cursor": trainer.prompt_cursor}, keep_last=cfg.run.keep_last)
+                    cursors = dist.all_gather_objects(trainer.prompt_cursor)
+                    if main:
+                        save_checkpoint(run_dir, done, policy.model, policy.tokenizer, trainer.optimizer,
+                                        trainer.scheduler, keep_last=cfg.run.keep_last,
+                                        state={"prompt_cursor": cursors if len(cursors) > 1 else cursors[0]})
+                    dist.barrier()
                 bar.advance(1, reward=metrics["reward/total/mean"],
                             **({"acc": final["eval/accuracy"]} if "eval/accuracy" in final else {}))
         except KeyboardInterrupt:
-            print(f"\ninterrupted; checkpoints in {run_dir} are intact (resume with --resume)")
+            if main:
+                print(f"\ninterrupted; checkpoints in {run_dir} are intact (resume with --resume)")
             raise
         finally:
-            logger.close()
-    plot_metrics(read_metrics(run_dir / "metrics.jsonl"),
-                 ["reward/total/mean", "eval/accuracy", "eval/pass@1", "stats/completion_len_mean", "stats/kl", "stats/entropy",
-                  "stats/clipfrac_high", "stats/zero_var_groups", "loss/policy"],
-                 run_dir / "plots" / "grpo.png", title=f"GRPO {cfg.run.name}")
+            if logger is not None:
+                logger.close()
+    if main:
+        plot_metrics(read_metrics(run_dir / "metrics.jsonl"),
+                     ["reward/total/mean", "eval/accuracy", "eval/pass@1", "stats/completion_len_mean", "stats/kl",
+                      "stats/entropy", "stats/clipfrac_high", "stats/zero_var_groups", "loss/policy"],
+                     run_dir / "plots" / "grpo.png", title=f"GRPO {cfg.run.name}")
     return final

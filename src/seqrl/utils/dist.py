@@ -12,7 +12,10 @@ import torch
 import torch.distributed as torch_dist
 
 __all__ = [
+    "all_gather_objects",
     "all_reduce_mean",
+    "all_reduce_sum",
+    "all_reduce_grads",
     "barrier",
     "init_distributed",
     "is_main",
@@ -93,3 +96,38 @@ def all_reduce_mean(tensor: torch.Tensor) -> torch.Tensor:
         torch_dist.all_reduce(tensor, op=torch_dist.ReduceOp.SUM)
         tensor.div_(world_size())
     return tensor
+
+
+def all_reduce_sum(tensor: torch.Tensor) -> torch.Tensor:
+    """Sum `tensor` over processes, in place, and return it (unchanged for a single process)."""
+    if _check_initialized("all_reduce_sum"):
+        torch_dist.all_reduce(tensor, op=torch_dist.ReduceOp.SUM)
+    return tensor
+
+
+def all_gather_objects(obj) -> list:
+    """``[obj of rank 0, obj of rank 1, …]`` (picklable objects of any size); ``[obj]`` for one process."""
+    if not _check_initialized("all_gather_objects"):
+        return [obj]
+    out = [None] * world_size()
+    torch_dist.all_gather_object(out, obj)
+    return out
+
+
+def all_reduce_grads(model: torch.nn.Module) -> None:
+    """Sum the gradients of `model` over processes, in one flat buffer (a no-op for one process).
+
+    Every parameter that requires grad must have a ``.grad`` on every process (zeros where it got
+    no gradient), so each process reduces the same tensors in the same order.
+    """
+    if not _check_initialized("all_reduce_grads"):
+        return
+    grads = [p.grad for p in model.parameters() if p.requires_grad]
+    if any(g is None for g in grads):
+        raise RuntimeError("all_reduce_grads: a parameter has no .grad (fill zeros before reducing)")
+    flat = torch.cat([g.reshape(-1) for g in grads])
+    torch_dist.all_reduce(flat, op=torch_dist.ReduceOp.SUM)
+    offset = 0
+    for g in grads:
+        g.copy_(flat[offset : offset + g.numel()].view_as(g))
+        offset += g.numel()
