@@ -2,6 +2,8 @@
 
     seqrl train sft --config configs/sft/arith_tiny.yaml [--optim.lr=3e-4 ...] [--resume] [--print-config]
     seqrl eval runs/x/checkpoint-400 --task arith --metrics greedy,pass@8,maj@8
+    seqrl train dt|bc --config configs/dt/pendulum_medium_replay.yaml [--data.top_fraction=0.1]
+    seqrl eval dt --checkpoint runs/x/checkpoint-3000 --target-returns=-150,-600 [--episodes 10]
     seqrl configs ls | show NAME
     seqrl reward math --pred '<answer>\\frac{1}{2}</answer>' --gold 0.5 [--mode strict|lenient] [--json]
     seqrl reward code-agent --repo DIR --patch FILE --test-cmd 'pytest -q' [--actions N] [--json]
@@ -19,8 +21,8 @@ from pathlib import Path
 
 from seqrl.config import ConfigError, dump_yaml, load_config
 
-ALGOS = ("sft", "grpo")
-PLANNED = ("ppo", "rm", "prm", "star", "dt", "odt", "vla")
+ALGOS = ("sft", "grpo", "dt", "bc")
+PLANNED = ("ppo", "rm", "prm", "star", "odt", "vla")
 
 
 def configs_root() -> Path:
@@ -56,6 +58,10 @@ def _config_class(algo: str):
         from seqrl.algos.grpo import GRPOConfig, train
 
         return GRPOConfig, train
+    if algo in ("dt", "bc"):
+        from seqrl.algos.dt import BCConfig, DTConfig, train
+
+        return (DTConfig if algo == "dt" else BCConfig), train
     raise ConfigError(f"unknown algorithm {algo!r}; implemented: {', '.join(ALGOS)}")
 
 
@@ -80,6 +86,8 @@ def cmd_train(args: argparse.Namespace, overrides: list[str]) -> int:
 
 
 def cmd_eval(args: argparse.Namespace, overrides: list[str]) -> int:
+    if args.checkpoint in ("dt", "bc"):
+        return cmd_eval_dt(overrides)
     if overrides:
         raise ConfigError(f"seqrl eval: unexpected arguments {overrides}")
     import torch
@@ -101,6 +109,47 @@ def cmd_eval(args: argparse.Namespace, overrides: list[str]) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"checkpoint": args.checkpoint, "task": args.task, "split": args.split,
                                "metrics": result.metrics, "records": result.records}, indent=1))
+    print(f"wrote {out}")
+    return 0
+
+
+def cmd_eval_dt(argv: list[str]) -> int:
+    """``seqrl eval dt --checkpoint DIR --target-returns 3600,1800`` (a DT or BC checkpoint of `seqrl train dt|bc`)."""
+    p = argparse.ArgumentParser(prog="seqrl eval dt", description="evaluate a DT/BC checkpoint in its environment")
+    p.add_argument("--checkpoint", required=True, help="runs/<name>/checkpoint-<step>")
+    p.add_argument("--target-returns", help="comma list of raw target returns (default: the run's; BC: ignored)")
+    p.add_argument("--episodes", type=int, default=10, help="episodes per target")
+    p.add_argument("--seed", type=int, default=100)
+    p.add_argument("--max-steps", type=int, default=0, help="cap on episode length (0: the environment's limit)")
+    p.add_argument("--env", help="evaluate in this gymnasium id instead of the dataset's")
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--out", help="JSON output (default: <checkpoint>/eval-dt.json)")
+    args = p.parse_args(argv)
+    import torch
+
+    from seqrl.algos.dt import load_policy_checkpoint, run_evaluation
+    from seqrl.envs.evaluate import warn_far_targets
+    from seqrl.utils.checkpoint import CheckpointError
+
+    torch.set_num_threads(args.threads)
+    try:
+        policy, info = load_policy_checkpoint(args.checkpoint)
+    except CheckpointError as e:
+        raise ValueError(f"--checkpoint: {e}") from e
+    try:
+        targets = ([float(t) for t in args.target_returns.split(",") if t.strip()] if args.target_returns
+                   else list(info["target_returns"]))
+    except ValueError as e:
+        raise ValueError(f"--target-returns {args.target_returns!r}: expected comma-separated numbers") from e
+    if info["method"] == "dt":
+        r = info["data_returns"]
+        warn_far_targets(targets, [r["min"], r["max"]], "--target-returns")
+    metrics, result = run_evaluation(policy, info, targets, args.episodes, args.seed, args.max_steps, env=args.env)
+    _print_table(f"{args.checkpoint} ({info['method']}, {info['dataset']}, {args.episodes} episodes)", metrics)
+    out = Path(args.out) if args.out else Path(args.checkpoint) / "eval-dt.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"checkpoint": args.checkpoint, "metrics": metrics, "targets": result.targets,
+                               "returns": result.returns.tolist(), "lengths": result.lengths.tolist()}, indent=1))
     print(f"wrote {out}")
     return 0
 
@@ -260,7 +309,8 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--print-config", action="store_true", help="print the resolved config and exit")
     train.set_defaults(func=cmd_train)
 
-    ev = sub.add_parser("eval", help="evaluate a checkpoint (any HF causal-LM folder) on a task split")
+    ev = sub.add_parser("eval", help="evaluate a checkpoint (any HF causal-LM folder) on a task split; "
+                                     "seqrl eval dt --checkpoint DIR --target-returns 3600,1800 for DT/BC")
     ev.add_argument("checkpoint")
     ev.add_argument("--task", default="arith")
     ev.add_argument("--task-kwargs", default="{}", help='JSON, e.g. \'{"digits": 3}\'')

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -200,7 +202,8 @@ class LevelEnv(gym.Env):
 
 ENV_ID = "SeqrlTestLevel-v0"
 if ENV_ID not in gym.registry:
-    gym.register(ENV_ID, entry_point=LevelEnv, max_episode_steps=H)
+    # a string entry point (this module, already imported) so that Minari can store the env spec as JSON
+    gym.register(ENV_ID, entry_point=f"{LevelEnv.__module__}:LevelEnv", max_episode_steps=H)
 
 
 def level_dataset(n_episodes=64, seed=0, noise=0.1) -> OfflineDataset:
@@ -496,3 +499,41 @@ def test_higher_target_gives_higher_return(tmp_path):
     low, mid, high = (metrics[f"eval/return/{t}"] for t in ("-8", "0", "8"))
     print(f"achieved return for targets -8 / 0 / 8: {low:.2f} / {mid:.2f} / {high:.2f}")
     assert high > mid + 4 and mid > low + 4
+
+
+def test_cli_train_dt_and_bc_then_eval_dt(tmp_path, capsys):
+    """seqrl train dt|bc on a Minari dataset folder, then seqrl eval dt on the checkpoint."""
+    from seqrl.cli import main
+    from seqrl.data.minari_data import write_minari
+
+    path = write_minari("test/level-v0", level_dataset(n_episodes=16).episodes, ENV_ID, root=tmp_path / "minari",
+                        ref_min_score=-float(H), ref_max_score=float(H), algorithm_name="levels",
+                        description="constant-level episodes of the test env")
+    common = ["--config", "configs/dt/pendulum_medium_replay.yaml", f"--data.dataset={path}",
+              f"--run.out_dir={tmp_path}", "--run.progress=false", "--steps=4", "--batch_size=4",
+              "--model.hidden_size=16", "--model.n_layer=1", "--model.context_len=3", "--model.max_ep_len=16",
+              "--bc.hidden_size=16", "--eval.episodes=1", "--eval.target_returns=[5.0]", "--optim.warmup_steps=1"]
+    assert main(["train", "dt", *common]) == 0
+    assert main(["train", "bc", *common]) == 0
+    runs = sorted(p.name for p in tmp_path.iterdir() if p.name != "minari")
+    assert len(runs) == 2 and runs[0].startswith("bc_") and runs[1].startswith("dt_")
+    ckpt = tmp_path / runs[1] / "checkpoint-4"
+    capsys.readouterr()
+    assert main(["eval", "dt", "--checkpoint", str(ckpt), "--target-returns=8,-8", "--episodes", "2"]) == 0
+    out = json.loads((ckpt / "eval-dt.json").read_text())
+    assert set(out["metrics"]) >= {"eval/return/8", "eval/return/-8", "eval/normalized/8"}
+    assert np.array(out["returns"]).shape == (2, 2)
+    assert main(["eval", "dt", "--checkpoint", str(tmp_path / "nowhere")]) == 2
+    assert "--checkpoint" in capsys.readouterr().err
+    assert main(["train", "dt", *common, "--model.context_len=0"]) == 2  # a config error, named
+    assert "model.context_len must be >= 1" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("path", sorted(__import__("pathlib").Path("configs/dt").glob("*.yaml")), ids=lambda p: p.stem)
+def test_every_dt_preset_loads_for_dt_and_bc(path):
+    from seqrl.algos.dt import BCConfig, DTConfig
+    from seqrl.config import load_config
+
+    dt, bc = load_config(DTConfig, path, root="dt"), load_config(BCConfig, path, root="bc")
+    assert dt.method == "dt" and bc.method == "bc" and dt.run.name != bc.run.name
+    assert dt.model.context_len >= 1 and dt.eval.target_returns
