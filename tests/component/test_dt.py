@@ -537,3 +537,21 @@ def test_every_dt_preset_loads_for_dt_and_bc(path):
     dt, bc = load_config(DTConfig, path, root="dt"), load_config(BCConfig, path, root="bc")
     assert dt.method == "dt" and bc.method == "bc" and dt.run.name != bc.run.name
     assert dt.model.context_len >= 1 and dt.eval.target_returns
+
+
+def test_quick_spec_and_a_passed_dataset_train_the_same_weights(tmp_path):
+    """The policy is seeded after the dataset is built, so how the dataset arrives does not change the run."""
+    from seqrl.algos.dt import DataConfig, load_policy_checkpoint, train
+    from seqrl.data.minari_data import quick_dataset
+
+    def cfg(name):
+        c = _dt_cfg(tmp_path, name, data=DataConfig(dataset="quick:medium-replay", quick_steps=400))
+        c.model.max_ep_len, c.eval.episodes, c.steps = 200, 0, 3
+        return c
+
+    train(cfg("spec"))
+    train(cfg("object"), quick_dataset(level="medium-replay", n_steps=400, seed=0))
+    a, _ = load_policy_checkpoint(tmp_path / "spec" / "checkpoint-3")
+    b, _ = load_policy_checkpoint(tmp_path / "object" / "checkpoint-3")
+    for (k, x), (_, y) in zip(a.state_dict().items(), b.state_dict().items()):
+        assert torch.equal(x, y), k

@@ -329,7 +329,6 @@ def train(cfg: DTConfig, dataset: OfflineDataset | None = None, env=None) -> dic
     `env` (a gymnasium id or an environment factory) overrides the dataset's environment for evaluation.
     """
     set_threads(cfg.run.threads)
-    seed_everything(cfg.run.seed)
     resume_from = prepare_run_dir(cfg.run, cfg)
     run_dir = cfg.run.dir
     prefix = cfg.method
@@ -338,6 +337,7 @@ def train(cfg: DTConfig, dataset: OfflineDataset | None = None, env=None) -> dic
     max_ep_len = MLPPolicy.max_ep_len if cfg.method == "bc" else cfg.model.max_ep_len
     data = Trajectories(dataset, cfg.data.top_fraction, max_ep_len, f"{prefix}.model")
     K = 1 if cfg.method == "bc" else cfg.model.context_len
+    seed_everything(cfg.run.seed)  # after the dataset: building one may draw from the global RNGs
     policy = build_policy(cfg, dataset, data)
     info = policy_info(cfg, dataset, data, policy)
     if cfg.method == "dt" and cfg.eval.episodes:
