@@ -1,9 +1,12 @@
-"""Tiny LM presets, the local tokenizer, and loading of any Hugging Face causal LM."""
+"""Tiny LM presets, the local tokenizer, loading of any Hugging Face causal LM, and the Decision Transformer."""
 
+from seqrl.models.dt import DecisionTransformer, MLPPolicy
 from seqrl.models.lm import PRESETS, ModelConfig, Policy, build_model, load_policy, load_pretrained, num_parameters
 from seqrl.models.tokenizer import build_char_tokenizer
 
 __all__ = [
+    "DecisionTransformer",
+    "MLPPolicy",
     "PRESETS",
     "ModelConfig",
     "Policy",
