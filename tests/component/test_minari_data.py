@@ -89,6 +89,15 @@ def test_same_seed_same_dataset_other_seed_other_dataset():
     assert not np.array_equal(a[0].observations, c[0].observations)
 
 
+def test_mujoco_dataset_is_deterministic_and_mixed():
+    a = build_episodes("hopper", "medium-replay", 2000, seed=0)
+    _assert_same(a, build_episodes("hopper", "medium-replay", 2000, seed=0))
+    assert 2000 <= sum(len(e) for e in a) < 3000
+    r = np.array([e.ret for e in a])
+    assert r.min() < 100 and r.max() > 500  # from the untrained snapshot up to medium
+    assert all(e.actions.shape[1] == 3 and np.abs(e.actions).max() <= 1 for e in a)
+
+
 def test_levels_are_ordered_by_return():
     mean = {lvl: np.mean([e.ret for e in build_episodes("pendulum", lvl, 2000, seed=0)])
             for lvl in ("random", "medium", "expert")}

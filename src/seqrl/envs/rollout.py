@@ -80,19 +80,31 @@ def collect_episodes(
     slots: list[dict | None] = [None] * len(envs)
     next_index = first_index
 
+    done_steps = [0]  # steps of all finished episodes
+    prefix = [first_index, 0]  # the contiguous run of finished episodes: next index, its steps so far
+
     def enough() -> bool:
         if n_episodes is not None:
             return len(done) >= n_episodes
-        total, i = 0, first_index
-        while i in done:
-            total += len(done[i])
-            if total >= n_steps:
-                return True
-            i += 1
-        return False
+        while prefix[1] < n_steps and prefix[0] in done:
+            prefix[1] += len(done[prefix[0]])
+            prefix[0] += 1
+        return prefix[1] >= n_steps
 
     def may_start() -> bool:
-        return next_index < first_index + n_episodes if n_episodes is not None else not enough()
+        if n_episodes is not None:
+            return next_index < first_index + n_episodes
+        # Start only as many episodes as the remaining budget needs at the mean length seen so far (one
+        # until the first ends), so a small budget does not run n_parallel long episodes to throw away.
+        # Which episodes end up in the result does not depend on this: only how fast they are found.
+        running = [len(s["rew"]) for s in slots if s is not None]
+        remaining = n_steps - done_steps[0] - sum(running)
+        if remaining <= 0:
+            return False
+        if not done:
+            return not running
+        mean_len = done_steps[0] / len(done)
+        return len(running) < -(-remaining // max(mean_len, 1.0))
 
     try:
         while not enough():
@@ -126,6 +138,7 @@ def collect_episodes(
                         truncations=np.asarray(s["trunc"], dtype=bool),
                         id=s["index"],
                     )
+                    done_steps[0] += len(s["rew"])
                     slots[k] = None
     finally:
         for env in envs:
