@@ -3,7 +3,8 @@
     seqrl train sft --config configs/sft/arith_tiny.yaml [--optim.lr=3e-4 ...] [--resume] [--print-config]
     seqrl eval runs/x/checkpoint-400 --task arith --metrics greedy,pass@8,maj@8
     seqrl train dt|bc --config configs/dt/pendulum_medium_replay.yaml [--data.top_fraction=0.1]
-    seqrl eval dt --checkpoint runs/x/checkpoint-3000 --target-returns=-150,-600 [--episodes 10]
+    seqrl train odt --config configs/odt/pendulum_medium.yaml [--online.iterations=40]
+    seqrl eval dt --checkpoint runs/x/checkpoint-3000 --target-returns=-150,-600 [--episodes 10]   # DT, BC or ODT
     seqrl configs ls | show NAME
     seqrl reward math --pred '<answer>\\frac{1}{2}</answer>' --gold 0.5 [--mode strict|lenient] [--json]
     seqrl reward code-agent --repo DIR --patch FILE --test-cmd 'pytest -q' [--actions N] [--json]
@@ -21,8 +22,8 @@ from pathlib import Path
 
 from seqrl.config import ConfigError, dump_yaml, load_config
 
-ALGOS = ("sft", "grpo", "dt", "bc")
-PLANNED = ("ppo", "rm", "prm", "star", "odt", "vla")
+ALGOS = ("sft", "grpo", "dt", "bc", "odt")
+PLANNED = ("ppo", "rm", "prm", "star", "vla")
 
 
 def configs_root() -> Path:
@@ -62,6 +63,10 @@ def _config_class(algo: str):
         from seqrl.algos.dt import BCConfig, DTConfig, train
 
         return (DTConfig if algo == "dt" else BCConfig), train
+    if algo == "odt":
+        from seqrl.algos.odt import ODTConfig, train
+
+        return ODTConfig, train
     raise ConfigError(f"unknown algorithm {algo!r}; implemented: {', '.join(ALGOS)}")
 
 
@@ -141,7 +146,7 @@ def cmd_eval_dt(argv: list[str]) -> int:
                    else list(info["target_returns"]))
     except ValueError as e:
         raise ValueError(f"--target-returns {args.target_returns!r}: expected comma-separated numbers") from e
-    if info["method"] == "dt":
+    if info["method"] in ("dt", "odt"):
         r = info["data_returns"]
         warn_far_targets(targets, [r["min"], r["max"]], "--target-returns")
     metrics, result = run_evaluation(policy, info, targets, args.episodes, args.seed, args.max_steps, env=args.env)

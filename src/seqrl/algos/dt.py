@@ -37,6 +37,7 @@ from seqrl.core.sequences import action_loss, returns_to_go, top_return_episodes
 from seqrl.data.offline import DatasetError, OfflineDataset, normalized_score
 from seqrl.envs.evaluate import evaluate_policy, target_label, warn_far_targets
 from seqrl.models.dt import DecisionTransformer, MLPPolicy
+from seqrl.models.odt import OnlineDecisionTransformer
 from seqrl.utils.checkpoint import STATE_FILE, CheckpointError, load_checkpoint, save_checkpoint
 from seqrl.utils.metrics import MetricsLogger, read_metrics
 from seqrl.utils.plots import plot_bars, plot_metrics
@@ -290,17 +291,17 @@ def policy_info(cfg: DTConfig, dataset: OfflineDataset, data: Trajectories, poli
 
 
 def load_policy_checkpoint(path: str | Path) -> tuple[torch.nn.Module, dict]:
-    """(policy, info) from a DT/BC checkpoint folder written by `train`; errors name the path."""
+    """(policy, info) from a DT, BC or Online DT checkpoint folder (`seqrl train dt|bc|odt`); errors name the path."""
     path = Path(path)
     state_file = path / STATE_FILE
     if not state_file.is_file():
         raise CheckpointError(f"{path}: not a checkpoint (no {STATE_FILE})")
     try:
         info = json.loads(state_file.read_text(encoding="utf-8"))["policy"]
-        cls = {"dt": DecisionTransformer, "bc": MLPPolicy}[info["method"]]
+        cls = {"dt": DecisionTransformer, "bc": MLPPolicy, "odt": OnlineDecisionTransformer}[info["method"]]
         policy = cls(**info["model"])
     except (KeyError, TypeError, json.JSONDecodeError) as e:
-        raise CheckpointError(f"{state_file}: not a Decision Transformer / BC checkpoint ({e!r})") from e
+        raise CheckpointError(f"{state_file}: not a Decision Transformer / BC / Online DT checkpoint ({e!r})") from e
     load_checkpoint(path, policy, restore_rng=False)
     return policy.eval(), info
 

@@ -25,10 +25,21 @@ import gymnasium as gym
 import numpy as np
 import torch
 
+from seqrl.data.offline import Episode
 from seqrl.envs.make import make_env
 from seqrl.envs.rollout import episode_rngs
 
-__all__ = ["EvalResult", "evaluate_policy", "far_targets", "target_label", "warn_far_targets"]
+__all__ = [
+    "EvalResult",
+    "Histories",
+    "conditioned_rollouts",
+    "env_factory",
+    "evaluate_policy",
+    "far_targets",
+    "target_label",
+    "time_limit",
+    "warn_far_targets",
+]
 
 
 @dataclass
@@ -85,7 +96,109 @@ def _flat_obs(obs) -> np.ndarray:
     return np.asarray(obs, dtype=np.float32).reshape(-1)
 
 
+@dataclass
+class Histories:
+    """What `conditioned_rollouts` recorded, one row per episode (N rows, T = the step limit).
+
+    states (N, T+1, S); actions (N, T+1[, A]) — slot ``lengths[i]`` and beyond are zeros; rewards
+    (N, T) float64; terminated (N, T) bool; lengths (N,) steps taken.
+    """
+
+    states: np.ndarray
+    actions: np.ndarray
+    rewards: np.ndarray
+    terminated: np.ndarray
+    lengths: np.ndarray
+
+    def episodes(self, first_id: int = 0) -> list[Episode]:
+        """Row i as an `Episode` (id ``first_id + i``); an episode that did not terminate is marked truncated."""
+        out = []
+        for i, T in enumerate(self.lengths.tolist()):
+            trunc = np.zeros(T, dtype=bool)
+            trunc[-1] = not self.terminated[i, T - 1]
+            out.append(Episode(observations=self.states[i, : T + 1].copy(), actions=self.actions[i, :T].copy(),
+                               rewards=self.rewards[i, :T].astype(np.float32),
+                               terminations=self.terminated[i, :T].copy(), truncations=trunc, id=first_id + i))
+        return out
+
+
 @torch.no_grad()
+def conditioned_rollouts(policy: torch.nn.Module, envs: Sequence[gym.Env], initial_returns: Sequence[float],
+                         reset_seeds: Sequence[int], limit: int) -> Histories:
+    """Episodes of a sequence policy in lockstep, one per environment, conditioned on R̂_0 = initial_returns[i].
+
+    Environment i resets with reset_seeds[i]; R̂_{t+1} = R̂_t − r_t; the policy acts on the last K steps
+    (one batched ``get_action`` per step over the active episodes) with whatever action it returns
+    (deterministic in eval mode; an Online DT inside ``exploring()`` samples). Episodes end at
+    termination, truncation or `limit` steps. Timesteps beyond ``max_ep_len − 1`` are clipped to it.
+    The policy is put in eval mode and its previous mode restored; the environments are not closed.
+    """
+    N = len(envs)
+    if not N or len(initial_returns) != N or len(reset_seeds) != N:
+        raise ValueError(f"conditioned_rollouts: one initial return and one reset seed per environment (got "
+                         f"{N} environments, {len(initial_returns)} returns, {len(reset_seeds)} seeds)")
+    if limit < 1:
+        raise ValueError(f"conditioned_rollouts: limit must be >= 1 (got {limit})")
+    space = envs[0].action_space
+    discrete = bool(policy.discrete)
+    K, max_ep_len = int(policy.context_len), int(policy.max_ep_len)
+    first = [env.reset(seed=int(s))[0] for env, s in zip(envs, reset_seeds)]
+    S = _flat_obs(first[0]).shape[0]
+    A = 1 if discrete else int(np.prod(space.shape))
+    states = np.zeros((N, limit + 1, S), dtype=np.float32)  # (N, T+1, S)
+    actions = np.zeros((N, limit + 1) if discrete else (N, limit + 1, A),
+                       dtype=np.int64 if discrete else np.float32)  # (N, T+1[, A]); slot t+1 is a placeholder
+    rtg = np.zeros((N, limit + 1), dtype=np.float32)  # (N, T+1)
+    rewards = np.zeros((N, limit), dtype=np.float64)  # (N, T)
+    terminated = np.zeros((N, limit), dtype=bool)  # (N, T)
+    for i, obs in enumerate(first):
+        states[i, 0] = _flat_obs(obs)
+        rtg[i, 0] = float(initial_returns[i])
+    lengths = np.zeros(N, dtype=np.int64)
+    active = np.ones(N, dtype=bool)
+
+    was_training = policy.training
+    policy.eval()
+    try:
+        for t in range(limit):
+            idx = np.flatnonzero(active)
+            if not len(idx):
+                break
+            w0 = max(0, t - K + 1)
+            steps = torch.arange(w0, t + 1).clamp(max=max_ep_len - 1).expand(len(idx), -1)  # (n, k)
+            act = policy.get_action(
+                torch.from_numpy(states[idx, w0 : t + 1]),  # (n, k, S)
+                torch.from_numpy(actions[idx, w0 : t + 1]),  # (n, k[, A]); the last is a placeholder
+                torch.from_numpy(rtg[idx, w0 : t + 1]),  # (n, k)
+                steps,
+            ).numpy()  # (n, A) or (n,)
+            for row, i in enumerate(idx):
+                a = act[row]
+                env_action = int(a) if discrete else a.reshape(space.shape).astype(space.dtype)
+                obs, reward, term, trunc, _ = envs[i].step(env_action)
+                actions[i, t] = a
+                states[i, t + 1] = _flat_obs(obs)
+                rtg[i, t + 1] = rtg[i, t] - float(reward)
+                rewards[i, t] = float(reward)
+                terminated[i, t] = bool(term)
+                lengths[i] = t + 1
+                if term or trunc or t + 1 == limit:
+                    active[i] = False
+    finally:
+        policy.train(was_training)
+    return Histories(states=states, actions=actions, rewards=rewards, terminated=terminated, lengths=lengths)
+
+
+def env_factory(env: str | Callable[[], gym.Env]) -> Callable[[], gym.Env]:
+    """A factory of environments from a gymnasium id (`make_env`) or a factory."""
+    return (lambda: make_env(env)) if isinstance(env, str) else env
+
+
+def time_limit(envs: Sequence[gym.Env]) -> int:
+    """The smallest ``spec.max_episode_steps`` of `envs` (0 when none has one)."""
+    return min((e.spec.max_episode_steps for e in envs if e.spec and e.spec.max_episode_steps), default=0)
+
+
 def evaluate_policy(
     policy: torch.nn.Module,
     env: str | Callable[[], gym.Env],
@@ -108,67 +221,25 @@ def evaluate_policy(
         raise ValueError("evaluate_policy: give at least one target return (None for an unconditioned policy)")
     if max_steps < 0:
         raise ValueError(f"evaluate_policy: max_steps must be >= 0 (got {max_steps})")
-    make = (lambda: make_env(env)) if isinstance(env, str) else env
+    make = env_factory(env)
     n_targets = len(target_returns)
     envs = [make() for _ in range(n_targets * episodes)]
-    N = len(envs)
-    limit = max_steps or min((e.spec.max_episode_steps for e in envs if e.spec and e.spec.max_episode_steps),
-                             default=0)
-    if not limit:
-        raise ValueError("evaluate_policy: the environment has no time limit; give max_steps")
-    space = envs[0].action_space
-    discrete = bool(policy.discrete)
-    K, max_ep_len = int(policy.context_len), int(policy.max_ep_len)
-    if limit > max_ep_len:
-        warnings.warn(f"evaluate_policy: episodes may last {limit} steps but the policy knows timesteps < "
-                      f"{max_ep_len}; later timesteps are clipped to {max_ep_len - 1}", stacklevel=2)
-
-    first = [env.reset(seed=episode_rngs(seed, i % episodes)[0])[0] for i, env in enumerate(envs)]
-    S = _flat_obs(first[0]).shape[0]
-    A = 1 if discrete else int(np.prod(space.shape))
-    states = np.zeros((N, limit + 1, S), dtype=np.float32)  # (N, T+1, S)
-    actions = np.zeros((N, limit + 1) if discrete else (N, limit + 1, A),
-                       dtype=np.int64 if discrete else np.float32)  # (N, T+1[, A]); slot t+1 is a placeholder
-    rtg = np.zeros((N, limit + 1), dtype=np.float32)  # (N, T+1)
-    for i, obs in enumerate(first):
-        states[i, 0] = _flat_obs(obs)
-        target = target_returns[i // episodes]
-        rtg[i, 0] = 0.0 if target is None else float(target)
-    returns = np.zeros(N, dtype=np.float64)
-    lengths = np.zeros(N, dtype=np.int64)
-    active = np.ones(N, dtype=bool)
-
-    was_training = policy.training
-    policy.eval()
     try:
-        for t in range(limit):
-            idx = np.flatnonzero(active)
-            if not len(idx):
-                break
-            w0 = max(0, t - K + 1)
-            steps = torch.arange(w0, t + 1).clamp(max=max_ep_len - 1).expand(len(idx), -1)  # (n, k)
-            act = policy.get_action(
-                torch.from_numpy(states[idx, w0 : t + 1]),  # (n, k, S)
-                torch.from_numpy(actions[idx, w0 : t + 1]),  # (n, k[, A]); the last is a placeholder
-                torch.from_numpy(rtg[idx, w0 : t + 1]),  # (n, k)
-                steps,
-            ).numpy()  # (n, A) or (n,)
-            for row, i in enumerate(idx):
-                a = act[row]
-                env_action = int(a) if discrete else a.reshape(space.shape).astype(space.dtype)
-                obs, reward, terminated, truncated, _ = envs[i].step(env_action)
-                actions[i, t] = a
-                states[i, t + 1] = _flat_obs(obs)
-                rtg[i, t + 1] = rtg[i, t] - float(reward)
-                returns[i] += float(reward)
-                lengths[i] = t + 1
-                if terminated or truncated or t + 1 == limit:
-                    active[i] = False
+        limit = max_steps or time_limit(envs)
+        if not limit:
+            raise ValueError("evaluate_policy: the environment has no time limit; give max_steps")
+        max_ep_len = int(policy.max_ep_len)
+        if limit > max_ep_len:
+            warnings.warn(f"evaluate_policy: episodes may last {limit} steps but the policy knows timesteps < "
+                          f"{max_ep_len}; later timesteps are clipped to {max_ep_len - 1}", stacklevel=2)
+        initial = [0.0 if t is None else float(t) for t in target_returns for _ in range(episodes)]
+        seeds = [episode_rngs(seed, i % episodes)[0] for i in range(len(envs))]
+        h = conditioned_rollouts(policy, envs, initial, seeds, limit)
     finally:
-        policy.train(was_training)
         for e in envs:
             e.close()
+    returns = h.rewards.sum(axis=1)  # (N,)
     if not np.isfinite(returns).all():
         raise ValueError("evaluate_policy: the environment returned a non-finite reward")
     return EvalResult(targets=list(target_returns), returns=returns.reshape(n_targets, episodes),
-                      lengths=lengths.reshape(n_targets, episodes))
+                      lengths=h.lengths.reshape(n_targets, episodes))

@@ -1,0 +1,541 @@
+"""Online Decision Transformer (Zheng et al. 2022): offline pre-training, then online fine-tuning.
+
+    seqrl train odt --config configs/odt/pendulum_medium.yaml [--online.iterations=40 ...] [--resume]
+    seqrl train odt --config configs/odt/hopper_medium.yaml       # after: seqrl data minari hopper medium
+
+1. Offline pre-training: `pretrain_steps` updates on the whole offline dataset, with windows drawn as
+   the Decision Transformer's (`seqrl.algos.dt.Trajectories`: episodes ∝ length, start uniform,
+   left-padded K-step windows).
+2. Online fine-tuning: a replay buffer of whole trajectories (`ReplayBuffer`, capacity in
+   trajectories) starts with the best offline trajectories by return; each online iteration rolls out
+   `online.rollouts` episodes in the environment with *sampled* actions, conditioned on the exploration
+   target `online.target_return` (paper: ≈ 2× the evaluation target), adds them to the buffer (FIFO:
+   the oldest leave first; the offline ones count as oldest, lowest return first), and takes
+   `online.updates` updates on windows from the buffer. Returns-to-go are recomputed from the stored
+   rewards whenever the buffer is sampled (hindsight relabelling: a trajectory is trained on what it
+   achieved, never on the target it was rolled out with).
+3. Evaluation uses the mean action c + h·tanh(μ) at `eval.target_returns`, after pre-training and
+   every `eval.every` online iterations.
+
+Every update minimises −(log π(a) + α·H) on real steps plus the temperature loss α·(H − β)
+(`seqrl.core.odt`), α = exp(log_temperature) learned with its own Adam (official: lr 1e-4, init 0.1),
+β = −|A| in tanh units. The policy's optimiser is LAMB as in the paper (``optimizer: lamb``, from
+the `pytorch-optimizer` package) or AdamW (``optimizer: adamw``).
+
+Checkpoints (`seqrl.utils.checkpoint`, atomic) hold the policy weights (loadable with
+`seqrl.algos.dt.load_policy_checkpoint` and evaluable like a DT: `seqrl eval dt --checkpoint …`),
+both optimisers, the RNGs, α, the phase and the replay buffer (``replay_buffer.safetensors``,
+written inside the same atomic directory). Data order is a pure function of (seed, step), rollout
+start states of (online.seed, episode index), and sampling noise and dropout come from the global
+RNGs the checkpoint restores: a resumed run repeats an uninterrupted one exactly. Online
+checkpoints are taken between iterations.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+import safetensors.torch
+import torch
+
+from seqrl.algos.common import OptimConfig, RunConfig, make_optimizer, prepare_run_dir, set_threads
+from seqrl.algos.dt import DataConfig, DTEvalConfig, DTModelConfig, Trajectories, load_dataset, run_evaluation
+from seqrl.core.odt import (
+    odt_policy_loss,
+    squashed_gaussian_entropy,
+    squashed_gaussian_log_likelihood,
+    temperature_loss,
+)
+from seqrl.data.offline import DatasetError, Episode, OfflineDataset
+from seqrl.envs.evaluate import conditioned_rollouts, env_factory, target_label, time_limit, warn_far_targets
+from seqrl.envs.rollout import episode_rngs
+from seqrl.models.odt import OnlineDecisionTransformer
+from seqrl.utils.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from seqrl.utils.metrics import MetricsLogger, read_metrics
+from seqrl.utils.plots import plot_bars, plot_metrics
+from seqrl.utils.progress import progress_bar
+from seqrl.utils.seeding import seed_everything
+
+__all__ = ["ODTConfig", "ReplayBuffer", "collect_rollouts", "train"]
+
+REPLAY_FILE = "replay_buffer.safetensors"
+
+
+@dataclass
+class ODTModelConfig(DTModelConfig):
+    """The Decision Transformer body (official ODT hopper: d 512, 4 layers, 4 heads, K 20) and the
+    squashed Gaussian head."""
+
+    log_std_min: float = -5.0
+    """Lower bound of log σ (official: −5)."""
+    log_std_max: float = 2.0
+    """Upper bound of log σ (official: 2)."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not self.log_std_min < self.log_std_max:
+            raise ValueError(f"model.log_std_min must be < model.log_std_max (got {self.log_std_min}, "
+                             f"{self.log_std_max})")
+
+
+@dataclass
+class OnlineConfig:
+    """Online fine-tuning: rollouts, replay buffer, updates."""
+
+    iterations: int = 100
+    """Online iterations (rollouts + updates each); 0: offline pre-training only."""
+    rollouts: int = 1
+    """Episodes rolled out per iteration (official: 1)."""
+    updates: int = 300
+    """Gradient updates per iteration (official: 300)."""
+    target_return: float = 7200.0
+    """Exploration target R̂_0 of the rollouts (paper: ≈ 2× the evaluation target; hopper 7200)."""
+    buffer_size: int = 1000
+    """Replay buffer capacity in trajectories (official: 1000)."""
+    max_steps: int = 0
+    """Cap on rollout length (0: the environment's time limit; never beyond model.max_ep_len)."""
+    seed: int = 10_000
+    """Seed of the rollouts' start states (episode i resets with a seed from (seed, i))."""
+
+    def __post_init__(self) -> None:
+        for name in ("iterations", "max_steps"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"online.{name} must be >= 0 (got {getattr(self, name)})")
+        for name in ("rollouts", "updates", "buffer_size"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"online.{name} must be >= 1 (got {getattr(self, name)})")
+
+
+@dataclass
+class ODTEvalConfig(DTEvalConfig):
+    """Evaluation with the mean action after pre-training and during online fine-tuning."""
+
+    every: int = 10
+    """Online iterations between evaluations (0: only after pre-training and at the end)."""
+
+
+def _optim_defaults() -> OptimConfig:
+    # The official ODT: LAMB lr 1e-4, weight decay 5e-4, linear warm-up 10k updates then constant; clip 0.25.
+    return OptimConfig(lr=1e-4, weight_decay=5e-4, betas=(0.9, 0.999), warmup_steps=10_000, schedule="constant",
+                       grad_clip=0.25)
+
+
+@dataclass
+class ODTConfig:
+    run: RunConfig = field(default_factory=lambda: RunConfig(name="auto"))
+    """``run.name: auto`` becomes ``odt_<dataset>_s<seed>``."""
+    data: DataConfig = field(default_factory=DataConfig)
+    """The offline dataset (``data.top_fraction`` selects the pre-training episodes; the buffer starts
+    with the best ``online.buffer_size`` of them)."""
+    model: ODTModelConfig = field(default_factory=ODTModelConfig)
+    optim: OptimConfig = field(default_factory=_optim_defaults)
+    """The policy's optimiser settings (LAMB or AdamW, see `optimizer`)."""
+    optimizer: Literal["lamb", "adamw"] = "lamb"
+    """LAMB (the paper; `pytorch-optimizer`'s ``Lamb``) or AdamW (`seqrl.algos.common.make_optimizer`)."""
+    eval: ODTEvalConfig = field(default_factory=ODTEvalConfig)
+    online: OnlineConfig = field(default_factory=OnlineConfig)
+    return_scale: float = 1000.0
+    """R̂ is divided by this before embedding (official: 1000 for MuJoCo)."""
+    pretrain_steps: int = 5000
+    """Offline updates before the online phase."""
+    batch_size: int = 256
+    """Windows per update (official: 256)."""
+    init_temperature: float = 0.1
+    """α at the start (official: 0.1)."""
+    target_entropy: float | None = None
+    """β, the entropy α steers towards, in tanh units (None: −|A|, the official choice); the
+    action-space entropy the loss sees is compared with β + Σ log((high − low)/2)."""
+    temperature_lr: float = 1e-4
+    """Adam learning rate of log α (official: 1e-4, betas 0.9/0.999)."""
+    entropy_samples: int = 1
+    """Samples of the Monte-Carlo entropy estimate per step (official: 1)."""
+
+    def __post_init__(self) -> None:
+        if self.pretrain_steps < 0 or self.batch_size < 1:
+            raise ValueError(f"pretrain_steps must be >= 0 and batch_size >= 1 "
+                             f"(got {self.pretrain_steps}, {self.batch_size})")
+        if self.pretrain_steps == 0 and self.online.iterations == 0:
+            raise ValueError("pretrain_steps and online.iterations are both 0: nothing to train")
+        if not self.return_scale > 0:
+            raise ValueError(f"return_scale must be > 0 (got {self.return_scale})")
+        if not self.init_temperature > 0:
+            raise ValueError(f"init_temperature must be > 0 (got {self.init_temperature})")
+        if not self.temperature_lr > 0:
+            raise ValueError(f"temperature_lr must be > 0 (got {self.temperature_lr})")
+        if self.entropy_samples < 1:
+            raise ValueError(f"entropy_samples must be >= 1 (got {self.entropy_samples})")
+        if self.run.name == "auto":
+            slug = re.sub(r"[^A-Za-z0-9.]+", "-", self.data.dataset).strip("-")
+            self.run.name = f"odt_{slug}_s{self.run.seed}"
+
+    @property
+    def total_steps(self) -> int:
+        """All updates of the run: pre-training + online iterations × updates."""
+        return self.pretrain_steps + self.online.iterations * self.online.updates
+
+
+# ---------------------------------------------------------------------------------------------------
+# Replay buffer
+
+
+class ReplayBuffer:
+    """At most `capacity` whole trajectories, evicted first in, first out.
+
+    Built from offline episodes it keeps the best `capacity` of them by return, ordered lowest return
+    first — the order in which they leave once online trajectories arrive (the official buffer
+    overwrites its sorted offline trajectories from the lowest up). `add` appends online trajectories;
+    beyond capacity the oldest leave. `episodes` is the content, oldest first; `online` flags the ones
+    that came from `add`.
+    """
+
+    def __init__(self, capacity: int, offline: Sequence[Episode] = ()) -> None:
+        if capacity < 1:
+            raise ValueError(f"ReplayBuffer: capacity must be >= 1 (got {capacity})")
+        self.capacity = int(capacity)
+        # lowest return first (ties: the lower dataset position first), keep the best `capacity`
+        order = sorted(range(len(offline)), key=lambda i: (offline[i].ret, i))[-self.capacity:] if offline else []
+        self.episodes: list[Episode] = [offline[i] for i in order]
+        self.online: list[bool] = [False] * len(self.episodes)
+
+    def __len__(self) -> int:
+        return len(self.episodes)
+
+    def add(self, episodes: Sequence[Episode]) -> None:
+        """Append trajectories (each checked with `Episode.validate`); drop the oldest beyond capacity."""
+        for ep in episodes:
+            ep.validate()
+        self.episodes = (self.episodes + list(episodes))[-self.capacity:]
+        self.online = (self.online + [True] * len(episodes))[-self.capacity:]
+
+    @property
+    def returns(self) -> np.ndarray:
+        return np.array([ep.ret for ep in self.episodes], dtype=np.float64)
+
+    def stats(self) -> dict[str, float]:
+        r = self.returns
+        return {"buffer/size": len(self), "buffer/online": int(sum(self.online)), "buffer/return_mean": float(r.mean()),
+                "buffer/return_max": float(r.max())}
+
+    def trajectories(self, like: OfflineDataset, max_ep_len: int) -> Trajectories:
+        """The content as DT training windows; returns-to-go recomputed from the stored rewards
+        (hindsight relabelling). `like` gives the action space."""
+        dataset = OfflineDataset(list(self.episodes), env_id=like.env_id, discrete=False, action_dim=like.action_dim,
+                                 action_low=like.action_low, action_high=like.action_high, name="replay buffer")
+        return Trajectories(dataset, 1.0, max_ep_len, "odt.model")
+
+    # checkpoint hook: `save_checkpoint(..., tokenizer=buffer)` calls this inside its atomic directory
+    def save_pretrained(self, directory: str | Path) -> None:
+        """Write the buffer to ``directory/replay_buffer.safetensors`` (float32/bool arrays, exact)."""
+        eps = self.episodes
+        tensors = {
+            "observations": torch.from_numpy(np.concatenate([e.observations.reshape(len(e) + 1, -1) for e in eps])),
+            "actions": torch.from_numpy(np.concatenate([e.actions.reshape(len(e), -1) for e in eps])),
+            "rewards": torch.from_numpy(np.concatenate([e.rewards for e in eps])),
+            "terminations": torch.from_numpy(np.concatenate([e.terminations for e in eps])),
+            "truncations": torch.from_numpy(np.concatenate([e.truncations for e in eps])),
+            "lengths": torch.tensor([len(e) for e in eps], dtype=torch.int64),
+            "ids": torch.tensor([e.id for e in eps], dtype=torch.int64),
+            "online": torch.tensor(self.online, dtype=torch.bool),
+        }
+        safetensors.torch.save_file({k: v.contiguous() for k, v in tensors.items()}, str(Path(directory) / REPLAY_FILE),
+                                    metadata={"capacity": str(self.capacity)})
+
+    @classmethod
+    def load(cls, directory: str | Path) -> ReplayBuffer:
+        """The buffer `save_pretrained` wrote; `CheckpointError` naming the file when it is missing or broken."""
+        file = Path(directory) / REPLAY_FILE
+        if not file.is_file():
+            raise CheckpointError(f"{file}: replay buffer not found (not an online DT checkpoint?)")
+        try:
+            with safetensors.safe_open(str(file), "pt") as f:
+                capacity = int(f.metadata()["capacity"])
+                t = {k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118
+            lengths = t["lengths"].tolist()
+            buffer = cls(capacity)
+            o = a = 0
+            for T, ep_id in zip(lengths, t["ids"].tolist()):
+                buffer.episodes.append(Episode(
+                    observations=t["observations"][o + a : o + a + T + 1].numpy().copy(),
+                    actions=t["actions"][a : a + T].numpy().copy(), rewards=t["rewards"][a : a + T].numpy().copy(),
+                    terminations=t["terminations"][a : a + T].numpy().copy(),
+                    truncations=t["truncations"][a : a + T].numpy().copy(), id=int(ep_id)))
+                a += T
+                o += 1
+            buffer.online = t["online"].tolist()
+            if len(buffer.online) != len(buffer.episodes) or a != t["rewards"].shape[0]:
+                raise ValueError("lengths do not match the arrays")
+        except Exception as e:  # noqa: BLE001 — a corrupt file, named
+            raise CheckpointError(f"{file}: cannot read the replay buffer: {e}") from e
+        return buffer
+
+
+# ---------------------------------------------------------------------------------------------------
+# Online rollouts (sampled actions, recorded as Episodes)
+
+
+def collect_rollouts(policy: OnlineDecisionTransformer, env: str | Callable, target_return: float, n: int,
+                     seed: int, first_index: int, max_steps: int = 0) -> list[Episode]:
+    """`n` episodes with actions sampled from the policy, conditioned on `target_return` (R̂ decremented
+    by the observed rewards, as in evaluation: `seqrl.envs.evaluate.conditioned_rollouts`); episode i
+    resets with `episode_rngs(seed, first_index + i)`.
+
+    Episodes end at termination, the environment's time limit, `max_steps` or the policy's
+    ``max_ep_len`` (a cut marks truncation). Returned as `Episode`s with ids first_index … first_index + n − 1.
+    """
+    make = env_factory(env)
+    envs = [make() for _ in range(n)]
+    try:
+        limit = min(x for x in (time_limit(envs), max_steps, policy.max_ep_len) if x > 0)
+        seeds = [episode_rngs(seed, first_index + i)[0] for i in range(n)]
+        with policy.exploring():
+            histories = conditioned_rollouts(policy, envs, [float(target_return)] * n, seeds, limit)
+    finally:
+        for e in envs:
+            e.close()
+    return histories.episodes(first_id=first_index)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Policy, optimisers, checkpoints
+
+
+def build_policy(cfg: ODTConfig, dataset: OfflineDataset, data: Trajectories) -> OnlineDecisionTransformer:
+    """A fresh Online DT with the offline data's state normaliser and the action bounds."""
+    if dataset.discrete:
+        raise DatasetError(f"dataset {dataset.name or '?'}: the Online DT needs continuous actions "
+                           f"(a squashed Gaussian policy); this dataset's actions are discrete")
+    m = cfg.model
+    mean, std = data.state_stats()
+    return OnlineDecisionTransformer(
+        data.states.shape[1], int(dataset.action_dim), hidden_size=m.hidden_size, n_layer=m.n_layer, n_head=m.n_head,
+        context_len=m.context_len, max_ep_len=m.max_ep_len, dropout=m.dropout, activation=m.activation,
+        action_low=dataset.action_low, action_high=dataset.action_high, state_mean=mean, state_std=std,
+        return_scale=cfg.return_scale, log_std_min=m.log_std_min, log_std_max=m.log_std_max)
+
+
+class _Optimizers:
+    """The policy's optimiser and α's Adam as one object for `save_checkpoint` / `load_checkpoint`."""
+
+    def __init__(self, policy: torch.optim.Optimizer, temperature: torch.optim.Optimizer) -> None:
+        self.policy, self.temperature = policy, temperature
+
+    def state_dict(self) -> dict:
+        return {"policy": self.policy.state_dict(), "temperature": self.temperature.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.policy.load_state_dict(state["policy"])
+        self.temperature.load_state_dict(state["temperature"])
+
+
+def make_policy_optimizer(policy: torch.nn.Module, cfg: ODTConfig):
+    """(optimizer, scheduler): AdamW from `make_optimizer`, or LAMB over the same parameter groups
+    (no decay on biases, norms and embeddings) with the same warm-up schedule."""
+    optimizer, scheduler = make_optimizer(policy, cfg.optim, cfg.total_steps)
+    if cfg.optimizer == "adamw":
+        return optimizer, scheduler
+    from pytorch_optimizer.optimizer.lamb import Lamb
+
+    groups = [{"params": g["params"], "weight_decay": g["weight_decay"]} for g in optimizer.param_groups]
+    lamb = Lamb(groups, lr=cfg.optim.lr, betas=cfg.optim.betas, eps=1e-8)  # official ODT: eps 1e-8
+    return lamb, torch.optim.lr_scheduler.LambdaLR(lamb, scheduler.lr_lambdas[0])
+
+
+def policy_info(cfg: ODTConfig, dataset: OfflineDataset, policy: OnlineDecisionTransformer) -> dict:
+    """What a checkpoint needs besides its weights to rebuild and evaluate the policy (JSON)."""
+    r = dataset.returns
+    return {"method": "odt", "model": dict(policy.kwargs), "env_id": dataset.env_id, "dataset": dataset.name,
+            "ref_min_score": dataset.ref_min_score, "ref_max_score": dataset.ref_max_score,
+            "data_returns": {"min": float(r.min()), "max": float(r.max()), "mean": float(r.mean()),
+                             "episodes": len(r)},
+            "target_returns": list(cfg.eval.target_returns)}
+
+
+# ---------------------------------------------------------------------------------------------------
+# Training
+
+
+def _update(policy: OnlineDecisionTransformer, log_temperature: torch.nn.Parameter, b: dict, cfg: ODTConfig,
+            target_entropy: float) -> dict[str, torch.Tensor]:
+    """Forward and backward of one batch: ODT policy loss + temperature loss (gradients only)."""
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=cfg.run.bf16):
+        mu, log_std = policy.distribution(b["returns"], b["states"], b["actions"], b["timesteps"], b["mask"])
+    mu, log_std = mu.float(), log_std.float()  # (B, K, A) each
+    low, high = policy.action_low, policy.action_high
+    log_lik = squashed_gaussian_log_likelihood(b["actions"], mu, log_std, low, high)  # (B, K)
+    noise = torch.randn(cfg.entropy_samples, *mu.shape)  # (N, B, K, A)
+    entropy = squashed_gaussian_entropy(mu, log_std, noise, low, high)  # (B, K)
+    alpha = log_temperature.exp()
+    loss, ll, h = odt_policy_loss(log_lik, entropy, b["mask"], alpha)
+    t_loss = temperature_loss(log_temperature, h, target_entropy)
+    (loss + t_loss).backward()  # disjoint: α is detached in `loss`, H in `t_loss`
+    return {"loss": loss, "ll": ll, "entropy": h, "t_loss": t_loss, "alpha": alpha}
+
+
+def train(cfg: ODTConfig, dataset: OfflineDataset | None = None, env=None) -> dict[str, float]:
+    """Pre-train an Online DT on `dataset` (default: the one `cfg.data` names), fine-tune it online;
+    returns the final metrics plus ``offline/eval/…``: the evaluation right after pre-training.
+
+    `env` (a gymnasium id or an environment factory) overrides the dataset's environment for rollouts
+    and evaluation.
+    """
+    set_threads(cfg.run.threads)
+    seed_everything(cfg.run.seed)
+    resume_from = prepare_run_dir(cfg.run, cfg)
+    run_dir = cfg.run.dir
+
+    dataset = dataset if dataset is not None else load_dataset(cfg.data)
+    data = Trajectories(dataset, cfg.data.top_fraction, cfg.model.max_ep_len, "odt.model")
+    env = env or dataset.env_id
+    if not env and (cfg.online.iterations or cfg.eval.episodes):
+        raise ValueError("the dataset names no environment (env_id): online fine-tuning and evaluation need one; "
+                         "pass env= or set online.iterations=0 and eval.episodes=0")
+    policy = build_policy(cfg, dataset, data)
+    info = policy_info(cfg, dataset, policy)
+    if cfg.eval.episodes:
+        warn_far_targets(cfg.eval.target_returns, dataset.returns, "odt.eval.target_returns")
+    half = (policy.action_high - policy.action_low).double() / 2
+    beta = -float(policy.action_dim) if cfg.target_entropy is None else float(cfg.target_entropy)
+    target_entropy = beta + float(torch.log(half).sum())  # β in action units
+    log_temperature = torch.nn.Parameter(torch.tensor(math.log(cfg.init_temperature)))
+    policy_opt, scheduler = make_policy_optimizer(policy, cfg)
+    optimizers = _Optimizers(policy_opt, torch.optim.Adam([log_temperature], lr=cfg.temperature_lr, betas=(0.9, 0.999)))
+    buffer = ReplayBuffer(cfg.online.buffer_size, [dataset.episodes[i] for i in range(len(dataset.episodes))
+                                                   if len(dataset.episodes[i]) <= cfg.model.max_ep_len])
+
+    start, iteration, offline_eval = 0, 0, {}
+    if resume_from is not None:
+        state = load_checkpoint(resume_from, policy, optimizers, scheduler)
+        start, iteration, offline_eval = state["step"], state["online_iteration"], state["offline_eval"]
+        with torch.no_grad():
+            log_temperature.copy_(torch.tensor(state["log_temperature"], dtype=torch.float32))
+        if state["phase"] == "online":
+            buffer = ReplayBuffer.load(resume_from)
+        print(f"resumed from {resume_from} at step {start} (online iteration {iteration})")
+    logger = MetricsLogger(run_dir / "metrics.jsonl", resume_step=start if resume_from else None)
+    if start == 0:
+        first = {"model/parameters": sum(p.numel() for p in policy.parameters()),
+                 "data/episodes": len(data.returns), "data/steps": data.n_steps,
+                 "data/return_mean": float(data.returns.mean()), "data/return_max": float(data.returns.max()),
+                 "stats/target_entropy": target_entropy, **buffer.stats()}
+        logger.log(0, first)
+
+    clip = cfg.optim.grad_clip if cfg.optim.grad_clip > 0 else float("inf")
+    final: dict[str, float] = dict(offline_eval)
+    window = {"s": 0.0, "n": 0}
+
+    def run_eval() -> dict[str, float]:
+        metrics, _ = run_evaluation(policy, info, cfg.eval.target_returns, cfg.eval.episodes, cfg.eval.seed,
+                                    cfg.eval.max_steps, env=env)
+        return metrics
+
+    def save(step: int, phase: str) -> None:
+        state = {"policy": info, "phase": phase, "online_iteration": iteration, "offline_eval": offline_eval,
+                 "log_temperature": float(log_temperature.detach())}
+        save_checkpoint(run_dir, step, policy, tokenizer=buffer if phase == "online" else None,
+                        optimizer=optimizers, scheduler=scheduler, state=state, keep_last=cfg.run.keep_last)
+
+    def update(step: int, source: Trajectories) -> dict[str, float]:
+        """One update at global step `step`; returns the metrics to log (maybe none)."""
+        t0 = time.perf_counter()
+        b = source.batch(step, cfg.batch_size, cfg.model.context_len, cfg.run.seed)
+        out = _update(policy, log_temperature, b, cfg, target_entropy)
+        grad_norm = torch.nn.utils.clip_grad_norm_(policy.parameters(), clip)
+        lr = scheduler.get_last_lr()[0]
+        optimizers.policy.step()
+        optimizers.temperature.step()
+        scheduler.step()
+        optimizers.policy.zero_grad(set_to_none=True)
+        optimizers.temperature.zero_grad(set_to_none=True)
+        window["s"] += time.perf_counter() - t0
+        window["n"] += 1
+        done = step + 1
+        if done % cfg.run.log_every and done != cfg.pretrain_steps and done != cfg.total_steps:
+            return {}
+        metrics = {"loss/action": -out["ll"].item(), "loss/policy": out["loss"].item(),
+                   "loss/temperature": out["t_loss"].item(), "stats/entropy": out["entropy"].item(),
+                   "stats/temperature": float(log_temperature.detach().exp()), "stats/grad_norm": float(grad_norm),
+                   "stats/lr": lr, "perf/steps_per_s": window["n"] / window["s"]}
+        window.update(s=0.0, n=0)
+        return metrics
+
+    policy.train()
+    with progress_bar(cfg.total_steps, f"odt {cfg.run.name}", disable=not cfg.run.progress) as bar:
+        bar.advance(start)
+        try:
+            # 1. offline pre-training
+            for step in range(start, cfg.pretrain_steps):
+                metrics = update(step, data)
+                done = step + 1
+                if done == cfg.pretrain_steps and cfg.eval.episodes:
+                    offline_eval = {f"offline/{k}": v for k, v in run_eval().items()}
+                    metrics.update(offline_eval)
+                if metrics:
+                    logger.log(done, metrics)
+                    final.update(metrics)
+                if (cfg.run.save_every and done % cfg.run.save_every == 0) or done == cfg.pretrain_steps:
+                    save(done, "pretrain")
+                bar.advance(1, phase="offline", loss=final.get("loss/action", float("nan")))
+            # 2. online fine-tuning
+            step = max(start, cfg.pretrain_steps)
+            while iteration < cfg.online.iterations:
+                t0 = time.perf_counter()
+                first_index = iteration * cfg.online.rollouts
+                new = collect_rollouts(policy, env, cfg.online.target_return, cfg.online.rollouts, cfg.online.seed,
+                                       first_index, cfg.online.max_steps)
+                buffer.add(new)
+                rollout_s = time.perf_counter() - t0
+                source = buffer.trajectories(dataset, cfg.model.max_ep_len)
+                metrics = {}
+                for _ in range(cfg.online.updates):
+                    got = update(step, source)
+                    step += 1
+                    if got and step != cfg.pretrain_steps + (iteration + 1) * cfg.online.updates:
+                        logger.log(step, got)
+                    metrics = got or metrics
+                iteration += 1
+                returns = [ep.ret for ep in new]
+                metrics.update({"online/return": float(np.mean(returns)), "online/return_max": float(np.max(returns)),
+                                "online/length": float(np.mean([len(ep) for ep in new])), "online/iteration": iteration,
+                                "perf/rollout_s": rollout_s, **buffer.stats()})
+                if dataset.ref_min_score is not None and dataset.ref_max_score is not None:
+                    metrics["online/normalized"] = float(np.mean(dataset.normalized(np.array(returns))))
+                last = iteration == cfg.online.iterations
+                if cfg.eval.episodes and ((cfg.eval.every and iteration % cfg.eval.every == 0) or last):
+                    metrics.update(run_eval())
+                logger.log(step, metrics)
+                final.update(metrics)
+                if last or (cfg.run.save_every and step // cfg.run.save_every
+                            > (step - cfg.online.updates) // cfg.run.save_every):
+                    save(step, "online")
+                bar.advance(cfg.online.updates, phase=f"online {iteration}", ret=metrics["online/return"])
+        except KeyboardInterrupt:
+            print(f"\ninterrupted; checkpoints in {run_dir} are intact (resume with --resume)")
+            raise
+        finally:
+            logger.close()
+    final.update(offline_eval)
+    _plot(cfg, run_dir, final)
+    return final
+
+
+def _plot(cfg: ODTConfig, run_dir: Path, final: dict[str, float]) -> None:
+    """plots/odt.png (losses, entropy, α, online and evaluation returns vs step) and plots/offline_online.png
+    (evaluation return after pre-training and at the end, per target)."""
+    records = read_metrics(run_dir / "metrics.jsonl")
+    keys = ["loss/action", "stats/entropy", "stats/temperature", "online/return", "buffer/return_mean"]
+    for t in cfg.eval.target_returns:
+        keys += [f"eval/return/{target_label(t)}", f"eval/normalized/{target_label(t)}"]
+    plot_metrics(records, keys + ["stats/lr"], run_dir / "plots" / "odt.png", title=f"Online DT {cfg.run.name}")
+    labels = [target_label(t) for t in cfg.eval.target_returns]
+    before = [final.get(f"offline/eval/return/{label}") for label in labels]
+    after = [final.get(f"eval/return/{label}") for label in labels]
+    if cfg.online.iterations and all(v is not None for v in before + after):
+        plot_bars(labels, {"offline": before, "online": after}, run_dir / "plots" / "offline_online.png",
+                  title=f"evaluation return by target ({cfg.run.name})", ylabel="return")
