@@ -8,6 +8,10 @@ import os
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["HF_DATASETS_OFFLINE"] = "1"
 
+import types  # noqa: E402
+
+import gymnasium as gym  # noqa: E402
+import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
@@ -20,3 +24,60 @@ def tiny_policy():
 
     torch.manual_seed(0)
     return load_policy(ModelConfig(preset="tiny", max_seq_len=96))
+
+
+# --------------------------------------------------------------------------------------------------
+# A continuous-control toy for the sequence-policy trainers (Online DT tests): fast, exact returns.
+
+DRIFT_H = 8  # horizon
+DRIFT_ENV_ID = "SeqrlTestDrift-v0"
+
+
+class DriftEnv(gym.Env):
+    """obs = [t / H, x]; action a ∈ [−1, 1] moves x by a; reward = a; H steps. Return = Σ a_t ∈ [−H, H]."""
+
+    observation_space = gym.spaces.Box(-20.0, 20.0, (2,), np.float32)
+    action_space = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
+
+    def reset(self, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t, self.x = 0, float(self.np_random.uniform(-0.1, 0.1))
+        return self._obs(), {}
+
+    def _obs(self):
+        return np.array([self.t / DRIFT_H, self.x], dtype=np.float32)
+
+    def step(self, action):
+        a = float(np.clip(np.asarray(action, dtype=np.float64).reshape(-1)[0], -1, 1))
+        self.t += 1
+        self.x += a
+        return self._obs(), a, False, self.t >= DRIFT_H, {}
+
+
+def drift_dataset(n_episodes: int = 48, seed: int = 0, low: float = -1.0, high: float = 0.5):
+    """Episodes of the drift env at a constant level c_i ~ U[low, high] plus N(0, 0.1) noise, clipped to
+    [−1, 1]: returns in about [H·low, H·high]."""
+    from seqrl.data.offline import Episode, OfflineDataset
+
+    rng = np.random.default_rng(seed)
+    episodes = []
+    for i in range(n_episodes):
+        c = rng.uniform(low, high)
+        acts = np.clip(c + 0.1 * rng.standard_normal((DRIFT_H, 1)), -1, 1).astype(np.float32)
+        x = np.concatenate([[0.0], np.cumsum(acts[:, 0])])
+        obs = np.stack([np.array([t / DRIFT_H, x[t]]) for t in range(DRIFT_H + 1)]).astype(np.float32)
+        episodes.append(Episode(observations=obs, actions=acts, rewards=acts[:, 0].copy(),
+                                terminations=np.zeros(DRIFT_H, bool), truncations=np.arange(DRIFT_H) == DRIFT_H - 1,
+                                id=i))
+    return OfflineDataset(episodes, env_id=DRIFT_ENV_ID, action_dim=1, action_low=np.array([-1.0], np.float32),
+                          action_high=np.array([1.0], np.float32), ref_min_score=-float(DRIFT_H),
+                          ref_max_score=float(DRIFT_H), name="drift")
+
+
+@pytest.fixture
+def drift():
+    """The drift toy registered with gymnasium: ``drift.env_id``, ``drift.H``, ``drift.dataset(...)``."""
+    if DRIFT_ENV_ID not in gym.registry:
+        # a string entry point so that Minari can store the env spec as JSON
+        gym.register(DRIFT_ENV_ID, entry_point=f"{__name__}:DriftEnv", max_episode_steps=DRIFT_H)
+    return types.SimpleNamespace(env_id=DRIFT_ENV_ID, H=DRIFT_H, dataset=drift_dataset)

@@ -5,41 +5,12 @@ from __future__ import annotations
 
 import json
 
-import gymnasium as gym
 import numpy as np
 import pytest
 import torch
 
 from seqrl.data.offline import DatasetError, Episode, OfflineDataset
 from seqrl.utils.checkpoint import CheckpointError
-
-H = 8  # horizon of the test environment
-
-
-class DriftEnv(gym.Env):
-    """obs = [t / H, x]; action a ∈ [−1, 1] moves x by a; reward = a; H steps. Return = Σ a_t ∈ [−H, H]."""
-
-    observation_space = gym.spaces.Box(-20.0, 20.0, (2,), np.float32)
-    action_space = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
-
-    def reset(self, seed=None, options=None):
-        super().reset(seed=seed)
-        self.t, self.x = 0, float(self.np_random.uniform(-0.1, 0.1))
-        return self._obs(), {}
-
-    def _obs(self):
-        return np.array([self.t / H, self.x], dtype=np.float32)
-
-    def step(self, action):
-        a = float(np.clip(np.asarray(action, dtype=np.float64).reshape(-1)[0], -1, 1))
-        self.t += 1
-        self.x += a
-        return self._obs(), a, False, self.t >= H, {}
-
-
-ENV_ID = "SeqrlTestDrift-v0"
-if ENV_ID not in gym.registry:
-    gym.register(ENV_ID, entry_point=f"{DriftEnv.__module__}:DriftEnv", max_episode_steps=H)
 
 
 def _episode(rewards, ep_id=0, obs_dim=2, action_value=None, terminated=False) -> Episode:
@@ -51,22 +22,6 @@ def _episode(rewards, ep_id=0, obs_dim=2, action_value=None, terminated=False) -
     term[-1] = terminated
     trunc = ~term & (np.arange(T) == T - 1)
     return Episode(observations=obs, actions=acts, rewards=r, terminations=term, truncations=trunc, id=ep_id)
-
-
-def drift_dataset(n_episodes=48, seed=0) -> OfflineDataset:
-    """Episodes of DriftEnv at a constant level c_i ~ U[−1, 0.5] plus noise: returns in about [−H, H/2]."""
-    rng = np.random.default_rng(seed)
-    episodes = []
-    for i in range(n_episodes):
-        c = rng.uniform(-1, 0.5)
-        acts = np.clip(c + 0.1 * rng.standard_normal((H, 1)), -1, 1).astype(np.float32)
-        x = np.concatenate([[0.0], np.cumsum(acts[:, 0])])
-        obs = np.stack([np.array([t / H, x[t]]) for t in range(H + 1)]).astype(np.float32)
-        episodes.append(Episode(observations=obs, actions=acts, rewards=acts[:, 0].copy(),
-                                terminations=np.zeros(H, bool), truncations=np.arange(H) == H - 1, id=i))
-    return OfflineDataset(episodes, env_id=ENV_ID, action_dim=1, action_low=np.array([-1.0], np.float32),
-                          action_high=np.array([1.0], np.float32), ref_min_score=-float(H), ref_max_score=float(H),
-                          name="drift")
 
 
 def _cfg(tmp_path, name, **kw):
@@ -120,13 +75,13 @@ def test_buffer_keeps_the_best_offline_trajectories_lowest_first_then_evicts_fif
     assert [e.id for e in buf.episodes] == [101, 102, 103]  # a bad trajectory changes nothing
 
 
-def test_buffer_windows_relabel_returns_to_go_from_stored_rewards():
+def test_buffer_windows_relabel_returns_to_go_from_stored_rewards(drift):
     """Hindsight relabelling: an online trajectory rolled out for some target trains on what it achieved."""
     from seqrl.algos.odt import ReplayBuffer
 
     buf = ReplayBuffer(4)
     buf.add([_episode([1.0, 2.0, 3.0, 4.0], ep_id=0), _episode([-1.0, -1.0], ep_id=1)])
-    data = buf.trajectories(drift_dataset(4), max_ep_len=16)
+    data = buf.trajectories(drift.dataset(4), max_ep_len=16)
     b = data.batch(step=0, batch_size=64, K=3, seed=0)
     for row in range(64):
         m = b["mask"][row].bool()
@@ -137,10 +92,10 @@ def test_buffer_windows_relabel_returns_to_go_from_stored_rewards():
         assert b["returns"][row, m].tolist() == [sum(rew[x:]) for x in t]
 
 
-def test_buffer_save_and_load_round_trip_is_exact_and_a_broken_file_is_named(tmp_path):
+def test_buffer_save_and_load_round_trip_is_exact_and_a_broken_file_is_named(tmp_path, drift):
     from seqrl.algos.odt import REPLAY_FILE, ReplayBuffer
 
-    buf = ReplayBuffer(5, drift_dataset(3).episodes)
+    buf = ReplayBuffer(5, drift.dataset(3).episodes)
     buf.add([_episode([0.25, -0.5, 1.5], ep_id=42, terminated=True)])
     buf.save_pretrained(tmp_path)
     again = ReplayBuffer.load(tmp_path)
@@ -170,16 +125,16 @@ def _policy(seed=0, **kw):
     return OnlineDecisionTransformer(2, 1, **kw)
 
 
-def test_rollouts_sample_actions_record_episodes_and_restore_the_mode():
+def test_rollouts_sample_actions_record_episodes_and_restore_the_mode(drift):
     from seqrl.algos.odt import collect_rollouts
     from seqrl.envs.evaluate import evaluate_policy
 
     policy = _policy()
     policy.train()
     torch.manual_seed(1)
-    eps = collect_rollouts(policy, ENV_ID, 5.0, n=3, seed=0, first_index=10)
+    eps = collect_rollouts(policy, drift.env_id, 5.0, n=3, seed=0, first_index=10)
     assert policy.training and not policy.explore  # mode and sampling switch restored
-    assert [e.id for e in eps] == [10, 11, 12] and all(len(e) == H for e in eps)
+    assert [e.id for e in eps] == [10, 11, 12] and all(len(e) == drift.H for e in eps)
     for e in eps:
         e.validate()
         assert e.truncations[-1] and not e.terminations.any()
@@ -188,16 +143,16 @@ def test_rollouts_sample_actions_record_episodes_and_restore_the_mode():
         assert (np.abs(e.actions) <= 1).all()
     # sampled: the same start states give different action sequences per draw; the mean action is fixed
     torch.manual_seed(1)
-    again = collect_rollouts(policy, ENV_ID, 5.0, n=3, seed=0, first_index=10)
+    again = collect_rollouts(policy, drift.env_id, 5.0, n=3, seed=0, first_index=10)
     assert all(np.array_equal(a.actions, b.actions) for a, b in zip(eps, again))  # the global RNG decides
     torch.manual_seed(2)
-    other = collect_rollouts(policy, ENV_ID, 5.0, n=3, seed=0, first_index=10)
+    other = collect_rollouts(policy, drift.env_id, 5.0, n=3, seed=0, first_index=10)
     assert not np.array_equal(eps[0].actions, other[0].actions)
     assert np.array_equal(eps[0].observations[0], other[0].observations[0])  # same reset seed
-    mean_returns = [evaluate_policy(policy, ENV_ID, [5.0], episodes=1, seed=0).returns[0, 0] for _ in range(2)]
+    mean_returns = [evaluate_policy(policy, drift.env_id, [5.0], episodes=1, seed=0).returns[0, 0] for _ in range(2)]
     assert mean_returns[0] == mean_returns[1]
     # a step cap truncates
-    short = collect_rollouts(policy, ENV_ID, 5.0, n=2, seed=0, first_index=0, max_steps=3)
+    short = collect_rollouts(policy, drift.env_id, 5.0, n=2, seed=0, first_index=0, max_steps=3)
     assert [len(e) for e in short] == [3, 3] and all(e.truncations[-1] for e in short)
 
 
@@ -205,14 +160,14 @@ def test_rollouts_sample_actions_record_episodes_and_restore_the_mode():
 # training plumbing
 
 
-def test_train_logs_offline_then_online_writes_plots_and_a_loadable_checkpoint(tmp_path):
+def test_train_logs_offline_then_online_writes_plots_and_a_loadable_checkpoint(tmp_path, drift):
     from seqrl.algos.dt import load_policy_checkpoint
     from seqrl.algos.odt import ReplayBuffer, train
     from seqrl.models.odt import OnlineDecisionTransformer
     from seqrl.utils.checkpoint import latest_checkpoint
     from seqrl.utils.metrics import read_metrics
 
-    final = train(_cfg(tmp_path, "run"), drift_dataset())
+    final = train(_cfg(tmp_path, "run"), drift.dataset())
     for key in ("offline/eval/return/6", "eval/return/6", "eval/normalized/6", "online/return", "online/normalized",
                 "buffer/size", "loss/action", "stats/entropy", "stats/temperature", "perf/rollout_s"):
         assert key in final, key
@@ -226,34 +181,34 @@ def test_train_logs_offline_then_online_writes_plots_and_a_loadable_checkpoint(t
     ckpt = latest_checkpoint(tmp_path / "run")
     assert ckpt.name == "checkpoint-16"
     policy, info = load_policy_checkpoint(ckpt)
-    assert isinstance(policy, OnlineDecisionTransformer) and info["method"] == "odt" and info["env_id"] == ENV_ID
+    assert isinstance(policy, OnlineDecisionTransformer) and info["method"] == "odt" and info["env_id"] == drift.env_id
     buf = ReplayBuffer.load(ckpt)
     assert len(buf) == 20 and sum(buf.online) == 8 and [e.id for e in buf.episodes][-8:] == list(range(8))
 
 
-def test_temperature_falls_while_the_entropy_is_above_its_target(tmp_path):
+def test_temperature_falls_while_the_entropy_is_above_its_target(tmp_path, drift):
     from seqrl.algos.odt import train
     from seqrl.utils.metrics import read_metrics
 
     cfg = _cfg(tmp_path, "alpha", temperature_lr=0.05)
     cfg.online.iterations, cfg.eval.episodes = 0, 0
-    train(cfg, drift_dataset())
+    train(cfg, drift.dataset())
     rows = [r for r in read_metrics(tmp_path / "alpha" / "metrics.jsonl") if "stats/temperature" in r]
     h = [r["stats/entropy"] for r in rows]
     alpha = [r["stats/temperature"] for r in rows]
-    beta = rows and read_metrics(tmp_path / "alpha" / "metrics.jsonl")[0]["stats/target_entropy"]
+    beta = read_metrics(tmp_path / "alpha" / "metrics.jsonl")[0]["stats/target_entropy"]
     assert all(x > beta for x in h)  # a fresh head: σ ≈ e^−1.5, far more entropy than −|A| = −1
     assert all(b < a for a, b in zip(alpha, alpha[1:])) and alpha[-1] < 0.1
 
 
 @pytest.mark.parametrize("optimizer", ["lamb", "adamw"])
-def test_resume_in_the_online_phase_equals_an_uninterrupted_run(tmp_path, monkeypatch, optimizer):
+def test_resume_in_the_online_phase_equals_an_uninterrupted_run(tmp_path, monkeypatch, optimizer, drift):
     import seqrl.algos.odt as odt
     from seqrl.algos.dt import load_policy_checkpoint
     from seqrl.utils.checkpoint import latest_checkpoint
     from seqrl.utils.metrics import read_metrics
 
-    ds = drift_dataset()
+    ds = drift.dataset()
 
     def cfg(name):
         c = _cfg(tmp_path, name, optimizer=optimizer)
@@ -291,16 +246,16 @@ def test_resume_in_the_online_phase_equals_an_uninterrupted_run(tmp_path, monkey
     assert rows("full") == rows("cut") and len(rows("full")) == 9
 
 
-def test_discrete_datasets_and_missing_environments_are_refused(tmp_path):
+def test_discrete_datasets_and_missing_environments_are_refused(tmp_path, drift):
     from seqrl.algos.odt import train
 
     T = 4
     ep = Episode(observations=np.zeros((T + 1, 2), np.float32), actions=np.zeros(T, np.int64),
                  rewards=np.ones(T, np.float32), terminations=np.arange(T) == T - 1, truncations=np.zeros(T, bool))
-    disc = OfflineDataset([ep], env_id=ENV_ID, discrete=True, action_dim=3, name="grid")
+    disc = OfflineDataset([ep], env_id=drift.env_id, discrete=True, action_dim=3, name="grid")
     with pytest.raises(DatasetError, match="dataset grid: the Online DT needs continuous actions"):
         train(_cfg(tmp_path, "disc"), disc)
-    ds = drift_dataset(4)
+    ds = drift.dataset(4)
     ds.env_id = ""
     with pytest.raises(ValueError, match="names no environment"):
         train(_cfg(tmp_path, "noenv"), ds)
@@ -334,12 +289,12 @@ def test_every_odt_preset_loads(path):
     assert cfg.run.name.startswith("odt_") and cfg.online.iterations > 0 and cfg.eval.target_returns
 
 
-def test_cli_train_odt_then_eval_dt_on_its_checkpoint(tmp_path, capsys):
+def test_cli_train_odt_then_eval_dt_on_its_checkpoint(tmp_path, capsys, drift):
     from seqrl.cli import main
     from seqrl.data.minari_data import write_minari
 
-    path = write_minari("test/drift-v0", drift_dataset(16).episodes, ENV_ID, root=tmp_path / "minari",
-                        ref_min_score=-float(H), ref_max_score=float(H), algorithm_name="levels",
+    path = write_minari("test/drift-v0", drift.dataset(16).episodes, drift.env_id, root=tmp_path / "minari",
+                        ref_min_score=-float(drift.H), ref_max_score=float(drift.H), algorithm_name="levels",
                         description="constant-level episodes of the drift test env")
     args = ["train", "odt", "--config", "configs/odt/pendulum_medium.yaml", f"--data.dataset={path}",
             f"--run.out_dir={tmp_path}", "--run.progress=false", "--pretrain_steps=3", "--batch_size=4",

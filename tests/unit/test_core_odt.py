@@ -14,7 +14,6 @@ from seqrl.core.odt import (
     squash_log_std,
     squashed_gaussian_entropy,
     squashed_gaussian_log_likelihood,
-    squashed_gaussian_log_prob,
     squashed_gaussian_mean,
     squashed_gaussian_sample,
     temperature_loss,
