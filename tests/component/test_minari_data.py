@@ -216,3 +216,16 @@ def test_cli_builds_and_reports(tmp_path, capsys):
     assert (tmp_path / "cli" / "seqrl/pendulum/expert-v0" / "data").is_dir()
     assert main(["data", "minari", "cartpole", "medium"]) == 2
     assert "no kept behaviour policies" in capsys.readouterr().err
+
+
+def test_mujoco_dataset_writes_in_the_space_dtypes_and_loads_back(tmp_path):
+    """Hopper-v5 observes float64: Minari's arrow storage refuses float32 arrays for that space."""
+    path = build_dataset("hopper", "random", n_steps=120, seed=0)
+    ds = load_offline(path)
+    want = build_episodes("hopper", "random", 120, seed=0)
+    assert len(ds.episodes) == len(want) and ds.env_id == "Hopper-v5"
+    for a, b in zip(ds.episodes, want):
+        np.testing.assert_array_equal(a.observations, b.observations)
+        np.testing.assert_array_equal(a.actions, b.actions)
+    raw = minari.load_dataset("seqrl/hopper/random-v0")
+    assert next(raw.iterate_episodes()).observations.dtype == np.float64

@@ -187,7 +187,8 @@ def write_minari(dataset_id: str, episodes: list[Episode], env_id: str, *, root:
     """Write `episodes` as Minari dataset `dataset_id` under `root` (default `datasets_root`); return its folder.
 
     Uses `minari.create_dataset_from_buffers` with `EpisodeBuffer`s (no DataCollector, so no jax) and
-    the arrow format. The dataset is built in a temporary folder beside its destination and renamed
+    the arrow format; observations and actions are stored in the environment's space dtypes (Box
+    spaces: the episodes' float32 arrays become float64 where the space says so, which is exact). The dataset is built in a temporary folder beside its destination and renamed
     into place, so an interrupted build never leaves a half-written dataset. An existing dataset is an
     error unless `force`.
     """
@@ -200,7 +201,12 @@ def write_minari(dataset_id: str, episodes: list[Episode], env_id: str, *, root:
         raise DatasetError(f"Minari dataset {dataset_id} already exists at {dest} (pass --force to rebuild it)")
     for ep in episodes:
         ep.validate()
-    buffers = [EpisodeBuffer(id=ep.id, observations=ep.observations, actions=ep.actions,
+    # Minari's arrow storage needs arrays of the spaces' own dtypes (Hopper-v5 observes float64)
+    probe = gym.make(env_id)
+    obs_dtype, act_dtype = probe.observation_space.dtype, probe.action_space.dtype
+    probe.close()
+    buffers = [EpisodeBuffer(id=ep.id, observations=np.asarray(ep.observations, dtype=obs_dtype),
+                             actions=np.asarray(ep.actions, dtype=act_dtype),
                              rewards=ep.rewards.astype(np.float64), terminations=ep.terminations,
                              truncations=ep.truncations, infos={}) for ep in episodes]
     root.mkdir(parents=True, exist_ok=True)
