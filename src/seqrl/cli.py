@@ -20,7 +20,7 @@ import json
 import sys
 from pathlib import Path
 
-from seqrl.config import ConfigError, dump_yaml, load_config
+from seqrl.config import ConfigError, load_config
 
 ALGOS = ("sft", "grpo", "dt", "bc", "odt")
 PLANNED = ("ppo", "rm", "prm", "star", "vla")

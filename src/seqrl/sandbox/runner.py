@@ -26,7 +26,6 @@ import atexit
 import json
 import math
 import os
-import resource
 import secrets
 import selectors
 import shutil
