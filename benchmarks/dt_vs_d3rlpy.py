@@ -1,0 +1,483 @@
+#!/usr/bin/env python
+"""Decision Transformer: seqrl's (`seqrl.algos.dt`) against d3rlpy 2.8.0's `DecisionTransformer` on equal work.
+
+    python benchmarks/dt_vs_d3rlpy.py --quick                 # ≈ 3 min: Pendulum preset size, 3 seeds × 1000 steps
+    python benchmarks/dt_vs_d3rlpy.py                         # ≈ 6 min: 5 seeds × 1500 steps each side
+    python benchmarks/dt_vs_d3rlpy.py --preset paper --speed-only --steps 40 --round-steps 8   # paper size, speed
+
+Data: the quick Pendulum-v1 medium-expert dataset (`seqrl.data.minari_data.quick_dataset`, 50k steps =
+250 episodes of 200 steps), given to seqrl as it is and to d3rlpy as an `MDPDataset` of the same
+episodes (observations s_0 … s_{T−1}, actions, rewards, terminals = terminations, timeouts =
+truncations, with the last step of an episode that has neither flag marked as a timeout).
+
+Matched (both sides built from the same settings):
+  * context K, width d, layers, heads, batch B, gradient steps, dropout 0.1 on embeddings, attention
+    weights and residuals, ReLU MLP of width 4d, pre-LayerNorm GPT-2 blocks + final LayerNorm, a
+    LayerNorm over the embedded tokens, one linear embedding per modality (d3rlpy:
+    ``VectorEncoderFactory([d], exclude_last_activation=True)`` = one ``Linear(S, d)`` for the state),
+    a learned per-timestep embedding added to all three tokens of a step
+    (``PositionEncodingType.SIMPLE``), (R̂, s, a) token order, the action read at the state token, a
+    tanh head mapped to the action bounds (d3rlpy: tanh in [−1, 1] + ``MinMaxActionScaler`` with the
+    environment's bounds, [−2, 2]), the MSE action loss on real steps;
+  * input scaling: states standardised with the same mean/std (d3rlpy: ``StandardObservationScaler``
+    given seqrl's mean and clamped std, ``eps=0``), R̂ divided by 1000 (d3rlpy:
+    ``MultiplyRewardScaler(1e-3)``, applied to the returns-to-go);
+  * optimiser: AdamW, betas (0.9, 0.999), eps 1e-8, the same lr and weight decay (d3rlpy's
+    ``GPTAdamWFactory``: no decay on biases, LayerNorms and embeddings, as ours), linear warm-up then a
+    constant lr (d3rlpy: ``WarmupSchedulerFactory``, the same lambda ``min((t+1)/warmup, 1)``; ours
+    ``optim.schedule=constant``; or ``--schedule cosine``, below), gradient clipping at 0.25;
+  * fp32, CPU, one torch thread, eager mode (d3rlpy ``compile_graph=False``, ours has no compile);
+  * evaluation: the same target return, the same number of Pendulum-v1 episodes, episode i reset with
+    the same seed (`seqrl.envs.rollout.episode_rngs(eval_seed, i)`), R̂ decremented by the observed
+    rewards, the deterministic action (d3rlpy: ``IdentityTransformerActionSampler``), the last K steps.
+
+Not matched (no option for it in d3rlpy 2.8.0, or inherent to the implementation):
+  * **initialisation**: d3rlpy applies GPT-2's N(0, 0.02) to the blocks, LayerNorms and timestep
+    embedding but builds its state encoder, R̂ and action embeddings and output layer *after* that, so
+    they keep PyTorch's default (Kaiming-uniform) init, and it does not scale the residual projections
+    by 1/√(2·layers); ours is N(0, 0.02) everywhere with that scaling;
+  * **LayerNorm eps**: d3rlpy's block and final LayerNorms use eps 3e-3, ours 1e-5;
+  * **weight decay of the linear embeddings**: ours exempts every ``embed_*`` parameter (also the
+    linear R̂/state/action embeddings), d3rlpy's ``GPTAdamWFactory`` decays those (it exempts only
+    ``nn.Embedding``), same for both sides otherwise;
+  * **loss scale**: d3rlpy's MSE is in the scaled action space ([−1, 1], i.e. 1/4 of ours for Pendulum's
+    [−2, 2]) and averaged over all B·K positions including padding (ours: over real steps), so the
+    gradients differ by a per-batch factor, which interacts with the 0.25 clipping;
+  * **window sampling**: d3rlpy draws a transition uniformly (episode ∝ length) and takes the K steps
+    *ending* there (left-padded near an episode's start); ours draws the episode ∝ length and a start
+    uniform in the episode, taking K steps from there (left-padded near its end). d3rlpy counts
+    T − 1 transitions in an episode cut by a time limit, so no window of it ends on its last step.
+    Timesteps start at 1 in d3rlpy, 0 in ours (a relabelling of the learned embedding; d3rlpy's has
+    max_timestep + 2 rows, two never used, hence its 2·d more parameters);
+  * **attention**: d3rlpy separate q/k/v linears and a hand-written masked softmax (-1e4 fill), ours a
+    fused QKV and ``scaled_dot_product_attention``; d3rlpy's batches are sliced per window in Python
+    and converted from numpy each step, ours are gathered as tensors. These are what the speed
+    comparison measures.
+  * **lr schedule**: the seqrl Pendulum preset uses warm-up + cosine decay to 0.1·lr; d3rlpy ships
+    warm-up *or* cosine, not both chained. Default here: warm-up + constant on both (d3rlpy's own
+    factory). ``--schedule cosine`` gives d3rlpy seqrl's lambda through a 10-line
+    ``LRSchedulerFactory`` subclass defined in this script (d3rlpy code otherwise unchanged).
+  * **evaluation batching**: ours steps all episodes in lockstep as one batch, d3rlpy's stateful
+    wrapper one environment at a time (evaluation is not timed).
+
+Speed: one process; per seed both sides are trained in alternating rounds of ``--round-steps`` steps
+(seqrl first in odd rounds, d3rlpy first in even ones), so the machine's load swings hit both alike.
+A step is what each library's own loop does per gradient step: seqrl the body of `algos.dt.train`
+(``Trajectories.batch``, forward, loss, backward, clip, AdamW, scheduler, zero_grad, ``loss.item()``),
+d3rlpy ``ReplayBuffer.sample_trajectory_batch(B, length=K)`` + ``algo.update(batch)`` (what
+``fit`` calls, without its logger). steps/s of a round = its steps / its wall time; the figures are
+medians over all rounds (also split into sampling and update). Evaluation and dataset building are
+not timed.
+
+The last printed line (stdout) is one JSON object; it is also written to ``runs/bench_dt/<tag>.json``.
+Progress goes to stderr. ``return_ratio`` is seqrl / d3rlpy of the mean returns: Pendulum returns are
+negative, so there < 1 means seqrl is better; ``normalized_delta`` (seqrl − d3rlpy, ×100 scores) reads
+the usual way.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("MKL_NUM_THREADS", "1")
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import statistics  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+OUT_DIR = ROOT / "runs" / "bench_dt"
+
+PRESETS = {
+    # the seqrl Pendulum preset's model (configs/dt/pendulum_medium_expert.yaml)
+    "pendulum": dict(hidden=64, layers=2, heads=1, context=5, batch=32, lr=1e-3, warmup=50),
+    # the paper's model (Chen et al. 2021): d 128, 3 layers, 1 head, K 20, batch 64, lr 1e-4
+    "paper": dict(hidden=128, layers=3, heads=1, context=20, batch=64, lr=1e-4, warmup=50),
+}
+
+
+def log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--quick", action="store_true", help="3 seeds × 1000 steps each side (≈ 3 min)")
+    p.add_argument("--preset", choices=sorted(PRESETS), default="pendulum", help="model/optimiser sizes")
+    p.add_argument("--steps", type=int, default=None, help="gradient steps per side and seed (1500; quick 1000)")
+    p.add_argument("--seeds", type=str, default=None, help="comma-separated training seeds (0,1,2,3,4; quick 0,1,2)")
+    p.add_argument("--round-steps", type=int, default=100, help="steps per interleaved round")
+    p.add_argument("--hidden", type=int, help="d (preset)")
+    p.add_argument("--layers", type=int, help="transformer blocks (preset)")
+    p.add_argument("--heads", type=int, help="attention heads (preset)")
+    p.add_argument("--context", type=int, help="K (preset)")
+    p.add_argument("--batch", type=int, help="B (preset)")
+    p.add_argument("--lr", type=float, help="learning rate (preset)")
+    p.add_argument("--warmup", type=int, help="linear warm-up steps (preset)")
+    p.add_argument("--schedule", choices=("constant", "cosine"), default="constant",
+                   help="after the warm-up: constant lr (d3rlpy's own WarmupSchedulerFactory), or cosine decay\n"
+                        "to 0.1·lr at the last step (seqrl's Pendulum preset; d3rlpy gets the same lambda\n"
+                        "through a small LRSchedulerFactory defined here, as it ships none)")
+    p.add_argument("--weight-decay", type=float, default=1e-4)
+    p.add_argument("--dropout", type=float, default=0.1)
+    p.add_argument("--grad-clip", type=float, default=0.25)
+    p.add_argument("--return-scale", type=float, default=1000.0)
+    p.add_argument("--data-steps", type=int, default=50_000, help="size of the quick medium-expert dataset")
+    p.add_argument("--data-seed", type=int, default=0)
+    p.add_argument("--target", type=float, default=-150.0, help="target return R̂_0 for evaluation")
+    p.add_argument("--episodes", type=int, default=20, help="evaluation episodes per side and seed")
+    p.add_argument("--eval-seed", type=int, default=100, help="seed of the evaluation start states")
+    p.add_argument("--speed-only", action="store_true", help="no evaluation")
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--tag", type=str, default=None, help="name of the JSON file under runs/bench_dt/")
+    a = p.parse_args(argv)
+    for k, v in PRESETS[a.preset].items():
+        if getattr(a, k) is None:
+            setattr(a, k, v)
+    if a.steps is None:
+        a.steps = 1000 if a.quick else 1500
+    if a.seeds is None:
+        a.seeds = "0,1,2" if a.quick else "0,1,2,3,4"
+    a.seed_list = [int(s) for s in a.seeds.split(",") if s.strip()]
+    if a.steps < 1 or a.round_steps < 1 or not a.seed_list:
+        p.error("--steps and --round-steps must be >= 1 and --seeds non-empty")
+    if a.tag is None:
+        a.tag = f"{a.preset}{'_quick' if a.quick else ''}_{a.schedule}{'_speed' if a.speed_only else ''}"
+    return a
+
+
+# ---------------------------------------------------------------------------------------------------
+# seqrl side: the pieces `seqrl.algos.dt.train` builds, and its loop body
+
+
+class SeqrlSide:
+    def __init__(self, args, dataset, seed: int) -> None:
+        from seqrl.algos.common import OptimConfig, RunConfig, make_optimizer
+        from seqrl.algos.dt import DataConfig, DTConfig, DTEvalConfig, DTModelConfig, Trajectories, build_policy
+        from seqrl.algos.dt import policy_info
+        from seqrl.utils.seeding import seed_everything
+
+        max_ep_len = max(len(ep) for ep in dataset.episodes)
+        self.cfg = DTConfig(
+            run=RunConfig(name="bench_dt", out_dir=str(OUT_DIR), seed=seed, threads=args.threads, progress=False),
+            data=DataConfig(dataset="quick:medium-expert", quick_steps=args.data_steps, quick_seed=args.data_seed),
+            model=DTModelConfig(hidden_size=args.hidden, n_layer=args.layers, n_head=args.heads,
+                                context_len=args.context, max_ep_len=max_ep_len, dropout=args.dropout),
+            optim=OptimConfig(lr=args.lr, weight_decay=args.weight_decay, betas=(0.9, 0.999),
+                              warmup_steps=args.warmup, schedule=args.schedule, grad_clip=args.grad_clip),
+            eval=DTEvalConfig(episodes=args.episodes, target_returns=[args.target], seed=args.eval_seed),
+            return_scale=args.return_scale, steps=args.steps, batch_size=args.batch)
+        self.data = Trajectories(dataset, 1.0, max_ep_len, "dt.model")
+        seed_everything(seed)
+        self.policy = build_policy(self.cfg, dataset, self.data)
+        self.info = policy_info(self.cfg, dataset, self.data, self.policy)
+        self.optimizer, self.scheduler = make_optimizer(self.policy, self.cfg.optim, self.cfg.steps)
+        self.clip = args.grad_clip if args.grad_clip > 0 else float("inf")
+        self.seed, self.K, self.B = seed, args.context, args.batch
+        self.step_no = 0
+        self.params = sum(p.numel() for p in self.policy.parameters())
+
+    def step(self) -> tuple[float, float, float]:
+        """One gradient step as in `train`: (sample s, update s, loss)."""
+        from seqrl.core.sequences import action_loss
+
+        self.policy.train()
+        t0 = time.perf_counter()
+        b = self.data.batch(self.step_no, self.B, self.K, self.seed)
+        t1 = time.perf_counter()
+        pred = self.policy(b["returns"], b["states"], b["actions"], b["timesteps"], b["mask"])  # (B, K, A)
+        loss = action_loss(pred.float(), b["actions"], b["mask"], discrete=self.data.discrete)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(self.policy.parameters(), self.clip)
+        self.scheduler.get_last_lr()
+        self.optimizer.step()
+        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        value = loss.item()
+        t2 = time.perf_counter()
+        self.step_no += 1
+        return t1 - t0, t2 - t1, value
+
+    def evaluate(self, args) -> np.ndarray:
+        from seqrl.algos.dt import run_evaluation
+
+        _, result = run_evaluation(self.policy, self.info, [args.target], args.episodes, args.eval_seed)
+        return np.asarray(result.returns[0], dtype=np.float64)  # (episodes,)
+
+
+# ---------------------------------------------------------------------------------------------------
+# d3rlpy side
+
+
+def to_mdp_dataset(dataset):
+    """The same episodes as a d3rlpy `MDPDataset` (observations s_0 … s_{T−1} of each episode)."""
+    import d3rlpy
+
+    obs, acts, rews, terms, touts = [], [], [], [], []
+    for ep in dataset.episodes:
+        T = len(ep)
+        term = np.asarray(ep.terminations, dtype=np.float32).reshape(T)
+        tout = np.asarray(ep.truncations, dtype=np.float32).reshape(T)
+        if not term[-1] and not tout[-1]:
+            tout = tout.copy()
+            tout[-1] = 1.0
+        obs.append(ep.observations[:-1].reshape(T, -1).astype(np.float32))
+        acts.append(np.asarray(ep.actions, dtype=np.float32).reshape(T, -1))
+        rews.append(np.asarray(ep.rewards, dtype=np.float32).reshape(T, 1))
+        terms.append(term)
+        touts.append(tout)
+    return d3rlpy.dataset.MDPDataset(
+        observations=np.concatenate(obs), actions=np.concatenate(acts), rewards=np.concatenate(rews),
+        terminals=np.concatenate(terms), timeouts=np.concatenate(touts),
+        action_space=d3rlpy.ActionSpace.CONTINUOUS)
+
+
+MIN_LR_RATIO = 0.1  # seqrl's OptimConfig.min_lr_ratio default
+
+
+def warmup_cosine_factory(warmup: int, total: int, min_ratio: float):
+    """A d3rlpy `LRSchedulerFactory` with seqrl's warm-up + cosine lambda (`algos.common.make_optimizer`)."""
+    import dataclasses
+    import math
+
+    from d3rlpy.optimizers.lr_schedulers import LRSchedulerFactory
+    from torch.optim.lr_scheduler import LambdaLR
+
+    def factor(step: int) -> float:
+        if step < warmup:
+            return (step + 1) / warmup
+        progress = min(1.0, (step - warmup) / max(1, total - warmup))
+        return min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
+
+    @dataclasses.dataclass()
+    class WarmupCosineSchedulerFactory(LRSchedulerFactory):
+        def create(self, optim):
+            return LambdaLR(optim, factor)
+
+        @staticmethod
+        def get_type() -> str:
+            return "bench_warmup_cosine"
+
+    return WarmupCosineSchedulerFactory()
+
+
+class D3rlpySide:
+    def __init__(self, args, dataset, mdp, state_mean, state_std, seed: int) -> None:
+        import d3rlpy
+        from d3rlpy.optimizers import GPTAdamWFactory, WarmupSchedulerFactory
+        from d3rlpy.preprocessing import MinMaxActionScaler, MultiplyRewardScaler, StandardObservationScaler
+
+        max_ep_len = max(len(ep) for ep in dataset.episodes)
+        d3rlpy.seed(seed)
+        sched = WarmupSchedulerFactory(warmup_steps=args.warmup) if args.warmup > 0 else None
+        if args.schedule == "cosine":
+            sched = warmup_cosine_factory(args.warmup, args.steps, MIN_LR_RATIO)
+        self.config = d3rlpy.algos.DecisionTransformerConfig(
+            context_size=args.context,
+            max_timestep=max_ep_len,  # timesteps 1 … T; the embedding has max_timestep + 1 rows
+            batch_size=args.batch,
+            learning_rate=args.lr,
+            encoder_factory=d3rlpy.models.VectorEncoderFactory(hidden_units=[args.hidden],
+                                                                exclude_last_activation=True),
+            optim_factory=GPTAdamWFactory(betas=(0.9, 0.999), eps=1e-8, weight_decay=args.weight_decay,
+                                          clip_grad_norm=args.grad_clip or None, lr_scheduler_factory=sched),
+            num_heads=args.heads,
+            num_layers=args.layers,
+            attn_dropout=args.dropout,
+            resid_dropout=args.dropout,
+            embed_dropout=args.dropout,
+            activation_type="relu",
+            position_encoding_type=d3rlpy.PositionEncodingType.SIMPLE,
+            compile_graph=False,
+            observation_scaler=StandardObservationScaler(mean=np.asarray(state_mean, dtype=np.float32),
+                                                         std=np.asarray(state_std, dtype=np.float32), eps=0.0),
+            action_scaler=MinMaxActionScaler(minimum=np.asarray(dataset.action_low, dtype=np.float32).reshape(-1),
+                                             maximum=np.asarray(dataset.action_high, dtype=np.float32).reshape(-1)),
+            reward_scaler=MultiplyRewardScaler(multiplier=1.0 / args.return_scale),
+        )
+        self.algo = self.config.create(device=False)
+        self.algo.build_with_dataset(mdp)
+        self.mdp = mdp
+        self.K, self.B = args.context, args.batch
+        self.params = sum(p.numel() for p in self.algo.impl.modules.transformer.parameters())
+
+    def step(self) -> tuple[float, float, float]:
+        """One gradient step as in d3rlpy's `fit` loop: (sample s, update s, loss)."""
+        t0 = time.perf_counter()
+        batch = self.mdp.sample_trajectory_batch(self.B, length=self.K)
+        t1 = time.perf_counter()
+        loss = self.algo.update(batch)["loss"]
+        t2 = time.perf_counter()
+        return t1 - t0, t2 - t1, float(loss)
+
+    def evaluate(self, args, env_id: str) -> np.ndarray:
+        import gymnasium as gym
+        from d3rlpy.algos import IdentityTransformerActionSampler
+
+        from seqrl.envs.rollout import episode_rngs
+
+        wrapper = self.algo.as_stateful_wrapper(target_return=args.target,
+                                                action_sampler=IdentityTransformerActionSampler())
+        returns = []
+        env = gym.make(env_id)
+        try:
+            for i in range(args.episodes):
+                wrapper.reset()
+                obs, _ = env.reset(seed=episode_rngs(args.eval_seed, i)[0])
+                reward, total = 0.0, 0.0
+                while True:
+                    action = wrapper.predict(obs, reward)
+                    action = np.asarray(action, dtype=np.float32).reshape(env.action_space.shape)
+                    obs, r, term, trunc, _ = env.step(action)
+                    reward = float(r)
+                    total += reward
+                    if term or trunc:
+                        break
+                returns.append(total)
+        finally:
+            env.close()
+        return np.asarray(returns, dtype=np.float64)
+
+
+# ---------------------------------------------------------------------------------------------------
+
+
+def run_round(side, n: int) -> dict:
+    t0 = time.perf_counter()
+    sample = update = 0.0
+    losses = []
+    for _ in range(n):
+        s, u, loss = side.step()
+        sample += s
+        update += u
+        losses.append(loss)
+    wall = time.perf_counter() - t0
+    return {"steps": n, "wall_s": wall, "sample_s": sample, "update_s": update, "loss": float(np.mean(losses))}
+
+
+def med(xs) -> float:
+    return float(statistics.median(xs))
+
+
+def main(argv=None) -> dict:
+    args = parse_args(argv)
+    torch.set_num_threads(args.threads)
+    OUT_DIR.mkdir(parents=True, exist_ok=True)
+    t_start = time.perf_counter()
+
+    import d3rlpy
+
+    from seqrl.data.minari_data import quick_dataset
+
+    log(f"d3rlpy {d3rlpy.__version__}, torch {torch.__version__}, threads {torch.get_num_threads()}; "
+        f"building quick:medium-expert ({args.data_steps} steps) …")
+    t0 = time.perf_counter()
+    dataset = quick_dataset(level="medium-expert", n_steps=args.data_steps, seed=args.data_seed)
+    mdp = to_mdp_dataset(dataset)
+    log(f"dataset: {len(dataset.episodes)} episodes, {dataset.env_id}, built in {time.perf_counter() - t0:.1f} s "
+        f"(d3rlpy: {mdp.transition_count} transitions, {len(mdp.episodes)} episodes)")
+
+    rounds = {"seqrl": [], "d3rlpy": []}
+    per_seed = []
+    params = {}
+    for seed in args.seed_list:
+        ours = SeqrlSide(args, dataset, seed)
+        mean, std = ours.data.state_stats()
+        theirs = D3rlpySide(args, dataset, mdp, mean, std, seed)
+        params = {"seqrl": ours.params, "d3rlpy": theirs.params}
+        log(f"seed {seed}: parameters seqrl {ours.params}, d3rlpy {theirs.params}; {args.steps} steps each in "
+            f"rounds of {args.round_steps}")
+        done, r = 0, 0
+        last = {}
+        while done < args.steps:
+            n = min(args.round_steps, args.steps - done)
+            order = [("seqrl", ours), ("d3rlpy", theirs)]
+            if r % 2:
+                order.reverse()
+            for name, side in order:
+                res = run_round(side, n)
+                res.update(seed=seed, round=r)
+                rounds[name].append(res)
+                last[name] = res
+            done += n
+            r += 1
+            log(f"  seed {seed} step {done}/{args.steps}: seqrl {n / last['seqrl']['wall_s']:.1f} steps/s "
+                f"(loss {last['seqrl']['loss']:.4f}), d3rlpy {n / last['d3rlpy']['wall_s']:.1f} steps/s "
+                f"(loss {last['d3rlpy']['loss']:.4f}, scaled-action units)")
+        entry = {"seed": seed, "final_loss_seqrl": last["seqrl"]["loss"], "final_loss_d3rlpy": last["d3rlpy"]["loss"]}
+        if not args.speed_only and args.episodes > 0:
+            t0 = time.perf_counter()
+            ret_s = ours.evaluate(args)
+            t1 = time.perf_counter()
+            ret_d = theirs.evaluate(args, dataset.env_id)
+            t2 = time.perf_counter()
+            entry.update(return_seqrl=float(ret_s.mean()), return_d3rlpy=float(ret_d.mean()),
+                         return_std_seqrl=float(ret_s.std()), return_std_d3rlpy=float(ret_d.std()),
+                         normalized_seqrl=float(np.mean(dataset.normalized(ret_s))),
+                         normalized_d3rlpy=float(np.mean(dataset.normalized(ret_d))))
+            log(f"  seed {seed} eval R̂_0={args.target:g}, {args.episodes} episodes: seqrl {ret_s.mean():.1f} "
+                f"(norm {entry['normalized_seqrl']:.1f}, {t1 - t0:.1f} s), d3rlpy {ret_d.mean():.1f} "
+                f"(norm {entry['normalized_d3rlpy']:.1f}, {t2 - t1:.1f} s)")
+        per_seed.append(entry)
+
+    def rates(name: str, key: str) -> list[float]:
+        return [x["steps"] / x[key] for x in rounds[name]]
+
+    sps = {n: med(rates(n, "wall_s")) for n in rounds}
+    upd = {n: med([x["steps"] / x["update_s"] for x in rounds[n]]) for n in rounds}
+    sample_ms = {n: 1000 * med([x["sample_s"] / x["steps"] for x in rounds[n]]) for n in rounds}
+    paired = med([a["wall_s"] / b["wall_s"] for a, b in zip(rounds["d3rlpy"], rounds["seqrl"])])
+    out = {
+        "steps_per_s_seqrl": round(sps["seqrl"], 3),
+        "steps_per_s_d3rlpy": round(sps["d3rlpy"], 3),
+        "steps_per_s_ratio": round(sps["seqrl"] / sps["d3rlpy"], 3),
+        "steps_per_s_ratio_paired_median": round(paired, 3),
+        "update_steps_per_s_seqrl": round(upd["seqrl"], 3),
+        "update_steps_per_s_d3rlpy": round(upd["d3rlpy"], 3),
+        "update_ratio": round(upd["seqrl"] / upd["d3rlpy"], 3),
+        "sample_ms_seqrl": round(sample_ms["seqrl"], 3),
+        "sample_ms_d3rlpy": round(sample_ms["d3rlpy"], 3),
+        "rounds_per_side": len(rounds["seqrl"]),
+    }
+    if not args.speed_only and args.episodes > 0:
+        rs = [e["return_seqrl"] for e in per_seed]
+        rd = [e["return_d3rlpy"] for e in per_seed]
+        ns = [e["normalized_seqrl"] for e in per_seed]
+        nd = [e["normalized_d3rlpy"] for e in per_seed]
+        out.update(
+            return_seqrl=round(float(np.mean(rs)), 2), return_d3rlpy=round(float(np.mean(rd)), 2),
+            return_ratio=round(float(np.mean(rs) / np.mean(rd)), 3),
+            return_ratio_note="seqrl/d3rlpy mean return; Pendulum returns are negative, so < 1 = seqrl better",
+            normalized_seqrl=round(float(np.mean(ns)), 2), normalized_d3rlpy=round(float(np.mean(nd)), 2),
+            normalized_std_seqrl=round(float(np.std(ns)), 2), normalized_std_d3rlpy=round(float(np.std(nd)), 2),
+            normalized_delta=round(float(np.mean(ns) - np.mean(nd)), 2),
+            data_normalized_mean=round(float(np.mean(dataset.normalized(dataset.returns))), 2),
+        )
+    out.update(
+        per_seed=per_seed,
+        settings=dict(preset=args.preset, hidden=args.hidden, layers=args.layers, heads=args.heads,
+                      context=args.context, batch=args.batch, steps=args.steps, round_steps=args.round_steps,
+                      seeds=args.seed_list, lr=args.lr, warmup=args.warmup, schedule=f"warmup+{args.schedule}",
+                      weight_decay=args.weight_decay, dropout=args.dropout, grad_clip=args.grad_clip,
+                      return_scale=args.return_scale, target=args.target, episodes=args.episodes,
+                      eval_seed=args.eval_seed, dataset=f"quick:medium-expert/{args.data_steps}/seed{args.data_seed}",
+                      threads=args.threads, dtype="float32", parameters=params,
+                      d3rlpy=d3rlpy.__version__, torch=torch.__version__),
+        wall_s=round(time.perf_counter() - t_start, 1),
+    )
+    path = OUT_DIR / f"{args.tag}.json"
+    path.write_text(json.dumps({**out, "rounds": rounds}, indent=1), encoding="utf-8")
+    log(f"wrote {path.relative_to(ROOT)}")
+    print(json.dumps(out), flush=True)
+    return out
+
+
+if __name__ == "__main__":
+    main()
