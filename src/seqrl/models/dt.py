@@ -168,6 +168,12 @@ class DecisionTransformer(nn.Module):
         for block in self.blocks:  # GPT-2: residual projections scaled by 1/sqrt(2·n_layer)
             for proj in (block.attn_proj, block.mlp_proj):
                 nn.init.normal_(proj.weight, std=0.02 / math.sqrt(2 * n_layer))
+        # The linear input embeddings keep PyTorch's default (Kaiming-uniform) init, as in the official
+        # code and d3rlpy: under N(0, 0.02) the quick Pendulum DT scored 66.5 vs 83.6 (mean of 3 seeds,
+        # docs/algorithms/dt.md). The timestep embedding stays N(0, 0.02): at PyTorch's N(0, 1) it scored 38.6.
+        for embed in (self.embed_return, self.embed_state, self.embed_action):
+            if isinstance(embed, nn.Linear):
+                embed.reset_parameters()
 
     @staticmethod
     def _init_weights(module: nn.Module) -> None:
