@@ -35,7 +35,9 @@ Not matched (no option for it in d3rlpy 2.8.0, or inherent to the implementation
   * **initialisation**: d3rlpy applies GPT-2's N(0, 0.02) to the blocks, LayerNorms and timestep
     embedding but builds its state encoder, R̂ and action embeddings and output layer *after* that, so
     they keep PyTorch's default (Kaiming-uniform) init, and it does not scale the residual projections
-    by 1/√(2·layers); ours is N(0, 0.02) everywhere with that scaling;
+    by 1/√(2·layers). seqrl's side runs with ``model.embed_init=pytorch`` (``--embed-init``, default
+    here), the same init for the three linear embeddings; its head stays N(0, 0.02) and its residual
+    projections scaled (the first runs on 2026-12-03 used ``gpt2``: N(0, 0.02) everywhere);
   * **LayerNorm eps**: d3rlpy's block and final LayerNorms use eps 3e-3, ours 1e-5;
   * **weight decay of the linear embeddings**: ours exempts every ``embed_*`` parameter (also the
     linear R̂/state/action embeddings), d3rlpy's ``GPTAdamWFactory`` decays those (it exempts only
@@ -127,6 +129,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                         "through a small LRSchedulerFactory defined here, as it ships none)")
     p.add_argument("--weight-decay", type=float, default=1e-4)
     p.add_argument("--dropout", type=float, default=0.1)
+    p.add_argument("--embed-init", choices=("pytorch", "gpt2"), default="pytorch",
+                   help="seqrl's model.embed_init; pytorch = d3rlpy's init of the linear embeddings")
     p.add_argument("--grad-clip", type=float, default=0.25)
     p.add_argument("--return-scale", type=float, default=1000.0)
     p.add_argument("--data-steps", type=int, default=50_000, help="size of the quick medium-expert dataset")
@@ -169,7 +173,8 @@ class SeqrlSide:
             run=RunConfig(name="bench_dt", out_dir=str(OUT_DIR), seed=seed, threads=args.threads, progress=False),
             data=DataConfig(dataset="quick:medium-expert", quick_steps=args.data_steps, quick_seed=args.data_seed),
             model=DTModelConfig(hidden_size=args.hidden, n_layer=args.layers, n_head=args.heads,
-                                context_len=args.context, max_ep_len=max_ep_len, dropout=args.dropout),
+                                context_len=args.context, max_ep_len=max_ep_len, dropout=args.dropout,
+                                embed_init=args.embed_init),
             optim=OptimConfig(lr=args.lr, weight_decay=args.weight_decay, betas=(0.9, 0.999),
                               warmup_steps=args.warmup, schedule=args.schedule, grad_clip=args.grad_clip),
             eval=DTEvalConfig(episodes=args.episodes, target_returns=[args.target], seed=args.eval_seed),

@@ -51,19 +51,28 @@ def test_forward_shapes_and_action_bounds():
     assert act.dtype == torch.long and act.shape == () and int(act) == int(logits[0, -1].argmax())
 
 
-def test_linear_embeddings_keep_pytorch_init_the_rest_is_gpt2():
-    """Default (Kaiming-uniform, bound 1/√fan_in) linear R̂/state/action embeddings trained the quick
-    Pendulum DT to 81.8 vs 65.1 under N(0, 0.02) (docs/algorithms/dt.md); everything else is GPT-2's."""
+def test_embedding_init_gpt2_by_default_pytorch_on_request():
+    """embed_init="pytorch" gives the linear R̂/state/action embeddings PyTorch's default init
+    (Kaiming-uniform, bound 1/√fan_in); everything else, and all of "gpt2", is GPT-2's N(0, 0.02)."""
+    kw = dict(hidden_size=256, n_layer=2, n_head=1, context_len=4, max_ep_len=64)
     torch.manual_seed(0)
-    m = DecisionTransformer(9, 2, hidden_size=256, n_layer=2, n_head=1, context_len=4, max_ep_len=64)
+    m = DecisionTransformer(9, 2, embed_init="pytorch", **kw)
     for embed, fan_in in ((m.embed_state, 9), (m.embed_action, 2), (m.embed_return, 1)):
         w = embed.weight
         assert w.abs().max() <= 1 / fan_in**0.5 and w.abs().max() > 0.9 / fan_in**0.5  # uniform up to the bound
         assert abs(float(w.std()) - 1 / (3 * fan_in) ** 0.5) < 0.1 / fan_in**0.5  # U(−b, b): std b/√3
-    assert abs(float(m.embed_timestep.weight.std()) - 0.02) < 0.002
-    assert abs(float(m.head.linear.weight.std()) - 0.02) < 0.003
-    assert abs(float(m.blocks[0].qkv.weight.std()) - 0.02) < 0.002
-    assert abs(float(m.blocks[0].mlp_proj.weight.std()) - 0.02 / 2) < 0.002  # 1/√(2·layers)
+    torch.manual_seed(0)
+    g = DecisionTransformer(9, 2, **kw)
+    assert g.kwargs["embed_init"] == "gpt2" and m.kwargs["embed_init"] == "pytorch"
+    for embed in (g.embed_state, g.embed_action, g.embed_return):
+        assert abs(float(embed.weight.std()) - 0.02) < 0.004 and float(embed.bias.abs().max()) == 0
+    for model in (m, g):
+        assert abs(float(model.embed_timestep.weight.std()) - 0.02) < 0.002
+        assert abs(float(model.head.linear.weight.std()) - 0.02) < 0.003
+        assert abs(float(model.blocks[0].qkv.weight.std()) - 0.02) < 0.002
+        assert abs(float(model.blocks[0].mlp_proj.weight.std()) - 0.02 / 2) < 0.002  # 1/√(2·layers)
+    with pytest.raises(ValueError, match="embed_init must be 'gpt2' or 'pytorch'"):
+        DecisionTransformer(9, 2, embed_init="xavier")
 
 
 def test_bad_inputs_name_the_argument():

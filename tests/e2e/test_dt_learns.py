@@ -21,7 +21,7 @@ def test_dt_beats_the_mean_behaviour_return_on_quick_pendulum(tmp_path):
     cfg = DTConfig(
         run=RunConfig(name="e2e", out_dir=str(tmp_path), seed=0, log_every=100, progress=False),
         data=DataConfig(dataset="quick:medium-expert", quick_steps=50_000),
-        model=DTModelConfig(hidden_size=64, n_layer=2, n_head=1, context_len=5, max_ep_len=200),
+        model=DTModelConfig(hidden_size=64, n_layer=2, n_head=1, context_len=5, max_ep_len=200, embed_init="pytorch"),
         optim=OptimConfig(lr=1e-3, weight_decay=1e-4, betas=(0.9, 0.999), warmup_steps=50, schedule="cosine",
                           grad_clip=0.25),
         eval=DTEvalConfig(episodes=20, target_returns=[-150.0, -800.0]),

@@ -14,7 +14,8 @@ def _cfg(out, name: str, pretrain_steps: int, iterations: int) -> ODTConfig:
     return ODTConfig(
         run=RunConfig(name=name, out_dir=str(out), seed=0, log_every=100, save_every=0, progress=False),
         data=DataConfig(dataset="drift"),
-        model=ODTModelConfig(hidden_size=32, n_layer=1, n_head=1, context_len=4, max_ep_len=16, dropout=0.1),
+        model=ODTModelConfig(hidden_size=32, n_layer=1, n_head=1, context_len=4, max_ep_len=16, dropout=0.1,
+                             embed_init="pytorch"),
         optim=OptimConfig(lr=1e-3, weight_decay=5e-4, warmup_steps=20, schedule="constant", grad_clip=0.25),
         eval=ODTEvalConfig(episodes=10, target_returns=[8.0], every=0),
         online=OnlineConfig(iterations=iterations, rollouts=4, updates=50, target_return=8.0, buffer_size=64),

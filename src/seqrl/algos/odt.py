@@ -316,6 +316,7 @@ def build_policy(cfg: ODTConfig, dataset: OfflineDataset, data: Trajectories) ->
     return OnlineDecisionTransformer(
         data.states.shape[1], int(dataset.action_dim), hidden_size=m.hidden_size, n_layer=m.n_layer, n_head=m.n_head,
         context_len=m.context_len, max_ep_len=m.max_ep_len, dropout=m.dropout, activation=m.activation,
+        embed_init=m.embed_init,
         action_low=dataset.action_low, action_high=dataset.action_high, state_mean=mean, state_std=std,
         return_scale=cfg.return_scale, log_std_min=m.log_std_min, log_std_max=m.log_std_max)
 
