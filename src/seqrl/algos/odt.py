@@ -407,8 +407,7 @@ def train(cfg: ODTConfig, dataset: OfflineDataset | None = None, env=None) -> di
     log_temperature = torch.nn.Parameter(torch.tensor(math.log(cfg.init_temperature)))
     policy_opt, scheduler = make_policy_optimizer(policy, cfg)
     optimizers = _Optimizers(policy_opt, torch.optim.Adam([log_temperature], lr=cfg.temperature_lr, betas=(0.9, 0.999)))
-    buffer = ReplayBuffer(cfg.online.buffer_size, [dataset.episodes[i] for i in range(len(dataset.episodes))
-                                                   if len(dataset.episodes[i]) <= cfg.model.max_ep_len])
+    buffer = ReplayBuffer(cfg.online.buffer_size, [ep for ep in dataset.episodes if len(ep) <= cfg.model.max_ep_len])
 
     start, iteration, offline_eval = 0, 0, {}
     if resume_from is not None:

@@ -188,9 +188,10 @@ def write_minari(dataset_id: str, episodes: list[Episode], env_id: str, *, root:
 
     Uses `minari.create_dataset_from_buffers` with `EpisodeBuffer`s (no DataCollector, so no jax) and
     the arrow format; observations and actions are stored in the environment's space dtypes (Box
-    spaces: the episodes' float32 arrays become float64 where the space says so, which is exact). The dataset is built in a temporary folder beside its destination and renamed
-    into place, so an interrupted build never leaves a half-written dataset. An existing dataset is an
-    error unless `force`.
+    spaces: the episodes' float32 arrays become float64 where the space says so, which is exact). The
+    dataset is built in a temporary folder beside its destination and renamed into place, so an
+    interrupted build never leaves a half-written dataset. An existing dataset is an error unless
+    `force`.
     """
     import minari
     from minari.data_collector import EpisodeBuffer
