@@ -8,7 +8,8 @@
     seqrl configs ls | show NAME
     seqrl reward math --pred '<answer>\\frac{1}{2}</answer>' --gold 0.5 [--mode strict|lenient] [--json]
     seqrl reward code-agent --repo DIR --patch FILE --test-cmd 'pytest -q' [--actions N] [--json]
-    seqrl sandbox run SOLUTION.py --tests TESTS.py | --io CASES.json --entry-point NAME [--timeout S] [--memory MB] [--json]
+    seqrl sandbox run SOLUTION.py --tests TESTS.py | --io CASES.json --entry-point NAME | --stdio CASES.json
+                      [--timeout S] [--case-timeout S] [--memory MB] [--tree-memory MB] [--json]
     seqrl data minari hopper medium [--steps N] [--seed S] [--out DIR] [--force]   # LEVEL all: every level
     seqrl demo
 """
@@ -236,8 +237,9 @@ def cmd_sandbox(args: argparse.Namespace, overrides: list[str]) -> int:
         raise ConfigError(f"seqrl sandbox: unexpected arguments {overrides}")
     from seqrl.sandbox import SandboxUnavailable, run_python
 
-    if (args.tests is None) == (args.io is None):
-        raise ValueError("seqrl sandbox run: give exactly one of --tests TESTS.py or --io CASES.json")
+    if sum(x is not None for x in (args.tests, args.io, args.stdio)) != 1:
+        raise ValueError("seqrl sandbox run: give exactly one of --tests TESTS.py, --io CASES.json or "
+                         "--stdio CASES.json")
     if args.io is not None and not args.entry_point:
         raise ValueError(f"seqrl sandbox run: --io {args.io} needs --entry-point NAME (the function to call)")
     solution = _read_cli_file(args.solution, "solution")
@@ -250,14 +252,22 @@ def cmd_sandbox(args: argparse.Namespace, overrides: list[str]) -> int:
             raise ValueError(f"--io {args.io}: not valid JSON: {e}") from e
         if not isinstance(io_cases, list):
             raise ValueError(f"--io {args.io}: expected a JSON list of [[args...], expected] cases")
+    stdio = None
+    if args.stdio is not None:
+        try:
+            stdio = json.loads(_read_cli_file(args.stdio, "--stdio"))
+        except json.JSONDecodeError as e:
+            raise ValueError(f"--stdio {args.stdio}: not valid JSON: {e}") from e
     try:
         r = run_python(solution, tests, io_cases, entry_point=args.entry_point, timeout_s=args.timeout,
-                       memory_mb=args.memory, allow_unconfined=args.allow_unconfined)
+                       memory_mb=args.memory, allow_unconfined=args.allow_unconfined, stdio_cases=stdio,
+                       case_timeout_s=args.case_timeout, tree_memory_mb=args.tree_memory)
     except SandboxUnavailable as e:
         print(f"seqrl: error: {e} (seqrl sandbox run --allow-unconfined runs with rlimits only)", file=sys.stderr)
         return 2
     except ValueError as e:
-        raise ValueError(f"--io {args.io}: {e}" if args.io is not None else str(e)) from e
+        where = f"--io {args.io}: " if args.io is not None else f"--stdio {args.stdio}: " if stdio is not None else ""
+        raise ValueError(f"{where}{e}") from e
     if args.json:
         print(json.dumps({"status": r.status, "passed": r.passed, "total": r.total,
                           "tests": [{"name": t.name, "passed": t.passed, "reason": t.reason, "elapsed": t.elapsed}
@@ -360,7 +370,13 @@ def build_parser() -> argparse.ArgumentParser:
     sb.add_argument("--io", help='JSON file of [[args...], expected] cases (needs --entry-point)')
     sb.add_argument("--entry-point", help="the function to call (io cases, check(candidate))")
     sb.add_argument("--timeout", type=float, default=2.0, help="wall-clock limit in seconds")
+    sb.add_argument("--stdio", help='JSON file of [input, expected_output] cases: the solution is a program '
+                    'reading stdin (one fresh process per case)')
+    sb.add_argument("--case-timeout", type=float, default=None, help="--stdio: limit per case in seconds "
+                    "(default: --timeout, which also limits the whole run)")
     sb.add_argument("--memory", type=int, default=256, help="address-space limit per process (MB)")
+    sb.add_argument("--tree-memory", type=int, default=None,
+                    help="resident memory of the whole process tree (MB; default --memory + 64)")
     sb.add_argument("--allow-unconfined", action="store_true",
                     help="run with rlimits only when the namespaces are unavailable (not isolated)")
     sb.add_argument("--json", action="store_true", help="print a JSON object (status, passed, total, tests, ...)")

@@ -141,7 +141,7 @@ def plain_pytest_passes(diff: str) -> bool:
         code = (f"import sys; sys.path[:0] = ['.', *{list(default_pytest_path())!r}]; import pytest; "
                 "sys.exit(pytest.main(['-q', '-p', 'no:cacheprovider']))")
         r = run_command([runner._sandbox_python(), "-I", "-S", "-B", "-c", code], cwd=d / "repo", timeout_s=30,
-                        env={"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}, memory_mb=2048)
+                        env={"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}, memory_mb=2048, read_paths=default_pytest_path())
         return r.status == "ok" and r.returncode == 0
     finally:
         shutil.rmtree(d, ignore_errors=True)

@@ -136,7 +136,7 @@ def test_batch_preserves_order_and_uses_the_pool(sandbox_calls):
 
 def test_metadata_contract_fails_loudly_by_name():
     reward = CodeExecutionReward()
-    with pytest.raises(ValueError, match="problem 'q7' has neither 'tests' nor 'io_cases'"):
+    with pytest.raises(ValueError, match="problem 'q7' has neither 'tests', 'io_cases' nor 'stdio_cases'"):
         reward([Problem("q", "", metadata={}, uid="q7")], [ADD])
     with pytest.raises(ValueError, match="problem 'q8' has 'io_cases' but no 'entry_point'"):
         reward([Problem("q", "", metadata={"io_cases": ADD_IO}, uid="q8")], [ADD])
@@ -251,7 +251,8 @@ def test_cli_sandbox_unavailable_exits_2_unless_allowed(tmp_path, capsys, monkey
     assert main(argv) == 2
     assert "sandbox namespaces unavailable" in capsys.readouterr().err
     assert main([*argv, "--allow-unconfined"]) == 0
-    assert json.loads(capsys.readouterr().out)["layers"] == ["rlimits", "unconfined"]
+    layers = json.loads(capsys.readouterr().out)["layers"]
+    assert layers[:2] == ["rlimits", "unconfined"] and not {"netns", "pidns", "setuid"} & set(layers)
 
 
 def test_code_reward_is_available_by_name_in_configs():
@@ -263,3 +264,21 @@ def test_code_reward_is_available_by_name_in_configs():
     scored = score_completions({"code": (fn, 1.0)}, [problem, problem],
                                ["```python\ndef add(a, b):\n    return a + b\n```", "def add(a, b): return a - b"])
     assert scored.scores["code"] == [1.0, pytest.approx(0.2)]
+
+
+def test_code_reward_scores_stdio_programs_from_metadata(tmp_path, capsys):
+    prog = "```python\nn = int(input())\nprint(n * 2)\n```"
+    cases = [["3\n", "6"], {"input": "5\n", "output": "10\n"}]
+    assert score_code(prog, stdio_cases=cases).score == 1.0
+    half = score_code("```python\nprint(6)\n```", stdio_cases=cases)
+    assert half.parts["functional"] == 0.5 and "case[1]: wrong answer" in half.reason
+    with pytest.raises(ValueError, match=r"stdio_cases\[0\] input and output must be strings"):
+        score_code(prog, stdio_cases=[["3", 6]])
+    with pytest.raises(ValueError, match="together with"):
+        score_code(prog, stdio_cases=cases, tests="assert True")
+    sol, cf = tmp_path / "sol.py", tmp_path / "cases.json"
+    sol.write_text("n = int(input())\nprint(n * 2)\n")
+    cf.write_text(json.dumps(cases))
+    assert main(["sandbox", "run", str(sol), "--stdio", str(cf), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert (out["status"], out["passed"], out["total"]) == ("ok", 2, 2)

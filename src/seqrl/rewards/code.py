@@ -25,7 +25,9 @@ The reason names the first failure (``"syntax error line 3: …"``, ``"timeout a
 
 Problem metadata contract (`CodeExecutionReward` as a reward function):
 ``tests`` (assert-style test code) and/or ``io_cases`` (``[[args…], expected]``), ``entry_point``
-(required with ``io_cases`` and with ``def check(candidate)`` tests), optional ``reference_time_s``.
+(required with ``io_cases`` and with ``def check(candidate)`` tests), optional ``reference_time_s``;
+or, for programs that read stdin and print (competitive programming), ``stdio_cases``
+(``[input, expected_output]`` pairs or ``{"input", "output"}`` dicts) alone.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from dataclasses import dataclass
 from seqrl.data.base import ANSWER_CLOSE, ANSWER_OPEN, THINK_CLOSE, THINK_OPEN, Problem
 from seqrl.rewards.base import RewardResult
 from seqrl.sandbox import SandboxResult, run_many
+from seqrl.sandbox.runner import _stdio_pairs
 
 _FENCE_RE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[^\n]*\n(.*?)```", re.S)
 _OPEN_FENCE_RE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[^\n]*\n")
@@ -193,20 +196,24 @@ class CodeExecutionReward:
         return self.score_many(items)
 
     def score_many(self, items: list[tuple]) -> list[RewardResult]:
-        """Score ``(completion, tests, io_cases, entry_point, reference_time_s)`` items, in order.
+        """Score ``(completion, tests, io_cases, entry_point, reference_time_s[, stdio_cases])`` items,
+        in order.
 
         Programs that parse and compile run through `run_many` (``max_workers`` at once); the rest
         never reach the sandbox."""
         static, jobs, job_of = [], [], {}
-        for i, (text, tests, io_cases, entry_point, _ref) in enumerate(items):
-            _check_spec(tests, io_cases, entry_point, f"item {i}")
+        for i, item in enumerate(items):
+            text, tests, io_cases, entry_point, _ref = item[:5]
+            stdio = item[5] if len(item) > 5 else None
+            _check_spec(tests, io_cases, entry_point, f"item {i}", stdio)
             code = extract_code(text)[0] if self.extract else (text if isinstance(text, str) else "")
             syn, comp, why = check_static(code)
             static.append((code, syn, comp, why))
             if comp:
                 job_of[i] = len(jobs)
-                jobs.append(dict(solution=code, tests=tests, io_cases=io_cases, entry_point=entry_point,
-                                 timeout_s=self.timeout_s, memory_mb=self.memory_mb,
+                spec = dict(stdio_cases=stdio) if stdio is not None else \
+                    dict(tests=tests, io_cases=io_cases, entry_point=entry_point)
+                jobs.append(dict(solution=code, **spec, timeout_s=self.timeout_s, memory_mb=self.memory_mb,
                                  allow_unconfined=self.allow_unconfined))
         results = run_many(jobs, self.max_workers) if jobs else []
         out = []
@@ -273,10 +280,18 @@ def _run_reason(run: SandboxResult, timeout_s: float, memory_mb: int) -> str:
     return f"{head}; {tally}" if head else tally
 
 
-def _check_spec(tests, io_cases, entry_point, where: str) -> None:
+def _check_spec(tests, io_cases, entry_point, where: str, stdio_cases=None) -> None:
     """Fail loudly, by name, on a malformed problem (dataset bugs are not model output)."""
+    if stdio_cases is not None:
+        if tests is not None or io_cases is not None:
+            raise ValueError(f"code reward: {where} has 'stdio_cases' together with 'tests'/'io_cases' (use one)")
+        try:
+            _stdio_pairs(stdio_cases)
+        except ValueError as e:
+            raise ValueError(f"code reward: {where} metadata {str(e).removeprefix('run_python: ')}") from None
+        return
     if tests is None and io_cases is None:
-        raise ValueError(f"code reward: {where} has neither 'tests' nor 'io_cases' in its metadata")
+        raise ValueError(f"code reward: {where} has neither 'tests', 'io_cases' nor 'stdio_cases' in its metadata")
     if tests is not None and not isinstance(tests, str):
         raise ValueError(f"code reward: {where} metadata 'tests' must be a string (got {type(tests).__name__})")
     if io_cases is not None:
@@ -290,18 +305,19 @@ def _check_spec(tests, io_cases, entry_point, where: str) -> None:
 
 
 def problem_spec(problem: Problem) -> tuple:
-    """``(tests, io_cases, entry_point, reference_time_s)`` from ``problem.metadata``."""
+    """``(tests, io_cases, entry_point, reference_time_s, stdio_cases)`` from ``problem.metadata``."""
     md = problem.metadata or {}
     ref = md.get("reference_time_s")
     if ref is not None and not (isinstance(ref, (int, float)) and math.isfinite(ref) and ref > 0):
         raise ValueError(f"code reward: problem {problem.uid!r} reference_time_s must be a positive number (got {ref!r})")
-    spec = (md.get("tests"), md.get("io_cases"), md.get("entry_point"), ref)
-    _check_spec(*spec[:3], f"problem {problem.uid!r}")
+    spec = (md.get("tests"), md.get("io_cases"), md.get("entry_point"), ref, md.get("stdio_cases"))
+    _check_spec(*spec[:3], f"problem {problem.uid!r}", spec[4])
     return spec
 
 
 def score_code(code: str, tests: str | None = None, io_cases: list | None = None, entry_point: str | None = None,
-               reference_time_s: float | None = None, reward: CodeExecutionReward | None = None) -> RewardResult:
+               reference_time_s: float | None = None, reward: CodeExecutionReward | None = None,
+               stdio_cases: list | None = None) -> RewardResult:
     """Score one completion (or bare program) with `CodeExecutionReward` (default weights unless given).
 
     >>> score_code("```python\\ndef add(a, b):\\n    return a + b\\n```",
@@ -310,4 +326,5 @@ def score_code(code: str, tests: str | None = None, io_cases: list | None = None
     >>> print(score_code("def add(a, b) return a + b", io_cases=[[[1, 2], 3]], entry_point="add").reason)
     syntax error line 1: expected ':'
     """
-    return (reward or CodeExecutionReward()).score_many([(code, tests, io_cases, entry_point, reference_time_s)])[0]
+    item = (code, tests, io_cases, entry_point, reference_time_s, stdio_cases)
+    return (reward or CodeExecutionReward()).score_many([item])[0]

@@ -534,7 +534,7 @@ class CodeAgentReward:
         env = {"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", "PYTHONDONTWRITEBYTECODE": "1", "COLUMNS": "120"}
         return run_command(argv, cwd=work, timeout_s=self.timeout_s, memory_mb=self.memory_mb,
                            max_procs=self.max_procs, env=env, report=True, max_report_bytes=self.max_report_bytes,
-                           max_output_bytes=32_000, **self._sandbox_kw())
+                           max_output_bytes=32_000, read_paths=[base, *paths], **self._sandbox_kw())
 
     # ------------------------------------------------------------------ the patch
     def _score_patch(self, snapshot: Path, diff: str, pytest_args, python, paths, collected: dict,
@@ -553,7 +553,7 @@ class CodeAgentReward:
                    "GIT_TERMINAL_PROMPT": "0"}
             ap = run_command([GIT, "apply", *self.git_apply_args, str(patch)], cwd=work, writable=[work], env=env,
                              timeout_s=self.apply_timeout_s, memory_mb=1024, max_procs=8, max_output_bytes=16_000,
-                             max_file_bytes=10_000_000, **self._sandbox_kw())
+                             max_file_bytes=10_000_000, read_paths=[base], **self._sandbox_kw())
             if ap.status != "ok" or ap.returncode != 0:
                 msg = (ap.stderr.strip() or ap.stdout.strip() or ap.reason)[-300:]
                 return RewardResult(0.0, f"patch does not apply: {msg}" if ap.status == "ok"

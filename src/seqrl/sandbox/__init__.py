@@ -11,6 +11,7 @@ from seqrl.sandbox.runner import (
     plain_equal,
     run_command,
     run_python,
+    stdio_equal,
 )
 
 __all__ = [
@@ -23,4 +24,5 @@ __all__ = [
     "run_command",
     "run_many",
     "run_python",
+    "stdio_equal",
 ]

@@ -8,8 +8,17 @@ Layers (all on by default when running as root, see ``docs/sandbox.md``):
                    kernel kills every process in it, daemonised grandchildren included
 - ``mountns``      a private mount namespace with its own ``/proc`` (host processes invisible)
 - ``pids_cgroup``  a cgroup-v1 ``pids`` group capping the number of tasks (holds for root)
+- ``memory_cgroup`` a cgroup-v1 ``memory`` group capping the whole tree's resident memory
+                   (RLIMIT_AS caps each process, not their sum)
 - ``setuid``       the solution runs as a fresh unprivileged uid (200000+), no groups,
                    ``no_new_privs``, with ``RLIMIT_NPROC`` (which then applies)
+- ``seccomp``      a syscall filter (x86_64): no namespaces, mounts, ptrace, eBPF, perf, io_uring,
+                   userfaultfd, keyrings, modules, … (``_driver.SECCOMP_DENY_X86_64``)
+- ``landlock``     the solution reads only system paths, its interpreter and its own dirs, and
+                   writes only its scratch dir; no TCP; no signals out of its domain (ABI ≥ 6)
+
+seccomp and Landlock need neither root nor namespaces, so a run that is otherwise ``unconfined``
+(not root, opted in) still gets them where the kernel has them.
 
 Verdict design: the solution runs in a child of the trusted in-sandbox driver
 (``_driver.py``), answers ``f(*args)`` requests with plain data over its own pipe, and never holds
@@ -43,8 +52,10 @@ from seqrl.sandbox._driver import decode_plain, frame
 
 DRIVER = Path(__file__).with_name("_driver.py")
 PIDS_CGROUP_ROOT = Path("/sys/fs/cgroup/pids")
-STRONG_LAYERS = ("netns", "pidns", "mountns", "pids_cgroup", "setuid")
+MEMORY_CGROUP_ROOT = Path("/sys/fs/cgroup/memory")
+STRONG_LAYERS = ("netns", "pidns", "mountns", "pids_cgroup", "memory_cgroup", "setuid")
 _RESULT_CAP = 32 << 20  # bytes of result-channel data accepted from one run
+TREE_MEMORY_SLACK_MB = 64  # default tree limit = memory_mb + this (the driver's own interpreter)
 
 
 class SandboxUnavailable(RuntimeError):
@@ -66,7 +77,8 @@ class SandboxResult:
     """Outcome of one sandboxed run.
 
     status: how the run ended — ``ok`` (all tests were run; some may have failed), ``timeout`` (wall
-            or CPU limit), ``memory`` (MemoryError under RLIMIT_AS), ``runtime_error`` (raised or
+            or CPU limit), ``memory`` (MemoryError under RLIMIT_AS, or a process killed at the tree's
+            cgroup memory limit), ``runtime_error`` (raised or
             exited at import, or the process ended before the tests finished), ``syntax_error``,
             ``killed`` (died by a signal).
     passed/total: tests passed / tests counted (io: every case; asserts: every executed assert, plus
@@ -152,14 +164,126 @@ def _pids_cgroup_ok() -> bool:
             pass
 
 
+# What the solution may read (and execute) under Landlock, besides its interpreter's library paths,
+# its scratch dir, the command's cwd and any ``read_paths``: the system's programs, libraries and
+# configuration, its own /proc, and the CPU topology (``os.cpu_count``). Not /tmp, /home, /root,
+# /work, /srv, /mnt, ...: another run's files, the trainer's data and checkpoints stay invisible.
+LANDLOCK_READ = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/proc",
+                 "/sys/devices/system/cpu")
+LANDLOCK_DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom")
+OPTIONAL_LAYERS = ("seccomp", "landlock")
+
+
+@lru_cache(maxsize=4)
+def _confine_support(python: str) -> dict:
+    """Which of seccomp / Landlock work for ``python`` here, and its library paths (``--probe``).
+
+    seccomp needs x86_64 (the filter's syscall table); both need Linux and no_new_privs or root."""
+    spec = {"landlock": True, "seccomp": os.uname().machine == "x86_64", "read": list(LANDLOCK_READ),
+            "devices": list(LANDLOCK_DEVICES)}
+    try:
+        r = subprocess.run([python, "-I", "-S", str(DRIVER), "--probe", json.dumps(spec)], capture_output=True,
+                           timeout=30, env={"PATH": "/usr/bin:/bin"}, cwd="/")
+        out = json.loads(r.stdout)
+        return {"landlock": int(out["landlock"]) if type(out.get("landlock")) is int else 0,
+                "seccomp": out.get("seccomp") is True, "paths": [str(p) for p in out.get("paths", [])],
+                "errors": [str(e) for e in out.get("errors", [])]}
+    except (OSError, subprocess.SubprocessError, ValueError, KeyError, TypeError) as e:
+        return {"landlock": 0, "seccomp": False, "paths": [], "errors": [f"probe failed: {e}"]}
+
+
+@lru_cache(maxsize=1)
+def _memory_cgroup_base() -> Path | None:
+    """Where per-run cgroup-v1 ``memory`` groups can be made: under this process's own memory cgroup
+    (so any limit above it still applies), else at the hierarchy's root; None when neither works."""
+    if os.geteuid() != 0 or not MEMORY_CGROUP_ROOT.is_dir():
+        return None
+    cands = []
+    try:
+        for line in Path("/proc/self/cgroup").read_text().splitlines():
+            _, ctrls, path = line.split(":", 2)
+            if "memory" in ctrls.split(",") and path.strip("/"):
+                cands.append(MEMORY_CGROUP_ROOT / path.strip("/"))
+    except (OSError, ValueError):
+        pass
+    cands.append(MEMORY_CGROUP_ROOT)
+    for base in cands:
+        probe = base / f"seqrl-probe-{os.getpid()}-{secrets.token_hex(4)}"
+        try:
+            probe.mkdir()
+            (probe / "memory.limit_in_bytes").write_text(str(64 << 20))
+            return base
+        except OSError:
+            continue
+        finally:
+            try:
+                probe.rmdir()
+            except OSError:
+                pass
+    return None
+
+
+def _make_memory_cgroup(limit_bytes: int) -> Path | None:
+    base = _memory_cgroup_base()
+    if base is None:
+        return None
+    cg = base / f"seqrl-{os.getpid()}-{secrets.token_hex(6)}"
+    cg.mkdir()
+    try:
+        (cg / "memory.limit_in_bytes").write_text(str(limit_bytes))
+    except OSError:
+        cg.rmdir()
+        raise
+    try:  # with swap accounting, swap counts too (absent or refused without it: RAM only)
+        (cg / "memory.memsw.limit_in_bytes").write_text(str(limit_bytes))
+    except OSError:
+        pass
+    return cg
+
+
+def _oom_kills(cg: Path) -> int:
+    """Processes the kernel killed for the group's memory limit (``oom_kill`` line, Linux ≥ 4.13),
+    or failed charges when that line is missing."""
+    try:
+        for line in (cg / "memory.oom_control").read_text().splitlines():
+            if line.startswith("oom_kill "):
+                return int(line.split()[1])
+        return int((cg / "memory.failcnt").read_text())
+    except (OSError, ValueError):
+        return 0
+
+
 def available_layers() -> list[str]:
     """Isolation layers a run would get on this machine right now."""
     layers = ["rlimits"]
-    if _unshare_cmd() is not None:
+    unshare = _unshare_cmd() is not None
+    if unshare:
         layers += ["netns", "pidns", "mountns", "setuid"]
     if _pids_cgroup_ok():
         layers.append("pids_cgroup")
+    if unshare and _memory_cgroup_base() is not None:
+        layers.append("memory_cgroup")
+    conf = _confine_support(_sandbox_python() if unshare else sys.executable)
+    if conf["seccomp"]:
+        layers.append("seccomp")
+    if conf["landlock"]:
+        layers.append("landlock")
     return layers
+
+
+def _confine_spec(python: str, skip: tuple, read: list, write: list) -> tuple[dict | None, list[str]]:
+    """The ``confine`` message for the driver's child, and the layer names it adds."""
+    conf = _confine_support(python)
+    spec: dict = {}
+    names = []
+    if conf["seccomp"] and "seccomp" not in skip:
+        spec["seccomp"] = True
+        names.append("seccomp")
+    if conf["landlock"] and "landlock" not in skip:
+        spec["landlock"] = {"read": [*LANDLOCK_READ, *conf["paths"], *read, *write], "write": list(write),
+                            "devices": list(LANDLOCK_DEVICES)}
+        names.append("landlock")
+    return spec or None, names
 
 
 @lru_cache(maxsize=1)
@@ -333,6 +457,11 @@ def run_python(
     max_procs: int = 32,
     float_tol: float = 1e-6,
     allow_unconfined: bool = False,
+    skip_layers: tuple | list = (),
+    tree_memory_mb: int | None = None,
+    stdio_cases: list | None = None,
+    case_timeout_s: float | None = None,
+    case_output_bytes: int = 2 << 20,
 ) -> SandboxResult:
     """Run ``solution`` (Python source) in the sandbox and check it.
 
@@ -340,15 +469,33 @@ def run_python(
                 ``def check(candidate): assert ...`` (called with the ``entry_point`` function).
     io_cases:   ``[[args...], expected]`` pairs; ``entry_point(*args)`` is compared with
                 ``expected`` here, outside the sandbox (see :func:`plain_equal`).
+    stdio_cases: ``[input, expected_output]`` string pairs (or ``{"input", "output"}`` dicts): the
+                solution is a program run once per case (a fresh process, ``__name__ ==
+                "__main__"``) with ``input`` as stdin; its stdout is compared with the expected output
+                here (:func:`stdio_equal`); a case passes only if the program also exits 0.
+                ``case_timeout_s`` (default ``timeout_s``) limits each case, ``timeout_s`` the whole
+                run; ``case_output_bytes`` caps a case's stdout (more: the case fails).
     timeout_s:  wall-clock limit for the whole run (start-up included); the process tree is killed.
     cpu_s:      RLIMIT_CPU per process (default ``ceil(timeout_s) + 1``).
     memory_mb:  RLIMIT_AS per process.  max_output_bytes: kept per stream (stdout, stderr).
+    tree_memory_mb: resident memory of the whole process tree (cgroup ``memory``; default
+                ``memory_mb`` + 64): a solution that forks many allocating children is stopped there.
     max_file_bytes: RLIMIT_FSIZE.  max_procs: tasks the solution may add (pids cgroup, RLIMIT_NPROC).
     allow_unconfined: when the strong layers are unavailable run with rlimits only (``layers`` says
                 so) instead of raising :class:`SandboxUnavailable`.
+    skip_layers: optional layers (``seccomp``, ``landlock``) to leave off, for measuring what they
+                cost or do; ``layers`` in the result says what was on.
     """
+    if stdio_cases is not None:
+        if tests is not None or io_cases is not None:
+            raise ValueError("run_python: stdio_cases cannot be combined with tests or io_cases")
+        return _run_stdio(solution, stdio_cases, timeout_s=timeout_s, cpu_s=cpu_s, memory_mb=memory_mb,
+                          max_output_bytes=max_output_bytes, max_file_bytes=max_file_bytes, max_procs=max_procs,
+                          float_tol=float_tol, allow_unconfined=allow_unconfined, skip_layers=skip_layers,
+                          tree_memory_mb=tree_memory_mb, case_timeout_s=case_timeout_s,
+                          case_output_bytes=case_output_bytes)
     if tests is None and io_cases is None:
-        raise ValueError("run_python needs tests or io_cases (got neither)")
+        raise ValueError("run_python needs tests, io_cases or stdio_cases (got none)")
     if io_cases is not None and not entry_point:
         raise ValueError("run_python: io_cases need entry_point (the function to call)")
     if timeout_s <= 0:
@@ -367,9 +514,132 @@ def run_python(
         job.update(prepare_tests(tests))
     run = _launch({"solution": solution}, job, cwd=None, env=None, writable=(), report_cap=None,
                   timeout_s=timeout_s, cpu_s=cpu_s, memory_mb=memory_mb, max_output_bytes=max_output_bytes,
-                  max_file_bytes=max_file_bytes, max_procs=max_procs, allow_unconfined=allow_unconfined)
+                  max_file_bytes=max_file_bytes, max_procs=max_procs, allow_unconfined=allow_unconfined,
+                  skip_layers=skip_layers, tree_memory_mb=tree_memory_mb)
     return _verdict(run.res, nonce, io_expected if io_cases is not None else None, float_tol, run.timed_out,
-                    run.returncode, run.out, run.err, run.elapsed, run.layers)
+                    run.returncode, run.out, run.err, run.elapsed, run.layers, run.oom_kills)
+
+
+def stdio_equal(got: str, expected: str, float_tol: float | None = 1e-6) -> bool:
+    """Judge-style output comparison: the same whitespace-separated tokens (line breaks and trailing
+    spaces do not matter); where the *expected* token is a decimal or exponent literal (``0.5``,
+    ``1e-3``), a number within ``float_tol`` (relative or absolute) also matches. Integer tokens
+    match exactly.
+
+    >>> stdio_equal("1 2\\n3\\n", "1 2 3"), stdio_equal("0.3333333", "0.333333333"), stdio_equal("3", "3.0")
+    (True, True, True)
+    >>> stdio_equal("1000001", "1000000"), stdio_equal("yes", "YES")
+    (False, False)
+    """
+    g, e = got.split(), expected.split()
+    if len(g) != len(e):
+        return False
+    for a, b in zip(g, e):
+        if a == b:
+            continue
+        if float_tol is None or not any(c in b for c in ".eE"):
+            return False
+        try:
+            fa, fb = float(a), float(b)
+        except ValueError:
+            return False
+        if not math.isclose(fa, fb, rel_tol=float_tol, abs_tol=float_tol):
+            return False
+    return True
+
+
+def _stdio_pairs(cases) -> tuple[list[str], list[str]]:
+    if not isinstance(cases, (list, tuple)) or not cases:
+        raise ValueError("run_python: stdio_cases must be a non-empty list of [input, expected_output]")
+    ins, outs = [], []
+    for i, c in enumerate(cases):
+        if isinstance(c, dict) and set(c) >= {"input", "output"}:
+            inp, exp = c["input"], c["output"]
+        elif isinstance(c, (list, tuple)) and len(c) == 2:
+            inp, exp = c
+        else:
+            raise ValueError(f"run_python: stdio_cases[{i}] must be [input, expected_output] or "
+                             f"{{'input': ..., 'output': ...}} (got {c!r:.80})")
+        if not isinstance(inp, str) or not isinstance(exp, str):
+            raise ValueError(f"run_python: stdio_cases[{i}] input and output must be strings "
+                             f"(got {type(inp).__name__}, {type(exp).__name__})")
+        ins.append(inp)
+        outs.append(exp)
+    return ins, outs
+
+
+_STATUS_RANK = {"ok": 0, "runtime_error": 1, "killed": 2, "memory": 3, "timeout": 4, "syntax_error": 5}
+
+
+def _run_stdio(solution: str, cases, *, timeout_s: float, cpu_s, memory_mb: int, max_output_bytes: int,
+               max_file_bytes: int, max_procs: int, float_tol: float, allow_unconfined: bool, skip_layers,
+               tree_memory_mb, case_timeout_s, case_output_bytes: int) -> SandboxResult:
+    inputs, expected = _stdio_pairs(cases)
+    if timeout_s <= 0 or (case_timeout_s is not None and case_timeout_s <= 0):
+        raise ValueError(f"run_python: timeout_s and case_timeout_s must be > 0 (got {timeout_s}, {case_timeout_s})")
+    case_t = min(case_timeout_s or timeout_s, timeout_s)
+    nonce = secrets.token_hex(16)
+    job = {"nonce": nonce, "stdio": inputs, "case_timeout": case_t, "output_cap": int(case_output_bytes)}
+    run = _launch({"solution": solution, "mode": "stdio"}, job, cwd=None, env=None, writable=(), report_cap=None,
+                  timeout_s=timeout_s, cpu_s=cpu_s if cpu_s is not None else case_t + 1, memory_mb=memory_mb,
+                  max_output_bytes=max_output_bytes, max_file_bytes=max_file_bytes, max_procs=max_procs,
+                  allow_unconfined=allow_unconfined, skip_layers=skip_layers, tree_memory_mb=tree_memory_mb)
+    recs: dict[int, dict] = {}
+    for line in run.res.split(b"\n"):
+        try:
+            r = json.loads(line)
+        except ValueError:
+            continue
+        if type(r) is dict and r.get("nonce") == nonce and r.get("type") == "stdio" and type(r.get("i")) is int:
+            recs.setdefault(r["i"], r)
+    tests: list[TestRecord] = []
+    worst, reason, errs = "ok", "", []
+    for i, exp in enumerate(expected):
+        r = recs.get(i)
+        name = f"case[{i}]"
+        if r is None:
+            tests.append(TestRecord(name, False, "no result" + (" (wall-clock timeout)" if run.timed_out else "")))
+            continue
+        el = float(r["elapsed"]) if type(r.get("elapsed")) in (int, float) else 0.0
+        err = str(r.get("stderr", ""))
+        if err:
+            errs.append(f"[case {i}]\n{err}")
+        last = next((ln for ln in reversed(err.strip().splitlines()) if ln.strip()), "")[:300]
+        sig = r.get("signal") if type(r.get("signal")) is int else None
+        code = r.get("code") if type(r.get("code")) is int else None
+        if r.get("compile") != "ok":
+            st, why = "syntax_error", str(r.get("compile"))[:500]
+        elif r.get("timeout") is True or sig == signal.SIGXCPU:
+            st, why = "timeout", f"timeout (case limit {case_t:g} s)"
+        elif r.get("output_limit") is True:
+            st, why = "runtime_error", f"output limit exceeded ({case_output_bytes} bytes)"
+        elif sig is not None:
+            st = "memory" if run.oom_kills else "killed"
+            why = ("out of memory: killed at the tree limit" if run.oom_kills else f"killed by signal {sig}")
+        elif code != 0:
+            st = "memory" if "MemoryError" in last else "runtime_error"
+            why = f"runtime error (exit {code})" + (f": {last}" if last else "")
+        else:
+            got = str(r.get("out", ""))
+            ok = stdio_equal(got, exp, float_tol)
+            tests.append(TestRecord(name, ok, "" if ok else f"wrong answer: expected {exp!r:.200}, got {got!r:.200}",
+                                    el))
+            continue
+        tests.append(TestRecord(name, False, why, el))
+        if _STATUS_RANK[st] > _STATUS_RANK[worst]:
+            worst, reason = st, f"{name}: {why}"
+    if run.timed_out:
+        worst, reason = "timeout", f"wall-clock timeout after {timeout_s} s"
+    elif len(recs) < len(expected) and worst != "syntax_error":
+        if worst == "ok":
+            worst, reason = "runtime_error", f"sandbox ended after {len(recs)} of {len(expected)} cases"
+    if worst == "syntax_error":
+        for t in tests:
+            if t.reason == "no result":
+                t.reason = "not run (the program does not compile)"
+    stderr = run.err + ("\n".join(errs) if errs else "")
+    return SandboxResult(worst, sum(t.passed for t in tests), len(tests), tests, run.out, stderr, run.elapsed,
+                         run.layers, reason)
 
 
 @dataclass
@@ -383,16 +653,23 @@ class _Launched:
     returncode: int | None
     elapsed: float
     layers: list[str]
+    oom_kills: int = 0
 
 
 def _launch(boot: dict, job: dict, *, cwd: str | None, env: dict | None, writable, report_cap: int | None,
             timeout_s: float, cpu_s: float | None, memory_mb: int, max_output_bytes: int, max_file_bytes: int,
-            max_procs: int, allow_unconfined: bool) -> _Launched:
+            max_procs: int, allow_unconfined: bool, read_paths=(), skip_layers=(),
+            tree_memory_mb: int | None = None) -> _Launched:
     """One confined run of the driver (both modes): layers, scratch dir, cgroup, rlimits, pump, kill.
 
     The scratch dir (``HOME``) is fresh, owned by the run's uid and removed afterwards; it is the
     working directory unless ``cwd`` is given. ``writable`` trees are handed to the uid for the
-    run and back to root afterwards (symlinks are never followed)."""
+    run and back to root afterwards (symlinks are never followed). Landlock lets the run read the
+    system paths, its interpreter, the scratch dir, ``cwd``, ``read_paths`` and ``writable``, and
+    write only the scratch dir and ``writable``."""
+    bad = [x for x in skip_layers if x not in OPTIONAL_LAYERS]
+    if bad:
+        raise ValueError(f"skip_layers: unknown layer(s) {bad} (only {list(OPTIONAL_LAYERS)} can be skipped)")
     unshare = _unshare_cmd()
     layers = ["rlimits"]
     if unshare is None:
@@ -409,6 +686,8 @@ def _launch(boot: dict, job: dict, *, cwd: str | None, env: dict | None, writabl
     uid = 200_000 + secrets.randbelow(60_000) if unshare else None
     workdir = tempfile.mkdtemp(prefix="seqrl-sbx-")
     cg: Path | None = None
+    mcg: Path | None = None
+    oom = 0
     proc: subprocess.Popen | None = None
     t_start = time.monotonic()
     owned = []
@@ -421,7 +700,12 @@ def _launch(boot: dict, job: dict, *, cwd: str | None, env: dict | None, writabl
         cg = _make_cgroup(max_procs + 3) if unshare else None  # + unshare, driver, solution process
         if cg is not None:
             layers.append("pids_cgroup")
-        cg_procs = str(cg / "cgroup.procs") if cg is not None else None
+        # The whole tree's resident memory (RLIMIT_AS bounds each process, not their sum)
+        tree_mb = tree_memory_mb if tree_memory_mb is not None else memory_mb + TREE_MEMORY_SLACK_MB
+        mcg = _make_memory_cgroup(int(tree_mb) << 20) if unshare else None
+        if mcg is not None:
+            layers.append("memory_cgroup")
+        cg_procs = ",".join(str(g / "cgroup.procs") for g in (cg, mcg) if g is not None) or None
         # Unconfined: RLIMIT_NPROC counts every process of our uid, so allow what already runs.
         nproc_unconfined = None if uid is not None else _count_own_processes() + max_procs + 3
         # The driver applies these to itself first thing (before reading any message; nothing
@@ -442,6 +726,11 @@ def _launch(boot: dict, job: dict, *, cwd: str | None, env: dict | None, writabl
                 os.fchown(rep_w, uid, uid)
         pass_fds = (res_w,) if rep_w is None else (res_w, rep_w)
         python = _sandbox_python() if unshare else sys.executable
+        read = [*(p for p in [cwd] if p), *map(os.fspath, read_paths)]
+        if "argv" in boot:  # the command's own install prefix (…/bin/x → …)
+            read.append(os.path.dirname(os.path.dirname(os.path.realpath(boot["argv"][0]))))
+        confine, names = _confine_spec(python, tuple(skip_layers), read, [workdir, *map(os.fspath, writable)])
+        layers += names
         cmd = [*nnp, *(unshare or ()), python, "-I", "-S", _driver_file(python) if unshare else str(DRIVER),
                str(res_w), limits, cg_procs or "-"]
         try:
@@ -456,7 +745,7 @@ def _launch(boot: dict, job: dict, *, cwd: str | None, env: dict | None, writabl
                 os.close(rep_w)
         if cg_procs is not None:
             _attach_driver(proc.pid, cg_procs)
-        boot = {**boot, "uid": uid, "nproc": max_procs if uid is not None else None}
+        boot = {**boot, "uid": uid, "nproc": max_procs if uid is not None else None, "confine": confine}
         if "argv" in boot:
             boot["cwd"] = cwd or workdir
             boot["env"] = {**_scrubbed_env(workdir), "TMPDIR": workdir, **(env or {})}
@@ -469,16 +758,20 @@ def _launch(boot: dict, job: dict, *, cwd: str | None, env: dict | None, writabl
             _kill_tree(proc)
         if cg is not None:
             _destroy_cgroup(cg)
+        if mcg is not None:
+            oom = _oom_kills(mcg)
+            _destroy_cgroup(mcg)
         shutil.rmtree(workdir, ignore_errors=True)
         for tree in owned:
             _chown_tree(tree, 0)
     report, dropped = more.get(rep_r, (b"", 0)) if rep_r is not None else (b"", 0)
     return _Launched(out, err, res, report, dropped, timed_out, proc.returncode if proc else None,
-                     time.monotonic() - t_start, layers)
+                     time.monotonic() - t_start, layers, oom)
 
 
 def _attach_driver(unshare_pid: int, cg_procs: str, timeout_s: float = 1.0) -> None:
-    """Put the driver (``unshare``'s only child) into the pids cgroup while its interpreter starts.
+    """Put the driver (``unshare``'s only child) into the cgroups (``cg_procs``: comma-separated
+    ``cgroup.procs`` files) while its interpreter starts.
 
     A cgroup-v1 attach waits for an RCU grace period when none is in flight (≈ 8–15 ms here); done
     here, it overlaps the driver's start-up instead of delaying it. Best effort: the driver checks
@@ -493,14 +786,15 @@ def _attach_driver(unshare_pid: int, cg_procs: str, timeout_s: float = 1.0) -> N
         except OSError:
             return
         if kids:
-            try:
-                fd = os.open(cg_procs, os.O_WRONLY)
+            for procs in cg_procs.split(","):
                 try:
-                    os.write(fd, kids[0])
-                finally:
-                    os.close(fd)
-            except OSError:
-                pass
+                    fd = os.open(procs, os.O_WRONLY)
+                    try:
+                        os.write(fd, kids[0])
+                    finally:
+                        os.close(fd)
+                except OSError:
+                    pass
             return
         time.sleep(0.0003)
 
@@ -521,6 +815,7 @@ class CommandResult:
     """Outcome of :func:`run_command`. Everything in it came from untrusted code: treat it as data.
 
     status: ``ok`` (the command exited; see ``returncode``), ``timeout`` (wall clock or RLIMIT_CPU),
+            ``memory`` (it or a process it started was killed at the tree's memory limit and it failed),
             ``killed`` (died by another signal), ``error`` (``execve`` failed or the sandbox broke).
     report: what the command wrote to fd 3 (``/dev/fd/3``) when run with ``report=True``, at most
             ``max_report_bytes``; ``report_truncated`` says whether more was written.
@@ -553,6 +848,9 @@ def run_command(
     report: bool = False,
     max_report_bytes: int = 4 << 20,
     allow_unconfined: bool = False,
+    read_paths: tuple | list = (),
+    skip_layers: tuple | list = (),
+    tree_memory_mb: int | None = None,
 ) -> CommandResult:
     """Run ``argv`` (an executable path and its arguments, no shell) in the sandbox, in ``cwd``.
 
@@ -561,9 +859,10 @@ def run_command(
     scratch dir, also ``HOME``) plus ``env``. ``cwd`` must be reachable by an unprivileged uid (world
     ``x`` on every directory above it); the command can write only where an unprivileged uid can,
     plus the ``writable`` trees, which are ``lchown``-ed to the run's uid before the run and back to
-    root afterwards. ``report=True`` gives the command a pipe as fd 3 (``/dev/fd/3``) whose bytes come
-    back in ``CommandResult.report`` (capped at ``max_report_bytes``) — a channel, not a trust
-    boundary: anything the command runs can write to it.
+    root afterwards. Under Landlock the command reads only the system paths, ``cwd``, its own install
+    prefix, ``read_paths`` and ``writable`` (plus the scratch dir). ``report=True`` gives the command
+    a pipe as fd 3 (``/dev/fd/3``) whose bytes come back in ``CommandResult.report`` (capped at
+    ``max_report_bytes``) — a channel, not a trust boundary: anything the command runs can write to it.
     """
     if not (isinstance(argv, (list, tuple)) and argv and all(isinstance(a, str) for a in argv)):
         raise ValueError(f"run_command: argv must be a non-empty list of strings (got {argv!r:.80})")
@@ -577,7 +876,8 @@ def run_command(
     run = _launch({"argv": list(argv)}, {"nonce": nonce}, cwd=os.fspath(cwd), env=env, writable=writable,
                   report_cap=max_report_bytes if report else None, timeout_s=timeout_s, cpu_s=cpu_s,
                   memory_mb=memory_mb, max_output_bytes=max_output_bytes, max_file_bytes=max_file_bytes,
-                  max_procs=max_procs, allow_unconfined=allow_unconfined)
+                  max_procs=max_procs, allow_unconfined=allow_unconfined, read_paths=read_paths,
+                  skip_layers=skip_layers, tree_memory_mb=tree_memory_mb)
     rec = None
     for line in run.res.split(b"\n"):
         try:
@@ -598,6 +898,8 @@ def run_command(
         status, reason = "error", f"cannot execute {argv[0]}: {str(rec.get('msg', ''))[:300]}"
     elif sig == signal.SIGXCPU:
         status, reason = "timeout", "CPU time limit"
+    elif run.oom_kills and (sig is not None or code):
+        status, reason = "memory", f"out of memory: the kernel killed {run.oom_kills} process(es) at the tree limit"
     elif sig is not None:
         status, reason = "killed", f"killed by signal {sig}"
     else:
@@ -704,7 +1006,8 @@ def _pump(proc, stdin_data: bytes, res_r: int, deadline: float, cap: int, extra:
 
 
 def _verdict(res: bytes, nonce: str, expected: list | None, float_tol: float, timed_out: bool,
-             returncode: int | None, out: str, err: str, elapsed: float, layers: list[str]) -> SandboxResult:
+             returncode: int | None, out: str, err: str, elapsed: float, layers: list[str],
+             oom_kills: int = 0) -> SandboxResult:
     records: list[dict] = []
     for line in res.split(b"\n"):
         if not line.strip():
@@ -781,6 +1084,8 @@ def _verdict(res: bytes, nonce: str, expected: list | None, float_tol: float, ti
         reason = f"sandbox ended before finishing (exit {returncode})"
     else:
         status = "ok"
+    if oom_kills and status in ("killed", "runtime_error"):
+        status, reason = "memory", f"out of memory: the kernel killed {oom_kills} process(es) at the tree limit"
     if expected is None and (status != "ok" or not done):
         tests.append(TestRecord("<unfinished>", False, reason or status))
     if expected is not None and status != "ok":
