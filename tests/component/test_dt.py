@@ -178,6 +178,9 @@ def test_left_padded_short_context_gives_the_unpadded_action():
     # get_action pads short histories itself and appends the unknown current action
     hist = [x[0] for x in (s, a[:, :2], r, t)]
     assert torch.allclose(m.get_action(*hist), unpadded[0, -1], atol=1e-10, rtol=0)
+    # the first step of an episode: one state, an empty action history
+    first = m(r[:, :1], s[:, :1], a[:, :1], t[:, :1])[0, -1]
+    assert torch.allclose(m.get_action(s[0, :1], a[0, :0], r[0, :1], t[0, :1]), first, atol=1e-10, rtol=0)
 
 
 def test_get_action_uses_the_last_k_steps_of_a_long_history():

@@ -281,7 +281,7 @@ class DecisionTransformer(nn.Module):
         if returns_to_go.dim() == 3:
             returns_to_go = returns_to_go[..., 0]
         if actions.shape[1] == T - 1:
-            actions = torch.cat([actions, torch.zeros_like(actions[:, :1])], dim=1)
+            actions = torch.cat([actions, actions.new_zeros((B, 1, *actions.shape[2:]))], dim=1)  # T = 1: empty history
         if attention_mask is None:
             attention_mask = torch.ones(B, T, dtype=torch.long, device=states.device)
         K = self.context_len
