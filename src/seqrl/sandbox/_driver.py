@@ -395,13 +395,16 @@ def install_landlock(sys_: _Sys, read: list, write: list, devices: list) -> int:
     return abi
 
 
+_SYS: _Sys | None = None
+
+
 def confine(spec: dict | None) -> list[str]:
     """Apply the layers ``spec`` asks for (``{"seccomp": bool, "landlock": {"read", "write", "devices"}}``)
     to this process; returns their names. Raises OSError when one cannot be applied — the caller
     then never runs untrusted code."""
     if not spec:
         return []
-    sys_ = _Sys()
+    sys_ = _SYS or _Sys()
     done = []
     ll = spec.get("landlock")
     if ll:
@@ -864,6 +867,10 @@ def main(argv: list[str]) -> int:
     result_fd = int(argv[1])
     if len(argv) > 2:
         _apply_limits(argv[2])
+    global _SYS
+    # Built now, while the parent may still be moving this process into its cgroups (the boot
+    # message waits for that), so the children inherit it instead of each building it.
+    _SYS = _Sys()
     boot = read_msg(0)
     if len(argv) > 3 and argv[3] != "-":
         _join_cgroup(argv[3])
