@@ -645,9 +645,9 @@ def _stdio_main(boot: dict, result_fd: int) -> int:
     source = boot.pop("solution")
     job = read_msg(0)
     nonce = job["nonce"]
-    case_timeout, cap = float(job["case_timeout"]), int(job["output_cap"])
+    case_timeout, cap, cpu = float(job["case_timeout"]), int(job["output_cap"]), int(job["case_cpu"])
     for i, inp in enumerate(job["stdio"]):
-        rec = _stdio_case(boot, source, inp if type(inp) is str else "", case_timeout, cap, result_fd)
+        rec = _stdio_case(boot, source, inp if type(inp) is str else "", case_timeout, cap, cpu, result_fd)
         rec.update({"type": "stdio", "i": i, "nonce": nonce})
         _write_all(result_fd, (json_dumps(rec) + "\n").encode())
         _kill_namespace()
@@ -675,7 +675,7 @@ def _kill_namespace() -> None:
             continue
 
 
-def _stdio_case(boot: dict, source: str, inp: str, timeout: float, cap: int, result_fd: int) -> dict:
+def _stdio_case(boot: dict, source: str, inp: str, timeout: float, cap: int, cpu: int, result_fd: int) -> dict:
     import select
 
     data = inp.encode("utf-8", "surrogatepass")
@@ -697,6 +697,9 @@ def _stdio_case(boot: dict, source: str, inp: str, timeout: float, cap: int, res
             os.dup2(err_w, 2)
             for fd in (in_fd, out_w, err_w):
                 os.close(fd)
+            import resource
+
+            resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))  # as root, before the uid drop
             if boot.get("uid") is not None:
                 _drop_privileges(boot["uid"], boot.get("nproc"))
             confine(boot.get("confine"))

@@ -578,10 +578,14 @@ def _run_stdio(solution: str, cases, *, timeout_s: float, cpu_s, memory_mb: int,
     if timeout_s <= 0 or (case_timeout_s is not None and case_timeout_s <= 0):
         raise ValueError(f"run_python: timeout_s and case_timeout_s must be > 0 (got {timeout_s}, {case_timeout_s})")
     case_t = min(case_timeout_s or timeout_s, timeout_s)
+    case_cpu = int(math.ceil(cpu_s if cpu_s is not None else case_t + 1))
     nonce = secrets.token_hex(16)
-    job = {"nonce": nonce, "stdio": inputs, "case_timeout": case_t, "output_cap": int(case_output_bytes)}
+    job = {"nonce": nonce, "stdio": inputs, "case_timeout": case_t, "output_cap": int(case_output_bytes),
+           "case_cpu": case_cpu}
+    # The driver's own RLIMIT_CPU covers the whole run (it forks every case); each case's process
+    # sets RLIMIT_CPU = case_cpu on itself (a fresh process starts at zero CPU time).
     run = _launch({"solution": solution, "mode": "stdio"}, job, cwd=None, env=None, writable=(), report_cap=None,
-                  timeout_s=timeout_s, cpu_s=cpu_s if cpu_s is not None else case_t + 1, memory_mb=memory_mb,
+                  timeout_s=timeout_s, cpu_s=max(timeout_s + 1, case_cpu), memory_mb=memory_mb,
                   max_output_bytes=max_output_bytes, max_file_bytes=max_file_bytes, max_procs=max_procs,
                   allow_unconfined=allow_unconfined, skip_layers=skip_layers, tree_memory_mb=tree_memory_mb)
     recs: dict[int, dict] = {}
@@ -609,8 +613,10 @@ def _run_stdio(solution: str, cases, *, timeout_s: float, cpu_s, memory_mb: int,
         code = r.get("code") if type(r.get("code")) is int else None
         if r.get("compile") != "ok":
             st, why = "syntax_error", str(r.get("compile"))[:500]
-        elif r.get("timeout") is True or sig == signal.SIGXCPU:
+        elif r.get("timeout") is True:
             st, why = "timeout", f"timeout (case limit {case_t:g} s)"
+        elif sig == signal.SIGXCPU:
+            st, why = "timeout", f"CPU time limit ({case_cpu} s)"
         elif r.get("output_limit") is True:
             st, why = "runtime_error", f"output limit exceeded ({case_output_bytes} bytes)"
         elif sig is not None:
@@ -638,6 +644,8 @@ def _run_stdio(solution: str, cases, *, timeout_s: float, cpu_s, memory_mb: int,
             if t.reason == "no result":
                 t.reason = "not run (the program does not compile)"
     stderr = run.err + ("\n".join(errs) if errs else "")
+    if len(stderr) > max_output_bytes:
+        stderr = stderr[:max_output_bytes] + f"\n[... {len(stderr) - max_output_bytes} characters truncated]"
     return SandboxResult(worst, sum(t.passed for t in tests), len(tests), tests, run.out, stderr, run.elapsed,
                          run.layers, reason)
 
