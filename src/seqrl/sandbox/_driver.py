@@ -737,19 +737,28 @@ def _stdio_case(boot: dict, source: str, inp: str, timeout: float, cap: int, cpu
     poller = select.poll()
     for fd in bufs:
         poller.register(fd, select.POLLIN | select.POLLHUP)
-    pidfd = os.pidfd_open(pid)  # readable once the process has exited
-    poller.register(pidfd, select.POLLIN)
+    try:
+        pidfd = os.pidfd_open(pid)  # readable once the process has exited (Linux ≥ 5.3)
+        poller.register(pidfd, select.POLLIN)
+    except (AttributeError, OSError):
+        pidfd = None  # fall back to polling waitpid every 10 ms
+    reaped = None
     deadline = t0 + timeout
     open_fds, timed_out, over, exited_at = set(bufs), False, False, None
     while open_fds or exited_at is None:
         now = time.perf_counter()
+        if pidfd is None and exited_at is None:
+            p, st_ = os.waitpid(pid, os.WNOHANG)
+            if p:
+                reaped, exited_at = st_, now
         if exited_at is not None and now - exited_at > 0.05:
             break  # exited, but something it started still holds a pipe: stop reading
         left = deadline - now
         if left <= 0:
             timed_out = exited_at is None
             break
-        for fd, _ in poller.poll(max(1, int(min(left, 0.05 if exited_at is not None else left) * 1000))):
+        wait = min(left, 0.05 if exited_at is not None else 0.01 if pidfd is None else left)
+        for fd, _ in poller.poll(max(1, int(wait * 1000))):
             if fd == pidfd:
                 poller.unregister(pidfd)
                 exited_at = time.perf_counter()
@@ -767,13 +776,14 @@ def _stdio_case(boot: dict, source: str, inp: str, timeout: float, cap: int, cpu
                 over = True
         if over:
             break
-    os.close(pidfd)
-    if timed_out or over:
+    if pidfd is not None:
+        os.close(pidfd)
+    if (timed_out or over) and reaped is None:
         try:
             os.kill(pid, 9)
         except ProcessLookupError:
             pass
-    _, status = os.waitpid(pid, 0)
+    status = reaped if reaped is not None else os.waitpid(pid, 0)[1]
     elapsed = time.perf_counter() - t0
     for fd in bufs:
         os.close(fd)
