@@ -232,6 +232,14 @@ def _read_cli_file(path: str, what: str) -> str:
         raise ValueError(f"{what} {path}: cannot read: {e}") from e
 
 
+def _read_cli_json(path: str, what: str):
+    """A JSON file named on the command line; errors name the flag and the file."""
+    try:
+        return json.loads(_read_cli_file(path, what))
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{what} {path}: not valid JSON: {e}") from e
+
+
 def cmd_sandbox(args: argparse.Namespace, overrides: list[str]) -> int:
     if overrides:
         raise ConfigError(f"seqrl sandbox: unexpected arguments {overrides}")
@@ -244,20 +252,10 @@ def cmd_sandbox(args: argparse.Namespace, overrides: list[str]) -> int:
         raise ValueError(f"seqrl sandbox run: --io {args.io} needs --entry-point NAME (the function to call)")
     solution = _read_cli_file(args.solution, "solution")
     tests = _read_cli_file(args.tests, "--tests") if args.tests is not None else None
-    io_cases = None
-    if args.io is not None:
-        try:
-            io_cases = json.loads(_read_cli_file(args.io, "--io"))
-        except json.JSONDecodeError as e:
-            raise ValueError(f"--io {args.io}: not valid JSON: {e}") from e
-        if not isinstance(io_cases, list):
-            raise ValueError(f"--io {args.io}: expected a JSON list of [[args...], expected] cases")
-    stdio = None
-    if args.stdio is not None:
-        try:
-            stdio = json.loads(_read_cli_file(args.stdio, "--stdio"))
-        except json.JSONDecodeError as e:
-            raise ValueError(f"--stdio {args.stdio}: not valid JSON: {e}") from e
+    io_cases = _read_cli_json(args.io, "--io") if args.io is not None else None
+    if io_cases is not None and not isinstance(io_cases, list):
+        raise ValueError(f"--io {args.io}: expected a JSON list of [[args...], expected] cases")
+    stdio = _read_cli_json(args.stdio, "--stdio") if args.stdio is not None else None
     try:
         r = run_python(solution, tests, io_cases, entry_point=args.entry_point, timeout_s=args.timeout,
                        memory_mb=args.memory, allow_unconfined=args.allow_unconfined, stdio_cases=stdio,

@@ -416,16 +416,22 @@ def confine(spec: dict | None) -> list[str]:
     return done
 
 
+def _enter_sandbox(boot: dict) -> None:
+    """A child's last trusted step, in every mode: drop to the run's uid (when there is one), then
+    install seccomp and Landlock (``boot["confine"]``). Raises OSError when a layer cannot be applied."""
+    if boot.get("uid") is not None:
+        _drop_privileges(boot["uid"], boot.get("nproc"))
+    confine(boot.get("confine"))
+
+
 def _child_main(boot: dict, req_r: int, resp_w: int) -> None:
     """Runs in the forked child. Everything before ``exec(code, ...)`` is trusted set-up."""
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)  # the job message still waits in the stdin pipe: never let the child read it
     os.close(devnull)
-    if boot.get("uid") is not None:
-        _drop_privileges(boot["uid"], boot.get("nproc"))
     reader = _LineReader(req_r)
     try:
-        confine(boot.pop("confine", None))
+        _enter_sandbox(boot)
     except OSError as e:  # never run the solution with fewer layers than the parent reported
         _write_all(resp_w, (json_dumps({"import": "error", "kind": "SandboxError",
                                         "msg": f"sandbox layer failed: {e}"}) + "\n").encode())
@@ -590,10 +596,8 @@ def _exec_main(boot: dict, result_fd: int) -> int:
                     os.close(report_fd)
                 else:
                     os.set_inheritable(REPORT_FD, True)
-            if boot.get("uid") is not None:
-                _drop_privileges(boot["uid"], boot.get("nproc"))
-            os.chdir(boot["cwd"])
-            confine(boot.get("confine"))  # OSError → reported as an exec failure, nothing runs
+            _enter_sandbox(boot)  # OSError → reported as an exec failure, nothing runs
+            os.chdir(boot["cwd"])  # Landlock does not restrict chdir; cwd is readable under it
             argv = boot["argv"]
             os.execve(argv[0], argv, boot["env"])
         except BaseException as e:
@@ -700,9 +704,7 @@ def _stdio_case(boot: dict, source: str, inp: str, timeout: float, cap: int, cpu
             import resource
 
             resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))  # as root, before the uid drop
-            if boot.get("uid") is not None:
-                _drop_privileges(boot["uid"], boot.get("nproc"))
-            confine(boot.get("confine"))
+            _enter_sandbox(boot)
             try:
                 code = compile(source, "solution.py", "exec")
             except (SyntaxError, ValueError, RecursionError, MemoryError) as e:

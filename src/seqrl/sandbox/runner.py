@@ -146,14 +146,12 @@ def _sandbox_python() -> str:
     return sys.executable
 
 
-@lru_cache(maxsize=1)
-def _pids_cgroup_ok() -> bool:
-    if os.geteuid() != 0 or not PIDS_CGROUP_ROOT.is_dir():
-        return False
-    probe = PIDS_CGROUP_ROOT / f"seqrl-probe-{os.getpid()}-{secrets.token_hex(4)}"
+def _can_make_cgroup(base: Path, limit_file: str, value: str) -> bool:
+    """Whether a child cgroup of ``base`` can be made and given a limit (made and removed again)."""
+    probe = base / f"seqrl-probe-{os.getpid()}-{secrets.token_hex(4)}"
     try:
         probe.mkdir()
-        (probe / "pids.max").write_text("4")
+        (probe / limit_file).write_text(value)
         return True
     except OSError:
         return False
@@ -162,6 +160,11 @@ def _pids_cgroup_ok() -> bool:
             probe.rmdir()
         except OSError:
             pass
+
+
+@lru_cache(maxsize=1)
+def _pids_cgroup_ok() -> bool:
+    return os.geteuid() == 0 and PIDS_CGROUP_ROOT.is_dir() and _can_make_cgroup(PIDS_CGROUP_ROOT, "pids.max", "4")
 
 
 # What the solution may read (and execute) under Landlock, besides its interpreter's library paths,
@@ -207,20 +210,7 @@ def _memory_cgroup_base() -> Path | None:
     except (OSError, ValueError):
         pass
     cands.append(MEMORY_CGROUP_ROOT)
-    for base in cands:
-        probe = base / f"seqrl-probe-{os.getpid()}-{secrets.token_hex(4)}"
-        try:
-            probe.mkdir()
-            (probe / "memory.limit_in_bytes").write_text(str(64 << 20))
-            return base
-        except OSError:
-            continue
-        finally:
-            try:
-                probe.rmdir()
-            except OSError:
-                pass
-    return None
+    return next((b for b in cands if _can_make_cgroup(b, "memory.limit_in_bytes", str(64 << 20))), None)
 
 
 def _make_memory_cgroup(limit_bytes: int) -> Path | None:
@@ -589,12 +579,8 @@ def _run_stdio(solution: str, cases, *, timeout_s: float, cpu_s, memory_mb: int,
                   max_output_bytes=max_output_bytes, max_file_bytes=max_file_bytes, max_procs=max_procs,
                   allow_unconfined=allow_unconfined, skip_layers=skip_layers, tree_memory_mb=tree_memory_mb)
     recs: dict[int, dict] = {}
-    for line in run.res.split(b"\n"):
-        try:
-            r = json.loads(line)
-        except ValueError:
-            continue
-        if type(r) is dict and r.get("nonce") == nonce and r.get("type") == "stdio" and type(r.get("i")) is int:
+    for r in _records(run.res, nonce):
+        if r.get("type") == "stdio" and type(r.get("i")) is int:
             recs.setdefault(r["i"], r)
     tests: list[TestRecord] = []
     worst, reason, errs = "ok", "", []
@@ -886,14 +872,7 @@ def run_command(
                   memory_mb=memory_mb, max_output_bytes=max_output_bytes, max_file_bytes=max_file_bytes,
                   max_procs=max_procs, allow_unconfined=allow_unconfined, read_paths=read_paths,
                   skip_layers=skip_layers, tree_memory_mb=tree_memory_mb)
-    rec = None
-    for line in run.res.split(b"\n"):
-        try:
-            r = json.loads(line)
-        except ValueError:
-            continue
-        if type(r) is dict and r.get("nonce") == nonce and r.get("type") == "exec":
-            rec = r
+    rec = next((r for r in reversed(_records(run.res, nonce)) if r.get("type") == "exec"), None)
     code = sig = None
     if rec is not None:
         code = rec.get("code") if type(rec.get("code")) is int else None
@@ -1013,10 +992,10 @@ def _pump(proc, stdin_data: bytes, res_r: int, deadline: float, cap: int, extra:
     return text(proc.stdout.fileno()), text(proc.stderr.fileno()), bytes(bufs[res_r]), more, timed_out
 
 
-def _verdict(res: bytes, nonce: str, expected: list | None, float_tol: float, timed_out: bool,
-             returncode: int | None, out: str, err: str, elapsed: float, layers: list[str],
-             oom_kills: int = 0) -> SandboxResult:
-    records: list[dict] = []
+def _records(res: bytes, nonce: str) -> list[dict]:
+    """The result channel's JSON-lines records stamped with this run's ``nonce``, in order (anything
+    else on the channel — malformed lines, other nonces — is ignored)."""
+    out = []
     for line in res.split(b"\n"):
         if not line.strip():
             continue
@@ -1025,7 +1004,14 @@ def _verdict(res: bytes, nonce: str, expected: list | None, float_tol: float, ti
         except ValueError:
             continue
         if type(rec) is dict and rec.get("nonce") == nonce:
-            records.append(rec)
+            out.append(rec)
+    return out
+
+
+def _verdict(res: bytes, nonce: str, expected: list | None, float_tol: float, timed_out: bool,
+             returncode: int | None, out: str, err: str, elapsed: float, layers: list[str],
+             oom_kills: int = 0) -> SandboxResult:
+    records = _records(res, nonce)
     imp = next((r for r in records if r.get("type") == "import"), None)
     done = any(r.get("type") == "done" for r in records)
     child_exit = next((r for r in records if r.get("type") == "child_exit"), None)
