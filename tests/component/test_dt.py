@@ -582,3 +582,32 @@ def test_quick_spec_and_a_passed_dataset_train_the_same_weights(tmp_path):
     b, _ = load_policy_checkpoint(tmp_path / "object" / "checkpoint-3")
     for (k, x), (_, y) in zip(a.state_dict().items(), b.state_dict().items()):
         assert torch.equal(x, y), k
+
+
+def test_make_optimizer_uses_the_fused_adamw_with_the_same_update():
+    from seqrl.algos.common import OptimConfig, make_optimizer
+
+    torch.manual_seed(0)
+    model = DecisionTransformer(3, 2, hidden_size=8, n_layer=1, context_len=2, max_ep_len=10, dropout=0.0)
+    twin = DecisionTransformer(3, 2, hidden_size=8, n_layer=1, context_len=2, max_ep_len=10, dropout=0.0)
+    twin.load_state_dict(model.state_dict())
+    start = {k: v.clone() for k, v in model.state_dict().items()}
+    cfg = OptimConfig(lr=1e-2, weight_decay=0.1, warmup_steps=0, schedule="constant")
+    fused, _ = make_optimizer(model, cfg, 10)
+    assert fused.defaults["fused"] is True
+    name_of = {id(p): n for n, p in model.named_parameters()}
+    twin_params = dict(twin.named_parameters())
+    groups = [{"params": [twin_params[name_of[id(p)]] for p in g["params"]], "weight_decay": g["weight_decay"]}
+              for g in fused.param_groups]
+    assert [g["weight_decay"] for g in groups] == [0.1, 0.0]
+    assert "embed_state.weight" in {name_of[id(p)] for p in fused.param_groups[1]["params"]}
+    plain = torch.optim.AdamW(groups, lr=1e-2, betas=cfg.betas, foreach=False)
+    x = (torch.randn(4, 2), torch.randn(4, 2, 3), torch.rand(4, 2, 2), torch.randint(0, 10, (4, 2)))
+    for m, opt in ((model, fused), (twin, plain)):
+        for _ in range(3):
+            m(*x).square().mean().backward()
+            opt.step()
+            opt.zero_grad()
+    for (name, p), q in zip(model.named_parameters(), twin.parameters()):
+        assert torch.allclose(p, q, atol=1e-6), name
+    assert not torch.allclose(model.head.linear.weight, start["head.linear.weight"])  # the steps moved it
