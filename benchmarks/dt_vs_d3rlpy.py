@@ -4,6 +4,7 @@
     python benchmarks/dt_vs_d3rlpy.py --quick                 # ≈ 3 min: Pendulum preset size, 3 seeds × 1000 steps
     python benchmarks/dt_vs_d3rlpy.py                         # ≈ 6 min: 5 seeds × 1500 steps each side
     python benchmarks/dt_vs_d3rlpy.py --preset paper --speed-only --steps 40 --round-steps 8   # paper size, speed
+    python benchmarks/dt_vs_d3rlpy.py --quick --only seqrl --d3rlpy-choices all   # return ablation, one side
 
 Data: the quick Pendulum-v1 medium-expert dataset (`seqrl.data.minari_data.quick_dataset`, 50k steps =
 250 episodes of 200 steps), given to seqrl as it is and to d3rlpy as an `MDPDataset` of the same
@@ -71,6 +72,11 @@ d3rlpy ``ReplayBuffer.sample_trajectory_batch(B, length=K)`` + ``algo.update(bat
 medians over all rounds (also split into sampling and update). Evaluation and dataset building are
 not timed.
 
+Return ablations: ``--only seqrl|d3rlpy`` trains and evaluates one side alone (no speed ratio; the
+sides then do not share the global RNG stream, so per-seed numbers differ from the interleaved run's),
+and ``--d3rlpy-choices a,b,…|all`` switches d3rlpy's unmatched choices above on in seqrl's side
+(``head_init``, ``unscaled_residuals``, ``ln_eps``, ``decay_embeddings``, ``window_end``, ``loss``).
+
 The last printed line (stdout) is one JSON object; it is also written to ``runs/bench_dt/<tag>.json``.
 Progress goes to stderr. ``return_ratio`` is seqrl / d3rlpy of the mean returns: Pendulum returns are
 negative, so there < 1 means seqrl is better; ``normalized_delta`` (seqrl − d3rlpy, ×100 scores) reads
@@ -103,6 +109,11 @@ PRESETS = {
     # the paper's model (Chen et al. 2021): d 128, 3 layers, 1 head, K 20, batch 64, lr 1e-4
     "paper": dict(hidden=128, layers=3, heads=1, context=20, batch=64, lr=1e-4, warmup=50),
 }
+
+
+# d3rlpy 2.8.0's choices that seqrl does not share (module docstring, "Not matched"); `--d3rlpy-choices`
+# switches them on in seqrl's side to measure what they do to the return.
+D3RLPY_CHOICES = ("head_init", "unscaled_residuals", "ln_eps", "decay_embeddings", "window_end", "loss")
 
 
 def log(msg: str) -> None:
@@ -141,6 +152,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--speed-only", action="store_true", help="no evaluation")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--tag", type=str, default=None, help="name of the JSON file under runs/bench_dt/")
+    p.add_argument("--only", choices=("seqrl", "d3rlpy"), default=None,
+                   help="train and evaluate one side alone (no speed comparison; for return ablations)")
+    p.add_argument("--d3rlpy-choices", type=str, default="",
+                   help="comma-separated d3rlpy choices to switch on in seqrl's side: " + ", ".join(D3RLPY_CHOICES)
+                   + "; or 'all'")
     a = p.parse_args(argv)
     for k, v in PRESETS[a.preset].items():
         if getattr(a, k) is None:
@@ -152,8 +168,17 @@ def parse_args(argv=None) -> argparse.Namespace:
     a.seed_list = [int(s) for s in a.seeds.split(",") if s.strip()]
     if a.steps < 1 or a.round_steps < 1 or not a.seed_list:
         p.error("--steps and --round-steps must be >= 1 and --seeds non-empty")
+    a.choices = set(D3RLPY_CHOICES) if a.d3rlpy_choices == "all" else {
+        c.strip() for c in a.d3rlpy_choices.split(",") if c.strip()}
+    unknown = a.choices - set(D3RLPY_CHOICES)
+    if unknown:
+        p.error(f"--d3rlpy-choices: unknown {sorted(unknown)} (choose from {', '.join(D3RLPY_CHOICES)} or 'all')")
+    if a.only == "d3rlpy" and a.choices:
+        p.error("--d3rlpy-choices changes seqrl's side; it does nothing with --only d3rlpy")
     if a.tag is None:
         a.tag = f"{a.preset}{'_quick' if a.quick else ''}_{a.schedule}{'_speed' if a.speed_only else ''}"
+        a.tag += f"_only_{a.only}" if a.only else ""
+        a.tag += "_d3choices_" + "+".join(sorted(a.choices)) if a.choices else ""
     return a
 
 
@@ -183,22 +208,56 @@ class SeqrlSide:
         seed_everything(seed)
         self.policy = build_policy(self.cfg, dataset, self.data)
         self.info = policy_info(self.cfg, dataset, self.data, self.policy)
-        self.optimizer, self.scheduler = make_optimizer(self.policy, self.cfg.optim, self.cfg.steps)
+        self.optimizer, self.scheduler = make_optimizer(self.policy, self.cfg.optim, self.cfg.steps, fused=True)
         self.clip = args.grad_clip if args.grad_clip > 0 else float("inf")
         self.seed, self.K, self.B = seed, args.context, args.batch
         self.step_no = 0
+        self.choices = args.choices
+        self._apply_d3rlpy_choices(args)
         self.params = sum(p.numel() for p in self.policy.parameters())
+
+    def _apply_d3rlpy_choices(self, args) -> None:
+        """Switch on d3rlpy's unmatched choices named in `args.choices` (an ablation; none by default)."""
+        pol, c = self.policy, self.choices
+        if "head_init" in c:  # d3rlpy builds its output layer after the GPT-2 init: PyTorch's default
+            pol.head.linear.reset_parameters()
+        if "unscaled_residuals" in c:  # N(0, 0.02) without the 1/sqrt(2·layers) factor
+            for block in pol.blocks:
+                for proj in (block.attn_proj, block.mlp_proj):
+                    torch.nn.init.normal_(proj.weight, std=0.02)
+        if "ln_eps" in c:  # block and final LayerNorms (not the embedding LayerNorm)
+            for block in pol.blocks:
+                block.ln_1.eps = block.ln_2.eps = 3e-3
+            pol.ln_f.eps = 3e-3
+        if "decay_embeddings" in c:  # decay the linear R̂/state/action embeddings too, not nn.Embedding
+            lam = self.scheduler.lr_lambdas[0]
+            decay = [p for n, p in pol.named_parameters() if p.ndim >= 2 and not n.startswith("embed_timestep")]
+            rest = [p for n, p in pol.named_parameters() if not (p.ndim >= 2 and not n.startswith("embed_timestep"))]
+            self.optimizer = torch.optim.AdamW(
+                [{"params": decay, "weight_decay": args.weight_decay}, {"params": rest, "weight_decay": 0.0}],
+                lr=args.lr, betas=(0.9, 0.999), eps=1e-8)
+            self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lam)
+        if "window_end" in c:  # K steps ending at a uniform step of an episode drawn ∝ length
+            self.data.batch = _windows_ending_at_a_uniform_step.__get__(self.data)
+
+    def _loss(self, pred: torch.Tensor, b: dict) -> torch.Tensor:
+        from seqrl.core.sequences import action_loss
+
+        if "loss" not in self.choices:
+            return action_loss(pred.float(), b["actions"], b["mask"], discrete=self.data.discrete)
+        # d3rlpy: squared error in [−1, 1] action units, summed over action dimensions, averaged over all B·K
+        half_range = (self.policy.action_high - self.policy.action_low) / 2  # (A,)
+        per_step = (((pred.float() - b["actions"]) / half_range) ** 2).sum(-1)  # (B, K)
+        return (per_step * b["mask"]).mean()
 
     def step(self) -> tuple[float, float, float]:
         """One gradient step as in `train`: (sample s, update s, loss)."""
-        from seqrl.core.sequences import action_loss
-
         self.policy.train()
         t0 = time.perf_counter()
         b = self.data.batch(self.step_no, self.B, self.K, self.seed)
         t1 = time.perf_counter()
         pred = self.policy(b["returns"], b["states"], b["actions"], b["timesteps"], b["mask"])  # (B, K, A)
-        loss = action_loss(pred.float(), b["actions"], b["mask"], discrete=self.data.discrete)
+        loss = self._loss(pred, b)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(self.policy.parameters(), self.clip)
         self.scheduler.get_last_lr()
@@ -215,6 +274,21 @@ class SeqrlSide:
 
         _, result = run_evaluation(self.policy, self.info, [args.target], args.episodes, args.eval_seed)
         return np.asarray(result.returns[0], dtype=np.float64)  # (episodes,)
+
+
+def _windows_ending_at_a_uniform_step(self, step: int, batch_size: int, K: int, seed: int) -> dict:
+    """`Trajectories.batch` with d3rlpy's window rule: the K steps *ending* at a uniform step (left-padded
+    near the episode's start), the episode drawn ∝ its length."""
+    g = torch.Generator().manual_seed(seed * 1_000_003 + step)
+    ep = torch.multinomial(self.weights, batch_size, replacement=True, generator=g)  # (B,)
+    end = (torch.rand(batch_size, generator=g, dtype=torch.float64) * self.lengths[ep]).long()  # (B,)
+    n_real = torch.minimum(end + 1, torch.tensor(K))  # (B,)
+    offset = torch.arange(K)[None, :] - (K - n_real)[:, None]  # (B, K); < 0 on the left padding
+    mask = (offset >= 0).long()
+    flat = self.starts[ep][:, None] + (end + 1 - n_real)[:, None] + offset.clamp(min=0)  # (B, K)
+    keep = mask.bool()
+    return {"states": self.states[flat] * keep[..., None], "actions": self.actions[flat] * keep[..., None],
+            "returns": self.rtg[flat] * keep, "timesteps": self.timestep[flat] * keep, "mask": mask}
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -389,21 +463,25 @@ def main(argv=None) -> dict:
     log(f"dataset: {len(dataset.episodes)} episodes, {dataset.env_id}, built in {time.perf_counter() - t0:.1f} s "
         f"(d3rlpy: {mdp.transition_count} transitions, {len(mdp.episodes)} episodes)")
 
-    rounds = {"seqrl": [], "d3rlpy": []}
+    names = [args.only] if args.only else ["seqrl", "d3rlpy"]
+    rounds = {n: [] for n in names}
     per_seed = []
     params = {}
     for seed in args.seed_list:
-        ours = SeqrlSide(args, dataset, seed)
+        ours = SeqrlSide(args, dataset, seed)  # built on either path: its state statistics feed d3rlpy's scaler
         mean, std = ours.data.state_stats()
-        theirs = D3rlpySide(args, dataset, mdp, mean, std, seed)
-        params = {"seqrl": ours.params, "d3rlpy": theirs.params}
-        log(f"seed {seed}: parameters seqrl {ours.params}, d3rlpy {theirs.params}; {args.steps} steps each in "
-            f"rounds of {args.round_steps}")
+        sides = {"seqrl": ours}
+        if "d3rlpy" in names:
+            sides["d3rlpy"] = D3rlpySide(args, dataset, mdp, mean, std, seed)
+        sides = {n: sides[n] for n in names}
+        params = {n: side.params for n, side in sides.items()}
+        log(f"seed {seed}: parameters {params}; {args.steps} steps each in rounds of {args.round_steps}"
+            + (f"; seqrl with d3rlpy's {sorted(args.choices)}" if args.choices else ""))
         done, r = 0, 0
         last = {}
         while done < args.steps:
             n = min(args.round_steps, args.steps - done)
-            order = [("seqrl", ours), ("d3rlpy", theirs)]
+            order = list(sides.items())
             if r % 2:
                 order.reverse()
             for name, side in order:
@@ -413,58 +491,54 @@ def main(argv=None) -> dict:
                 last[name] = res
             done += n
             r += 1
-            log(f"  seed {seed} step {done}/{args.steps}: seqrl {n / last['seqrl']['wall_s']:.1f} steps/s "
-                f"(loss {last['seqrl']['loss']:.4f}), d3rlpy {n / last['d3rlpy']['wall_s']:.1f} steps/s "
-                f"(loss {last['d3rlpy']['loss']:.4f}, scaled-action units)")
-        entry = {"seed": seed, "final_loss_seqrl": last["seqrl"]["loss"], "final_loss_d3rlpy": last["d3rlpy"]["loss"]}
+            log(f"  seed {seed} step {done}/{args.steps}: " + ", ".join(
+                f"{name} {n / last[name]['wall_s']:.1f} steps/s (loss {last[name]['loss']:.4f}"
+                + (", scaled-action units)" if name == "d3rlpy" else ")") for name in sides))
+        entry = {"seed": seed, **{f"final_loss_{name}": last[name]["loss"] for name in sides}}
         if not args.speed_only and args.episodes > 0:
-            t0 = time.perf_counter()
-            ret_s = ours.evaluate(args)
-            t1 = time.perf_counter()
-            ret_d = theirs.evaluate(args, dataset.env_id)
-            t2 = time.perf_counter()
-            entry.update(return_seqrl=float(ret_s.mean()), return_d3rlpy=float(ret_d.mean()),
-                         return_std_seqrl=float(ret_s.std()), return_std_d3rlpy=float(ret_d.std()),
-                         normalized_seqrl=float(np.mean(dataset.normalized(ret_s))),
-                         normalized_d3rlpy=float(np.mean(dataset.normalized(ret_d))))
-            log(f"  seed {seed} eval R̂_0={args.target:g}, {args.episodes} episodes: seqrl {ret_s.mean():.1f} "
-                f"(norm {entry['normalized_seqrl']:.1f}, {t1 - t0:.1f} s), d3rlpy {ret_d.mean():.1f} "
-                f"(norm {entry['normalized_d3rlpy']:.1f}, {t2 - t1:.1f} s)")
+            for name, side in sides.items():
+                t0 = time.perf_counter()
+                ret = side.evaluate(args) if name == "seqrl" else side.evaluate(args, dataset.env_id)
+                entry.update({f"return_{name}": float(ret.mean()), f"return_std_{name}": float(ret.std()),
+                              f"normalized_{name}": float(np.mean(dataset.normalized(ret)))})
+                log(f"  seed {seed} eval R̂_0={args.target:g}, {args.episodes} episodes: {name} {ret.mean():.1f} "
+                    f"(norm {entry[f'normalized_{name}']:.1f}, {time.perf_counter() - t0:.1f} s)")
         per_seed.append(entry)
 
-    def rates(name: str, key: str) -> list[float]:
-        return [x["steps"] / x[key] for x in rounds[name]]
-
-    sps = {n: med(rates(n, "wall_s")) for n in rounds}
-    upd = {n: med([x["steps"] / x["update_s"] for x in rounds[n]]) for n in rounds}
-    sample_ms = {n: 1000 * med([x["sample_s"] / x["steps"] for x in rounds[n]]) for n in rounds}
-    paired = med([a["wall_s"] / b["wall_s"] for a, b in zip(rounds["d3rlpy"], rounds["seqrl"])])
-    out = {
-        "steps_per_s_seqrl": round(sps["seqrl"], 3),
-        "steps_per_s_d3rlpy": round(sps["d3rlpy"], 3),
-        "steps_per_s_ratio": round(sps["seqrl"] / sps["d3rlpy"], 3),
-        "steps_per_s_ratio_paired_median": round(paired, 3),
-        "update_steps_per_s_seqrl": round(upd["seqrl"], 3),
-        "update_steps_per_s_d3rlpy": round(upd["d3rlpy"], 3),
-        "update_ratio": round(upd["seqrl"] / upd["d3rlpy"], 3),
-        "sample_ms_seqrl": round(sample_ms["seqrl"], 3),
-        "sample_ms_d3rlpy": round(sample_ms["d3rlpy"], 3),
-        "rounds_per_side": len(rounds["seqrl"]),
-    }
-    if not args.speed_only and args.episodes > 0:
-        rs = [e["return_seqrl"] for e in per_seed]
-        rd = [e["return_d3rlpy"] for e in per_seed]
-        ns = [e["normalized_seqrl"] for e in per_seed]
-        nd = [e["normalized_d3rlpy"] for e in per_seed]
+    out = {}
+    for name in names:
+        out[f"steps_per_s_{name}"] = round(med([x["steps"] / x["wall_s"] for x in rounds[name]]), 3)
+    both = len(names) == 2
+    if both:
+        upd = {n: med([x["steps"] / x["update_s"] for x in rounds[n]]) for n in names}
+        sample_ms = {n: 1000 * med([x["sample_s"] / x["steps"] for x in rounds[n]]) for n in names}
+        paired = med([a["wall_s"] / b["wall_s"] for a, b in zip(rounds["d3rlpy"], rounds["seqrl"])])
         out.update(
-            return_seqrl=round(float(np.mean(rs)), 2), return_d3rlpy=round(float(np.mean(rd)), 2),
-            return_ratio=round(float(np.mean(rs) / np.mean(rd)), 3),
-            return_ratio_note="seqrl/d3rlpy mean return; Pendulum returns are negative, so < 1 = seqrl better",
-            normalized_seqrl=round(float(np.mean(ns)), 2), normalized_d3rlpy=round(float(np.mean(nd)), 2),
-            normalized_std_seqrl=round(float(np.std(ns)), 2), normalized_std_d3rlpy=round(float(np.std(nd)), 2),
-            normalized_delta=round(float(np.mean(ns) - np.mean(nd)), 2),
-            data_normalized_mean=round(float(np.mean(dataset.normalized(dataset.returns))), 2),
+            steps_per_s_ratio=round(out["steps_per_s_seqrl"] / out["steps_per_s_d3rlpy"], 3),
+            steps_per_s_ratio_paired_median=round(paired, 3),
+            update_steps_per_s_seqrl=round(upd["seqrl"], 3),
+            update_steps_per_s_d3rlpy=round(upd["d3rlpy"], 3),
+            update_ratio=round(upd["seqrl"] / upd["d3rlpy"], 3),
+            sample_ms_seqrl=round(sample_ms["seqrl"], 3),
+            sample_ms_d3rlpy=round(sample_ms["d3rlpy"], 3),
         )
+    out["rounds_per_side"] = len(rounds[names[0]])
+    if not args.speed_only and args.episodes > 0:
+        ret = {n: [e[f"return_{n}"] for e in per_seed] for n in names}
+        norm = {n: [e[f"normalized_{n}"] for e in per_seed] for n in names}
+        for n in names:
+            out.update({f"return_{n}": round(float(np.mean(ret[n])), 2),
+                        f"normalized_{n}": round(float(np.mean(norm[n])), 2),
+                        f"normalized_std_{n}": round(float(np.std(norm[n])), 2)})
+        if both:
+            diff = np.array(norm["seqrl"]) - np.array(norm["d3rlpy"])  # paired by seed
+            out.update(
+                return_ratio=round(float(np.mean(ret["seqrl"]) / np.mean(ret["d3rlpy"])), 3),
+                return_ratio_note="seqrl/d3rlpy mean return; Pendulum returns are negative, so < 1 = seqrl better",
+                normalized_delta=round(float(diff.mean()), 2),
+                normalized_delta_se=round(float(diff.std(ddof=1) / np.sqrt(len(diff))), 2) if len(diff) > 1 else None,
+            )
+        out["data_normalized_mean"] = round(float(np.mean(dataset.normalized(dataset.returns))), 2)
     out.update(
         per_seed=per_seed,
         settings=dict(preset=args.preset, hidden=args.hidden, layers=args.layers, heads=args.heads,
@@ -473,8 +547,9 @@ def main(argv=None) -> dict:
                       weight_decay=args.weight_decay, dropout=args.dropout, grad_clip=args.grad_clip,
                       return_scale=args.return_scale, target=args.target, episodes=args.episodes,
                       eval_seed=args.eval_seed, dataset=f"quick:medium-expert/{args.data_steps}/seed{args.data_seed}",
-                      threads=args.threads, dtype="float32", parameters=params,
-                      d3rlpy=d3rlpy.__version__, torch=torch.__version__),
+                      threads=args.threads, dtype="float32", parameters=params, sides=names,
+                      seqrl_d3rlpy_choices=sorted(args.choices), d3rlpy=d3rlpy.__version__,
+                      torch=torch.__version__),
         wall_s=round(time.perf_counter() - t_start, 1),
     )
     path = OUT_DIR / f"{args.tag}.json"

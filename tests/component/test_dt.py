@@ -593,7 +593,8 @@ def test_make_optimizer_uses_the_fused_adamw_with_the_same_update():
     twin.load_state_dict(model.state_dict())
     start = {k: v.clone() for k, v in model.state_dict().items()}
     cfg = OptimConfig(lr=1e-2, weight_decay=0.1, warmup_steps=0, schedule="constant")
-    fused, _ = make_optimizer(model, cfg, 10)
+    assert make_optimizer(twin, cfg, 10)[0].defaults["fused"] is None  # opt-in: the LM trainers keep the loop
+    fused, _ = make_optimizer(model, cfg, 10, fused=True)
     assert fused.defaults["fused"] is True
     name_of = {id(p): n for n, p in model.named_parameters()}
     twin_params = dict(twin.named_parameters())

@@ -349,7 +349,7 @@ def train(cfg: DTConfig, dataset: OfflineDataset | None = None, env=None) -> dic
     info = policy_info(cfg, dataset, data, policy)
     if cfg.method == "dt" and cfg.eval.episodes:
         warn_far_targets(cfg.eval.target_returns, dataset.returns, f"{prefix}.eval.target_returns")
-    optimizer, scheduler = make_optimizer(policy, cfg.optim, cfg.steps)
+    optimizer, scheduler = make_optimizer(policy, cfg.optim, cfg.steps, fused=True)
 
     start = 0
     if resume_from is not None:
