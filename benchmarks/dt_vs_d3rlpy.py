@@ -27,7 +27,8 @@ Matched (both sides built from the same settings):
     ``GPTAdamWFactory``: no decay on biases, LayerNorms and embeddings, as ours), linear warm-up then a
     constant lr (d3rlpy: ``WarmupSchedulerFactory``, the same lambda ``min((t+1)/warmup, 1)``; ours
     ``optim.schedule=constant``; or ``--schedule cosine``, below), gradient clipping at 0.25;
-  * fp32, CPU, one torch thread, eager mode (d3rlpy ``compile_graph=False``, ours has no compile);
+  * fp32, CPU, one torch thread, eager mode (d3rlpy ``compile_graph=False``; ours eager too, or
+    ``--compile``: seqrl's forward and backward under ``torch.compile``, for the record — slower here);
   * evaluation: the same target return, the same number of Pendulum-v1 episodes, episode i reset with
     the same seed (`seqrl.envs.rollout.episode_rngs(eval_seed, i)`), R̂ decremented by the observed
     rewards, the deterministic action (d3rlpy: ``IdentityTransformerActionSampler``), the last K steps.
@@ -152,6 +153,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--speed-only", action="store_true", help="no evaluation")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--tag", type=str, default=None, help="name of the JSON file under runs/bench_dt/")
+    p.add_argument("--compile", action="store_true",
+                   help="seqrl's forward/backward under torch.compile (inductor; needs a C++ compiler)")
     p.add_argument("--only", choices=("seqrl", "d3rlpy"), default=None,
                    help="train and evaluate one side alone (no speed comparison; for return ablations)")
     p.add_argument("--d3rlpy-choices", type=str, default="",
@@ -178,6 +181,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     if a.tag is None:
         a.tag = f"{a.preset}{'_quick' if a.quick else ''}_{a.schedule}{'_speed' if a.speed_only else ''}"
         a.tag += f"_only_{a.only}" if a.only else ""
+        a.tag += "_compile" if a.compile else ""
         a.tag += "_d3choices_" + "+".join(sorted(a.choices)) if a.choices else ""
     return a
 
@@ -214,6 +218,7 @@ class SeqrlSide:
         self.step_no = 0
         self.choices = args.choices
         self._apply_d3rlpy_choices(args)
+        self.forward = torch.compile(self.policy) if args.compile else self.policy
         self.params = sum(p.numel() for p in self.policy.parameters())
 
     def _apply_d3rlpy_choices(self, args) -> None:
@@ -256,7 +261,7 @@ class SeqrlSide:
         t0 = time.perf_counter()
         b = self.data.batch(self.step_no, self.B, self.K, self.seed)
         t1 = time.perf_counter()
-        pred = self.policy(b["returns"], b["states"], b["actions"], b["timesteps"], b["mask"])  # (B, K, A)
+        pred = self.forward(b["returns"], b["states"], b["actions"], b["timesteps"], b["mask"])  # (B, K, A)
         loss = self._loss(pred, b)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(self.policy.parameters(), self.clip)
@@ -548,7 +553,8 @@ def main(argv=None) -> dict:
                       return_scale=args.return_scale, target=args.target, episodes=args.episodes,
                       eval_seed=args.eval_seed, dataset=f"quick:medium-expert/{args.data_steps}/seed{args.data_seed}",
                       threads=args.threads, dtype="float32", parameters=params, sides=names,
-                      seqrl_d3rlpy_choices=sorted(args.choices), d3rlpy=d3rlpy.__version__,
+                      seqrl_d3rlpy_choices=sorted(args.choices), seqrl_compile=args.compile,
+                      d3rlpy=d3rlpy.__version__,
                       torch=torch.__version__),
         wall_s=round(time.perf_counter() - t_start, 1),
     )

@@ -612,3 +612,18 @@ def test_make_optimizer_uses_the_fused_adamw_with_the_same_update():
     for (name, p), q in zip(model.named_parameters(), twin.parameters()):
         assert torch.allclose(p, q, atol=1e-6), name
     assert not torch.allclose(model.head.linear.weight, start["head.linear.weight"])  # the steps moved it
+
+
+def test_the_model_compiles_to_one_graph_with_the_same_outputs():
+    # fullgraph=True fails on any graph break (the value checks and the all-real-mask branch skip under
+    # compile); the "eager" backend traces with dynamo without generating code, so no C++ compiler is needed.
+    torch.manual_seed(0)
+    model = DecisionTransformer(3, 2, hidden_size=8, n_layer=1, context_len=4, max_ep_len=20).eval()
+    compiled = torch.compile(model, backend="eager", fullgraph=True)
+    x = (torch.randn(2, 4), torch.randn(2, 4, 3), torch.rand(2, 4, 2), torch.randint(0, 20, (2, 4)))
+    padded = torch.tensor([[0, 1, 1, 1], [1, 1, 1, 1]])
+    for mask in (None, torch.ones(2, 4, dtype=torch.long), padded):
+        want = model(*x, mask)
+        got = compiled(*x, mask)
+        assert torch.allclose(got, want, atol=1e-6)
+    torch._dynamo.reset()

@@ -208,6 +208,8 @@ class DecisionTransformer(nn.Module):
                               ("attention_mask", attention_mask, (B, K))):
             if t is not None and tuple(t.shape) != want:
                 raise ValueError(f"DecisionTransformer: {name} must have shape {want} (got {tuple(t.shape)})")
+        if torch.compiler.is_compiling():  # value checks would break the graph; shapes were checked above
+            return returns
         if timesteps.numel() and (int(timesteps.min()) < 0 or int(timesteps.max()) >= self.max_ep_len):
             raise ValueError(f"DecisionTransformer: timesteps must lie in [0, max_ep_len = {self.max_ep_len}) "
                              f"(got {int(timesteps.min())}..{int(timesteps.max())})")
@@ -231,7 +233,7 @@ class DecisionTransformer(nn.Module):
         a_tok = self.embed_action(actions) + time  # (B, K, d)
         x = self.embed_drop(self.embed_ln(interleave(r_tok, s_tok, a_tok)))  # (B, 3K, d)
         allowed = None
-        if attention_mask is not None and not bool(attention_mask.bool().all()):
+        if attention_mask is not None and (torch.compiler.is_compiling() or not bool(attention_mask.bool().all())):
             allowed = causal_attention_mask(interleave_mask(attention_mask))  # (B, 1, 3K, 3K)
         for block in self.blocks:
             x = block(x, allowed)  # (B, 3K, d)
