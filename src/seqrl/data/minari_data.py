@@ -187,7 +187,8 @@ def write_minari(dataset_id: str, episodes: list[Episode], env_id: str, *, root:
     """Write `episodes` as Minari dataset `dataset_id` under `root` (default `datasets_root`); return its folder.
 
     Uses `minari.create_dataset_from_buffers` with `EpisodeBuffer`s (no DataCollector, so no jax) and
-    the arrow format; observations and actions are stored in the environment's space dtypes (Box
+    the HDF5 format (Minari's default; its arrow writer re-measures the folder after every episode,
+    quadratic in the episode count); observations and actions are stored in the environment's space dtypes (Box
     spaces: the episodes' float32 arrays become float64 where the space says so, which is exact). The
     dataset is built in a temporary folder beside its destination and renamed into place, so an
     interrupted build never leaves a half-written dataset. An existing dataset is an error unless
@@ -202,7 +203,7 @@ def write_minari(dataset_id: str, episodes: list[Episode], env_id: str, *, root:
         raise DatasetError(f"Minari dataset {dataset_id} already exists at {dest} (pass --force to rebuild it)")
     for ep in episodes:
         ep.validate()
-    # Minari's arrow storage needs arrays of the spaces' own dtypes (Hopper-v5 observes float64)
+    # Minari's storages want arrays of the spaces' own dtypes (Hopper-v5 observes float64)
     probe = gym.make(env_id)
     obs_dtype, act_dtype = probe.observation_space.dtype, probe.action_space.dtype
     probe.close()
@@ -218,7 +219,7 @@ def write_minari(dataset_id: str, episodes: list[Episode], env_id: str, *, root:
             minari.create_dataset_from_buffers(
                 dataset_id, buffers, env=env_id, eval_env=env_id, algorithm_name=algorithm_name, author="seqrl",
                 ref_min_score=ref_min_score, ref_max_score=ref_max_score, description=description,
-                data_format="arrow")
+                data_format="hdf5")
         namespace = dataset_id.split("/")[0] if "/" in dataset_id else None
         if namespace and not (root / namespace / "namespace_metadata.json").exists():
             src = tmp_root / namespace / "namespace_metadata.json"
