@@ -153,6 +153,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--speed-only", action="store_true", help="no evaluation")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--tag", type=str, default=None, help="name of the JSON file under runs/bench_dt/")
+    p.add_argument("--windows", choices=("start", "cover"), default="start",
+                   help="seqrl's window sampler (`data.windows`; start = the official code's rule)")
     p.add_argument("--compile", action="store_true",
                    help="seqrl's forward/backward under torch.compile (inductor; needs a C++ compiler)")
     p.add_argument("--only", choices=("seqrl", "d3rlpy"), default=None,
@@ -182,6 +184,7 @@ def parse_args(argv=None) -> argparse.Namespace:
         a.tag = f"{a.preset}{'_quick' if a.quick else ''}_{a.schedule}{'_speed' if a.speed_only else ''}"
         a.tag += f"_only_{a.only}" if a.only else ""
         a.tag += "_compile" if a.compile else ""
+        a.tag += "_cover" if a.windows == "cover" else ""
         a.tag += "_d3choices_" + "+".join(sorted(a.choices)) if a.choices else ""
     return a
 
@@ -200,7 +203,8 @@ class SeqrlSide:
         max_ep_len = max(len(ep) for ep in dataset.episodes)
         self.cfg = DTConfig(
             run=RunConfig(name="bench_dt", out_dir=str(OUT_DIR), seed=seed, threads=args.threads, progress=False),
-            data=DataConfig(dataset="quick:medium-expert", quick_steps=args.data_steps, quick_seed=args.data_seed),
+            data=DataConfig(dataset="quick:medium-expert", quick_steps=args.data_steps, quick_seed=args.data_seed,
+                            windows=args.windows),
             model=DTModelConfig(hidden_size=args.hidden, n_layer=args.layers, n_head=args.heads,
                                 context_len=args.context, max_ep_len=max_ep_len, dropout=args.dropout,
                                 embed_init=args.embed_init),
@@ -208,7 +212,7 @@ class SeqrlSide:
                               warmup_steps=args.warmup, schedule=args.schedule, grad_clip=args.grad_clip),
             eval=DTEvalConfig(episodes=args.episodes, target_returns=[args.target], seed=args.eval_seed),
             return_scale=args.return_scale, steps=args.steps, batch_size=args.batch)
-        self.data = Trajectories(dataset, 1.0, max_ep_len, "dt.model")
+        self.data = Trajectories(dataset, 1.0, max_ep_len, "dt.model", args.windows)
         seed_everything(seed)
         self.policy = build_policy(self.cfg, dataset, self.data)
         self.info = policy_info(self.cfg, dataset, self.data, self.policy)
@@ -554,6 +558,7 @@ def main(argv=None) -> dict:
                       eval_seed=args.eval_seed, dataset=f"quick:medium-expert/{args.data_steps}/seed{args.data_seed}",
                       threads=args.threads, dtype="float32", parameters=params, sides=names,
                       seqrl_d3rlpy_choices=sorted(args.choices), seqrl_compile=args.compile,
+                      seqrl_windows=args.windows,
                       d3rlpy=d3rlpy.__version__,
                       torch=torch.__version__),
         wall_s=round(time.perf_counter() - t_start, 1),

@@ -307,6 +307,34 @@ def test_batch_windows_are_consecutive_left_padded_and_rtg_matches():
     assert not torch.equal(data.batch(step=1, batch_size=256, K=4, seed=0)["states"], b["states"])
 
 
+def test_cover_windows_put_every_step_in_k_windows_and_start_windows_do_not():
+    from seqrl.algos.dt import Trajectories
+
+    T, K, n = 6, 4, 60_000
+    obs = np.arange(T + 1, dtype=np.float32)[:, None] + 1  # s_t = t + 1 (0 is padding)
+    ds = OfflineDataset([Episode(obs, np.zeros((T, 1), np.float32), np.ones(T, np.float32), np.zeros(T, bool),
+                                 np.zeros(T, bool), id=0)], action_dim=1)
+    for windows, want in (("cover", [1.0] * T), ("start", [1 / 4, 2 / 4, 3 / 4, 1.0, 1.0, 1.0])):
+        b = Trajectories(ds, 1.0, 100, "dt.model", windows).batch(step=0, batch_size=n, K=K, seed=0)
+        m = b["mask"].bool()
+        n_real = m.sum(1)
+        assert all(row.tolist() == [False] * (K - int(k)) + [True] * int(k) for row, k in zip(m[:500], n_real[:500]))
+        steps = (b["states"][..., 0][m] - 1).long()  # every real step drawn
+        assert (b["timesteps"][m] == steps).all()
+        counts = torch.bincount(steps, minlength=T).double()
+        # windows per step, relative to a middle step: cover = K for every step; start: t + 1 for t < K − 1
+        rel = (counts / counts[K - 1]).tolist()
+        assert rel == pytest.approx(want, abs=0.03), (windows, rel)
+        if windows == "cover":  # windows left-padded at the episode's start, as evaluation's first steps are
+            assert bool(((b["timesteps"][:, -1] == 0) & (n_real == 1)).any())
+    with pytest.raises(ValueError, match="windows"):
+        Trajectories(ds, 1.0, 100, "dt.model", "end")
+    with pytest.raises(ValueError, match="data.windows"):
+        from seqrl.algos.dt import DataConfig
+
+        DataConfig(dataset="quick:medium", windows="end")
+
+
 def test_top_fraction_keeps_the_best_episodes():
     from seqrl.algos.dt import Trajectories
 

@@ -62,8 +62,16 @@ class DataConfig:
     top_fraction: float = 1.0
     """Train on the best episodes by return holding this fraction of the steps (%BC: 0.1 = 10%BC;
     the official code's ``pct_traj``). 1: all episodes."""
+    windows: Literal["start", "cover"] = "start"
+    """How training windows are drawn (episodes ∝ their weight). ``start``: a start step uniform in the
+    episode, K steps from there, left-padded near its end (the official code's rule; an episode's first
+    K − 1 steps are then in fewer windows than the rest, step 0 in one). ``cover``: a start uniform in
+    [−(K − 1), T − 1], so every step of an episode is in exactly K windows (left-padded near its start,
+    as at evaluation, and near its end)."""
 
     def __post_init__(self) -> None:
+        if self.windows not in ("start", "cover"):
+            raise ValueError(f"data.windows must be 'start' or 'cover' (got {self.windows!r})")
         if not self.dataset:
             raise ValueError("data.dataset must name a dataset (a Minari id, a folder or quick:<level>)")
         if not 0 < self.top_fraction <= 1:
@@ -209,7 +217,11 @@ class Trajectories:
     episode, for all N steps of the episodes back to back; `starts`/`lengths` (E,) locate each episode.
     """
 
-    def __init__(self, dataset: OfflineDataset, top_fraction: float, max_ep_len: int, field_prefix: str) -> None:
+    def __init__(self, dataset: OfflineDataset, top_fraction: float, max_ep_len: int, field_prefix: str,
+                 windows: str = "start") -> None:
+        if windows not in ("start", "cover"):
+            raise ValueError(f"windows must be 'start' or 'cover' (got {windows!r})")
+        self.windows = windows
         for ep in dataset.episodes:  # the dataset may have been changed since it was built
             ep.validate()
         returns = torch.tensor(dataset.returns)  # (E_all,)
@@ -252,13 +264,20 @@ class Trajectories:
     def batch(self, step: int, batch_size: int, K: int, seed: int) -> dict[str, torch.Tensor]:
         """Batch `step`: B windows of K steps, left-padded; a pure function of (seed, step)."""
         g = torch.Generator().manual_seed(seed * 1_000_003 + step)
-        ep = torch.multinomial(self.weights, batch_size, replacement=True, generator=g)  # (B,)
-        length = self.lengths[ep]  # (B,)
-        start = (torch.rand(batch_size, generator=g, dtype=torch.float64) * length).long()  # (B,) in [0, T−1]
-        n_real = torch.minimum(length - start, torch.tensor(K))  # (B,)
+        if self.windows == "start":
+            ep = torch.multinomial(self.weights, batch_size, replacement=True, generator=g)  # (B,)
+            length = self.lengths[ep]  # (B,)
+            start = (torch.rand(batch_size, generator=g, dtype=torch.float64) * length).long()  # (B,) in [0, T−1]
+        else:  # "cover": episodes ∝ T + K − 1 windows, a start uniform in [−(K − 1), T − 1]
+            weights = (self.lengths + (K - 1)).double()  # (E,)
+            ep = torch.multinomial(weights / weights.sum(), batch_size, replacement=True, generator=g)  # (B,)
+            length = self.lengths[ep]  # (B,)
+            start = (torch.rand(batch_size, generator=g, dtype=torch.float64) * (length + K - 1)).long() - (K - 1)
+        first = start.clamp(min=0)  # (B,) the window's first real step
+        n_real = torch.minimum(length, start + K) - first  # (B,) in [1, K]
         offset = torch.arange(K)[None, :] - (K - n_real)[:, None]  # (B, K); < 0 on the left padding
         mask = (offset >= 0).long()  # (B, K)
-        flat = self.starts[ep][:, None] + start[:, None] + offset.clamp(min=0)  # (B, K)
+        flat = self.starts[ep][:, None] + first[:, None] + offset.clamp(min=0)  # (B, K)
         keep = mask.bool()
         states = self.states[flat] * keep[..., None]  # (B, K, S)
         actions = self.actions[flat] * (keep if self.discrete else keep[..., None])  # (B, K[, A])
@@ -342,7 +361,7 @@ def train(cfg: DTConfig, dataset: OfflineDataset | None = None, env=None) -> dic
 
     dataset = dataset if dataset is not None else load_dataset(cfg.data)
     max_ep_len = MLPPolicy.max_ep_len if cfg.method == "bc" else cfg.model.max_ep_len
-    data = Trajectories(dataset, cfg.data.top_fraction, max_ep_len, f"{prefix}.model")
+    data = Trajectories(dataset, cfg.data.top_fraction, max_ep_len, f"{prefix}.model", cfg.data.windows)
     K = 1 if cfg.method == "bc" else cfg.model.context_len
     seed_everything(cfg.run.seed)  # after the dataset: building one may draw from the global RNGs
     policy = build_policy(cfg, dataset, data)

@@ -392,7 +392,7 @@ def train(cfg: ODTConfig, dataset: OfflineDataset | None = None, env=None) -> di
     run_dir = cfg.run.dir
 
     dataset = dataset if dataset is not None else load_dataset(cfg.data)
-    data = Trajectories(dataset, cfg.data.top_fraction, cfg.model.max_ep_len, "odt.model")
+    data = Trajectories(dataset, cfg.data.top_fraction, cfg.model.max_ep_len, "odt.model", cfg.data.windows)
     env = env or dataset.env_id
     if not env and (cfg.online.iterations or cfg.eval.episodes):
         raise ValueError("the dataset names no environment (env_id): online fine-tuning and evaluation need one; "
