@@ -90,6 +90,10 @@ def test_buffer_windows_relabel_returns_to_go_from_stored_rewards(drift):
         assert s0 == [float(x) for x in t]
         rew = [1.0, 2.0, 3.0, 4.0] if b["actions"][row, m, 0][0] > 0 else [-1.0, -1.0]
         assert b["returns"][row, m].tolist() == [sum(rew[x:]) for x in t]
+    # data.windows reaches the buffer's windows: "cover" puts step 0 at the end of some 1-step windows
+    cover = buf.trajectories(drift.dataset(4), max_ep_len=16, windows="cover").batch(step=0, batch_size=64, K=3, seed=0)
+    assert bool(((cover["mask"].sum(1) == 1) & (cover["timesteps"][:, -1] == 0)).any())
+    assert not bool(((b["mask"].sum(1) == 1) & (b["timesteps"][:, -1] == 0)).any())
 
 
 def test_buffer_save_and_load_round_trip_is_exact_and_a_broken_file_is_named(tmp_path, drift):

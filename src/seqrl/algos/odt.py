@@ -223,12 +223,12 @@ class ReplayBuffer:
         return {"buffer/size": len(self), "buffer/online": int(sum(self.online)), "buffer/return_mean": float(r.mean()),
                 "buffer/return_max": float(r.max())}
 
-    def trajectories(self, like: OfflineDataset, max_ep_len: int) -> Trajectories:
-        """The content as DT training windows; returns-to-go recomputed from the stored rewards
-        (hindsight relabelling). `like` gives the action space."""
+    def trajectories(self, like: OfflineDataset, max_ep_len: int, windows: str = "start") -> Trajectories:
+        """The content as DT training windows (drawn as `windows` says, `data.windows`); returns-to-go
+        recomputed from the stored rewards (hindsight relabelling). `like` gives the action space."""
         dataset = OfflineDataset(list(self.episodes), env_id=like.env_id, discrete=False, action_dim=like.action_dim,
                                  action_low=like.action_low, action_high=like.action_high, name="replay buffer")
-        return Trajectories(dataset, 1.0, max_ep_len, "odt.model")
+        return Trajectories(dataset, 1.0, max_ep_len, "odt.model", windows)
 
     # checkpoint hook: `save_checkpoint(..., tokenizer=buffer)` calls this inside its atomic directory
     def save_pretrained(self, directory: str | Path) -> None:
@@ -491,7 +491,7 @@ def train(cfg: ODTConfig, dataset: OfflineDataset | None = None, env=None) -> di
                                        first_index, cfg.online.max_steps)
                 buffer.add(new)
                 rollout_s = time.perf_counter() - t0
-                source = buffer.trajectories(dataset, cfg.model.max_ep_len)
+                source = buffer.trajectories(dataset, cfg.model.max_ep_len, cfg.data.windows)
                 metrics = {}
                 for _ in range(cfg.online.updates):
                     got = update(step, source)
