@@ -289,15 +289,8 @@ def _windows_ending_at_a_uniform_step(self, step: int, batch_size: int, K: int, 
     """`Trajectories.batch` with d3rlpy's window rule: the K steps *ending* at a uniform step (left-padded
     near the episode's start), the episode drawn ∝ its length."""
     g = torch.Generator().manual_seed(seed * 1_000_003 + step)
-    ep = torch.multinomial(self.weights, batch_size, replacement=True, generator=g)  # (B,)
-    end = (torch.rand(batch_size, generator=g, dtype=torch.float64) * self.lengths[ep]).long()  # (B,)
-    n_real = torch.minimum(end + 1, torch.tensor(K))  # (B,)
-    offset = torch.arange(K)[None, :] - (K - n_real)[:, None]  # (B, K); < 0 on the left padding
-    mask = (offset >= 0).long()
-    flat = self.starts[ep][:, None] + (end + 1 - n_real)[:, None] + offset.clamp(min=0)  # (B, K)
-    keep = mask.bool()
-    return {"states": self.states[flat] * keep[..., None], "actions": self.actions[flat] * keep[..., None],
-            "returns": self.rtg[flat] * keep, "timesteps": self.timestep[flat] * keep, "mask": mask}
+    ep, end = self.draw_starts(g, batch_size, 0)  # (B,) each: end uniform in [0, T − 1]
+    return self.windows_at(ep, end - (K - 1), K)
 
 
 # ---------------------------------------------------------------------------------------------------

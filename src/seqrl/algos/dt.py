@@ -250,7 +250,6 @@ class Trajectories:
         self.rtg = torch.cat([returns_to_go(torch.from_numpy(ep.rewards.astype(np.float64))).float()
                               for ep in self.episodes])  # (N,)
         self.timestep = torch.cat([torch.arange(len(ep)) for ep in self.episodes])  # (N,)
-        self.weights = self.lengths.double() / self.lengths.sum()  # (E,) episode ∝ its length
 
     @property
     def n_steps(self) -> int:
@@ -264,17 +263,22 @@ class Trajectories:
     def batch(self, step: int, batch_size: int, K: int, seed: int) -> dict[str, torch.Tensor]:
         """Batch `step`: B windows of K steps, left-padded; a pure function of (seed, step)."""
         g = torch.Generator().manual_seed(seed * 1_000_003 + step)
-        if self.windows == "start":
-            ep = torch.multinomial(self.weights, batch_size, replacement=True, generator=g)  # (B,)
-            length = self.lengths[ep]  # (B,)
-            start = (torch.rand(batch_size, generator=g, dtype=torch.float64) * length).long()  # (B,) in [0, T−1]
-        else:  # "cover": episodes ∝ T + K − 1 windows, a start uniform in [−(K − 1), T − 1]
-            weights = (self.lengths + (K - 1)).double()  # (E,)
-            ep = torch.multinomial(weights / weights.sum(), batch_size, replacement=True, generator=g)  # (B,)
-            length = self.lengths[ep]  # (B,)
-            start = (torch.rand(batch_size, generator=g, dtype=torch.float64) * (length + K - 1)).long() - (K - 1)
+        ep, start = self.draw_starts(g, batch_size, K - 1 if self.windows == "cover" else 0)
+        return self.windows_at(ep, start, K)
+
+    def draw_starts(self, g: torch.Generator, batch_size: int, lead: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """(episode, start) of B windows: a start uniform in [−lead, T − 1] of an episode drawn ∝ T + lead
+        (lead 0: the ``start`` rule; K − 1: ``cover``)."""
+        weights = (self.lengths + lead).double()  # (E,)
+        ep = torch.multinomial(weights / weights.sum(), batch_size, replacement=True, generator=g)  # (B,)
+        span = self.lengths[ep] + lead  # (B,)
+        return ep, (torch.rand(batch_size, generator=g, dtype=torch.float64) * span).long() - lead  # (B,), (B,)
+
+    def windows_at(self, ep: torch.Tensor, start: torch.Tensor, K: int) -> dict[str, torch.Tensor]:
+        """The K-step windows of episodes `ep` (B,) from `start` (B,; may be < 0), cut to the episode and
+        left-padded: states, actions, returns (R̂), timesteps and mask (1 on real steps)."""
         first = start.clamp(min=0)  # (B,) the window's first real step
-        n_real = torch.minimum(length, start + K) - first  # (B,) in [1, K]
+        n_real = torch.minimum(self.lengths[ep], start + K) - first  # (B,) in [1, K]
         offset = torch.arange(K)[None, :] - (K - n_real)[:, None]  # (B, K); < 0 on the left padding
         mask = (offset >= 0).long()  # (B, K)
         flat = self.starts[ep][:, None] + first[:, None] + offset.clamp(min=0)  # (B, K)
