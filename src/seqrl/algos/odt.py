@@ -76,7 +76,9 @@ class ODTModelConfig(DTModelConfig):
     log_std_min: float = -5.0
     """Lower bound of log σ (official: −5)."""
     log_std_max: float = 2.0
-    """Upper bound of log σ (official: 2)."""
+    """Upper bound of log σ (official: 2). Lower it (the presets: −1) for data whose actions are a
+    noisy policy's samples clipped to the bounds: under the official bound the policy fits that noise
+    and its sampled rollouts fall far below its mean action (docs/algorithms/odt.md, Pendulum)."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
