@@ -240,8 +240,9 @@ class SeqrlSide:
             pol.ln_f.eps = 3e-3
         if "decay_embeddings" in c:  # decay the linear R̂/state/action embeddings too, not nn.Embedding
             lam = self.scheduler.lr_lambdas[0]
-            decay = [p for n, p in pol.named_parameters() if p.ndim >= 2 and not n.startswith("embed_timestep")]
-            rest = [p for n, p in pol.named_parameters() if not (p.ndim >= 2 and not n.startswith("embed_timestep"))]
+            decay, rest = [], []
+            for n, p in pol.named_parameters():
+                (decay if p.ndim >= 2 and not n.startswith("embed_timestep") else rest).append(p)
             self.optimizer = torch.optim.AdamW(
                 [{"params": decay, "weight_decay": args.weight_decay}, {"params": rest, "weight_decay": 0.0}],
                 lr=args.lr, betas=(0.9, 0.999), eps=1e-8)
@@ -356,6 +357,7 @@ class D3rlpySide:
         from d3rlpy.preprocessing import MinMaxActionScaler, MultiplyRewardScaler, StandardObservationScaler
 
         max_ep_len = max(len(ep) for ep in dataset.episodes)
+        self.env_id = dataset.env_id
         d3rlpy.seed(seed)
         sched = WarmupSchedulerFactory(warmup_steps=args.warmup) if args.warmup > 0 else None
         if args.schedule == "cosine":
@@ -398,7 +400,7 @@ class D3rlpySide:
         t2 = time.perf_counter()
         return t1 - t0, t2 - t1, float(loss)
 
-    def evaluate(self, args, env_id: str) -> np.ndarray:
+    def evaluate(self, args) -> np.ndarray:
         import gymnasium as gym
         from d3rlpy.algos import IdentityTransformerActionSampler
 
@@ -407,7 +409,7 @@ class D3rlpySide:
         wrapper = self.algo.as_stateful_wrapper(target_return=args.target,
                                                 action_sampler=IdentityTransformerActionSampler())
         returns = []
-        env = gym.make(env_id)
+        env = gym.make(self.env_id)
         try:
             for i in range(args.episodes):
                 wrapper.reset()
@@ -500,7 +502,7 @@ def main(argv=None) -> dict:
         if not args.speed_only and args.episodes > 0:
             for name, side in sides.items():
                 t0 = time.perf_counter()
-                ret = side.evaluate(args) if name == "seqrl" else side.evaluate(args, dataset.env_id)
+                ret = side.evaluate(args)
                 entry.update({f"return_{name}": float(ret.mean()), f"return_std_{name}": float(ret.std()),
                               f"normalized_{name}": float(np.mean(dataset.normalized(ret)))})
                 log(f"  seed {seed} eval R̂_0={args.target:g}, {args.episodes} episodes: {name} {ret.mean():.1f} "
