@@ -1,0 +1,396 @@
+"""Pre-started, confined worker processes that score model output in bounded time.
+
+A reward or verifier that parses or evaluates model output (math-verify, sympy, reasoning-gym's
+``score_answer``) can hang, allocate without bound, or — where a scorer calls ``eval`` — execute the
+output. `WorkerPool` runs such calls in worker processes instead of the trainer:
+
+- **started once, reused**: workers fork from multiprocessing's forkserver (a clean process that
+  imported the ``preload`` modules once; never a fork of the trainer and its torch threads), and
+  serve call after call;
+- **bounded**: each call has a wall-clock limit; a worker that misses it is killed (its whole
+  process group) and replaced, and the call reports ``timeout``; RLIMIT_AS caps each worker's memory;
+- **confined** before the first call, with the sandbox's layers where the machine has them: a new
+  process group, no core dumps, no file writes (RLIMIT_FSIZE 0), its own network namespace (root),
+  an unprivileged uid with RLIMIT_NPROC at its thread count so it cannot start processes (root,
+  when the interpreter is readable by that uid), ``no_new_privs``, seccomp and Landlock (read-only
+  system, interpreter and library paths; nothing writable; no TCP);
+- **untrusting replies**: requests go to the worker pickled (trusted → worker), replies come back as
+  size-capped JSON checked field by field — a worker that ran model code cannot inject objects.
+
+Functions and arguments must pickle (module-level functions, dataclass instances); a function is
+sent once per worker and cached there.
+"""
+
+from __future__ import annotations
+
+import atexit
+import hashlib
+import json
+import math
+import multiprocessing as mp
+import os
+import pickle
+import queue
+import secrets
+import signal
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+from seqrl.rewards.base import RewardResult
+
+IN_WORKER = False
+"""True inside a worker process (code that would dispatch to a pool calls directly instead)."""
+
+MAX_REPLY_BYTES = 1 << 20
+MAX_REASON_CHARS = 2000
+DEFAULT_PRELOAD = ("seqrl.sandbox.workers", "seqrl.rewards.math", "seqrl.rewards.format")
+
+
+@dataclass
+class Outcome:
+    """One call's result: ``status`` is ok, timeout, error or budget; ``value`` the reply on ok,
+    ``reason`` says why otherwise."""
+
+    status: str
+    value: object = None
+    reason: str = ""
+
+
+# ----------------------------------------------------------------------------- worker side
+def _thread_count() -> int:
+    try:
+        return len(os.listdir("/proc/self/task"))
+    except OSError:
+        return 1
+
+
+def _vm_bytes() -> int:
+    try:
+        with open("/proc/self/status", "rb") as f:
+            for line in f:
+                if line.startswith(b"VmSize:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
+
+
+def _confine_self(spec: dict) -> list[str]:
+    """Apply the layers ``spec`` asks for to this process; returns their names. Raises OSError when a
+    requested layer fails (the worker then never serves)."""
+    import resource
+
+    from seqrl.sandbox import _driver
+
+    layers = []
+    os.setsid()  # its own process group: a timeout kills everything it started
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    resource.setrlimit(resource.RLIMIT_FSIZE, (0, 0))
+    mem = _vm_bytes() + (int(spec["memory_mb"]) << 20)
+    resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
+    layers.append("rlimits")
+    if spec.get("netns"):
+        sys_ = _driver._Sys()
+        sys_(272, 0x40000000)  # unshare(CLONE_NEWNET): no interface but a down loopback
+        layers.append("netns")
+    if spec.get("uid") is not None:
+        _driver._drop_privileges(int(spec["uid"]), _thread_count())
+        layers.append("setuid")
+    else:
+        try:
+            import ctypes
+
+            ctypes.CDLL(None, use_errno=True).prctl(38, 1, 0, 0, 0)  # PR_SET_NO_NEW_PRIVS
+        except Exception:  # noqa: BLE001 — seccomp/Landlock then fail below if they needed it
+            pass
+    layers += _driver.confine(spec.get("confine"))
+    return layers
+
+
+def _plain_reply(value) -> dict:
+    if isinstance(value, RewardResult):
+        parts = {str(k): float(v) for k, v in (value.parts or {}).items()}
+        return {"score": float(value.score), "reason": str(value.reason)[:MAX_REASON_CHARS], "parts": parts}
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return {"value": value}
+    return {"value": repr(value)[:MAX_REASON_CHARS]}
+
+
+def _serve(conn, spec: dict) -> None:
+    """The worker's main loop: confine, then answer requests until the pipe closes."""
+    global IN_WORKER
+    IN_WORKER = True
+    devnull = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):  # scorers print (math-verify's timeout messages): not into the trainer's log
+        os.dup2(devnull, fd)
+    import importlib
+
+    for mod in spec.get("preload", ()):
+        try:
+            importlib.import_module(mod)
+        except Exception:  # noqa: BLE001 — the call that needs it reports the error
+            pass
+    try:
+        layers = _confine_self(spec)
+    except OSError as e:
+        conn.send_bytes(json.dumps({"ready": False, "error": f"sandbox layer failed: {e}"}).encode())
+        return
+    conn.send_bytes(json.dumps({"ready": True, "layers": layers}).encode())
+    fns: dict[str, object] = {}
+    while True:
+        try:
+            req = pickle.loads(conn.recv_bytes())
+        except (EOFError, OSError):
+            return
+        try:
+            if "fn" in req:
+                fns[req["key"]] = pickle.loads(req["fn"])
+            reply = _plain_reply(fns[req["key"]](*req["args"]))
+        except BaseException as e:  # noqa: BLE001 — model output made the function fail: report it
+            reply = {"error": f"{type(e).__name__}: {e}"[:MAX_REASON_CHARS]}
+        try:
+            data = json.dumps(reply).encode()
+        except (TypeError, ValueError) as e:
+            data = json.dumps({"error": f"unserialisable reply: {e}"}).encode()
+        conn.send_bytes(data)
+
+
+# ----------------------------------------------------------------------------- trainer side
+def _interpreter_readable_by_others() -> bool:
+    """Whether an unprivileged uid could import from this interpreter's library (every directory
+    on the way searchable by others)."""
+    path = os.path.dirname(os.path.realpath(os.__file__))
+    while path and path != "/":
+        try:
+            if not os.stat(path).st_mode & 0o001:
+                return False
+        except OSError:
+            return False
+        path = os.path.dirname(path)
+    return True
+
+
+def _layer_spec(memory_mb: int, confine: bool) -> dict:
+    spec: dict = {"memory_mb": memory_mb}
+    if not confine or not sys.platform.startswith("linux"):
+        return spec
+    from seqrl.sandbox import runner
+
+    root = os.geteuid() == 0
+    spec["netns"] = root
+    if root and _interpreter_readable_by_others():
+        spec["uid"] = 300_000 + secrets.randbelow(60_000)
+    conf = runner._confine_support(sys.executable)
+    confine_spec: dict = {}
+    if conf["seccomp"]:
+        confine_spec["seccomp"] = True
+    if conf["landlock"]:
+        here = os.path.realpath(os.getcwd())
+        lib = [os.path.realpath(p) for p in sys.path if p and os.path.isdir(p)]
+        lib = [p for p in lib if p != here and p != "/"]
+        confine_spec["landlock"] = {"read": [*runner.LANDLOCK_READ, *conf["paths"], *lib], "write": [],
+                                    "devices": list(runner.LANDLOCK_DEVICES)}
+    spec["confine"] = confine_spec or None
+    return spec
+
+
+class _Worker:
+    def __init__(self, ctx, spec: dict, start_timeout_s: float):
+        self.conn, child = ctx.Pipe(duplex=True)
+        self.proc = ctx.Process(target=_serve, args=(child, spec), daemon=True, name="seqrl-reward-worker")
+        self.proc.start()
+        child.close()
+        self.known: set[str] = set()
+        self.layers: list[str] = []
+        if not self.conn.poll(start_timeout_s):
+            self.kill()
+            raise RuntimeError(f"reward worker did not start within {start_timeout_s} s")
+        hello = json.loads(self.conn.recv_bytes(MAX_REPLY_BYTES))
+        if not hello.get("ready"):
+            self.kill()
+            raise RuntimeError(f"reward worker failed to start: {hello.get('error')}")
+        self.layers = [str(x) for x in hello.get("layers", [])]
+
+    def kill(self) -> None:
+        pid = self.proc.pid
+        if pid is not None:
+            for kill in (lambda: os.killpg(pid, signal.SIGKILL), lambda: os.kill(pid, signal.SIGKILL)):
+                try:
+                    kill()
+                except OSError:
+                    pass
+        self.proc.join(timeout=5)
+        self.conn.close()
+
+
+class WorkerPool:
+    """``workers`` confined worker processes; `map` scores items in parallel, each within ``timeout_s``.
+
+    memory_mb: RLIMIT_AS headroom of each worker above its size after start-up.
+    preload:   modules imported once by the forkserver (and by each worker before it is confined).
+    confine:   apply the sandbox's layers (False only for tests of the pool itself).
+    """
+
+    def __init__(self, workers: int = 2, memory_mb: int = 1024, preload: tuple[str, ...] = DEFAULT_PRELOAD,
+                 confine: bool = True, start_timeout_s: float = 60.0):
+        if workers < 1:
+            raise ValueError(f"WorkerPool: workers must be >= 1 (got {workers})")
+        if memory_mb < 64:
+            raise ValueError(f"WorkerPool: memory_mb must be >= 64 (got {memory_mb})")
+        self.n, self.start_timeout_s = workers, start_timeout_s
+        self.preload = tuple(preload)
+        self.spec = {**_layer_spec(memory_mb, confine), "preload": list(self.preload)}
+        self.ctx = mp.get_context("forkserver")
+        main = sys.modules.get("__main__")
+        # '__main__' preloaded once in the forkserver, so a worker start does not re-import the script.
+        extra = ["__main__"] if getattr(main, "__file__", None) else []
+        self.ctx.set_forkserver_preload([*extra, *self.preload])
+        self._idle: queue.Queue[_Worker | None] = queue.Queue()
+        self._lock = threading.Lock()
+        self._closed = False
+        self.replaced = 0
+        self._fn_bytes: dict[int, tuple[str, bytes]] = {}
+        for _ in range(workers):
+            self._idle.put(self._start())
+
+    @property
+    def layers(self) -> list[str]:
+        """Layers the workers run under (as reported by one at start)."""
+        w = self._idle.get()
+        try:
+            return list(w.layers)
+        finally:
+            self._idle.put(w)
+
+    def _start(self) -> _Worker:
+        return _Worker(self.ctx, self.spec, self.start_timeout_s)
+
+    def _key(self, fn) -> tuple[str, bytes]:
+        with self._lock:
+            hit = self._fn_bytes.get(id(fn))
+            if hit is None or hit[2] is not fn:
+                data = pickle.dumps(fn)
+                hit = (hashlib.sha1(data).hexdigest(), data, fn)
+                self._fn_bytes[id(fn)] = hit
+            return hit[0], hit[1]
+
+    def _call_on(self, w: _Worker, key: str, data: bytes, args: tuple, timeout_s: float) -> tuple[Outcome, bool]:
+        """One call on worker ``w``; returns the outcome and whether ``w`` is still usable."""
+        req = {"key": key, "args": args}
+        if key not in w.known:
+            req["fn"] = data
+        try:
+            w.conn.send_bytes(pickle.dumps(req))
+            if not w.conn.poll(timeout_s):
+                return Outcome("timeout", reason=f"timeout after {timeout_s:g} s"), False
+            raw = w.conn.recv_bytes(MAX_REPLY_BYTES)
+        except (EOFError, OSError) as e:
+            return Outcome("error", reason=f"error: worker died ({type(e).__name__}: {e})"[:300]), False
+        w.known.add(key)
+        try:
+            reply = json.loads(raw)
+        except ValueError:
+            return Outcome("error", reason="error: malformed worker reply"), False
+        if not isinstance(reply, dict):
+            return Outcome("error", reason="error: malformed worker reply"), False
+        if "error" in reply:
+            return Outcome("error", reason=f"error: {str(reply['error'])[:MAX_REASON_CHARS]}"), True
+        return Outcome("ok", reply), True
+
+    def call(self, fn, args: tuple, timeout_s: float) -> Outcome:
+        """``fn(*args)`` in a worker within ``timeout_s`` seconds (a timed-out worker is replaced)."""
+        if self._closed:
+            raise RuntimeError("WorkerPool is closed")
+        key, data = self._key(fn)
+        w = self._idle.get()
+        try:
+            out, usable = self._call_on(w, key, data, args, timeout_s)
+        except BaseException:
+            self._replace(w)
+            raise
+        if usable:
+            self._idle.put(w)
+        else:
+            self._replace(w)
+        return out
+
+    def _replace(self, w: _Worker) -> None:
+        w.kill()
+        self.replaced += 1
+        try:
+            self._idle.put(self._start())
+        except RuntimeError:
+            self._idle.put(self._start())  # one retry; a second failure propagates
+
+    def map(self, fn, arg_list: list[tuple], timeout_s: float, deadline: float | None = None) -> list[Outcome]:
+        """``fn(*args)`` for every args in parallel over the workers, results in order. Calls not
+        started by ``deadline`` (``time.monotonic()``) get status ``budget``."""
+        if not arg_list:
+            return []
+
+        def one(args):
+            if deadline is not None and time.monotonic() >= deadline:
+                return Outcome("budget", reason="batch budget exhausted")
+            return self.call(fn, args, timeout_s)
+
+        if self.n == 1 or len(arg_list) == 1:
+            return [one(a) for a in arg_list]
+        with ThreadPoolExecutor(max_workers=min(self.n, len(arg_list))) as ex:
+            return list(ex.map(one, arg_list))
+
+    def close(self) -> None:
+        self._closed = True
+        while True:
+            try:
+                w = self._idle.get_nowait()
+            except queue.Empty:
+                return
+            if w is not None:
+                w.kill()
+
+
+_POOLS: dict[tuple, WorkerPool] = {}
+_POOLS_LOCK = threading.Lock()
+
+
+def default_workers() -> int:
+    return max(1, min(4, os.cpu_count() or 1))
+
+
+def shared_pool(workers: int | None = None, memory_mb: int = 1024,
+                preload: tuple[str, ...] = DEFAULT_PRELOAD) -> WorkerPool:
+    """The process-wide pool for these settings (started on first use, closed at exit)."""
+    key = (workers or default_workers(), memory_mb, tuple(preload))
+    with _POOLS_LOCK:
+        pool = _POOLS.get(key)
+        if pool is None or pool._closed:
+            pool = _POOLS[key] = WorkerPool(key[0], memory_mb, key[2])
+        return pool
+
+
+@atexit.register
+def _close_pools() -> None:
+    for pool in list(_POOLS.values()):
+        pool.close()
+
+
+def reward_from_reply(reply: dict) -> RewardResult:
+    """A `RewardResult` from a worker's reply, checked field by field (NaN stays NaN: the caller
+    counts it as an error)."""
+    if "score" in reply:
+        score = reply["score"]
+        if not isinstance(score, (int, float)) or isinstance(score, bool):
+            return RewardResult(float("nan"), "error: malformed score from worker")
+        parts = reply.get("parts") or {}
+        if not isinstance(parts, dict):
+            parts = {}
+        clean = {str(k)[:100]: float(v) for k, v in list(parts.items())[:64]
+                 if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)}
+        return RewardResult(float(score), str(reply.get("reason", ""))[:MAX_REASON_CHARS], clean)
+    value = reply.get("value")
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return RewardResult(float(value))
+    return RewardResult(float("nan"), f"error: worker returned {str(value)[:100]!r}, not a reward")
