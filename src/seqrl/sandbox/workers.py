@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import atexit
 import hashlib
+import importlib.util
 import json
 import math
 import multiprocessing as mp
@@ -46,7 +47,8 @@ IN_WORKER = False
 
 MAX_REPLY_BYTES = 1 << 20
 MAX_REASON_CHARS = 2000
-DEFAULT_PRELOAD = ("seqrl.sandbox.workers", "seqrl.rewards.math", "seqrl.rewards.format")
+DEFAULT_PRELOAD = ("seqrl.sandbox.workers", "seqrl.rewards.math", "seqrl.rewards.format", "seqrl.data.rgym",
+                   *(["reasoning_gym"] if importlib.util.find_spec("reasoning_gym") else []))
 
 
 @dataclass
@@ -252,7 +254,7 @@ class WorkerPool:
         self._lock = threading.Lock()
         self._closed = False
         self.replaced = 0
-        self._fn_bytes: dict[int, tuple[str, bytes]] = {}
+        self._fn_bytes: dict[int, tuple[str, bytes, object]] = {}
         for _ in range(workers):
             self._idle.put(self._start())
 
