@@ -135,6 +135,8 @@ class GRPOConfig:
     dapo: DAPOConfig = field(default_factory=DAPOConfig)
     rewards: list[RewardSpec] = field(default_factory=lambda: [RewardSpec("task", 1.0)])
     """Weighted reward functions; the total reward is Σ weight · score."""
+    reward_budget_s: float = 600.0
+    """Wall-clock budget for scoring one batch; completions not scored by then get 0 ("batch budget")."""
     steps: int = 50
     """Sampling-and-update steps."""
     batch_size: int = 128
@@ -307,6 +309,7 @@ class GRPOTrainer:
         n_groups = n_flat = rounds = generated = 0
         fn_scores: dict[str, list[float]] = {name: [] for name in self.reward_fns}
         fn_errors = dict.fromkeys(self.reward_fns, 0)
+        fn_timeouts = dict.fromkeys(self.reward_fns, 0)
         lengths_all, truncated_all, overlong_all = [], [], []
         want = cfg.local_prompts_per_step
         while len(kept) < want and (rounds == 0 or (cfg.dapo.dynamic_sampling and rounds < cfg.dapo.max_sampling_rounds)):
@@ -316,7 +319,7 @@ class GRPOTrainer:
             rounds += 1
             generated += ro.num_generated_tokens
             row_problems = [probs[i // g] for i in range(len(ro.texts))]
-            scored = score_completions(self.reward_fns, row_problems, ro.texts)
+            scored = score_completions(self.reward_fns, row_problems, ro.texts, cfg.reward_budget_s)
             total = torch.tensor(scored.total, dtype=torch.float32)  # (n·G,)
             lengths = ro.lengths  # (n·G,)
             truncated = torch.tensor([r == "length" for r in ro.finish_reasons])  # (n·G,)
@@ -327,6 +330,7 @@ class GRPOTrainer:
             for name in self.reward_fns:
                 fn_scores[name] += scored.scores[name]
                 fn_errors[name] += scored.errors[name]
+                fn_timeouts[name] += scored.timeouts[name] + scored.over_budget[name]
             lengths_all.append(lengths.float())
             truncated_all.append(truncated.float())
             flat = zero_variance_groups(total.view(need, g))  # (n,)
@@ -387,6 +391,7 @@ class GRPOTrainer:
             metrics[f"reward/{name}/mean"] = float(t.mean())
             metrics[f"reward/{name}/std"] = float(t.std()) if len(scores) > 1 else 0.0
             metrics[f"reward/{name}/errors"] = float(fn_errors[name])
+            metrics[f"reward/{name}/timeouts"] = float(fn_timeouts[name])
         if overlong_all:
             metrics["reward/overlong/mean"] = float(torch.cat(overlong_all).mean())
         return GRPOBatch(
@@ -506,7 +511,8 @@ class GRPOTrainer:
         """Mean training reward (every function, weighted) of `samples` completions per held-out problem."""
         params = self._sampling(seed)
         ro = generate(self.policy, self.policy.encode_prompts([p.prompt for p in problems]), samples, params)
-        scored = score_completions(self.reward_fns, [problems[i // samples] for i in range(len(ro.texts))], ro.texts)
+        scored = score_completions(self.reward_fns, [problems[i // samples] for i in range(len(ro.texts))], ro.texts,
+                                   self.cfg.reward_budget_s)
         out = {"eval/reward": sum(scored.total) / len(scored.total)}
         out.update({f"eval/reward/{name}": sum(v) / len(v) for name, v in scored.scores.items()})
         return out

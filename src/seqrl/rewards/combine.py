@@ -5,11 +5,19 @@ Model output must never stop training: when a function raises, it is called agai
 completion, and only the completions that still raise (or score NaN/inf) get 0, with the reason
 recorded and counted. A function that returns the wrong number of results is a programming error
 and stops the run with its name.
+
+Every built-in reward is bounded: `build_reward` wraps it in a `BoundedReward`, which scores each
+completion in a confined, pre-started worker process (`seqrl.sandbox.workers`) within the spec's
+``timeout_s``, in parallel across the workers; a completion past its limit scores 0 with reason
+"timeout" (counted in `ScoredBatch.timeouts`). `score_completions` takes a batch budget: completions
+not started before it runs out score 0 with reason "batch budget". The code reward runs its programs
+in the sandbox (each bounded by its own ``timeout_s``) and is called in this process.
 """
 
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -21,6 +29,8 @@ from seqrl.rewards.math import math_answer_reward
 RewardFn = Callable[[list[Problem], list[str]], list[RewardResult]]
 
 BUILTIN_REWARDS = ("task", "format", "math", "format_partial", "code")
+DEFAULT_TIMEOUT_S = {"task": 2.0, "format": 1.0, "math": 1.0, "format_partial": 1.0, "code": 2.0}
+DEFAULT_BATCH_BUDGET_S = 600.0
 
 
 @dataclass
@@ -33,30 +43,91 @@ class RewardSpec:
     code (`CodeExecutionReward` with default weights: sandboxed tests from problem.metadata)."""
     weight: float = 1.0
     """Weight in the total reward."""
+    timeout_s: float | None = None
+    """Time limit of one completion's score (None: the default of the name, `DEFAULT_TIMEOUT_S`:
+    task 2, math 1, format 1, format_partial 1 s; for code, the sandbox's limit per program)."""
 
     def __post_init__(self) -> None:
         if self.name not in BUILTIN_REWARDS:
             raise ValueError(f"reward name must be one of {BUILTIN_REWARDS} (got {self.name!r})")
+        if self.timeout_s is None:
+            self.timeout_s = DEFAULT_TIMEOUT_S[self.name]
+        if not (isinstance(self.timeout_s, (int, float)) and math.isfinite(self.timeout_s) and self.timeout_s > 0):
+            raise ValueError(f"reward {self.name!r}: timeout_s must be a positive number (got {self.timeout_s!r})")
+
+
+@dataclass
+class TaskReward:
+    """The task's verifier as a reward function (a class, so it pickles into a worker)."""
+
+    task: Task
+
+    def __post_init__(self) -> None:
+        self.__name__ = f"{self.task.name}_verify"
+
+    def __call__(self, problems: list[Problem], completions: list[str]) -> list[RewardResult]:
+        return [self.task.verify(p, c) for p, c in zip(problems, completions)]
 
 
 def task_reward(task: Task) -> RewardFn:
     """The task's verifier as a reward function."""
+    return TaskReward(task)
 
-    def reward(problems: list[Problem], completions: list[str]) -> list[RewardResult]:
-        return [task.verify(p, c) for p, c in zip(problems, completions)]
 
-    reward.__name__ = f"{task.name}_verify"
-    return reward
+@dataclass
+class _One:
+    """``fn`` on one completion (what a worker runs per call)."""
+
+    fn: RewardFn
+
+    def __call__(self, problem: Problem, completion: str) -> RewardResult:
+        out = list(self.fn([problem], [completion]))
+        if len(out) != 1 or not isinstance(out[0], RewardResult):
+            raise ValueError(f"returned {len(out)} results for 1")
+        return out[0]
+
+
+class BoundedReward:
+    """``fn`` scored completion by completion in confined worker processes, each within ``timeout_s``,
+    in parallel over the pool's workers. ``fn`` (and the problems) must pickle."""
+
+    def __init__(self, fn: RewardFn, timeout_s: float, workers: int | None = None):
+        if not timeout_s > 0:
+            raise ValueError(f"BoundedReward: timeout_s must be > 0 (got {timeout_s})")
+        self.fn, self.timeout_s, self.workers = fn, float(timeout_s), workers
+        self._one = _One(fn)
+        self.__name__ = getattr(fn, "__name__", type(fn).__name__)
+
+    def score(self, problems: list[Problem], completions: list[str], deadline: float | None = None
+              ) -> list[RewardResult]:
+        from seqrl.sandbox.workers import reward_from_reply, shared_pool
+
+        outs = shared_pool(self.workers).map(self._one, list(zip(problems, completions)), self.timeout_s, deadline)
+        results = []
+        for o in outs:
+            if o.status == "ok":
+                results.append(reward_from_reply(o.value))
+            elif o.status == "timeout":
+                results.append(RewardResult(0.0, f"timeout: over {self.timeout_s:g} s"))
+            elif o.status == "budget":
+                results.append(RewardResult(0.0, "batch budget exhausted"))
+            else:
+                results.append(RewardResult(float("nan"), o.reason if o.reason.startswith("error") else f"error: {o.reason}"))
+        return results
+
+    def __call__(self, problems: list[Problem], completions: list[str]) -> list[RewardResult]:
+        return self.score(problems, completions)
 
 
 def build_reward(spec: RewardSpec, task: Task) -> RewardFn:
-    if spec.name == "task":
-        return task_reward(task)
+    """The spec's reward function, bounded (see the module docstring)."""
     if spec.name == "code":
         from seqrl.rewards.code import CodeExecutionReward  # the sandbox only when asked for
 
-        return CodeExecutionReward()
-    return {"format": format_reward, "math": math_answer_reward, "format_partial": format_partial_reward}[spec.name]
+        return CodeExecutionReward(timeout_s=spec.timeout_s)
+    fn = {"task": TaskReward(task) if spec.name == "task" else None, "format": format_reward,
+          "math": math_answer_reward, "format_partial": format_partial_reward}[spec.name]
+    return BoundedReward(fn, spec.timeout_s)
 
 
 @dataclass
@@ -68,6 +139,10 @@ class ScoredBatch:
     reasons: dict[str, list[str]]
     errors: dict[str, int] = field(default_factory=dict)
     """Completions per function that raised or scored NaN/inf (scored 0)."""
+    timeouts: dict[str, int] = field(default_factory=dict)
+    """Completions per function scored 0 for passing their time limit."""
+    over_budget: dict[str, int] = field(default_factory=dict)
+    """Completions per function scored 0 because the batch budget ran out first."""
 
 
 def _safe_results(name: str, fn: RewardFn, problems: list[Problem], completions: list[str]) -> tuple[list[RewardResult], int]:
@@ -95,14 +170,27 @@ def _safe_results(name: str, fn: RewardFn, problems: list[Problem], completions:
     return clean, errors
 
 
-def score_completions(fns: dict[str, tuple[RewardFn, float]], problems: list[Problem], completions: list[str]) -> ScoredBatch:
-    """Run every reward function; total = Σ weight · score."""
+def score_completions(fns: dict[str, tuple[RewardFn, float]], problems: list[Problem], completions: list[str],
+                      budget_s: float | None = DEFAULT_BATCH_BUDGET_S) -> ScoredBatch:
+    """Run every reward function; total = Σ weight · score.
+
+    budget_s: wall-clock budget of the whole batch (None: unbounded). `BoundedReward` completions not
+    started before it runs out, and every completion of a plain function called after it ran out,
+    score 0 with reason "batch budget"."""
     if len(problems) != len(completions):
         raise ValueError(f"score_completions: {len(problems)} problems for {len(completions)} completions")
+    deadline = None if budget_s is None else time.monotonic() + budget_s
     total = [0.0] * len(completions)
     batch = ScoredBatch(total, {}, {})
     for name, (fn, weight) in fns.items():
-        results, errors = _safe_results(name, fn, problems, completions)
+        if deadline is not None and time.monotonic() >= deadline:
+            results, errors = [RewardResult(0.0, "batch budget exhausted") for _ in completions], 0
+        elif isinstance(fn, BoundedReward):
+            results, errors = _safe_results(name, lambda p, c, fn=fn: fn.score(p, c, deadline), problems, completions)
+        else:
+            results, errors = _safe_results(name, fn, problems, completions)
+        batch.timeouts[name] = sum(r.reason.startswith("timeout") for r in results)
+        batch.over_budget[name] = sum(r.reason == "batch budget exhausted" for r in results)
         batch.scores[name] = [float(r.score) for r in results]
         batch.reasons[name] = [r.reason for r in results]
         batch.errors[name] = errors
