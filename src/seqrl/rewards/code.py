@@ -50,6 +50,8 @@ _FENCE_RE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[^\n]*\n(.*?)```", re.S)
 _OPEN_FENCE_RE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[^\n]*\n")
 _PY_LANGS = ("python", "py", "python3", "py3")
 RUFF_TIMEOUT_S = 10.0
+MAX_CODE_CHARS = 200_000
+"""Longer programs score 0 unparsed: ``ast.parse`` costs ≈ 0.5 GB and 3 s per MB in this process."""
 
 
 def extract_code(text: str) -> tuple[str, str]:
@@ -94,6 +96,8 @@ def check_static(code: str) -> tuple[float, float, str]:
     >>> check_static("x = 1")
     (1.0, 1.0, '')
     """
+    if len(code) > MAX_CODE_CHARS:
+        return 0.0, 0.0, f"program too long ({len(code)} > {MAX_CODE_CHARS} characters), not parsed"
     try:
         tree = ast.parse(code)
     except SyntaxError as e:

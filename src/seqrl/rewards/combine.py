@@ -89,12 +89,14 @@ class _One:
 
 class BoundedReward:
     """``fn`` scored completion by completion in confined worker processes, each within ``timeout_s``,
-    in parallel over the pool's workers. ``fn`` (and the problems) must pickle."""
+    in parallel over the pool's workers. ``fn`` (and the problems) must pickle, and its module must be
+    importable by a confined worker (an installed package, or a module in the pool's ``preload``).
+    pool: a `WorkerPool` (default: the process-wide `shared_pool`)."""
 
-    def __init__(self, fn: RewardFn, timeout_s: float, workers: int | None = None):
+    def __init__(self, fn: RewardFn, timeout_s: float, workers: int | None = None, pool=None):
         if not timeout_s > 0:
             raise ValueError(f"BoundedReward: timeout_s must be > 0 (got {timeout_s})")
-        self.fn, self.timeout_s, self.workers = fn, float(timeout_s), workers
+        self.fn, self.timeout_s, self.workers, self.pool = fn, float(timeout_s), workers, pool
         self._one = _One(fn)
         self.__name__ = getattr(fn, "__name__", type(fn).__name__)
 
@@ -102,7 +104,7 @@ class BoundedReward:
               ) -> list[RewardResult]:
         from seqrl.sandbox.workers import reward_from_reply, shared_pool
 
-        outs = shared_pool(self.workers).map(self._one, list(zip(problems, completions)), self.timeout_s, deadline)
+        outs = (self.pool or shared_pool(self.workers)).map(self._one, list(zip(problems, completions)), self.timeout_s, deadline)
         results = []
         for o in outs:
             if o.status == "ok":

@@ -1,0 +1,122 @@
+"""Reward calls are bounded and isolated: confined worker processes, per-call time limits, a batch
+budget, a size cap before parsing a program."""
+
+from __future__ import annotations
+
+import os
+import uuid
+
+import pytest
+
+from seqrl.data.base import Problem
+from seqrl.rewards.base import RewardResult
+from seqrl.rewards.code import MAX_CODE_CHARS, check_static
+from seqrl.rewards.combine import BoundedReward, RewardSpec, build_reward, score_completions
+from seqrl.sandbox.workers import DEFAULT_PRELOAD, WorkerPool, reward_from_reply, shared_pool
+
+
+def run_python_expr(text):  # module level: it pickles into a worker
+    return eval(text)  # noqa: S307 — the point of the test: what model text could do in a scorer
+
+
+def spin_on_loop(problems, completions):
+    out = []
+    for c in completions:
+        while c == "loop":
+            pass
+        out.append(RewardResult(1.0 if c == "good" else 0.0, "" if c == "good" else "wrong"))
+    return out
+
+
+@pytest.fixture(scope="module")
+def pool():
+    p = WorkerPool(workers=2, memory_mb=256, preload=(*DEFAULT_PRELOAD, __name__))  # this module's functions
+    yield p
+    p.close()
+
+
+def test_code_run_in_a_worker_cannot_write_files_or_connect(pool, tmp_path):
+    target = tmp_path / f"pwned-{uuid.uuid4().hex}"
+    calls = [f"__import__('os').system('touch {target}')",
+             f"__import__('pathlib').Path('{target}').touch()",
+             "__import__('socket').create_connection(('127.0.0.1', 22), timeout=1)"]
+    outs = [pool.call(run_python_expr, (c,), timeout_s=5.0) for c in calls]
+    assert not target.exists()
+    assert outs[1].status == "error" and "PermissionError" in outs[1].reason
+    assert outs[2].status == "error"
+    assert {"rlimits", "landlock"} <= set(pool.layers) or os.uname().sysname != "Linux"
+
+
+def test_a_call_past_its_limit_is_a_timeout_and_the_worker_is_replaced(pool):
+    before = pool.replaced
+    out = pool.call(run_python_expr, ("9**9**9",), timeout_s=0.5)
+    assert out.status == "timeout"
+    assert pool.replaced == before + 1
+    assert pool.call(run_python_expr, ("6*7",), timeout_s=5.0).value == {"value": 42}
+
+
+def test_a_memory_blow_up_is_an_error_in_the_worker(pool):
+    out = pool.call(run_python_expr, ("bytearray(8 << 30)",), timeout_s=5.0)
+    assert out.status == "error" and "MemoryError" in out.reason
+
+
+def test_map_keeps_order_and_marks_calls_past_the_deadline(pool):
+    outs = pool.map(run_python_expr, [(f"{i}*2",) for i in range(20)], timeout_s=5.0)
+    assert [o.value["value"] for o in outs] == [2 * i for i in range(20)]
+    late = pool.map(run_python_expr, [("1",), ("2",)], timeout_s=5.0, deadline=0.0)
+    assert [o.status for o in late] == ["budget", "budget"]
+
+
+@pytest.mark.parametrize("reply, score, reason", [
+    ({"score": 1, "reason": "x", "parts": {"a": 1}}, 1.0, "x"),
+    ({"score": "1"}, None, "malformed"),
+    ({"value": [1]}, None, "not a reward"),
+    ({"score": 0.5, "reason": "r" * 10_000, "parts": "junk"}, 0.5, "r" * 2000),
+])
+def test_worker_replies_are_checked_field_by_field(reply, score, reason):
+    r = reward_from_reply(reply)
+    if score is None:
+        assert r.score != r.score and reason in r.reason  # NaN: counted as an error by the caller
+    else:
+        assert r.score == score and r.reason.startswith(reason) and len(r.reason) <= 2000
+
+
+def test_reward_spec_timeouts_default_by_name_and_reject_nonsense():
+    assert RewardSpec("math").timeout_s == 1.0
+    assert RewardSpec("task").timeout_s == 2.0
+    assert RewardSpec("format", timeout_s=0.25).timeout_s == 0.25
+    with pytest.raises(ValueError, match="timeout_s"):
+        RewardSpec("math", timeout_s=0)
+
+
+def test_score_completions_scores_a_timeout_as_zero_and_counts_it(pool):
+    fn = BoundedReward(spin_on_loop, timeout_s=0.5, pool=pool)
+    probs = [Problem("q", "a")] * 4
+    batch = score_completions({"spin": (fn, 1.0)}, probs, ["good", "loop", "bad", "good"])
+    assert batch.scores["spin"] == [1.0, 0.0, 0.0, 1.0]
+    assert batch.reasons["spin"][1].startswith("timeout")
+    assert batch.timeouts["spin"] == 1 and batch.errors["spin"] == 0
+
+
+def test_score_completions_past_its_budget_scores_zero_with_the_reason(pool):
+    fn = BoundedReward(spin_on_loop, timeout_s=0.5, pool=pool)
+    probs = [Problem("q", "a")] * 3
+    batch = score_completions({"spin": (fn, 1.0), "plain": (spin_on_loop, 1.0)}, probs, ["good"] * 3, budget_s=0.0)
+    assert batch.scores["spin"] == [0.0] * 3 and batch.scores["plain"] == [0.0] * 3
+    assert set(batch.reasons["plain"]) == {"batch budget exhausted"}
+    assert batch.over_budget == {"spin": 3, "plain": 3}
+
+
+def test_built_in_math_reward_runs_bounded_in_workers_and_scores_as_before():
+    fn = build_reward(RewardSpec("math"), task=None)
+    assert isinstance(fn, BoundedReward) and fn.timeout_s == 1.0
+    probs = [Problem("q", "5"), Problem("q", "5")]
+    out = fn(probs, ["<answer>5</answer>", "<answer>6</answer>"])
+    assert [r.score for r in out] == [1.0, 0.0]
+    assert shared_pool() is shared_pool()
+
+
+def test_a_program_over_the_size_cap_is_not_parsed():
+    syntax, compiles, why = check_static("x = 1\n" * (MAX_CODE_CHARS // 6 + 1))
+    assert (syntax, compiles) == (0.0, 0.0) and "too long" in why
+    assert check_static("x = 1\n" * (MAX_CODE_CHARS // 6 - 1))[:2] == (1.0, 1.0)
