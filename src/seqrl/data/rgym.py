@@ -133,7 +133,7 @@ def precheck(dataset: str, answer: str) -> str:
         return "answer too large"
     for node in ast.walk(tree):
         if not isinstance(node, (ast.Expression, ast.Constant, ast.List, ast.Tuple, ast.Load, ast.UnaryOp,
-                                 ast.USub, ast.UAdd)):
+                                 ast.USub, ast.UAdd, ast.Name)):  # a bare name only looks a value up
             return f"answer is Python but not a plain literal ({type(node).__name__})"
     return ""
 
@@ -249,7 +249,11 @@ class ReasoningGymTask(Task):
             return RewardResult(0.0, "no answer found")
         if len(answer) > MAX_ANSWER_CHARS:
             return RewardResult(0.0, f"answer too long ({len(answer)} > {MAX_ANSWER_CHARS} characters)")
-        why = precheck(self.dataset, answer)
+        grammar_of = self.dataset
+        if self.dataset == "composite":  # a mixture: its items say which dataset scores them
+            meta = problem.metadata["entry"].get("metadata") or {}
+            grammar_of = str(meta.get("source_dataset", ""))
+        why = precheck(grammar_of, answer)
         if why:
             return RewardResult(0.0, f"not scored: {why}")
         args = (self.dataset, self._config_json, answer, problem.metadata["entry"])
