@@ -147,17 +147,30 @@ def _serve(conn, spec: dict) -> None:
             req = pickle.loads(conn.recv_bytes())
         except (EOFError, OSError):
             return
-        try:
-            if "fn" in req:
+        if "fn" in req:
+            try:
                 fns[req["key"]] = pickle.loads(req["fn"])
-            reply = _plain_reply(fns[req["key"]](*req["args"]))
-        except BaseException as e:  # noqa: BLE001 — model output made the function fail: report it
-            reply = {"error": f"{type(e).__name__}: {e}"[:MAX_REASON_CHARS]}
-        try:
-            data = json.dumps(reply).encode()
-        except (TypeError, ValueError) as e:
-            data = json.dumps({"error": f"unserialisable reply: {e}"}).encode()
-        conn.send_bytes(data)
+            except BaseException as e:  # noqa: BLE001
+                fns[req["key"]] = _Raise(f"{type(e).__name__}: {e}")
+        fn = fns.get(req["key"]) or _Raise("function not sent")
+        for args in req["batch"]:  # one reply per item, sent as soon as it is ready
+            try:
+                reply = _plain_reply(fn(*args))
+            except BaseException as e:  # noqa: BLE001 — model output made the function fail: report it
+                reply = {"error": f"{type(e).__name__}: {e}"[:MAX_REASON_CHARS]}
+            try:
+                data = json.dumps(reply).encode()
+            except (TypeError, ValueError) as e:
+                data = json.dumps({"error": f"unserialisable reply: {e}"}).encode()
+            conn.send_bytes(data)
+
+
+class _Raise:
+    def __init__(self, why: str):
+        self.why = why
+
+    def __call__(self, *args):
+        raise RuntimeError(self.why)
 
 
 # ----------------------------------------------------------------------------- trainer side
@@ -197,6 +210,26 @@ def _layer_spec(memory_mb: int, confine: bool) -> dict:
                                     "devices": list(runner.LANDLOCK_DEVICES)}
     spec["confine"] = confine_spec or None
     return spec
+
+
+_ENV_LOCK = threading.Lock()
+
+
+def _start_forkserver() -> None:
+    """Start multiprocessing's forkserver with this process's ``sys.path`` (Python 3.11's forkserver
+    ignores the path it is handed, so it travels in PYTHONPATH for the server's start only)."""
+    from multiprocessing import forkserver
+
+    with _ENV_LOCK:
+        old = os.environ.get("PYTHONPATH")
+        os.environ["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+        try:
+            forkserver.ensure_running()
+        finally:
+            if old is None:
+                os.environ.pop("PYTHONPATH", None)
+            else:
+                os.environ["PYTHONPATH"] = old
 
 
 class _Worker:
@@ -250,6 +283,7 @@ class WorkerPool:
         # '__main__' preloaded once in the forkserver, so a worker start does not re-import the script.
         extra = ["__main__"] if getattr(main, "__file__", None) else []
         self.ctx.set_forkserver_preload([*extra, *self.preload])
+        _start_forkserver()
         self._idle: queue.Queue[_Worker | None] = queue.Queue()
         self._lock = threading.Lock()
         self._closed = False
@@ -279,45 +313,67 @@ class WorkerPool:
                 self._fn_bytes[id(fn)] = hit
             return hit[0], hit[1]
 
-    def _call_on(self, w: _Worker, key: str, data: bytes, args: tuple, timeout_s: float) -> tuple[Outcome, bool]:
-        """One call on worker ``w``; returns the outcome and whether ``w`` is still usable."""
-        req = {"key": key, "args": args}
+    def _send(self, w: _Worker, key: str, data: bytes, batch: list[tuple]) -> None:
+        req = {"key": key, "batch": batch}
         if key not in w.known:
             req["fn"] = data
+        w.conn.send_bytes(pickle.dumps(req))
+        w.known.add(key)
+
+    @staticmethod
+    def _receive(w: _Worker, timeout_s: float) -> tuple[Outcome, bool]:
+        """The next reply of ``w`` within ``timeout_s``; returns the outcome and whether ``w`` is
+        still usable."""
         try:
-            w.conn.send_bytes(pickle.dumps(req))
             if not w.conn.poll(timeout_s):
                 return Outcome("timeout", reason=f"timeout after {timeout_s:g} s"), False
             raw = w.conn.recv_bytes(MAX_REPLY_BYTES)
         except (EOFError, OSError) as e:
             return Outcome("error", reason=f"error: worker died ({type(e).__name__}: {e})"[:300]), False
-        w.known.add(key)
         try:
             reply = json.loads(raw)
         except ValueError:
-            return Outcome("error", reason="error: malformed worker reply"), False
+            reply = None
         if not isinstance(reply, dict):
             return Outcome("error", reason="error: malformed worker reply"), False
         if "error" in reply:
             return Outcome("error", reason=f"error: {str(reply['error'])[:MAX_REASON_CHARS]}"), True
         return Outcome("ok", reply), True
 
+    def _run_chunk(self, key: str, data: bytes, chunk: list[tuple], timeout_s: float,
+                   deadline: float | None) -> list[Outcome]:
+        """Score ``chunk`` on one worker, item by item, each within ``timeout_s``; after a timeout the
+        worker is replaced and the rest of the chunk goes to the new one."""
+        out: list[Outcome] = []
+        while len(out) < len(chunk):
+            if deadline is not None and time.monotonic() >= deadline:
+                out += [Outcome("budget", reason="batch budget exhausted")] * (len(chunk) - len(out))
+                break
+            w = self._idle.get()
+            usable = True
+            try:
+                self._send(w, key, data, chunk[len(out):])
+                sent = len(chunk) - len(out)
+                for _ in range(sent):
+                    o, usable = self._receive(w, timeout_s)
+                    out.append(o)
+                    if not usable:
+                        break
+            except (OSError, ValueError) as e:  # the pipe broke while sending
+                out.append(Outcome("error", reason=f"error: worker died ({type(e).__name__}: {e})"[:300]))
+                usable = False
+            except BaseException:
+                self._replace(w)
+                raise
+            if usable:
+                self._idle.put(w)
+            else:
+                self._replace(w)
+        return out
+
     def call(self, fn, args: tuple, timeout_s: float) -> Outcome:
         """``fn(*args)`` in a worker within ``timeout_s`` seconds (a timed-out worker is replaced)."""
-        if self._closed:
-            raise RuntimeError("WorkerPool is closed")
-        key, data = self._key(fn)
-        w = self._idle.get()
-        try:
-            out, usable = self._call_on(w, key, data, args, timeout_s)
-        except BaseException:
-            self._replace(w)
-            raise
-        if usable:
-            self._idle.put(w)
-        else:
-            self._replace(w)
-        return out
+        return self.map(fn, [args], timeout_s)[0]
 
     def _replace(self, w: _Worker) -> None:
         w.kill()
@@ -327,21 +383,24 @@ class WorkerPool:
         except RuntimeError:
             self._idle.put(self._start())  # one retry; a second failure propagates
 
-    def map(self, fn, arg_list: list[tuple], timeout_s: float, deadline: float | None = None) -> list[Outcome]:
-        """``fn(*args)`` for every args in parallel over the workers, results in order. Calls not
-        started by ``deadline`` (``time.monotonic()``) get status ``budget``."""
+    def map(self, fn, arg_list: list[tuple], timeout_s: float, deadline: float | None = None,
+            chunk: int | None = None) -> list[Outcome]:
+        """``fn(*args)`` for every args, results in order: chunks of ``chunk`` items (default: enough
+        for four per worker, at most 32) go to the workers in parallel; every item has its own
+        ``timeout_s``. Items not started by ``deadline`` (``time.monotonic()``) get status ``budget``."""
+        if self._closed:
+            raise RuntimeError("WorkerPool is closed")
         if not arg_list:
             return []
-
-        def one(args):
-            if deadline is not None and time.monotonic() >= deadline:
-                return Outcome("budget", reason="batch budget exhausted")
-            return self.call(fn, args, timeout_s)
-
-        if self.n == 1 or len(arg_list) == 1:
-            return [one(a) for a in arg_list]
-        with ThreadPoolExecutor(max_workers=min(self.n, len(arg_list))) as ex:
-            return list(ex.map(one, arg_list))
+        key, data = self._key(fn)
+        size = chunk or max(1, min(32, -(-len(arg_list) // (4 * self.n))))
+        chunks = [arg_list[i:i + size] for i in range(0, len(arg_list), size)]
+        if self.n == 1 or len(chunks) == 1:
+            parts = [self._run_chunk(key, data, c, timeout_s, deadline) for c in chunks]
+        else:
+            with ThreadPoolExecutor(max_workers=min(self.n, len(chunks))) as ex:
+                parts = list(ex.map(lambda c: self._run_chunk(key, data, c, timeout_s, deadline), chunks))
+        return [o for part in parts for o in part]
 
     def close(self) -> None:
         self._closed = True
