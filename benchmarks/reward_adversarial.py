@@ -39,10 +39,14 @@ def classes(n: int):
     bombs = [r"\boxed{9^{9^{9^{9}}}}", r"\boxed{(1+x)^{100000}}", r"\boxed{\binom{10^{7}}{5000000}}"]
     return {
         "math_bombs": ("math", math_p, [f"<think>t</think><answer>{bombs[i % 3]}</answer>" for i in range(n)]),
-        "format_backtracking_260k": ("format", math_p, ["<think>" + "<think>a" * 32_500 for _ in range(n)]),
-        "nested_boxes_160k": ("math", math_p, ["<answer>" + r"\boxed{" * 23_000 + "5" + "}" * 23_000 + "</answer>"
-                                               for _ in range(n)]),
-        "code_fences_90k": ("code", code_p, ["```python\n" * 9_000 for _ in range(n)]),
+        # a lazy group across 10 000 </think><answer></answer> pairs: quadratic backtracking
+        "format_backtracking_260k": ("format", math_p, ["<think>" + "</think><answer></answer>x" * 10_000
+                                                        for _ in range(n)]),
+        # every nested box kept (format_partial's boxed credit scans the whole completion)
+        "nested_boxes_160k": ("format_partial", math_p, ["<think>t</think>" + r"\boxed{" * 11_500 + "5"
+                                                         + "}" * 11_500 for _ in range(n)]),
+        # opening fences with no newline: the fence regex rescans to the end from each
+        "code_fences_90k": ("code", code_p, ["```" * 30_000 for _ in range(n)]),
         "ast_bomb_10mb": ("code", code_p, ["```python\n" + "x = 1\n" * 1_750_000 + "```" for _ in range(n)]),
         "spinning_programs": ("code", code_p, ["```python\ndef add(a, b):\n    while True:\n        pass\n```"
                                                for _ in range(n)]),
@@ -56,6 +60,7 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="fewer repeats of the ordinary batch")
     ap.add_argument("--n", type=int, default=64, help="completions per adversarial class")
     ap.add_argument("--only", default="", help="comma-separated classes to run (default: all)")
+    ap.add_argument("--code-workers", type=int, default=None, help="code reward max_workers (default: its own)")
     ap.add_argument("--budget", type=float, default=600.0, help="score_completions batch budget (s)")
     args = ap.parse_args()
     import torch
@@ -72,7 +77,9 @@ def main() -> None:
     caps = dict(caps) if hasattr(caps, "items") else caps
     out: dict = {"cpu_capability": torch.backends.cpu.get_cpu_capability(),
                  "cpu_flags": sorted(k for k, v in caps.items() if v is True) if isinstance(caps, dict) else str(caps)}
-    fns = {name: build_reward(RewardSpec(name), rg) for name in ("math", "format", "code", "task")}
+    fns = {name: build_reward(RewardSpec(name), rg) for name in ("math", "format", "format_partial", "code", "task")}
+    if args.code_workers:
+        fns["code"].max_workers = args.code_workers
     # warm the pool (started once per trainer)
     score_completions({"math": (fns["math"], 1.0)}, [rg_p], ["<answer>1</answer>"])
 

@@ -120,3 +120,16 @@ def test_a_program_over_the_size_cap_is_not_parsed():
     syntax, compiles, why = check_static("x = 1\n" * (MAX_CODE_CHARS // 6 + 1))
     assert (syntax, compiles) == (0.0, 0.0) and "too long" in why
     assert check_static("x = 1\n" * (MAX_CODE_CHARS // 6 - 1))[:2] == (1.0, 1.0)
+
+
+def test_code_reward_extraction_runs_bounded_in_a_worker():
+    from seqrl.rewards.code import MAX_COMPLETION_CHARS, CodeExecutionReward
+
+    reward = CodeExecutionReward(static_timeout_s=0.3)
+    items = [("```" * 30_000, None, [[[1, 2], 3]], "add", None),  # the fence regex rescans: seconds
+             ("x" * (MAX_COMPLETION_CHARS + 1), None, [[[1, 2], 3]], "add", None),
+             ("```python\ndef add(a, b):\n    return a + b\n```", None, [[[1, 2], 3]], "add", None)]
+    slow, huge, good = reward.score_many(items)
+    assert slow.score == 0.0 and slow.reason.startswith("timeout")
+    assert huge.score == 0.0 and "completion too long" in huge.reason
+    assert good.score == 1.0

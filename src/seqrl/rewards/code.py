@@ -52,6 +52,8 @@ _PY_LANGS = ("python", "py", "python3", "py3")
 RUFF_TIMEOUT_S = 10.0
 MAX_CODE_CHARS = 200_000
 """Longer programs score 0 unparsed: ``ast.parse`` costs ≈ 0.5 GB and 3 s per MB in this process."""
+MAX_COMPLETION_CHARS = 4 * MAX_CODE_CHARS
+"""Longer completions score 0 before the program is even looked for."""
 
 
 def extract_code(text: str) -> tuple[str, str]:
@@ -180,6 +182,9 @@ class CodeExecutionReward:
     """Extract the program from the completion (`extract_code`); False: the text is the program."""
     ruff: str | None = None
     """Path of the ruff executable (default: ``ruff`` on PATH)."""
+    static_timeout_s: float = 2.0
+    """Limit of extracting and parsing one completion (levels 1–3, in a worker process); past it the
+    completion scores 0 with reason "timeout"."""
 
     def __post_init__(self) -> None:
         if self.max_workers < 1:
@@ -188,6 +193,8 @@ class CodeExecutionReward:
             raise ValueError(f"code reward: timeout_s must be > 0 (got {self.timeout_s})")
         if self.min_score > self.max_score:
             raise ValueError(f"code reward: min_score must be <= max_score (got {self.min_score} > {self.max_score})")
+        if not self.static_timeout_s > 0:
+            raise ValueError(f"code reward: static_timeout_s must be > 0 (got {self.static_timeout_s})")
         if self.style_max_findings < 1:
             raise ValueError(f"code reward: style_max_findings must be >= 1 (got {self.style_max_findings})")
         self.__name__ = "code_execution"
@@ -205,14 +212,14 @@ class CodeExecutionReward:
 
         Programs that parse and compile run through `run_many` (``max_workers`` at once); the rest
         never reach the sandbox."""
-        static, jobs, job_of = [], [], {}
         for i, item in enumerate(items):
-            text, tests, io_cases, entry_point, _ref = item[:5]
+            _check_spec(item[1], item[2], item[3], f"item {i}", item[5] if len(item) > 5 else None)
+        static = _static_checks([item[0] for item in items], self.extract, self.static_timeout_s)
+        jobs, job_of = [], {}
+        for i, item in enumerate(items):
+            tests, io_cases, entry_point = item[1:4]
             stdio = item[5] if len(item) > 5 else None
-            _check_spec(tests, io_cases, entry_point, f"item {i}", stdio)
-            code = extract_code(text)[0] if self.extract else (text if isinstance(text, str) else "")
-            syn, comp, why = check_static(code)
-            static.append((code, syn, comp, why))
+            code, _syn, comp, _why = static[i]
             if comp:
                 job_of[i] = len(jobs)
                 spec = dict(stdio_cases=stdio) if stdio is not None else \
@@ -265,6 +272,33 @@ class CodeExecutionReward:
         total = min(self.max_score, max(self.min_score, total))
         reason = "; ".join(r for r in [*reasons, *skipped] if r)
         return RewardResult(round(total, 12), reason, parts)
+
+
+def static_check(text, extract: bool = True) -> list:
+    """``[code, syntax, compiles, reason]`` of one completion: levels 1–3, run in a worker."""
+    if isinstance(text, str) and len(text) > MAX_COMPLETION_CHARS:
+        return ["", 0.0, 0.0, f"completion too long ({len(text)} > {MAX_COMPLETION_CHARS} characters), not parsed"]
+    code = extract_code(text)[0] if extract else (text if isinstance(text, str) else "")
+    return [code, *check_static(code)]
+
+
+def _static_checks(texts: list, extract: bool, timeout_s: float) -> list[tuple]:
+    """`static_check` of every text in the worker pool (each within ``timeout_s``); in a worker, here."""
+    from seqrl.sandbox import workers
+
+    if workers.IN_WORKER:
+        return [tuple(static_check(t, extract)) for t in texts]
+    out = []
+    for t, o in zip(texts, workers.shared_pool().map(static_check, [(t, extract) for t in texts], timeout_s)):
+        v = o.value.get("value") if o.status == "ok" else None
+        if (isinstance(v, list) and len(v) == 4 and isinstance(v[0], str) and len(v[0]) <= MAX_COMPLETION_CHARS
+                and v[1] in (0.0, 1.0) and v[2] in (0.0, 1.0) and isinstance(v[3], str)):
+            out.append((v[0], float(v[1]), float(v[2]), v[3][:300]))
+        elif o.status == "timeout":
+            out.append(("", 0.0, 0.0, f"timeout: extracting and parsing took over {timeout_s:g} s"))
+        else:
+            out.append(("", 0.0, 0.0, f"static check failed: {o.reason or 'malformed reply'}"[:300]))
+    return out
 
 
 def _run_reason(run: SandboxResult, timeout_s: float, memory_mb: int) -> str:

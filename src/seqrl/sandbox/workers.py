@@ -45,9 +45,10 @@ from seqrl.rewards.base import RewardResult
 IN_WORKER = False
 """True inside a worker process (code that would dispatch to a pool calls directly instead)."""
 
-MAX_REPLY_BYTES = 1 << 20
+MAX_REPLY_BYTES = 4 << 20
 MAX_REASON_CHARS = 2000
-DEFAULT_PRELOAD = ("seqrl.sandbox.workers", "seqrl.rewards.math", "seqrl.rewards.format", "seqrl.data.rgym",
+DEFAULT_PRELOAD = ("seqrl.sandbox.workers", "seqrl.rewards.math", "seqrl.rewards.format", "seqrl.rewards.code",
+                   "seqrl.data.rgym",
                    *(["reasoning_gym"] if importlib.util.find_spec("reasoning_gym") else []))
 
 
@@ -116,8 +117,8 @@ def _plain_reply(value) -> dict:
     if isinstance(value, RewardResult):
         parts = {str(k): float(v) for k, v in (value.parts or {}).items()}
         return {"score": float(value.score), "reason": str(value.reason)[:MAX_REASON_CHARS], "parts": parts}
-    if value is None or isinstance(value, (bool, int, float, str)):
-        return {"value": value}
+    if value is None or isinstance(value, (bool, int, float, str, list, dict)):
+        return {"value": value}  # json.dumps refuses what JSON cannot hold: reported as an error
     return {"value": repr(value)[:MAX_REASON_CHARS]}
 
 
