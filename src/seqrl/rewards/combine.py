@@ -129,6 +129,9 @@ def build_reward(spec: RewardSpec, task: Task) -> RewardFn:
         return CodeExecutionReward(timeout_s=spec.timeout_s)
     fn = {"task": TaskReward(task) if spec.name == "task" else None, "format": format_reward,
           "math": math_answer_reward, "format_partial": format_partial_reward}[spec.name]
+    from seqrl.sandbox.workers import shared_pool
+
+    shared_pool()  # the workers start now, not inside the first batch
     return BoundedReward(fn, spec.timeout_s)
 
 
