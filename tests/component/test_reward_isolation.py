@@ -133,3 +133,15 @@ def test_code_reward_extraction_runs_bounded_in_a_worker():
     assert slow.score == 0.0 and slow.reason.startswith("timeout")
     assert huge.score == 0.0 and "completion too long" in huge.reason
     assert good.score == 1.0
+
+
+def test_a_worker_that_cannot_be_restarted_leaves_a_slot_that_restarts_later(pool, monkeypatch):
+    real_start = pool._start
+
+    def fail():
+        raise RuntimeError("no fork today")
+
+    monkeypatch.setattr(pool, "_start", fail)
+    assert pool.call(run_python_expr, ("9**9**9",), timeout_s=0.3).status == "timeout"
+    monkeypatch.setattr(pool, "_start", real_start)
+    assert [o.value["value"] for o in pool.map(run_python_expr, [("1",), ("2",), ("3",)], timeout_s=5.0)] == [1, 2, 3]

@@ -296,7 +296,7 @@ class WorkerPool:
     @property
     def layers(self) -> list[str]:
         """Layers the workers run under (as reported by one at start)."""
-        w = self._idle.get()
+        w = self._acquire()
         try:
             return list(w.layers)
         finally:
@@ -350,7 +350,7 @@ class WorkerPool:
             if deadline is not None and time.monotonic() >= deadline:
                 out += [Outcome("budget", reason="batch budget exhausted")] * (len(chunk) - len(out))
                 break
-            w = self._idle.get()
+            w = self._acquire()
             usable = True
             try:
                 self._send(w, key, data, chunk[len(out):])
@@ -376,13 +376,24 @@ class WorkerPool:
         """``fn(*args)`` in a worker within ``timeout_s`` seconds (a timed-out worker is replaced)."""
         return self.map(fn, [args], timeout_s)[0]
 
+    def _acquire(self) -> _Worker:
+        """An idle worker; a slot whose worker could not be restarted (None) tries again here."""
+        w = self._idle.get()
+        if w is None:
+            try:
+                w = self._start()
+            except BaseException:
+                self._idle.put(None)
+                raise
+        return w
+
     def _replace(self, w: _Worker) -> None:
         w.kill()
         self.replaced += 1
         try:
             self._idle.put(self._start())
-        except RuntimeError:
-            self._idle.put(self._start())  # one retry; a second failure propagates
+        except BaseException:  # the slot stays; the next call that takes it starts a worker again
+            self._idle.put(None)
 
     def map(self, fn, arg_list: list[tuple], timeout_s: float, deadline: float | None = None,
             chunk: int | None = None) -> list[Outcome]:
