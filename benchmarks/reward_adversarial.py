@@ -61,7 +61,7 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=64, help="completions per adversarial class")
     ap.add_argument("--only", default="", help="comma-separated classes to run (default: all)")
     ap.add_argument("--code-workers", type=int, default=None, help="code reward max_workers (default: its own)")
-    ap.add_argument("--budget", type=float, default=600.0, help="score_completions batch budget (s)")
+    ap.add_argument("--budget", type=float, default=300.0, help="score_completions batch budget (s)")
     args = ap.parse_args()
     import torch
 

@@ -7,7 +7,8 @@ One step:
      with DAPO dynamic sampling, groups whose rewards are all equal are dropped and more prompts
      are drawn until the batch is full (or `dapo.max_sampling_rounds` is reached);
   2. score every completion with the weighted reward functions (a function that raises or returns
-     NaN gives that completion 0 with the reason, counted in `reward/<fn>/errors`);
+     NaN gives that completion 0 with the reason, counted in `reward/<fn>/errors`; one past its
+     reward's time limit or the batch's `reward_budget_s` gets 0, counted in `reward/<fn>/timeouts`);
   3. advantages per group (`seqrl.core.advantages`);
   4. μ = `num_iterations` passes over the batch, each split into `minibatches` optimizer steps,
      each accumulated over micro-batches with the batch's global normalisers, so the gradient does
@@ -135,7 +136,7 @@ class GRPOConfig:
     dapo: DAPOConfig = field(default_factory=DAPOConfig)
     rewards: list[RewardSpec] = field(default_factory=lambda: [RewardSpec("task", 1.0)])
     """Weighted reward functions; the total reward is Σ weight · score."""
-    reward_budget_s: float = 600.0
+    reward_budget_s: float = 300.0
     """Wall-clock budget for scoring one batch; completions not scored by then get 0 ("batch budget")."""
     steps: int = 50
     """Sampling-and-update steps."""

@@ -30,7 +30,7 @@ RewardFn = Callable[[list[Problem], list[str]], list[RewardResult]]
 
 BUILTIN_REWARDS = ("task", "format", "math", "format_partial", "code")
 DEFAULT_TIMEOUT_S = {"task": 2.0, "format": 1.0, "math": 1.0, "format_partial": 1.0, "code": 2.0}
-DEFAULT_BATCH_BUDGET_S = 600.0
+DEFAULT_BATCH_BUDGET_S = 300.0
 
 
 @dataclass
@@ -184,6 +184,8 @@ def score_completions(fns: dict[str, tuple[RewardFn, float]], problems: list[Pro
     score 0 with reason "batch budget"."""
     if len(problems) != len(completions):
         raise ValueError(f"score_completions: {len(problems)} problems for {len(completions)} completions")
+    if budget_s is not None and not (isinstance(budget_s, (int, float)) and budget_s >= 0):
+        raise ValueError(f"score_completions: budget_s must be a number >= 0 or None (got {budget_s!r})")
     deadline = None if budget_s is None else time.monotonic() + budget_s
     total = [0.0] * len(completions)
     batch = ScoredBatch(total, {}, {})
