@@ -145,3 +145,28 @@ def test_a_worker_that_cannot_be_restarted_leaves_a_slot_that_restarts_later(poo
     assert pool.call(run_python_expr, ("9**9**9",), timeout_s=0.3).status == "timeout"
     monkeypatch.setattr(pool, "_start", real_start)
     assert [o.value["value"] for o in pool.map(run_python_expr, [("1",), ("2",), ("3",)], timeout_s=5.0)] == [1, 2, 3]
+
+
+def spin_forever(problems, completions):
+    while True:
+        pass
+
+
+def test_grpo_counts_reward_timeouts_in_its_metrics(pool):
+    import torch
+
+    from seqrl.algos.common import OptimConfig, RunConfig, TaskConfig
+    from seqrl.algos.grpo import GRPOConfig, GRPOTrainer, SamplingConfig
+    from seqrl.models import ModelConfig, load_policy
+
+    cfg = GRPOConfig(run=RunConfig(name="g", out_dir="runs", seed=1, progress=False),
+                     model=ModelConfig(preset="tiny", max_seq_len=64), task=TaskConfig(name="arith", n_train=16, n_test=4),
+                     optim=OptimConfig(lr=1e-3, warmup_steps=0, schedule="constant"),
+                     sampling=SamplingConfig(max_new_tokens=4), steps=1, batch_size=8, group_size=4)
+    torch.manual_seed(0)
+    task = cfg.task.build()
+    trainer = GRPOTrainer(cfg, load_policy(cfg.model), task, task.problems("train", 16, 0))
+    trainer.reward_fns["spin"] = (BoundedReward(spin_forever, timeout_s=0.2, pool=pool), 1.0)
+    batch = trainer.collect(0)
+    assert batch.metrics["reward/spin/timeouts"] == 8.0
+    assert batch.metrics["reward/spin/mean"] == 0.0
