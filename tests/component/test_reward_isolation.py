@@ -42,7 +42,7 @@ def test_code_run_in_a_worker_cannot_write_files_or_connect(pool, tmp_path):
              "__import__('socket').create_connection(('127.0.0.1', 22), timeout=1)"]
     outs = [pool.call(run_python_expr, (c,), timeout_s=5.0) for c in calls]
     assert not target.exists()
-    assert outs[1].status == "error" and "PermissionError" in outs[1].reason
+    assert outs[1].status == "error" and ("PermissionError" in outs[1].reason or "Read-only" in outs[1].reason)
     assert outs[2].status == "error"
     assert {"rlimits", "landlock"} <= set(pool.layers) or os.uname().sysname != "Linux"
 
@@ -170,3 +170,18 @@ def test_grpo_counts_reward_timeouts_in_its_metrics(pool):
     batch = trainer.collect(0)
     assert batch.metrics["reward/spin/timeouts"] == 8.0
     assert batch.metrics["reward/spin/mean"] == 0.0
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the read-only mount namespace needs root")
+def test_without_landlock_a_root_worker_still_writes_no_file(tmp_path):
+    p = WorkerPool(workers=1, memory_mb=256, preload=(*DEFAULT_PRELOAD, __name__))
+    try:
+        p.spec["confine"] = None  # as on a kernel without Landlock (and seccomp)
+        p._replace(p._acquire())
+        assert "landlock" not in p.layers and "mountns_ro" in p.layers
+        target = tmp_path / "F"
+        out = p.call(run_python_expr, (f"__import__('pathlib').Path('{target}').touch()",), timeout_s=5.0)
+        assert out.status == "error" and "Read-only file system" in out.reason
+        assert not target.exists()
+    finally:
+        p.close()

@@ -10,8 +10,8 @@ output. `WorkerPool` runs such calls in worker processes instead of the trainer:
 - **bounded**: each call has a wall-clock limit; a worker that misses it is killed (its whole
   process group) and replaced, and the call reports ``timeout``; RLIMIT_AS caps each worker's memory;
 - **confined** before the first call, with the sandbox's layers where the machine has them: a new
-  process group, no core dumps, no file writes (RLIMIT_FSIZE 0), its own network namespace (root),
-  an unprivileged uid with RLIMIT_NPROC at its thread count so it cannot start processes (root,
+  process group, no core dumps, no file writes (RLIMIT_FSIZE 0), its own network namespace and a
+  mount namespace with every mount read-only (root), an unprivileged uid with RLIMIT_NPROC at its thread count so it cannot start processes (root,
   when the interpreter is readable by that uid), ``no_new_privs``, seccomp and Landlock (read-only
   system, interpreter and library paths; nothing writable; no TCP);
 - **untrusting replies**: requests go to the worker pickled (trusted → worker), replies come back as
@@ -97,8 +97,10 @@ def _confine_self(spec: dict) -> list[str]:
     layers.append("rlimits")
     if spec.get("netns"):
         sys_ = _driver._Sys()
-        sys_(272, 0x40000000)  # unshare(CLONE_NEWNET): no interface but a down loopback
+        sys_(272, 0x40000000 | 0x00020000)  # unshare(CLONE_NEWNET | CLONE_NEWNS)
         layers.append("netns")
+        _read_only_mounts(sys_)
+        layers.append("mountns_ro")
     if spec.get("uid") is not None:
         _driver._drop_privileges(int(spec["uid"]), _thread_count())
         layers.append("setuid")
@@ -111,6 +113,26 @@ def _confine_self(spec: dict) -> list[str]:
             pass
     layers += _driver.confine(spec.get("confine"))
     return layers
+
+
+_MS_RDONLY, _MS_REMOUNT, _MS_BIND, _MS_REC, _MS_PRIVATE = 1, 32, 4096, 16384, 1 << 18
+
+
+def _read_only_mounts(sys_) -> None:
+    """In this process's new mount namespace: every mount private, then remounted read-only (so
+    even a root worker writes no file where Landlock is missing). Raises OSError when "/" stays
+    writable."""
+    root = sys_.buf(b"/\0")
+    sys_(165, None, root, None, _MS_REC | _MS_PRIVATE, None)  # mount(NULL, "/", NULL, MS_REC|MS_PRIVATE)
+    with open("/proc/self/mountinfo", "rb") as f:
+        points = [line.split()[4] for line in f.read().splitlines() if len(line.split()) > 4]
+    for mp in sorted(set(points), key=len):
+        path = mp.replace(b"\\040", b" ")
+        try:
+            sys_(165, None, sys_.buf(path + b"\0"), None, _MS_REMOUNT | _MS_BIND | _MS_RDONLY, None)
+        except OSError:
+            if path == b"/":
+                raise
 
 
 def _plain_reply(value) -> dict:
