@@ -185,3 +185,12 @@ def test_without_landlock_a_root_worker_still_writes_no_file(tmp_path):
         assert not target.exists()
     finally:
         p.close()
+
+
+def test_a_task_that_cannot_reach_a_worker_fails_at_build_time_naming_it():
+    from seqrl.data.arithmetic import ArithmeticTask
+
+    task = ArithmeticTask()
+    task.hook = lambda: None  # lambdas do not pickle
+    with pytest.raises(ValueError, match=r"task 'arith.*cannot be sent to a reward worker"):
+        build_reward(RewardSpec("task"), task)

@@ -129,6 +129,14 @@ def build_reward(spec: RewardSpec, task: Task) -> RewardFn:
         return CodeExecutionReward(timeout_s=spec.timeout_s)
     fn = {"task": TaskReward(task) if spec.name == "task" else None, "format": format_reward,
           "math": math_answer_reward, "format_partial": format_partial_reward}[spec.name]
+    if spec.name == "task":
+        import pickle
+
+        try:
+            pickle.dumps(fn)
+        except Exception as e:  # noqa: BLE001 — fail at build time, naming the task, not per completion
+            raise ValueError(f"reward 'task': task {task.name!r} cannot be sent to a reward worker "
+                             f"({type(e).__name__}: {e}); its attributes must pickle") from None
     from seqrl.sandbox.workers import shared_pool
 
     shared_pool()  # the workers start now, not inside the first batch
