@@ -194,3 +194,11 @@ def test_a_task_that_cannot_reach_a_worker_fails_at_build_time_naming_it():
     task.hook = lambda: None  # lambdas do not pickle
     with pytest.raises(ValueError, match=r"task 'arith.*cannot be sent to a reward worker"):
         build_reward(RewardSpec("task"), task)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="capabilities are dropped by a root worker")
+def test_a_root_worker_cannot_raise_its_memory_limit(pool):
+    assert {"setuid", "no_capabilities"} & set(pool.layers)
+    out = pool.call(run_python_expr, ("__import__('resource').setrlimit(__import__('resource').RLIMIT_AS, (-1, -1))",),
+                    timeout_s=5.0)
+    assert out.status == "error" and ("not allowed" in out.reason or "Operation not permitted" in out.reason)

@@ -104,6 +104,8 @@ def _confine_self(spec: dict) -> list[str]:
     if spec.get("uid") is not None:
         _driver._drop_privileges(int(spec["uid"]), _thread_count())
         layers.append("setuid")
+    elif os.geteuid() == 0 and _drop_capabilities():
+        layers.append("no_capabilities")
     else:
         try:
             import ctypes
@@ -113,6 +115,31 @@ def _confine_self(spec: dict) -> list[str]:
             pass
     layers += _driver.confine(spec.get("confine"))
     return layers
+
+
+_SYSCALLS = {"x86_64": {"prctl": 157, "capset": 126}, "aarch64": {"prctl": 167, "capset": 91}}
+
+
+def _drop_capabilities() -> bool:
+    """A root worker that keeps uid 0 (an unprivileged uid could not read its interpreter): empty the
+    capability bounding set and every capability set, and set ``no_new_privs`` — it can no longer
+    raise its limits, mount, configure the network, trace or override file permissions. False
+    where this architecture's syscall numbers are unknown."""
+    nr = _SYSCALLS.get(os.uname().machine)
+    if nr is None:
+        return False
+    from seqrl.sandbox import _driver
+
+    sys_ = _driver._Sys()
+    for cap in range(64):
+        try:
+            sys_(nr["prctl"], 24, cap, 0, 0, 0)  # PR_CAPBSET_DROP
+        except OSError:
+            break  # past the last capability this kernel knows
+    header = sys_.buf((0x20080522).to_bytes(4, "little") + (0).to_bytes(4, "little"))  # version 3, this process
+    sys_(nr["capset"], header, sys_.buf(bytes(24)))
+    sys_(nr["prctl"], 38, 1, 0, 0, 0)  # PR_SET_NO_NEW_PRIVS
+    return True
 
 
 _MS_RDONLY, _MS_REMOUNT, _MS_BIND, _MS_REC, _MS_PRIVATE = 1, 32, 4096, 16384, 1 << 18
