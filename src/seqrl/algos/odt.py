@@ -19,8 +19,9 @@
 
 Every update minimises −(log π(a) + α·H) on real steps plus the temperature loss α·(H − β)
 (`seqrl.core.odt`), α = exp(log_temperature) learned with its own Adam (official: lr 1e-4, init 0.1),
-β = −|A| in tanh units. The policy's optimiser is LAMB as in the paper (``optimizer: lamb``, from
-the `pytorch-optimizer` package) or AdamW (``optimizer: adamw``).
+β = −|A| in tanh units. The policy's optimiser is LAMB with the official code's update rule
+(``optimizer: lamb``, `seqrl.utils.optim.Lamb`: weight decay and the trust ratio on every parameter)
+or AdamW (``optimizer: adamw``).
 
 Checkpoints (`seqrl.utils.checkpoint`, atomic) hold the policy weights (loadable with
 `seqrl.algos.dt.load_policy_checkpoint` and evaluable like a DT: `seqrl eval dt --checkpoint …`),
@@ -59,6 +60,7 @@ from seqrl.envs.rollout import episode_rngs
 from seqrl.models.odt import OnlineDecisionTransformer
 from seqrl.utils.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from seqrl.utils.metrics import MetricsLogger, read_metrics
+from seqrl.utils.optim import Lamb
 from seqrl.utils.plots import plot_bars, plot_metrics
 from seqrl.utils.progress import progress_bar
 from seqrl.utils.seeding import seed_everything
@@ -80,8 +82,17 @@ class ODTModelConfig(DTModelConfig):
     noisy policy's samples clipped to the bounds: under the official bound the policy fits that noise
     and its sampled rollouts fall far below its mean action (docs/algorithms/odt.md, Pendulum)."""
 
+    timestep_embedding: bool = True
+    """Add the learned timestep embedding to every token, as the Decision Transformer (official ODT:
+    false — ``ordering 0``, no timestep or position embedding)."""
+    rollout_context: int = 0
+    """Steps of history the policy acts on in rollouts and evaluation (0: K; official ODT: 5 with K 20)."""
+
     def __post_init__(self) -> None:
         super().__post_init__()
+        if not 0 <= self.rollout_context <= self.context_len:
+            raise ValueError(f"model.rollout_context must be in [0, model.context_len = {self.context_len}] "
+                             f"(got {self.rollout_context})")
         if not self.log_std_min < self.log_std_max:
             raise ValueError(f"model.log_std_min must be < model.log_std_max (got {self.log_std_min}, "
                              f"{self.log_std_max})")
@@ -140,7 +151,8 @@ class ODTConfig:
     optim: OptimConfig = field(default_factory=_optim_defaults)
     """The policy's optimiser settings (LAMB or AdamW, see `optimizer`)."""
     optimizer: Literal["lamb", "adamw"] = "lamb"
-    """LAMB (the paper; `pytorch-optimizer`'s ``Lamb``) or AdamW (`seqrl.algos.common.make_optimizer`)."""
+    """LAMB with the official ODT's rule (`seqrl.utils.optim.Lamb`, one group: decay and trust ratio on every
+    parameter) or AdamW (`seqrl.algos.common.make_optimizer`: no decay on biases, norms and embeddings)."""
     eval: ODTEvalConfig = field(default_factory=ODTEvalConfig)
     online: OnlineConfig = field(default_factory=OnlineConfig)
     return_scale: float = 1000.0
@@ -320,7 +332,8 @@ def build_policy(cfg: ODTConfig, dataset: OfflineDataset, data: Trajectories) ->
         context_len=m.context_len, max_ep_len=m.max_ep_len, dropout=m.dropout, activation=m.activation,
         embed_init=m.embed_init,
         action_low=dataset.action_low, action_high=dataset.action_high, state_mean=mean, state_std=std,
-        return_scale=cfg.return_scale, log_std_min=m.log_std_min, log_std_max=m.log_std_max)
+        return_scale=cfg.return_scale, log_std_min=m.log_std_min, log_std_max=m.log_std_max,
+        timestep_embedding=m.timestep_embedding, rollout_context=m.rollout_context or None)
 
 
 class _Optimizers:
@@ -338,15 +351,14 @@ class _Optimizers:
 
 
 def make_policy_optimizer(policy: torch.nn.Module, cfg: ODTConfig):
-    """(optimizer, scheduler): AdamW from `make_optimizer`, or LAMB over the same parameter groups
-    (no decay on biases, norms and embeddings) with the same warm-up schedule."""
+    """(optimizer, scheduler): AdamW from `make_optimizer`, or LAMB as the official ODT builds it — one
+    group, weight decay (and so the trust ratio) on every parameter, eps 1e-8 — with the same warm-up
+    schedule."""
     optimizer, scheduler = make_optimizer(policy, cfg.optim, cfg.total_steps)
     if cfg.optimizer == "adamw":
         return optimizer, scheduler
-    from pytorch_optimizer.optimizer.lamb import Lamb
-
-    groups = [{"params": g["params"], "weight_decay": g["weight_decay"]} for g in optimizer.param_groups]
-    lamb = Lamb(groups, lr=cfg.optim.lr, betas=cfg.optim.betas, eps=1e-8)  # official ODT: eps 1e-8
+    lamb = Lamb(policy.parameters(), lr=cfg.optim.lr, betas=cfg.optim.betas, eps=1e-8,
+                weight_decay=cfg.optim.weight_decay)
     return lamb, torch.optim.lr_scheduler.LambdaLR(lamb, scheduler.lr_lambdas[0])
 
 

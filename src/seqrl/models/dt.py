@@ -103,6 +103,10 @@ class DecisionTransformer(nn.Module):
     action_head:  "tanh" (continuous) or "categorical" (discrete)
     embed_init:   "gpt2" (N(0, 0.02) like every layer) or "pytorch" (default init of the linear R̂/state/action
                   embeddings, as the official code and d3rlpy; see docs/algorithms/dt.md for when it helps)
+    timestep_embedding: add the learned timestep embedding to every token (the DT paper; the official
+                  Online DT trains without it, ``ordering 0``: order comes from the causal mask alone)
+    rollout_context: steps of history `get_action` reads (≤ K; None: K). The official Online DT trains
+                  on K = 20 but acts on the last 5 steps, left-padded to K
     action_low/high: bounds of the tanh head (default −1, 1)
     state_mean/std: state normaliser (default 0, 1); return_scale: R̂ is divided by it (MuJoCo: 1000)
     """
@@ -120,6 +124,8 @@ class DecisionTransformer(nn.Module):
         activation: Literal["relu", "gelu"] = "relu",
         action_head: Literal["tanh", "categorical"] = "tanh",
         embed_init: Literal["gpt2", "pytorch"] = "gpt2",
+        timestep_embedding: bool = True,
+        rollout_context: int | None = None,
         action_low=None,
         action_high=None,
         state_mean=None,
@@ -142,15 +148,21 @@ class DecisionTransformer(nn.Module):
             raise ValueError(f"DecisionTransformer: embed_init must be 'gpt2' or 'pytorch' (got {embed_init!r})")
         if not return_scale > 0:
             raise ValueError(f"DecisionTransformer: return_scale must be > 0 (got {return_scale})")
+        if rollout_context is not None and not (isinstance(rollout_context, int) and 1 <= rollout_context <= context_len):
+            raise ValueError(f"DecisionTransformer: rollout_context must be an int in [1, context_len = {context_len}] "
+                             f"or None (got {rollout_context!r})")
         self.kwargs = dict(state_dim=state_dim, action_dim=action_dim, hidden_size=hidden_size, n_layer=n_layer,
                            n_head=n_head, context_len=context_len, max_ep_len=max_ep_len, dropout=dropout,
                            activation=activation, action_head=action_head, embed_init=embed_init)
+        if not timestep_embedding or rollout_context is not None:  # only when set: older checkpoints stay loadable
+            self.kwargs.update(timestep_embedding=bool(timestep_embedding), rollout_context=rollout_context)
+        self.rollout_context = context_len if rollout_context is None else rollout_context
         self.state_dim, self.action_dim = state_dim, action_dim
         self.context_len, self.max_ep_len = context_len, max_ep_len
         self.discrete = action_head == "categorical"
         d = hidden_size
 
-        self.embed_timestep = nn.Embedding(max_ep_len, d)
+        self.embed_timestep = nn.Embedding(max_ep_len, d) if timestep_embedding else None
         self.embed_return = nn.Linear(1, d)
         self.embed_state = nn.Linear(state_dim, d)
         self.embed_action = nn.Embedding(action_dim, d) if self.discrete else nn.Linear(action_dim, d)
@@ -226,7 +238,7 @@ class DecisionTransformer(nn.Module):
         """Output features at the state tokens: (B, K, d). Inputs as in `forward`."""
         returns = self._check(returns, states, actions, timesteps, attention_mask)
         B, K = states.shape[:2]
-        time = self.embed_timestep(timesteps)  # (B, K, d)
+        time = self.embed_timestep(timesteps) if self.embed_timestep is not None else 0.0  # (B, K, d)
         s = (states - self.state_mean) / self.state_std  # (B, K, S)
         r_tok = self.embed_return(returns / self.return_scale) + time  # (B, K, d)
         s_tok = self.embed_state(s) + time  # (B, K, d)
@@ -271,8 +283,8 @@ class DecisionTransformer(nn.Module):
     ) -> torch.Tensor:
         """The deterministic action for the last step of a history (tanh mean / argmax).
 
-        Histories are (T, …) for one episode or (B, T, …) for a batch, any T ≥ 1: the last K steps
-        are used, left-padded when T < K. `actions` may hold T − 1 steps (the current action is not
+        Histories are (T, …) for one episode or (B, T, …) for a batch, any T ≥ 1: the last
+        `rollout_context` steps (default K) are used, left-padded to K. `actions` may hold T − 1 steps (the current action is not
         known yet; a placeholder is appended — the prediction at t never reads a_t). Returns (A,) /
         (B, A), or () / (B,) long when discrete.
         """
@@ -287,11 +299,11 @@ class DecisionTransformer(nn.Module):
             actions = torch.cat([actions, actions.new_zeros((B, 1, *actions.shape[2:]))], dim=1)  # T = 1: empty history
         if attention_mask is None:
             attention_mask = torch.ones(B, T, dtype=torch.long, device=states.device)
-        K = self.context_len
+        K, C = self.context_len, self.rollout_context
         seqs = [states, actions, returns_to_go, timesteps, attention_mask]
-        if T >= K:
-            seqs = [x[:, T - K :] for x in seqs]
-        else:
+        if T > C:
+            seqs, T = [x[:, T - C :] for x in seqs], C
+        if T < K:
             seqs = [torch.cat([x.new_zeros((B, K - T, *x.shape[2:])), x], dim=1) for x in seqs]
         states, actions, returns_to_go, timesteps, attention_mask = seqs
         out = self(returns_to_go, states, actions, timesteps, attention_mask)[:, -1]  # (B, A) or (B, n)
