@@ -67,17 +67,37 @@ def _evaluate(policy, task_cfg: TaskConfig, seed: int) -> dict[str, float]:
                     max_new_tokens=MAX_NEW, seed=seed).metrics
 
 
+MARKER = ".seqrl-demo"
+"""The file that marks a folder as the demo's own: only such a folder is ever emptied."""
+
+
+def prepare_demo_dir(out: Path) -> None:
+    """Make `out` an empty folder for the demo: create it, or replace an earlier demo there.
+
+    A folder is replaced only when it holds the demo's marker file (an earlier `seqrl demo` made it);
+    any other non-empty folder is refused, so a user's files are never deleted. An empty folder is used as it is.
+    """
+    if out.is_symlink() or (out.exists() and not out.is_dir()):
+        raise ConfigError(f"demo --out {out}: exists and is not a folder; give a new or empty folder")
+    if out.is_dir() and any(out.iterdir()):
+        if not (out / MARKER).is_file():
+            raise ConfigError(f"demo --out {out}: the folder is not empty and was not made by seqrl demo; "
+                              f"give a new or empty folder (nothing was deleted)")
+        shutil.rmtree(out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / MARKER).write_text("made by `seqrl demo`; the next demo run into this folder replaces it\n")
+
+
 def run_demo(out: Path, quick: bool = False, overrides: list[str] | None = None) -> dict[str, dict[str, float]]:
-    """Run the demo into `out` (replacing an earlier demo there); returns the metrics per stage."""
+    """Run the demo into `out` — a new or empty folder, or an earlier demo's (replaced); returns the
+    metrics per stage. A non-empty folder the demo did not make is refused (`prepare_demo_dir`)."""
     sft_cfg, grpo_cfg = demo_configs(out, quick)
     given = parse_overrides(overrides or [])
     unknown = set(given) - {"sft", "grpo"}
     if unknown:
         raise ConfigError(f"demo: overrides must start with sft. or grpo. (got {sorted(unknown)})")
     sft_cfg, grpo_cfg = _apply(sft_cfg, given.get("sft", {}), "sft"), _apply(grpo_cfg, given.get("grpo", {}), "grpo")
-    if out.exists():
-        shutil.rmtree(out)
-    out.mkdir(parents=True)
+    prepare_demo_dir(out)
     t0 = time.perf_counter()
 
     seed_everything(sft_cfg.run.seed)  # the same initialisation SFT starts from
