@@ -144,15 +144,72 @@ def test_micro_batch_size_does_not_change_the_update(agg):
         assert torch.allclose(a, b, atol=1e-6, rtol=0)
 
 
-def test_recomputed_old_logprobs_make_the_first_ratio_exactly_one():
+def _record_loss_stats(monkeypatch) -> list[dict]:
+    """Every `grpo_loss` call's stats, in call order (one call per micro-batch)."""
+    import seqrl.algos.grpo as grpo_module
+
+    calls, real = [], grpo_module.grpo_loss
+
+    def recording(*args, **kwargs):
+        loss, stats = real(*args, **kwargs)
+        calls.append({k: float(v) for k, v in stats.items()})
+        return loss, stats
+
+    monkeypatch.setattr(grpo_module, "grpo_loss", recording)
+    return calls
+
+
+def _moving_batch(trainer):
+    batch = trainer.collect(0)
+    batch.advantages = torch.where(torch.arange(len(batch.rewards)) % 2 == 0, 1.0, -1.0)  # every row trains
+    return batch
+
+
+def test_recomputed_old_logprobs_make_the_first_ratio_exactly_one(monkeypatch):
+    cfg = _cfg(num_iterations=2, micro_batch_size=16, optim=OptimConfig(lr=5e-2, warmup_steps=0, schedule="constant"))
+    trainer = _trainer(cfg)
+    batch = _moving_batch(trainer)
+    calls = _record_loss_stats(monkeypatch)
+    metrics = trainer.train_step(batch)
+    assert len(calls) == 2  # one minibatch of one micro-batch per pass
+    first, second = calls
+    assert first["ratio_mean"] == 1.0 and first["clipfrac_low"] == 0.0 and first["clipfrac_high"] == 0.0
+    assert abs(second["ratio_mean"] - 1.0) > 1e-3  # the second pass sees the updated policy
+    assert second["clipfrac_low"] + second["clipfrac_high"] > 0
+    assert metrics["stats/sampler_logprob_gap"] < 1e-4  # measured on the sampler's weights
+
+
+def test_every_minibatch_after_the_first_is_clipped_against_the_sampling_policy(monkeypatch):
+    """μ = 1 with 2 minibatches: minibatch 2 is trained after minibatch 1's update, so its ratio to π_old
+    (the sampler) is not 1 and clipping acts — with logp.detach() as π_old it would be exactly 1."""
+    cfg = _cfg(num_iterations=1, minibatches=2, micro_batch_size=8,
+               optim=OptimConfig(lr=5e-2, warmup_steps=0, schedule="constant"))
+    trainer = _trainer(cfg)
+    batch = _moving_batch(trainer)
+    calls = _record_loss_stats(monkeypatch)
+    metrics = trainer.train_step(batch)
+    assert len(calls) == 2
+    first, second = calls
+    assert first["ratio_mean"] == pytest.approx(1.0, abs=1e-6)
+    assert abs(second["ratio_mean"] - 1.0) > 1e-3
+    assert second["clipfrac_low"] + second["clipfrac_high"] > 0
+    assert metrics["stats/sampler_logprob_gap"] < 1e-4  # on the sampler's weights, not after minibatch 1
+
+
+def test_old_and_reference_logprobs_are_computed_in_eval_mode():
     cfg = _cfg(num_iterations=2, loss=LossConfig(beta=0.04))
     trainer = _trainer(cfg)
     batch = trainer.collect(0)
-    old = trainer._no_grad_logprobs(trainer.policy.model, batch)
-    ref = trainer._no_grad_logprobs(trainer.ref, batch)
-    assert torch.equal(old * batch.completion_mask, ref * batch.completion_mask)  # policy == reference at start
-    metrics = trainer.train_step(batch)
-    assert metrics["stats/kl"] >= 0.0 and metrics["stats/clipfrac_low"] >= 0.0
+    modes = []
+    hook = trainer.policy.model.register_forward_pre_hook(lambda m, a: modes.append(m.training))
+    ref_hook = trainer.ref.register_forward_pre_hook(lambda m, a: modes.append(("ref", m.training)))
+    trainer.policy.model.train()
+    trainer._no_grad_logprobs(trainer.policy.model, batch)
+    trainer._reference_logprobs(batch, torch.arange(len(batch.rewards)))
+    hook.remove()
+    ref_hook.remove()
+    assert modes and all(m is False or m == ("ref", False) for m in modes)
+    assert trainer.policy.model.training  # the mode is restored
 
 
 def test_resume_equals_an_uninterrupted_run(tmp_path, monkeypatch):

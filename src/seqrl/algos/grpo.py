@@ -14,13 +14,17 @@ One step:
      each accumulated over micro-batches with the batch's global normalisers, so the gradient does
      not depend on the micro-batch size (`seqrl.core.policy_loss.grpo_loss`).
 
-Old log-probs (π_old). With μ = 1 the batch is used once, right after sampling, so π_old = π_θ
-and we use `logp.detach()`: the ratio is exactly 1 and its gradient is the policy gradient. With
-μ > 1 they are recomputed once with a no-grad forward of the trainer itself (same precision, same
-code path) before the first update, so the first pass's ratio is exactly 1 as well. The sampler's
-own log-probs are not used as π_old: a different kernel, batch shape or precision makes them
-differ slightly, and that difference would be clipped as if the policy had moved. Their mean
-absolute gap to the trainer's is logged as `stats/sampler_logprob_gap` so a mismatch is visible.
+Old log-probs (π_old). π_old is the policy that sampled the batch. With one update per step (μ = 1,
+one minibatch) the batch is used right after sampling, π_old = π_θ, and `logp.detach()` is it: the
+ratio is exactly 1 and its gradient is the policy gradient. When the weights change within the step
+(μ > 1 or `minibatches` > 1) every minibatch after the first sees an updated policy, so π_old is
+recomputed once before the first update with a no-grad forward of the trainer itself (same
+precision, same code path, eval mode: no dropout noise) — the first minibatch's ratio is exactly 1
+and later ones measure how far the policy moved, which is what clipping bounds. The sampler's own
+log-probs are not used as π_old: a different kernel, batch shape or precision makes them differ
+slightly, and that difference would be clipped as if the policy had moved. Their mean absolute gap
+to the trainer's on the same weights (before the step's first update) is logged as
+`stats/sampler_logprob_gap`, so a mismatch is visible. π_ref is likewise computed in eval mode.
 Log-probs are those of the sampling distribution, log_softmax(logits / temperature).
 """
 
@@ -414,14 +418,20 @@ class GRPOTrainer:
 
     @torch.no_grad()
     def _no_grad_logprobs(self, model, batch: GRPOBatch, rows: torch.Tensor | None = None) -> torch.Tensor:
-        """log-probs of `rows` (default: all) without a graph; rows not asked for are left at 0."""
+        """log-probs of `rows` (default: all) without a graph, in eval mode (dropout off: π_old and
+        π_ref are fixed targets, not noisy ones); rows not asked for are left at 0."""
         n, t = batch.completion_ids.shape
         rows = torch.arange(n) if rows is None else rows
         out = torch.zeros((n, t), dtype=torch.float32)  # (N, T)
-        for chunk in rows.split(self.cfg.micro_batch_size) if len(rows) else ():
-            lp = self._logprobs(model, batch, chunk)[0]  # (m, T)
-            out = out.to(lp.dtype)
-            out[chunk] = lp
+        was_training = model.training
+        model.eval()
+        try:
+            for chunk in rows.split(self.cfg.micro_batch_size) if len(rows) else ():
+                lp = self._logprobs(model, batch, chunk)[0]  # (m, T)
+                out = out.to(lp.dtype)
+                out[chunk] = lp
+        finally:
+            model.train(was_training)
         return out
 
     def _reference_logprobs(self, batch: GRPOBatch, rows: torch.Tensor) -> torch.Tensor | None:
@@ -450,7 +460,10 @@ class GRPOTrainer:
         active = torch.zeros(n, dtype=torch.bool)
         active[self.active_rows(batch)] = True  # (N,)
         rows_needed = torch.nonzero(active).flatten()
-        old = self._no_grad_logprobs(model, batch, rows_needed) if cfg.num_iterations > 1 else None  # (N, T)
+        # π_old is the policy that sampled the batch. When the weights change within the step (several
+        # passes or several minibatches) it is computed once up front; with a single update it equals
+        # the current policy and logp.detach() is it.
+        old = self._no_grad_logprobs(model, batch, rows_needed) if cfg.num_iterations > 1 or cfg.minibatches > 1 else None  # (N, T)
         ref = self._reference_logprobs(batch, rows_needed)  # (N, T) or None
         max_tokens = cfg.loss.max_tokens or cfg.sampling.max_new_tokens
         sums: dict[str, float] = {}
@@ -459,6 +472,15 @@ class GRPOTrainer:
         def add(key: str, value: float, weight: float) -> None:
             sums[key] = sums.get(key, 0.0) + value * weight
             weights[key] = weights.get(key, 0.0) + weight
+
+        def add_sampler_gap(logp: torch.Tensor, rows: torch.Tensor) -> None:
+            """|trainer − sampler| log-prob on the sampler's weights (before any update of this step)."""
+            full = batch.completion_mask[rows]  # (m, T)
+            gap = ((logp - batch.sampler_logprobs[rows]).abs() * full).sum() / full.sum().clamp(min=1)
+            add("stats/sampler_logprob_gap", float(gap), float(full.sum()))
+
+        if old is not None and len(rows_needed):
+            add_sampler_gap(old[rows_needed], rows_needed)
 
         gen = torch.Generator().manual_seed(cfg.run.seed + 7919 * int(self.scheduler.last_epoch))
         for _ in range(cfg.num_iterations):
@@ -487,8 +509,8 @@ class GRPOTrainer:
                         add(f"stats/{key}", float(value), tokens)
                     full = batch.completion_mask[rows]
                     add("stats/entropy", float((entropy * full).sum() / full.sum().clamp(min=1)), float(full.sum()))
-                    gap = ((logp.detach() - batch.sampler_logprobs[rows]).abs() * full).sum() / full.sum().clamp(min=1)
-                    add("stats/sampler_logprob_gap", float(gap), float(full.sum()))
+                    if old is None:  # a single update: these log-probs are on the sampler's weights
+                        add_sampler_gap(logp.detach(), rows)
                 for p in model.parameters():
                     if p.requires_grad and p.grad is None:
                         p.grad = torch.zeros_like(p)  # a fully skipped minibatch still steps (momentum, decay) as before
