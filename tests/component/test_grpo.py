@@ -48,6 +48,7 @@ def _trainer(cfg: GRPOConfig, seed: int = 0) -> GRPOTrainer:
         ({"rewards": [{"name": "vibes"}]}, r"reward name must be one of"),
         ({"loss": {"clip_eps_low": 1.5}}, r"loss.clip_eps_low"),
         ({"loss": {"agg": "mean"}}, r"grpo.loss.agg: expected one of"),
+        ({"loss": {"kl_kind": "k1", "beta": 0.04}}, r"loss.kl_kind k1 with loss.beta > 0: k1's expected gradient is zero"),
         ({"run": {"save_every": 3}, "loss": {"ref_sync_every": 2}}, r"multiple of loss.ref_sync_every"),
     ],
 )

@@ -117,8 +117,51 @@ def test_k3_nonnegative_and_all_zero_when_equal():
     assert (kl_penalty(x, torch.zeros_like(x), "k3") >= 0).all()
     for kind in ("k1", "k2", "k3"):
         assert (kl_penalty(x, x.clone(), kind) == 0).all()
-    with pytest.raises(ValueError, match=r"kind must be one of \('k1', 'k2', 'k3'\)"):
+    with pytest.raises(ValueError, match=r"kind must be one of \('k1', 'k2', 'k3', 'k3_ratio'\)"):
         kl_penalty(x, x, "k4")
+    with pytest.raises(ValueError, match="needs old_logp"):
+        kl_penalty(x, x, "k3_ratio")
+
+
+def test_k3_ratio_by_hand():
+    # π = 1/2, π_ref = 1/4, π_old = 1/4: ρ = 2, k3 = ln2 − ½ → k3_ratio = 2·ln2 − 1
+    logp, ref = torch.log(torch.tensor([[0.5]], dtype=F64)), torch.log(torch.tensor([[0.25]], dtype=F64))
+    close(kl_penalty(logp, ref, "k3_ratio", old_logp=ref), [[2 * LN2 - 1]])
+    close(kl_penalty(logp, ref, "k3_ratio", old_logp=logp), [[LN2 - 0.5]])  # on-policy: ρ = 1, k3
+
+
+def _expected_kl_gradient(kind: str, theta: torch.Tensor, ref_logp: torch.Tensor, old_logp: torch.Tensor):
+    """E_x[∇_θ k(x)] by exact enumeration over a vocabulary: x ~ π_θ (detached weights) for k1–k3,
+    x ~ π_old for k3_ratio — what the KL term of a sampled-token loss contributes in expectation."""
+    theta = theta.clone().requires_grad_(True)
+    logp = torch.log_softmax(theta, dim=-1)[None]  # (1, V): every token of the vocabulary, one "position" each
+    k = kl_penalty(logp, ref_logp[None], kind, old_logp[None] if kind == "k3_ratio" else None)  # (1, V)
+    weights = (old_logp if kind == "k3_ratio" else logp[0]).exp().detach()  # (V,) sampling probabilities
+    (weights * k[0]).sum().backward()
+    return theta.grad
+
+
+def test_kl_estimators_expected_gradients_by_enumeration():
+    torch.manual_seed(0)
+    V = 5
+    theta = torch.randn(V, dtype=F64)
+    ref_logp = torch.log_softmax(torch.randn(V, dtype=F64), -1)
+    old_logp = torch.log_softmax(torch.randn(V, dtype=F64), -1)
+
+    def grad_of(fn):
+        t = theta.clone().requires_grad_(True)
+        fn(torch.log_softmax(t, -1)).backward()
+        return t.grad
+
+    reverse = grad_of(lambda lp: (lp.exp() * (lp - ref_logp)).sum())  # ∇ KL(π_θ ‖ π_ref)
+    forward = grad_of(lambda lp: (ref_logp.exp() * (ref_logp - lp)).sum())  # ∇ KL(π_ref ‖ π_θ)
+    assert not torch.allclose(reverse, forward, atol=1e-3)  # the two differ here, so the test can tell them apart
+    torch.testing.assert_close(_expected_kl_gradient("k1", theta, ref_logp, old_logp), torch.zeros(V, dtype=F64),
+                               rtol=0, atol=1e-14)
+    torch.testing.assert_close(_expected_kl_gradient("k2", theta, ref_logp, old_logp), reverse, rtol=1e-10, atol=1e-14)
+    torch.testing.assert_close(_expected_kl_gradient("k3", theta, ref_logp, old_logp), forward, rtol=1e-10, atol=1e-14)
+    torch.testing.assert_close(_expected_kl_gradient("k3_ratio", theta, ref_logp, old_logp), reverse,
+                               rtol=1e-10, atol=1e-14)
 
 
 # ---- aggregation -----------------------------------------------------------------------------
@@ -232,7 +275,7 @@ def test_fully_masked_row_and_inf_padding_stay_finite():
 @settings(max_examples=60, deadline=None)
 @given(seed=st.integers(0, 2**31 - 1), b=st.integers(1, 5), t=st.integers(1, 7),
        mode=st.sampled_from(AGG_MODES), level=st.sampled_from(["token", "sequence"]),
-       beta=st.sampled_from([0.0, 0.04, 1.0]), kind=st.sampled_from(["k1", "k2", "k3"]),
+       beta=st.sampled_from([0.0, 0.04, 1.0]), kind=st.sampled_from(["k1", "k2", "k3", "k3_ratio"]),
        scale=st.floats(0.0, 8.0))
 def test_property_no_nan_or_inf_in_loss_and_gradients(seed, b, t, mode, level, beta, kind, scale):
     g = torch.Generator().manual_seed(seed)

@@ -91,8 +91,11 @@ class LossConfig:
     """ε_high: ratio ceiling 1 + ε_high (DAPO clip-higher: 0.28)."""
     beta: float = 0.0
     """β: KL coefficient against a frozen reference policy (DeepSeekMath: 0.04); 0 = no reference model."""
-    kl_kind: Literal["k1", "k2", "k3"] = "k3"
-    """KL estimator (GRPO uses k3)."""
+    kl_kind: Literal["k1", "k2", "k3", "k3_ratio"] = "k3"
+    """KL estimator in the loss (`seqrl.core.policy_loss.kl_penalty`): k3 (GRPO; its gradient is the
+    forward KL's, KL(π_ref‖π)), k2 (the reverse KL's gradient), k3_ratio (k3 weighted by π/π_old:
+    the reverse KL's gradient, also for off-policy minibatches). k1 has zero expected gradient and is
+    refused with β > 0."""
     ratio_level: Literal["token", "sequence"] = "token"
     """Importance ratio per token, or per sequence (π/π_old)^(1/|o|) (GSPO)."""
     agg: Literal["seq_mean_token_mean", "token_mean", "seq_mean_token_sum_norm", "seq_mean_token_sum"] = (
@@ -110,6 +113,9 @@ class LossConfig:
                              f"(got {self.clip_eps_low}, {self.clip_eps_high})")
         if self.beta < 0:
             raise ValueError(f"loss.beta must be >= 0 (got {self.beta})")
+        if self.kl_kind == "k1" and self.beta > 0:
+            raise ValueError("loss.kl_kind k1 with loss.beta > 0: k1's expected gradient is zero, so the KL term "
+                             "would add noise and no regularisation; use k3 (GRPO), k2 or k3_ratio")
         if self.agg not in AGG_MODES:
             raise ValueError(f"loss.agg must be one of {AGG_MODES} (got {self.agg!r})")
 

@@ -19,7 +19,7 @@ import torch
 from seqrl.core.masking import check_mask, masked_mean, masked_sum, zero_outside
 
 RATIO_LEVELS = ("token", "sequence")
-KL_KINDS = ("k1", "k2", "k3")
+KL_KINDS = ("k1", "k2", "k3", "k3_ratio")
 AGG_MODES = ("seq_mean_token_mean", "token_mean", "seq_mean_token_sum_norm", "seq_mean_token_sum")
 
 Number = int | float | torch.Tensor
@@ -117,13 +117,26 @@ def clipped_surrogate(ratio: torch.Tensor, advantages: torch.Tensor, clip_eps_lo
 
 
 def kl_penalty(logp: torch.Tensor, ref_logp: torch.Tensor,
-               kind: Literal["k1", "k2", "k3"] = "k3") -> torch.Tensor:
-    """Per-token estimate of KL(π_θ ‖ π_ref) from samples of π_θ (Schulman 2020, "Approximating
-    KL divergence"): logp, ref_logp (B, T) → (B, T), with d = log π_ref − log π_θ:
+               kind: Literal["k1", "k2", "k3", "k3_ratio"] = "k3",
+               old_logp: torch.Tensor | None = None) -> torch.Tensor:
+    """Per-token estimate of KL(π_θ ‖ π_ref) from sampled tokens (Schulman 2020, "Approximating
+    KL divergence"): logp, ref_logp (B, T) → (B, T), with d = log π_ref − log π_θ (π_ref detached):
 
-        k1 = −d = log π_θ − log π_ref          (unbiased, can be negative)
-        k2 = ½ d²                              (biased, ≥ 0)
-        k3 = exp(d) − d − 1                    (unbiased, ≥ 0; GRPO, DeepSeekMath eq. 4)
+        k1 = −d = log π_θ − log π_ref          (unbiased value, can be negative)
+        k2 = ½ d²                              (biased value, ≥ 0)
+        k3 = exp(d) − d − 1                    (unbiased value, ≥ 0; GRPO, DeepSeekMath eq. 4)
+        k3_ratio = ρ·k3, ρ = π_θ/π_old         (needs old_logp; DeepSeek-V3.2, TRL's
+                                                `use_bias_correction_kl`)
+
+    What matters inside a loss is the *gradient*, in expectation over the sampled tokens (x ~ π_θ
+    for k1–k3, x ~ π_old for k3_ratio); tested by exact enumeration in tests/unit/test_core_policy_loss.py:
+
+        k1        E[∇k1] = E_π[∇log π] = 0: no regularisation, only noise (refused with β > 0 by GRPO)
+        k2        E[(log π − log π_ref)∇log π] = ∇ KL(π_θ ‖ π_ref)      the reverse KL's gradient
+        k3        E[(1 − π_ref/π)∇log π]       = ∇ KL(π_ref ‖ π_θ)      the forward KL's gradient
+        k3_ratio  E_old[∇(ρ·k3)]               = ∇ KL(π_θ ‖ π_ref)      the reverse KL's, also off-policy
+
+    So GRPO's k3 in the loss minimises the forward KL although its value estimates the reverse one.
     """
     if kind not in KL_KINDS:
         raise ValueError(f"kl_penalty: kind must be one of {KL_KINDS} (got {kind!r})")
@@ -133,7 +146,13 @@ def kl_penalty(logp: torch.Tensor, ref_logp: torch.Tensor,
         return -d  # (B, T)
     if kind == "k2":
         return 0.5 * d.square()  # (B, T)
-    return torch.expm1(d) - d  # (B, T)
+    k3 = torch.expm1(d) - d  # (B, T)
+    if kind == "k3":
+        return k3
+    if old_logp is None:
+        raise ValueError("kl_penalty: kind 'k3_ratio' needs old_logp (the sampling policy's log-probs)")
+    _check_same("kl_penalty", "logp", logp, "old_logp", old_logp)
+    return torch.exp(logp - old_logp.detach()) * k3  # (B, T)
 
 
 def _normaliser(fn: str, name: str, given: Number | None, default: Number) -> Number:
@@ -202,7 +221,7 @@ def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
 def grpo_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor,
               mask: torch.Tensor, *, clip_eps_low: float = 0.2, clip_eps_high: float = 0.2,
               beta: float = 0.0, ref_logp: torch.Tensor | None = None,
-              kl_kind: Literal["k1", "k2", "k3"] = "k3",
+              kl_kind: Literal["k1", "k2", "k3", "k3_ratio"] = "k3",
               ratio_level: Literal["token", "sequence"] = "token",
               agg: Literal["seq_mean_token_mean", "token_mean", "seq_mean_token_sum_norm",
                            "seq_mean_token_sum"] = "seq_mean_token_mean",
@@ -239,7 +258,7 @@ def grpo_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tens
     stats = {"clipfrac_low": surr.clipfrac_low, "clipfrac_high": surr.clipfrac_high,
              "ratio_mean": masked_mean(ratio.detach(), keep)}
     if ref_logp is not None:
-        kl = kl_penalty(logp, ref_logp, kl_kind)  # (B, T)
+        kl = kl_penalty(logp, ref_logp, kl_kind, old_logp)  # (B, T)
         stats["kl"] = masked_mean(kl.detach(), keep)
         if beta > 0:
             per_token = per_token + beta * kl  # (B, T)
