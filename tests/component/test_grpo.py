@@ -404,3 +404,22 @@ def test_lora_checkpoints_resume_exactly_and_load_as_a_model_folder(tmp_path, mo
     load_checkpoint(tmp_path / "a" / "g" / "checkpoint-4", again, restore_rng=False)
     with torch.no_grad():
         assert torch.allclose(again(input_ids=ids).logits, hf_logits, atol=1e-6, rtol=0)
+
+
+@pytest.mark.parametrize("level", ["token", "sequence"])
+def test_reinforce_pp_whitens_over_tokens_by_default(level):
+    from seqrl.core.advantages import reinforce_pp_advantages, reinforce_pp_token_advantages
+
+    cfg = _cfg(loss=LossConfig(advantage="reinforce_pp", reinforce_pp_level=level))
+    trainer = _trainer(cfg)
+
+    def longer_is_better(problems, completions):  # rewards that vary with length, so the two forms differ
+        return [RewardResult(float(len(c) % 3)) for c in completions]
+
+    trainer.reward_fns = {"len": (longer_is_better, 1.0)}
+    batch = trainer.collect(0)
+    grouped, counts = batch.rewards.view(-1, 4).double(), batch.loss_mask.sum(1).view(-1, 4)
+    token, seq = reinforce_pp_token_advantages(grouped, counts), reinforce_pp_advantages(grouped)
+    assert not torch.allclose(token, seq, atol=1e-3)
+    expected = token if level == "token" else seq
+    torch.testing.assert_close(batch.advantages.double(), expected.reshape(-1), rtol=1e-5, atol=1e-5)

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from seqrl.core.advantages import (compute_group_advantages, gae, group_advantages,
-                                   reinforce_pp_advantages, returns_to_go, rloo_advantages,
+                                   reinforce_pp_advantages, reinforce_pp_token_advantages, returns_to_go, rloo_advantages,
                                    zero_variance_groups)
 
 F64 = torch.float64
@@ -62,6 +62,31 @@ def test_reinforce_pp_global_normalisation():
     m2 = torch.tensor([[1, 1], [1, 0]])
     s2 = math.sqrt(1 / 3 + 1e-8)
     close(reinforce_pp_advantages(r2, m2), [[(2 / 3) / s2, (-1 / 3) / s2], [(-1 / 3) / s2, 0.0]])
+
+
+def test_reinforce_pp_token_level_weighs_completions_by_length():
+    # rewards 1, 0 with 3 and 1 tokens: token grid [1, 1, 1, 0] → mean 3/4, unbiased var (3·1/16 + 9/16)/3 = 1/4
+    r = torch.tensor([[1.0, 0.0]], dtype=F64)
+    L = torch.tensor([[3, 1]])
+    s = math.sqrt(0.25 + 1e-8)
+    close(reinforce_pp_token_advantages(r, L), [[0.25 / s, -0.75 / s]])
+    # the sequence-level form would say ±1/√2 (mean 1/2, var 1/2): the long correct answer weighs more here
+    close(reinforce_pp_advantages(r), [[0.5 / math.sqrt(0.5 + 1e-8), -0.5 / math.sqrt(0.5 + 1e-8)]])
+    # equals masked_whiten over the broadcast token grid; an empty completion gets 0
+    from seqrl.core.masking import masked_whiten
+
+    r3 = torch.tensor([[2.0, -1.0, 0.5], [0.0, 1.0, 3.0]], dtype=F64)
+    L3 = torch.tensor([[4, 2, 0], [1, 5, 3]])
+    grid = r3.reshape(-1, 1).expand(-1, 5)  # (6, 5)
+    mask = (torch.arange(5)[None, :] < L3.reshape(-1, 1)).long()  # (6, 5)
+    tok = masked_whiten(grid, mask)  # (6, 5)
+    per_row = tok.sum(1) / mask.sum(1).clamp_min(1)
+    close(reinforce_pp_token_advantages(r3, L3), per_row.reshape(2, 3).tolist())
+    assert float(reinforce_pp_token_advantages(r3, L3)[0, 2]) == 0.0
+    # equal rewards: zero advantages
+    close(reinforce_pp_token_advantages(torch.ones(2, 2, dtype=F64), torch.tensor([[1, 2], [3, 4]])), [[0.0, 0.0]] * 2)
+    with pytest.raises(ValueError, match="one shape"):
+        reinforce_pp_token_advantages(r, torch.tensor([3, 1]))
 
 
 def test_zero_variance_groups():

@@ -47,7 +47,13 @@ from seqrl.algos.common import (
     stream_indices,
 )
 from seqrl.algos.sft import EvalConfig, run_evaluation
-from seqrl.core.advantages import group_advantages, reinforce_pp_advantages, rloo_advantages, zero_variance_groups
+from seqrl.core.advantages import (
+    group_advantages,
+    reinforce_pp_advantages,
+    reinforce_pp_token_advantages,
+    rloo_advantages,
+    zero_variance_groups,
+)
 from seqrl.core.policy_loss import AGG_MODES, entropy_from_logits, grpo_loss
 from seqrl.core.shaping import soft_overlong_penalty
 from seqrl.data.base import Problem, Task
@@ -83,6 +89,9 @@ class LossConfig:
 
     advantage: Literal["grpo", "rloo", "reinforce_pp"] = "grpo"
     """grpo: group-relative (r − mean_g) / std; rloo: leave-one-out baseline; reinforce_pp: batch-normalised."""
+    reinforce_pp_level: Literal["token", "sequence"] = "token"
+    """REINFORCE++ whitening over every trained token of the batch, so longer completions weigh more
+    (verl, OpenRLHF), or over one reward per completion."""
     scale_rewards: Literal["group", "batch", "none"] = "group"
     """Std used by the grpo advantage: the group's, the batch's, or none (Dr. GRPO)."""
     clip_eps_low: float = 0.2
@@ -364,25 +373,28 @@ class GRPOTrainer:
         n_rows = len(kept) * g
         rewards = torch.cat([k["reward"] for k in kept])  # (N,)
         grouped = rewards.view(len(kept), g)  # (B', G)
-        global_stats = cfg.loss.advantage == "reinforce_pp" or (cfg.loss.advantage == "grpo" and cfg.loss.scale_rewards == "batch")
-        if global_stats and dist.world_size() > 1:
-            # batch statistics span every process's groups: compute on all of them, keep this rank's rows
-            shares = dist.all_gather_objects(grouped)
-            offset = sum(len(x) for x in shares[: dist.rank()])
-            grouped_all = torch.cat(shares)  # (B_total, G)
-        else:
-            offset, grouped_all = 0, grouped
-        if cfg.loss.advantage == "grpo":
-            adv = group_advantages(grouped_all, scale=cfg.loss.scale_rewards)  # (B_total, G)
-        elif cfg.loss.advantage == "rloo":
-            adv = rloo_advantages(grouped_all)  # (B_total, G)
-        else:
-            adv = reinforce_pp_advantages(grouped_all)  # (B_total, G)
-        adv = adv[offset : offset + len(kept)]  # (B', G)
         completion_ids = _pad_rows([r for k in kept for r in k["ids"]], self.policy.tokenizer.pad_token_id)  # (N, T)
         mask = _pad_rows([r for k in kept for r in k["mask"]], 0.0)  # (N, T)
         truncated = torch.cat([k["truncated"] for k in kept])  # (N,)
         loss_mask = mask * (~truncated).float()[:, None] if cfg.dapo.mask_truncated else mask.clone()  # (N, T)
+        token_counts = loss_mask.sum(1).view(len(kept), g)  # (B', G) trained tokens per completion
+        global_stats = cfg.loss.advantage == "reinforce_pp" or (cfg.loss.advantage == "grpo" and cfg.loss.scale_rewards == "batch")
+        if global_stats and dist.world_size() > 1:
+            # batch statistics span every process's groups: compute on all of them, keep this rank's rows
+            shares = dist.all_gather_objects(torch.stack([grouped, token_counts]))  # (2, B', G) each
+            offset = sum(x.shape[1] for x in shares[: dist.rank()])
+            grouped_all, counts_all = torch.cat(shares, dim=1)  # (B_total, G) each
+        else:
+            offset, grouped_all, counts_all = 0, grouped, token_counts
+        if cfg.loss.advantage == "grpo":
+            adv = group_advantages(grouped_all, scale=cfg.loss.scale_rewards)  # (B_total, G)
+        elif cfg.loss.advantage == "rloo":
+            adv = rloo_advantages(grouped_all)  # (B_total, G)
+        elif cfg.loss.reinforce_pp_level == "token":
+            adv = reinforce_pp_token_advantages(grouped_all, counts_all)  # (B_total, G)
+        else:
+            adv = reinforce_pp_advantages(grouped_all)  # (B_total, G)
+        adv = adv[offset : offset + len(kept)]  # (B', G)
         lengths = torch.cat(lengths_all)
         metrics = {
             "reward/total/mean": float(rewards.mean()),

@@ -103,6 +103,30 @@ def reinforce_pp_advantages(rewards: torch.Tensor, mask: torch.Tensor | None = N
     return masked_whiten(rewards, keep, shift_mean=True, eps=eps)  # (B, G)
 
 
+def reinforce_pp_token_advantages(rewards: torch.Tensor, token_counts: torch.Tensor,
+                                  eps: float = 1e-8) -> torch.Tensor:
+    """REINFORCE++ with token-level whitening, as verl and OpenRLHF do it: every token of completion i
+    carries its outcome reward r_i, and the whitening pools all tokens of the batch, so a completion
+    weighs by its length L_i. rewards, token_counts (B, G) → advantages (B, G), one per completion
+    (the same for each of its tokens):
+
+        μ = Σ L_i r_i / N,   σ² = Σ L_i (r_i − μ)² / (N − 1),   N = Σ L_i,   A_i = (r_i − μ) / sqrt(σ² + eps)
+
+    — equal to `masked_whiten` over the (B·G, T) token grid. Completions with L_i = 0 get 0.
+    """
+    if rewards.dim() != 2 or token_counts.shape != rewards.shape:
+        raise ValueError(f"reinforce_pp_token_advantages: rewards and token_counts must have one shape (B, G) "
+                         f"(got {tuple(rewards.shape)} and {tuple(token_counts.shape)})")
+    if bool((token_counts < 0).any()):
+        raise ValueError("reinforce_pp_token_advantages: token_counts must be >= 0")
+    w = token_counts.to(rewards.dtype)  # (B, G)
+    n = w.sum()  # ()
+    mean = (w * rewards).sum() / n.clamp_min(1)  # ()
+    var = (w * (rewards - mean).square()).sum() / (n - 1).clamp_min(1)  # ()
+    adv = (rewards - mean) * torch.rsqrt(var + eps)  # (B, G)
+    return torch.where(w > 0, adv, torch.zeros_like(adv))  # (B, G)
+
+
 def _check_discount(fn: str, name: str, value: float) -> None:
     if not 0.0 <= value <= 1.0:
         raise ValueError(f"{fn}: {name} must be in [0, 1] (got {value})")
