@@ -423,3 +423,40 @@ def test_reinforce_pp_whitens_over_tokens_by_default(level):
     assert not torch.allclose(token, seq, atol=1e-3)
     expected = token if level == "token" else seq
     torch.testing.assert_close(batch.advantages.double(), expected.reshape(-1), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("key", ["accuracy", "reward"])
+def test_dynamic_sampling_filters_on_the_chosen_key(key):
+    """DAPO keeps a group when its *accuracy* varies; format shaping that varies alone does not count
+    (unless filter_key=reward)."""
+    from seqrl.rewards.combine import RewardSpec
+
+    cfg = _cfg(dapo=DAPOConfig(dynamic_sampling=True, max_sampling_rounds=6, filter_key=key), batch_size=32,
+               group_size=4, rewards=[RewardSpec("task", 1.0), RewardSpec("format", 0.5)])
+    trainer = _trainer(cfg)
+
+    def first_is_digit(problems, completions):
+        return [RewardResult(1.0 if c[:1].isdigit() else 0.0) for c in completions]
+
+    def length_parity(problems, completions):  # varies in nearly every group
+        return [RewardResult(float(len(c) % 2)) for c in completions]
+
+    trainer.reward_fns = {"accuracy": (first_is_digit, 1.0), "format": (length_parity, 0.5)}
+    batch = trainer.collect(0)
+    n = len(batch.rewards)
+    # recover each kept row's accuracy from the total: total = acc + 0.5·parity, acc ∈ {0, 1}, parity ∈ {0, 1}
+    acc = (batch.rewards >= 1.0).float().view(-1, 4)  # (groups, 4)
+    flat_acc = zero_variance_groups(acc)
+    assert n == 32
+    if key == "accuracy":
+        assert not flat_acc.any()
+    else:
+        assert flat_acc.any()  # groups kept for their format term alone
+
+
+def test_accuracy_filter_needs_a_verifier_reward():
+    from seqrl.rewards.combine import RewardSpec
+
+    with pytest.raises(ValueError, match="dapo.filter_key accuracy needs a verifier reward"):
+        _cfg(dapo=DAPOConfig(dynamic_sampling=True), rewards=[RewardSpec("format", 1.0)])
+    _cfg(dapo=DAPOConfig(dynamic_sampling=True, filter_key="reward"), rewards=[RewardSpec("format", 1.0)])

@@ -83,6 +83,15 @@ class SamplingConfig:
     """Completion cap (L_max of DAPO's overlong shaping)."""
 
 
+VERIFIER_REWARDS = ("task", "math", "code")
+"""Rewards that say whether the answer is right (DAPO's dynamic sampling filters on these)."""
+
+
+def _fn_key(name: str) -> str:
+    """Metric key of a reward spec: the task's verifier logs as ``accuracy``."""
+    return "accuracy" if name == "task" else name
+
+
 @dataclass
 class LossConfig:
     """Advantage estimator and policy loss."""
@@ -137,6 +146,10 @@ class DAPOConfig:
     """Drop groups whose rewards are all equal; draw more prompts until the batch is full."""
     max_sampling_rounds: int = 4
     """Cap on sampling rounds per step with dynamic sampling (the batch may stay short; logged)."""
+    filter_key: Literal["accuracy", "reward"] = "accuracy"
+    """What must vary within a group for dynamic sampling to keep it: accuracy — the verifier rewards
+    (task, math, code; weighted) without format shaping or the overlong penalty, as DAPO filters
+    (§3.2) — or reward, the total reward with every term."""
     mask_truncated: bool = False
     """Overlong filtering: truncated completions get no loss."""
     soft_overlong_cache: int = 0
@@ -197,6 +210,10 @@ class GRPOConfig:
         if self.loss.ref_sync_every and self.run.save_every and self.run.save_every % self.loss.ref_sync_every:
             raise ValueError(f"run.save_every ({self.run.save_every}) must be a multiple of loss.ref_sync_every "
                              f"({self.loss.ref_sync_every}) so a checkpoint holds the reference policy too")
+        if (self.dapo.dynamic_sampling and self.dapo.filter_key == "accuracy"
+                and not any(spec.name in VERIFIER_REWARDS for spec in self.rewards)):
+            raise ValueError(f"dapo.filter_key accuracy needs a verifier reward ({', '.join(VERIFIER_REWARDS)}) in "
+                             f"rewards; add one or set dapo.filter_key=reward")
         if self.dapo.soft_overlong_cache > self.sampling.max_new_tokens:
             raise ValueError("dapo.soft_overlong_cache must be <= sampling.max_new_tokens")
 
@@ -287,10 +304,7 @@ class GRPOTrainer:
 
     def __init__(self, cfg: GRPOConfig, policy: Policy, task: Task, problems: list[Problem]) -> None:
         self.cfg, self.policy, self.task, self.problems = cfg, policy, task, problems
-        self.reward_fns = {
-            (spec.name if spec.name != "task" else "accuracy"): (build_reward(spec, self.task), spec.weight)
-            for spec in cfg.rewards
-        }
+        self.reward_fns = {_fn_key(spec.name): (build_reward(spec, self.task), spec.weight) for spec in cfg.rewards}
         self.optimizer, self.scheduler = make_optimizer(policy.model, cfg.optim, cfg.steps * cfg.num_iterations * cfg.minibatches)
         # The reference policy (only when β > 0): a frozen copy, or with LoRA the base model itself
         # (the adapter switched off in `_reference_logprobs`), so no second copy of the weights.
@@ -353,7 +367,11 @@ class GRPOTrainer:
                 fn_timeouts[name] += scored.timeouts[name] + scored.over_budget[name]
             lengths_all.append(lengths.float())
             truncated_all.append(truncated.float())
-            flat = zero_variance_groups(total.view(need, g))  # (n,)
+            key = total  # (n·G,)
+            if cfg.dapo.dynamic_sampling and cfg.dapo.filter_key == "accuracy":
+                key = sum(spec.weight * torch.tensor(scored.scores[_fn_key(spec.name)], dtype=torch.float32)
+                          for spec in cfg.rewards if spec.name in VERIFIER_REWARDS)  # (n·G,)
+            flat = zero_variance_groups(key.view(need, g))  # (n,)
             n_groups += need
             n_flat += int(flat.sum())
             groups = [{
