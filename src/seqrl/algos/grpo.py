@@ -368,9 +368,11 @@ class GRPOTrainer:
             lengths_all.append(lengths.float())
             truncated_all.append(truncated.float())
             key = total  # (n·G,)
-            if cfg.dapo.dynamic_sampling and cfg.dapo.filter_key == "accuracy":
-                key = sum(spec.weight * torch.tensor(scored.scores[_fn_key(spec.name)], dtype=torch.float32)
-                          for spec in cfg.rewards if spec.name in VERIFIER_REWARDS)  # (n·G,)
+            verifiers = [(name, w) for name, (_, w) in self.reward_fns.items()
+                         if name in {_fn_key(v) for v in VERIFIER_REWARDS}]
+            if cfg.dapo.dynamic_sampling and cfg.dapo.filter_key == "accuracy" and verifiers:
+                # (the config requires a verifier reward; only reward_fns replaced in code can lack one)
+                key = sum(w * torch.tensor(scored.scores[name], dtype=torch.float32) for name, w in verifiers)  # (n·G,)
             flat = zero_variance_groups(key.view(need, g))  # (n,)
             n_groups += need
             n_flat += int(flat.sum())
