@@ -202,3 +202,25 @@ def test_a_root_worker_cannot_raise_its_memory_limit(pool):
     out = pool.call(run_python_expr, ("__import__('resource').setrlimit(__import__('resource').RLIMIT_AS, (-1, -1))",),
                     timeout_s=5.0)
     assert out.status == "error" and ("not allowed" in out.reason or "Operation not permitted" in out.reason)
+
+
+def test_a_script_without_a_main_guard_builds_its_rewards_once(tmp_path):
+    """Workers must not re-run the user's script (multiprocessing's main-module fix-up): a script
+    without ``if __name__ == "__main__":`` that builds a reward would otherwise start again in the
+    forkserver and in every worker."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "train_me.py"
+    script.write_text(
+        "print('SCRIPT BODY RAN', flush=True)\n"
+        "from seqrl.data.base import Problem\n"
+        "from seqrl.data import get_task\n"
+        "from seqrl.rewards.combine import RewardSpec, build_reward\n"
+        "fn = build_reward(RewardSpec('math'), get_task('arith'))\n"
+        "print('SCORES', [r.score for r in fn([Problem('q', '5')] * 2, ['<answer>5</answer>', '<answer>4</answer>'])], flush=True)\n")
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.count("SCRIPT BODY RAN") == 1
+    assert "SCORES [1.0, 0.0]" in out.stdout

@@ -132,6 +132,10 @@ def build_reward(spec: RewardSpec, task: Task) -> RewardFn:
     if spec.name == "task":
         import pickle
 
+        if type(task).__module__ == "__main__":
+            raise ValueError(f"reward 'task': task {task.name!r} is defined in the running script (__main__); "
+                             f"reward workers import it by module, so define it in an importable module")
+
         try:
             pickle.dumps(fn)
         except Exception as e:  # noqa: BLE001 — fail at build time, naming the task, not per completion

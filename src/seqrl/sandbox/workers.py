@@ -282,11 +282,28 @@ def _start_forkserver() -> None:
                 os.environ["PYTHONPATH"] = old
 
 
+def _start_without_main(proc) -> None:
+    """``proc.start()`` with the parent's ``__main__`` hidden: a forkserver child otherwise re-runs
+    the user's script (multiprocessing's main-module fix-up), which without an
+    ``if __name__ == "__main__":`` guard builds another trainer inside the worker. Workers need
+    nothing from ``__main__``: their functions live in importable modules (`build_reward` checks)."""
+    import types
+
+    with _ENV_LOCK:
+        main = sys.modules.get("__main__")
+        sys.modules["__main__"] = types.ModuleType("__main__")
+        try:
+            proc.start()
+        finally:
+            if main is not None:
+                sys.modules["__main__"] = main
+
+
 class _Worker:
     def __init__(self, ctx, spec: dict, start_timeout_s: float):
         self.conn, child = ctx.Pipe(duplex=True)
         self.proc = ctx.Process(target=_serve, args=(child, spec), daemon=True, name="seqrl-reward-worker")
-        self.proc.start()
+        _start_without_main(self.proc)
         child.close()
         self.known: set[str] = set()
         self.layers: list[str] = []
@@ -329,10 +346,8 @@ class WorkerPool:
         self.preload = tuple(preload)
         self.spec = {**_layer_spec(memory_mb, confine), "preload": list(self.preload)}
         self.ctx = mp.get_context("forkserver")
-        main = sys.modules.get("__main__")
-        # '__main__' preloaded once in the forkserver, so a worker start does not re-import the script.
-        extra = ["__main__"] if getattr(main, "__file__", None) else []
-        self.ctx.set_forkserver_preload([*extra, *self.preload])
+        # never '__main__': the user's script must not run in the forkserver or the workers
+        self.ctx.set_forkserver_preload(list(self.preload))
         _start_forkserver()
         self._idle: queue.Queue[_Worker | None] = queue.Queue()
         self._lock = threading.Lock()
