@@ -31,7 +31,10 @@ def src(s: str) -> str:
 
 
 def sandbox_uid_procs() -> list[int]:
-    """Host processes running as a sandbox uid (200000..259999): there must be none after a run."""
+    """Host processes running as a sandbox uid (200000..259999) started by this test process's runs
+    (their cgroups are named ``seqrl-<our pid>-…``; other processes' sandboxes may run meanwhile):
+    there must be none after a run."""
+    mine = f"/seqrl-{os.getpid()}-"
     out = []
     for d in Path("/proc").iterdir():
         if not d.name.isdigit():
@@ -39,7 +42,7 @@ def sandbox_uid_procs() -> list[int]:
         try:
             for line in (d / "status").read_text().splitlines():
                 if line.startswith("Uid:"):
-                    if 200_000 <= int(line.split()[1]) < 260_000:
+                    if 200_000 <= int(line.split()[1]) < 260_000 and mine in (d / "cgroup").read_text():
                         out.append(int(d.name))
                     break
         except OSError:

@@ -53,6 +53,8 @@ from seqrl.sandbox._driver import decode_plain, frame
 DRIVER = Path(__file__).with_name("_driver.py")
 PIDS_CGROUP_ROOT = Path("/sys/fs/cgroup/pids")
 MEMORY_CGROUP_ROOT = Path("/sys/fs/cgroup/memory")
+CPU_CGROUP_ROOT = Path("/sys/fs/cgroup/cpu")
+CPU_PERIOD_US = 100_000  # CFS period of the per-run cpu cgroup; the quota is ``cpus`` periods
 STRONG_LAYERS = ("netns", "pidns", "mountns", "pids_cgroup", "memory_cgroup", "setuid")
 _RESULT_CAP = 32 << 20  # bytes of result-channel data accepted from one run
 TREE_MEMORY_SLACK_MB = 64  # default tree limit = memory_mb + this (the driver's own interpreter)
@@ -195,22 +197,47 @@ def _confine_support(python: str) -> dict:
         return {"landlock": 0, "seccomp": False, "paths": [], "errors": [f"probe failed: {e}"]}
 
 
-@lru_cache(maxsize=1)
-def _memory_cgroup_base() -> Path | None:
-    """Where per-run cgroup-v1 ``memory`` groups can be made: under this process's own memory cgroup
+def _own_cgroup_base(root: Path, controller: str, limit_file: str, value: str) -> Path | None:
+    """Where per-run cgroup-v1 groups of ``controller`` can be made: under this process's own group
     (so any limit above it still applies), else at the hierarchy's root; None when neither works."""
-    if os.geteuid() != 0 or not MEMORY_CGROUP_ROOT.is_dir():
+    if os.geteuid() != 0 or not root.is_dir():
         return None
     cands = []
     try:
         for line in Path("/proc/self/cgroup").read_text().splitlines():
             _, ctrls, path = line.split(":", 2)
-            if "memory" in ctrls.split(",") and path.strip("/"):
-                cands.append(MEMORY_CGROUP_ROOT / path.strip("/"))
+            if controller in ctrls.split(",") and path.strip("/"):
+                cands.append(root / path.strip("/"))
     except (OSError, ValueError):
         pass
-    cands.append(MEMORY_CGROUP_ROOT)
-    return next((b for b in cands if _can_make_cgroup(b, "memory.limit_in_bytes", str(64 << 20))), None)
+    cands.append(root)
+    return next((b for b in cands if _can_make_cgroup(b, limit_file, value)), None)
+
+
+@lru_cache(maxsize=1)
+def _memory_cgroup_base() -> Path | None:
+    return _own_cgroup_base(MEMORY_CGROUP_ROOT, "memory", "memory.limit_in_bytes", str(64 << 20))
+
+
+@lru_cache(maxsize=1)
+def _cpu_cgroup_base() -> Path | None:
+    return _own_cgroup_base(CPU_CGROUP_ROOT, "cpu", "cpu.cfs_quota_us", str(CPU_PERIOD_US))
+
+
+def _make_cpu_cgroup(cpus: float) -> Path | None:
+    """A cgroup-v1 ``cpu`` group whose CFS quota is ``cpus`` CPUs (``cpus * period`` per period)."""
+    base = _cpu_cgroup_base()
+    if base is None:
+        return None
+    cg = base / f"seqrl-{os.getpid()}-{secrets.token_hex(6)}"
+    cg.mkdir()
+    try:
+        (cg / "cpu.cfs_period_us").write_text(str(CPU_PERIOD_US))
+        (cg / "cpu.cfs_quota_us").write_text(str(max(1000, int(round(cpus * CPU_PERIOD_US)))))
+    except OSError:
+        cg.rmdir()
+        raise
+    return cg
 
 
 def _make_memory_cgroup(limit_bytes: int) -> Path | None:
@@ -253,6 +280,8 @@ def available_layers() -> list[str]:
         layers.append("pids_cgroup")
     if unshare and _memory_cgroup_base() is not None:
         layers.append("memory_cgroup")
+    if unshare and _cpu_cgroup_base() is not None:
+        layers.append("cpu_cgroup")
     conf = _confine_support(_sandbox_python() if unshare else sys.executable)
     if conf["seccomp"]:
         layers.append("seccomp")
@@ -452,6 +481,9 @@ def run_python(
     stdio_cases: list | None = None,
     case_timeout_s: float | None = None,
     case_output_bytes: int = 2 << 20,
+    cpus: float = 1.0,
+    scratch_mb: int = 64,
+    scratch_inodes: int = 4096,
 ) -> SandboxResult:
     """Run ``solution`` (Python source) in the sandbox and check it.
 
@@ -475,6 +507,9 @@ def run_python(
                 so) instead of raising :class:`SandboxUnavailable`.
     skip_layers: optional layers (``seccomp``, ``landlock``) to leave off, for measuring what they
                 cost or do; ``layers`` in the result says what was on.
+    cpus:       CPU quota of the whole tree (cgroup ``cpu``, CFS): busy threads or processes get at
+                most this many CPUs' worth of time, the rest of the machine stays the trainer's.
+    scratch_mb / scratch_inodes: size and inode cap of the scratch dir (a private ``tmpfs``).
     """
     if stdio_cases is not None:
         if tests is not None or io_cases is not None:
@@ -483,7 +518,8 @@ def run_python(
                           max_output_bytes=max_output_bytes, max_file_bytes=max_file_bytes, max_procs=max_procs,
                           float_tol=float_tol, allow_unconfined=allow_unconfined, skip_layers=skip_layers,
                           tree_memory_mb=tree_memory_mb, case_timeout_s=case_timeout_s,
-                          case_output_bytes=case_output_bytes)
+                          case_output_bytes=case_output_bytes, cpus=cpus, scratch_mb=scratch_mb,
+                          scratch_inodes=scratch_inodes)
     if tests is None and io_cases is None:
         raise ValueError("run_python needs tests, io_cases or stdio_cases (got none)")
     if io_cases is not None and not entry_point:
@@ -505,7 +541,8 @@ def run_python(
     run = _launch({"solution": solution}, job, cwd=None, env=None, writable=(), report_cap=None,
                   timeout_s=timeout_s, cpu_s=cpu_s, memory_mb=memory_mb, max_output_bytes=max_output_bytes,
                   max_file_bytes=max_file_bytes, max_procs=max_procs, allow_unconfined=allow_unconfined,
-                  skip_layers=skip_layers, tree_memory_mb=tree_memory_mb)
+                  skip_layers=skip_layers, tree_memory_mb=tree_memory_mb, cpus=cpus, scratch_mb=scratch_mb,
+                  scratch_inodes=scratch_inodes)
     return _verdict(run.res, nonce, io_expected if io_cases is not None else None, float_tol, run.timed_out,
                     run.returncode, run.out, run.err, run.elapsed, run.layers, run.oom_kills)
 
@@ -563,7 +600,8 @@ _STATUS_RANK = {"ok": 0, "runtime_error": 1, "killed": 2, "memory": 3, "timeout"
 
 def _run_stdio(solution: str, cases, *, timeout_s: float, cpu_s, memory_mb: int, max_output_bytes: int,
                max_file_bytes: int, max_procs: int, float_tol: float, allow_unconfined: bool, skip_layers,
-               tree_memory_mb, case_timeout_s, case_output_bytes: int) -> SandboxResult:
+               tree_memory_mb, case_timeout_s, case_output_bytes: int, cpus: float = 1.0, scratch_mb: int = 64,
+               scratch_inodes: int = 4096) -> SandboxResult:
     inputs, expected = _stdio_pairs(cases)
     if timeout_s <= 0 or (case_timeout_s is not None and case_timeout_s <= 0):
         raise ValueError(f"run_python: timeout_s and case_timeout_s must be > 0 (got {timeout_s}, {case_timeout_s})")
@@ -577,7 +615,8 @@ def _run_stdio(solution: str, cases, *, timeout_s: float, cpu_s, memory_mb: int,
     run = _launch({"solution": solution, "mode": "stdio"}, job, cwd=None, env=None, writable=(), report_cap=None,
                   timeout_s=timeout_s, cpu_s=max(timeout_s + 1, case_cpu), memory_mb=memory_mb,
                   max_output_bytes=max_output_bytes, max_file_bytes=max_file_bytes, max_procs=max_procs,
-                  allow_unconfined=allow_unconfined, skip_layers=skip_layers, tree_memory_mb=tree_memory_mb)
+                  allow_unconfined=allow_unconfined, skip_layers=skip_layers, tree_memory_mb=tree_memory_mb,
+                  cpus=cpus, scratch_mb=scratch_mb, scratch_inodes=scratch_inodes)
     recs: dict[int, dict] = {}
     for r in _records(run.res, nonce):
         if r.get("type") == "stdio" and type(r.get("i")) is int:
@@ -653,7 +692,8 @@ class _Launched:
 def _launch(boot: dict, job: dict, *, cwd: str | None, env: dict | None, writable, report_cap: int | None,
             timeout_s: float, cpu_s: float | None, memory_mb: int, max_output_bytes: int, max_file_bytes: int,
             max_procs: int, allow_unconfined: bool, read_paths=(), skip_layers=(),
-            tree_memory_mb: int | None = None) -> _Launched:
+            tree_memory_mb: int | None = None, cpus: float = 1.0, scratch_mb: int = 64,
+            scratch_inodes: int = 4096) -> _Launched:
     """One confined run of the driver (both modes): layers, scratch dir, cgroup, rlimits, pump, kill.
 
     The scratch dir (``HOME``) is fresh, owned by the run's uid and removed afterwards; it is the
@@ -661,6 +701,9 @@ def _launch(boot: dict, job: dict, *, cwd: str | None, env: dict | None, writabl
     run and back to root afterwards (symlinks are never followed). Landlock lets the run read the
     system paths, its interpreter, the scratch dir, ``cwd``, ``read_paths`` and ``writable``, and
     write only the scratch dir and ``writable``."""
+    for name, v in (("cpus", cpus), ("scratch_mb", scratch_mb), ("scratch_inodes", scratch_inodes)):
+        if not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
+            raise ValueError(f"sandbox: {name} must be > 0 (got {v!r})")
     bad = [x for x in skip_layers if x not in OPTIONAL_LAYERS]
     if bad:
         raise ValueError(f"skip_layers: unknown layer(s) {bad} (only {list(OPTIONAL_LAYERS)} can be skipped)")
@@ -681,6 +724,7 @@ def _launch(boot: dict, job: dict, *, cwd: str | None, env: dict | None, writabl
     workdir = tempfile.mkdtemp(prefix="seqrl-sbx-")
     cg: Path | None = None
     mcg: Path | None = None
+    ccg: Path | None = None
     oom = 0
     proc: subprocess.Popen | None = None
     t_start = time.monotonic()
@@ -699,7 +743,11 @@ def _launch(boot: dict, job: dict, *, cwd: str | None, env: dict | None, writabl
         mcg = _make_memory_cgroup(int(tree_mb) << 20) if unshare else None
         if mcg is not None:
             layers.append("memory_cgroup")
-        cg_procs = ",".join(str(g / "cgroup.procs") for g in (cg, mcg) if g is not None) or None
+        # A CPU quota for the whole tree: GIL-free busy threads cannot take the trainer's cores
+        ccg = _make_cpu_cgroup(float(cpus)) if unshare else None
+        if ccg is not None:
+            layers.append("cpu_cgroup")
+        cg_procs = ",".join(str(g / "cgroup.procs") for g in (cg, mcg, ccg) if g is not None) or None
         # Unconfined: RLIMIT_NPROC counts every process of our uid, so allow what already runs.
         nproc_unconfined = None if uid is not None else _count_own_processes() + max_procs + 3
         # The driver applies these to itself first thing (before reading any message; nothing
@@ -755,6 +803,8 @@ def _launch(boot: dict, job: dict, *, cwd: str | None, env: dict | None, writabl
         if mcg is not None:
             oom = _oom_kills(mcg)
             _destroy_cgroup(mcg)
+        if ccg is not None:
+            _destroy_cgroup(ccg)
         shutil.rmtree(workdir, ignore_errors=True)
         for tree in owned:
             _chown_tree(tree, 0)
@@ -845,6 +895,9 @@ def run_command(
     read_paths: tuple | list = (),
     skip_layers: tuple | list = (),
     tree_memory_mb: int | None = None,
+    cpus: float = 1.0,
+    scratch_mb: int = 256,
+    scratch_inodes: int = 16384,
 ) -> CommandResult:
     """Run ``argv`` (an executable path and its arguments, no shell) in the sandbox, in ``cwd``.
 
@@ -871,7 +924,8 @@ def run_command(
                   report_cap=max_report_bytes if report else None, timeout_s=timeout_s, cpu_s=cpu_s,
                   memory_mb=memory_mb, max_output_bytes=max_output_bytes, max_file_bytes=max_file_bytes,
                   max_procs=max_procs, allow_unconfined=allow_unconfined, read_paths=read_paths,
-                  skip_layers=skip_layers, tree_memory_mb=tree_memory_mb)
+                  skip_layers=skip_layers, tree_memory_mb=tree_memory_mb, cpus=cpus, scratch_mb=scratch_mb,
+                  scratch_inodes=scratch_inodes)
     rec = next((r for r in reversed(_records(run.res, nonce)) if r.get("type") == "exec"), None)
     code = sig = None
     if rec is not None:
