@@ -94,3 +94,71 @@ def test_cpu_quota_caps_busy_threads_and_processes(kind):
 def test_cpu_quota_is_validated():
     with pytest.raises(ValueError, match="cpus"):
         run_python("x = 1\n", tests="assert True\n", cpus=0)
+
+
+FLOOD = src("""
+    import os, time
+
+    def files(token, hold):
+        n, err = 0, ""
+        try:
+            while n < 200_000:
+                open(f"flood-{token}-{n}", "w").close()
+                n += 1
+        except OSError as e:
+            err = f"{type(e).__name__}: {e.strerror}"
+        time.sleep(hold)  # the files exist now: the host looks for them meanwhile
+        return [n, err]
+
+    def big(token, hold):
+        written, err = 0, ""
+        try:
+            with open(f"flood-{token}-big", "wb") as f:
+                chunk = bytes(1 << 20)
+                while written < 1 << 30:
+                    f.write(chunk)
+                    f.flush()
+                    written += len(chunk)
+        except OSError as e:
+            err = f"{type(e).__name__}: {e.strerror}"
+        time.sleep(hold)
+        return [written, err]
+""")
+
+
+def _host_sightings(token: str, stop: threading.Event, seen: list) -> None:
+    """Scan every sandbox scratch dir the host can see for the flood's files until ``stop``."""
+    base = tempfile.gettempdir()
+    while not stop.is_set():
+        for d in os.listdir(base):
+            if d.startswith("seqrl-sbx-"):
+                try:
+                    seen += [n for n in os.listdir(os.path.join(base, d)) if token in n][:3]
+                except OSError:
+                    pass
+        time.sleep(0.02)
+
+
+@needs_root
+def test_scratch_flood_fills_a_capped_tmpfs_not_the_host():
+    """An inode flood stops at ``scratch_inodes`` and a huge file at ``scratch_mb``, each with the
+    kernel's reason, and the host never sees a single file of either (they live on a tmpfs in the
+    sandbox's own mount namespace, over the host's empty scratch dir)."""
+    token = os.urandom(6).hex()
+    stop, seen = threading.Event(), []
+    th = threading.Thread(target=_host_sightings, args=(token, stop, seen))
+    th.start()
+    try:
+        r = run_python(FLOOD, io_cases=[[[token, 0.5], None]], entry_point="files", timeout_s=20,
+                       scratch_inodes=512)
+        rb = run_python(FLOOD, io_cases=[[[token, 0.5], None]], entry_point="big", timeout_s=20, scratch_mb=8,
+                        max_file_bytes=1 << 30)
+    finally:
+        stop.set()
+        th.join()
+    assert "scratch_tmpfs" in r.layers, r.layers
+    n, err = eval(r.tests[0].reason.rsplit("got ", 1)[1])  # a list of an int and a str, from our own code
+    assert 400 < n < 512 and "No space left on device" in err, (n, err)
+    written, err = eval(rb.tests[0].reason.rsplit("got ", 1)[1])
+    assert 4 << 20 <= written <= 8 << 20 and "No space left on device" in err, (written, err)
+    assert seen == [], seen[:3]

@@ -841,6 +841,24 @@ def _join_cgroup(procs_list: str) -> None:
             os.close(fd)
 
 
+MOUNT_NR = {"x86_64": 165, "aarch64": 40}  # mount(2)
+MS_NOSUID, MS_NODEV = 2, 4
+
+
+def mount_scratch(sys_: _Sys, spec: dict) -> None:
+    """Put a ``tmpfs`` capped at ``size`` bytes and ``inodes`` inodes, owned by ``uid``, over the scratch
+    dir ``path`` (in this mount namespace only: the host keeps its empty directory) and move into it.
+    A disk or inode flood then fills this tmpfs, whose pages count against the tree's memory cgroup,
+    never the host's filesystem."""
+    path = spec["path"]
+    opts = (f"size={int(spec['size'])},nr_inodes={int(spec['inodes'])},mode=0700,"
+            f"uid={int(spec['uid'])},gid={int(spec['uid'])}")
+    bufs = [sys_.buf(b"tmpfs\0"), sys_.buf(os.fsencode(path) + b"\0"), sys_.buf(b"tmpfs\0"),
+            sys_.buf(opts.encode() + b"\0")]
+    sys_(MOUNT_NR[os.uname().machine], *bufs[:3], MS_NOSUID | MS_NODEV, bufs[3])
+    os.chdir(path)  # our cwd was the directory underneath
+
+
 def probe(spec_json: str) -> dict:
     """``--probe SPEC``: this interpreter's library paths, then try the layers on this (throwaway)
     process: Landlock with ``SPEC``'s read/devices paths plus those library paths (an import after it
@@ -889,6 +907,8 @@ def main(argv: list[str]) -> int:
     boot = read_msg(0)
     if len(argv) > 3 and argv[3] != "-":
         _join_cgroup(argv[3])
+    if boot.get("scratch") is not None:
+        mount_scratch(_SYS, boot.pop("scratch"))  # fails closed: no solution or command without it
     if boot.get("argv") is not None:
         return _exec_main(boot, result_fd)
     if boot.get("mode") == "stdio":

@@ -57,6 +57,7 @@ CPU_CGROUP_ROOT = Path("/sys/fs/cgroup/cpu")
 CPU_PERIOD_US = 100_000  # CFS period of the per-run cpu cgroup; the quota is ``cpus`` periods
 STRONG_LAYERS = ("netns", "pidns", "mountns", "pids_cgroup", "memory_cgroup", "setuid")
 _RESULT_CAP = 32 << 20  # bytes of result-channel data accepted from one run
+_SCRATCH_ARCHES = ("x86_64", "aarch64")  # where the driver knows mount(2)'s number
 TREE_MEMORY_SLACK_MB = 64  # default tree limit = memory_mb + this (the driver's own interpreter)
 
 
@@ -282,6 +283,8 @@ def available_layers() -> list[str]:
         layers.append("memory_cgroup")
     if unshare and _cpu_cgroup_base() is not None:
         layers.append("cpu_cgroup")
+    if unshare and os.uname().machine in _SCRATCH_ARCHES:
+        layers.append("scratch_tmpfs")
     conf = _confine_support(_sandbox_python() if unshare else sys.executable)
     if conf["seccomp"]:
         layers.append("seccomp")
@@ -771,6 +774,8 @@ def _launch(boot: dict, job: dict, *, cwd: str | None, env: dict | None, writabl
         read = [*(p for p in [cwd] if p), *map(os.fspath, read_paths)]
         if "argv" in boot:  # the command's own install prefix (…/bin/x → …)
             read.append(os.path.dirname(os.path.dirname(os.path.realpath(boot["argv"][0]))))
+        if uid is not None and os.uname().machine in _SCRATCH_ARCHES:
+            layers.append("scratch_tmpfs")
         confine, names = _confine_spec(python, tuple(skip_layers), read, [workdir, *map(os.fspath, writable)])
         layers += names
         cmd = [*nnp, *(unshare or ()), python, "-I", "-S", _driver_file(python) if unshare else str(DRIVER),
@@ -788,6 +793,9 @@ def _launch(boot: dict, job: dict, *, cwd: str | None, env: dict | None, writabl
         if cg_procs is not None:
             _attach_driver(proc.pid, cg_procs)
         boot = {**boot, "uid": uid, "nproc": max_procs if uid is not None else None, "confine": confine}
+        if uid is not None and os.uname().machine in _SCRATCH_ARCHES:
+            boot["scratch"] = {"path": workdir, "size": int(scratch_mb) << 20, "inodes": int(scratch_inodes),
+                               "uid": uid}
         if "argv" in boot:
             boot["cwd"] = cwd or workdir
             boot["env"] = {**_scrubbed_env(workdir), "TMPDIR": workdir, **(env or {})}
