@@ -78,6 +78,16 @@ def test_runtime_error_at_import_is_penalised():
     assert r.reason.startswith("runtime error: ValueError at import") and "0/4 tests passed" in r.reason
 
 
+def test_an_exception_inside_tests_is_a_failed_test_not_the_error_penalty():
+    """Status ``runtime_error`` from tests that raised (SystemExit(0) here) keeps the scoring of a
+    completed run: the fraction passed, no error penalty, the first failing test as reason."""
+    sol = "def add(a, b):\n    if a == 1:\n        raise SystemExit(0)\n    return a + b\n"
+    r = score_code(sol, io_cases=ADD_IO, entry_point="add")
+    # 0.1 + 0.1 + 0.8·3/4 = 0.8
+    assert r.parts == {"syntax": 1.0, "compiles": 1.0, "functional": 0.75, **OK_RUN}
+    assert r.score == pytest.approx(0.8, abs=1e-12) and r.reason.startswith("3/4 tests passed; case[0]: SystemExit")
+
+
 def test_infinite_loop_gets_the_timeout_penalty_and_clipping():
     loop = "def add(a, b):\n    while True:\n        pass\n"
     r = score_code(loop, io_cases=ADD_IO, entry_point="add", reward=CodeExecutionReward(timeout_s=1.0))
@@ -205,7 +215,7 @@ def test_cli_json_with_tests(tmp_path, capsys):
     assert main(["sandbox", "run", *_files(tmp_path, tests=wrong_tests), "--json", "--timeout", "3"]) == 1
     out = json.loads(capsys.readouterr().out)
     assert {"status", "passed", "total", "tests", "layers", "elapsed_s", "reason"} <= out.keys()
-    assert (out["status"], out["passed"], out["total"]) == ("ok", 4, 5)
+    assert (out["status"], out["passed"], out["total"]) == ("wrong_answer", 4, 5)
     assert out["tests"][4]["name"] == "assert@5" and out["tests"][4]["passed"] is False
     assert set(out["tests"][0]) == {"name", "passed", "reason", "elapsed"}
     if os.geteuid() == 0:

@@ -231,7 +231,8 @@ class CodeExecutionReward:
         if run is not None:
             parts["functional"] = run.passed / run.total if run.total else 0.0
             parts["timeout"] = float(run.status == "timeout")
-            parts["error"] = float(run.status in ("runtime_error", "killed", "syntax_error"))
+            # a run that ended early; an exception inside a test is a failed test, not a penalty
+            parts["error"] = float(not run.completed and run.status in ("runtime_error", "killed", "syntax_error"))
             parts["memory"] = float(run.status == "memory")
             reasons.append(_run_reason(run, self.timeout_s, self.memory_mb))
         if self.efficiency and run is not None:
@@ -269,14 +270,14 @@ def _run_reason(run: SandboxResult, timeout_s: float, memory_mb: int) -> str:
         head = f"timeout after {timeout_s} s" if run.reason == "wall-clock timeout" else f"timeout: {run.reason}"
     elif run.status == "memory":
         head = f"memory limit ({memory_mb} MB): {run.reason}"
-    elif run.status != "ok":
+    elif not run.completed:
         head = f"{run.status.replace('_', ' ')}: {run.reason}"[:300]
     elif run.all_passed:
         return ""
     else:
         head = ""
     first = next((f"{t.name}: {t.reason}" for t in run.tests if not t.passed), "")
-    tally = f"{run.passed}/{run.total} tests passed" + (f"; {first[:200]}" if first and run.status == "ok" else "")
+    tally = f"{run.passed}/{run.total} tests passed" + (f"; {first[:200]}" if first and run.completed else "")
     return f"{head}; {tally}" if head else tally
 
 

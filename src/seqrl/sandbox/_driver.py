@@ -989,9 +989,9 @@ def _run_asserts(job: dict, entry: str | None, names: list[str], chan: _Channel,
     ``__seqrl_assert__`` call, see ``runner.prepare_tests``; ``job["test_names"]``: the names it loads)."""
     counts: dict[int, int] = {}
 
-    def record(name: str, passed: bool, reason: str, t0: float) -> None:
+    def record(name: str, passed: bool, reason: str, t0: float, raised: bool = False) -> None:
         emit({"type": "assert", "name": name, "passed": passed, "reason": reason[:2000],
-              "elapsed": time.perf_counter() - t0})
+              "elapsed": time.perf_counter() - t0, "raised": raised})
 
     def seqrl_assert(line: int, test, msg) -> None:
         counts[line] = counts.get(line, 0) + 1
@@ -1000,7 +1000,7 @@ def _run_asserts(job: dict, entry: str | None, names: list[str], chan: _Channel,
         try:
             ok = bool(test())
         except BaseException as e:
-            record(name, False, f"{type(e).__name__}: {e}", t0)
+            record(name, False, f"{type(e).__name__}: {e}", t0, raised=True)
             return
         reason = ""
         if not ok:
@@ -1030,7 +1030,7 @@ def _run_asserts(job: dict, entry: str | None, names: list[str], chan: _Channel,
         if entry and callable(check) and not isinstance(check, _Proxy):
             check(_Proxy(chan, entry))
     except BaseException as e:
-        record("tests", False, f"test code raised {type(e).__name__}: {e}", t0)
+        record("tests", False, f"test code raised {type(e).__name__}: {e}", t0, raised=True)
 
 
 if __name__ == "__main__":

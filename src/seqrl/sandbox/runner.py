@@ -79,13 +79,16 @@ class TestRecord:
 class SandboxResult:
     """Outcome of one sandboxed run.
 
-    status: how the run ended — ``ok`` (all tests were run; some may have failed), ``timeout`` (wall
-            or CPU limit), ``memory`` (MemoryError under RLIMIT_AS, or a process killed at the tree's
-            cgroup memory limit), ``runtime_error`` (raised or
-            exited at import, or the process ended before the tests finished), ``syntax_error``,
+    status: the outcome (table in ``docs/sandbox.md``) — ``ok`` (every test ran and passed),
+            ``wrong_answer`` (every test ran, some failed, none raised), ``runtime_error`` (the tested
+            code raised in a test; or raised or exited at import, or the process ended before the
+            tests finished), ``timeout`` (wall or CPU limit), ``memory`` (MemoryError under
+            RLIMIT_AS, or a process killed at the tree's cgroup memory limit), ``syntax_error``,
             ``killed`` (died by a signal).
     passed/total: tests passed / tests counted (io: every case; asserts: every executed assert, plus
             one failing ``<unfinished>`` record when the run did not finish).
+    completed: every test was run to its verdict (``ok``, ``wrong_answer``, or ``runtime_error``
+            raised inside tests); only then does ``reward(partial=True)`` give the fraction passed.
     """
 
     status: str
@@ -97,6 +100,7 @@ class SandboxResult:
     elapsed_s: float = 0.0
     layers: list[str] = field(default_factory=list)
     reason: str = ""
+    completed: bool = False
 
     @property
     def all_passed(self) -> bool:
@@ -105,7 +109,7 @@ class SandboxResult:
     def reward(self, partial: bool = False) -> RewardResult:
         """Binary (or fraction-passed) reward with a reason whenever it is not full marks."""
         frac = self.passed / self.total if self.total else 0.0
-        score = frac if partial and self.status == "ok" else float(self.all_passed)
+        score = frac if partial and self.completed else float(self.all_passed)
         if score >= 1.0:
             return RewardResult(1.0, "", {"pass_frac": frac})
         why = self.reason or next((f"{t.name}: {t.reason}" for t in self.tests if not t.passed), "")
@@ -671,11 +675,15 @@ def _run_stdio(solution: str, cases, *, timeout_s: float, cpu_s, memory_mb: int,
         for t in tests:
             if t.reason == "no result":
                 t.reason = "not run (the program does not compile)"
+    completed = worst == "ok"
+    failed = next((t for t in tests if not t.passed), None)
+    if completed and failed is not None:
+        worst, reason = "wrong_answer", f"{failed.name}: {failed.reason}"[:500]
     stderr = run.err + ("\n".join(errs) if errs else "")
     if len(stderr) > max_output_bytes:
         stderr = stderr[:max_output_bytes] + f"\n[... {len(stderr) - max_output_bytes} characters truncated]"
     return SandboxResult(worst, sum(t.passed for t in tests), len(tests), tests, run.out, stderr, run.elapsed,
-                         run.layers, reason)
+                         run.layers, reason, completed)
 
 
 @dataclass
@@ -1078,6 +1086,7 @@ def _verdict(res: bytes, nonce: str, expected: list | None, float_tol: float, ti
     done = any(r.get("type") == "done" for r in records)
     child_exit = next((r for r in records if r.get("type") == "child_exit"), None)
     tests: list[TestRecord] = []
+    raised: set[int] = set()  # indices of tests in which the tested code (or the test code) raised
     reason = ""
     memory_hit = False
 
@@ -1100,10 +1109,13 @@ def _verdict(res: bytes, nonce: str, expected: list | None, float_tol: float, ti
                 tests.append(TestRecord(name, ok, "" if ok else f"expected {exp!r:.200}, got {got!r:.200}", el))
             else:
                 memory_hit |= r.get("kind") == "MemoryError"
+                raised.add(len(tests))
                 tests.append(TestRecord(name, False, str(r.get("err", "error"))[:500], el))
     for r in records:
         if r.get("type") == "assert":
             memory_hit |= "MemoryError" in str(r.get("reason", ""))
+            if r.get("raised") is True and r.get("passed") is not True:
+                raised.add(len(tests))
             el = r.get("elapsed", 0.0)
             tests.append(TestRecord(str(r.get("name")), r.get("passed") is True, str(r.get("reason", "")),
                                     float(el) if type(el) in (int, float) else 0.0))
@@ -1148,5 +1160,12 @@ def _verdict(res: bytes, nonce: str, expected: list | None, float_tol: float, ti
         for t in tests:
             if not t.passed and t.reason == "no result":
                 t.reason = f"no result ({status})"
+    completed = status == "ok"
+    failed = [i for i, t in enumerate(tests) if not t.passed]
+    if completed and failed:  # name the outcome: the first raising test, else the first wrong one
+        i = next((i for i in failed if i in raised), None)
+        status = "wrong_answer" if i is None else "runtime_error"
+        t = tests[failed[0] if i is None else i]
+        reason = f"{t.name}: {t.reason}"[:500]
     passed = sum(t.passed for t in tests)
-    return SandboxResult(status, passed, len(tests), tests, out, err, elapsed, layers, reason)
+    return SandboxResult(status, passed, len(tests), tests, out, err, elapsed, layers, reason, completed)
