@@ -258,7 +258,7 @@ def test_stdio_exit_status_timeouts_and_errors_per_case():
     assert r.status == "timeout" and [t.passed for t in r.tests] == [True, False, True], r.tests
     r = run_python("while True: pass\n", stdio_cases=SUM_CASES[:1], case_timeout_s=5, cpu_s=1, timeout_s=10,
                    allow_unconfined=not ROOT)  # cpu_s is per case: RLIMIT_CPU of each case's process
-    assert r.status == "timeout" and r.tests[0].reason == "CPU time limit (1 s)" and r.elapsed_s < 4
+    assert r.status == "timeout" and r.tests[0].reason == "CPU time limit (1 s)"  # not the 5 s case clock
     many = [[f"1\n{i}\n", str(i)] for i in range(200)]  # the driver forks them all: its CPU is the run's
     r = run_python(SUM_PROG, stdio_cases=many, timeout_s=60, case_timeout_s=1, allow_unconfined=not ROOT)
     assert r.all_passed and r.total == 200

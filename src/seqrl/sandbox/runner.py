@@ -43,7 +43,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, replace
 from functools import lru_cache
 from pathlib import Path
 
@@ -63,6 +63,60 @@ TREE_MEMORY_SLACK_MB = 64  # default tree limit = memory_mb + this (the driver's
 
 class SandboxUnavailable(RuntimeError):
     """The confining layers cannot be set up here (not root, or ``unshare`` fails)."""
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Every resource limit of one sandboxed run (``run_python``'s defaults; :data:`COMMAND_LIMITS`
+    for ``run_command``). A bad value raises ``ValueError`` naming the field."""
+
+    timeout_s: float = 2.0
+    """Wall clock of the whole run, start-up included; the process tree is killed there."""
+    cpu_s: float | None = None
+    """RLIMIT_CPU per process (default ``ceil(timeout_s) + 1``; stdio: ``case_timeout_s + 1`` per case)."""
+    memory_mb: int = 256
+    """RLIMIT_AS per process."""
+    tree_memory_mb: int | None = None
+    """Resident memory of the whole tree (cgroup ``memory``; default ``memory_mb`` + 64)."""
+    max_output_bytes: int = 64_000
+    """Kept per stream (stdout, stderr); the rest is discarded."""
+    max_file_bytes: int = 1_000_000
+    """RLIMIT_FSIZE."""
+    max_procs: int = 32
+    """Tasks the solution may add (pids cgroup, RLIMIT_NPROC)."""
+    cpus: float = 1.0
+    """CPU quota of the whole tree (cgroup ``cpu``, CFS): busy threads or processes get at most this
+    many CPUs' worth of time."""
+    scratch_mb: int = 64
+    """Size of the scratch dir (a private ``tmpfs``)."""
+    scratch_inodes: int = 4096
+    """Inodes of the scratch dir."""
+    case_timeout_s: float | None = None
+    """stdio cases: wall clock of each case (default ``timeout_s``)."""
+    case_output_bytes: int = 2 << 20
+    """stdio cases: stdout kept per case (more: the case fails)."""
+
+    def __post_init__(self) -> None:
+        optional = ("cpu_s", "tree_memory_mb", "case_timeout_s")
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if v is None and f.name in optional:
+                continue
+            if type(v) not in (int, float) or not math.isfinite(v) or v <= 0:
+                raise ValueError(f"sandbox Limits.{f.name} must be a number > 0 (got {v!r})")
+
+    def updated(self, overrides: dict, where: str) -> Limits:
+        """A copy with ``overrides`` (field name → value); an unknown name raises ``TypeError``."""
+        names = {f.name for f in fields(self)}
+        bad = sorted(set(overrides) - names)
+        if bad:
+            raise TypeError(f"{where}: unknown argument(s) {bad} (limits are the fields of Limits: {sorted(names)})")
+        return replace(self, **overrides) if overrides else self
+
+
+COMMAND_LIMITS = Limits(timeout_s=30.0, memory_mb=1024, max_file_bytes=10_000_000, scratch_mb=256,
+                        scratch_inodes=16384)
+"""``run_command``'s defaults: a test suite or ``git apply`` needs more than one function call."""
 
 
 @dataclass
@@ -475,22 +529,12 @@ def run_python(
     io_cases: list | None = None,
     *,
     entry_point: str | None = None,
-    timeout_s: float = 2.0,
-    cpu_s: float | None = None,
-    memory_mb: int = 256,
-    max_output_bytes: int = 64_000,
-    max_file_bytes: int = 1_000_000,
-    max_procs: int = 32,
+    stdio_cases: list | None = None,
+    limits: Limits | None = None,
     float_tol: float = 1e-6,
     allow_unconfined: bool = False,
     skip_layers: tuple | list = (),
-    tree_memory_mb: int | None = None,
-    stdio_cases: list | None = None,
-    case_timeout_s: float | None = None,
-    case_output_bytes: int = 2 << 20,
-    cpus: float = 1.0,
-    scratch_mb: int = 64,
-    scratch_inodes: int = 4096,
+    **limit_overrides,
 ) -> SandboxResult:
     """Run ``solution`` (Python source) in the sandbox and check it.
 
@@ -502,37 +546,23 @@ def run_python(
                 solution is a program run once per case (a fresh process, ``__name__ ==
                 "__main__"``) with ``input`` as stdin; its stdout is compared with the expected output
                 here (:func:`stdio_equal`); a case passes only if the program also exits 0.
-                ``case_timeout_s`` (default ``timeout_s``) limits each case, ``timeout_s`` the whole
-                run; ``case_output_bytes`` caps a case's stdout (more: the case fails).
-    timeout_s:  wall-clock limit for the whole run (start-up included); the process tree is killed.
-    cpu_s:      RLIMIT_CPU per process (default ``ceil(timeout_s) + 1``).
-    memory_mb:  RLIMIT_AS per process.  max_output_bytes: kept per stream (stdout, stderr).
-    tree_memory_mb: resident memory of the whole process tree (cgroup ``memory``; default
-                ``memory_mb`` + 64): a solution that forks many allocating children is stopped there.
-    max_file_bytes: RLIMIT_FSIZE.  max_procs: tasks the solution may add (pids cgroup, RLIMIT_NPROC).
+    limits:     every resource limit (:class:`Limits`; its defaults when None); any field of it can
+                also be given by name (``timeout_s=5``), overriding ``limits``.
     allow_unconfined: when the strong layers are unavailable run with rlimits only (``layers`` says
                 so) instead of raising :class:`SandboxUnavailable`.
     skip_layers: optional layers (``seccomp``, ``landlock``) to leave off, for measuring what they
                 cost or do; ``layers`` in the result says what was on.
-    cpus:       CPU quota of the whole tree (cgroup ``cpu``, CFS): busy threads or processes get at
-                most this many CPUs' worth of time, the rest of the machine stays the trainer's.
-    scratch_mb / scratch_inodes: size and inode cap of the scratch dir (a private ``tmpfs``).
     """
+    lim = (limits or Limits()).updated(limit_overrides, "run_python")
     if stdio_cases is not None:
         if tests is not None or io_cases is not None:
             raise ValueError("run_python: stdio_cases cannot be combined with tests or io_cases")
-        return _run_stdio(solution, stdio_cases, timeout_s=timeout_s, cpu_s=cpu_s, memory_mb=memory_mb,
-                          max_output_bytes=max_output_bytes, max_file_bytes=max_file_bytes, max_procs=max_procs,
-                          float_tol=float_tol, allow_unconfined=allow_unconfined, skip_layers=skip_layers,
-                          tree_memory_mb=tree_memory_mb, case_timeout_s=case_timeout_s,
-                          case_output_bytes=case_output_bytes, cpus=cpus, scratch_mb=scratch_mb,
-                          scratch_inodes=scratch_inodes)
+        return _run_stdio(solution, stdio_cases, lim, float_tol=float_tol, allow_unconfined=allow_unconfined,
+                          skip_layers=skip_layers)
     if tests is None and io_cases is None:
         raise ValueError("run_python needs tests, io_cases or stdio_cases (got none)")
     if io_cases is not None and not entry_point:
         raise ValueError("run_python: io_cases need entry_point (the function to call)")
-    if timeout_s <= 0:
-        raise ValueError(f"run_python: timeout_s must be > 0 (got {timeout_s})")
     io_args, io_expected = [], []
     for i, case in enumerate(io_cases or []):
         if not (isinstance(case, (list, tuple)) and len(case) == 2 and isinstance(case[0], (list, tuple))):
@@ -545,11 +575,8 @@ def run_python(
            "tests": None}
     if tests is not None:
         job.update(prepare_tests(tests))
-    run = _launch({"solution": solution}, job, cwd=None, env=None, writable=(), report_cap=None,
-                  timeout_s=timeout_s, cpu_s=cpu_s, memory_mb=memory_mb, max_output_bytes=max_output_bytes,
-                  max_file_bytes=max_file_bytes, max_procs=max_procs, allow_unconfined=allow_unconfined,
-                  skip_layers=skip_layers, tree_memory_mb=tree_memory_mb, cpus=cpus, scratch_mb=scratch_mb,
-                  scratch_inodes=scratch_inodes)
+    run = _launch({"solution": solution}, job, lim, cwd=None, env=None, writable=(), report_cap=None,
+                  allow_unconfined=allow_unconfined, skip_layers=skip_layers)
     return _verdict(run.res, nonce, io_expected if io_cases is not None else None, float_tol, run.timed_out,
                     run.returncode, run.out, run.err, run.elapsed, run.layers, run.oom_kills)
 
@@ -582,7 +609,8 @@ def stdio_equal(got: str, expected: str, float_tol: float | None = 1e-6) -> bool
     return True
 
 
-def _stdio_pairs(cases) -> tuple[list[str], list[str]]:
+def stdio_pairs(cases) -> tuple[list[str], list[str]]:
+    """``(inputs, expected_outputs)`` of ``stdio_cases``; ``ValueError`` naming the bad case."""
     if not isinstance(cases, (list, tuple)) or not cases:
         raise ValueError("run_python: stdio_cases must be a non-empty list of [input, expected_output]")
     ins, outs = [], []
@@ -605,13 +633,11 @@ def _stdio_pairs(cases) -> tuple[list[str], list[str]]:
 _STATUS_RANK = {"ok": 0, "runtime_error": 1, "killed": 2, "memory": 3, "timeout": 4, "syntax_error": 5}
 
 
-def _run_stdio(solution: str, cases, *, timeout_s: float, cpu_s, memory_mb: int, max_output_bytes: int,
-               max_file_bytes: int, max_procs: int, float_tol: float, allow_unconfined: bool, skip_layers,
-               tree_memory_mb, case_timeout_s, case_output_bytes: int, cpus: float = 1.0, scratch_mb: int = 64,
-               scratch_inodes: int = 4096) -> SandboxResult:
-    inputs, expected = _stdio_pairs(cases)
-    if timeout_s <= 0 or (case_timeout_s is not None and case_timeout_s <= 0):
-        raise ValueError(f"run_python: timeout_s and case_timeout_s must be > 0 (got {timeout_s}, {case_timeout_s})")
+def _run_stdio(solution: str, cases, lim: Limits, *, float_tol: float, allow_unconfined: bool,
+               skip_layers) -> SandboxResult:
+    inputs, expected = stdio_pairs(cases)
+    timeout_s, cpu_s, case_timeout_s = lim.timeout_s, lim.cpu_s, lim.case_timeout_s
+    case_output_bytes, max_output_bytes = lim.case_output_bytes, lim.max_output_bytes
     case_t = min(case_timeout_s or timeout_s, timeout_s)
     case_cpu = int(math.ceil(cpu_s if cpu_s is not None else case_t + 1))
     nonce = secrets.token_hex(16)
@@ -619,11 +645,9 @@ def _run_stdio(solution: str, cases, *, timeout_s: float, cpu_s, memory_mb: int,
            "case_cpu": case_cpu}
     # The driver's own RLIMIT_CPU covers the whole run (it forks every case); each case's process
     # sets RLIMIT_CPU = case_cpu on itself (a fresh process starts at zero CPU time).
-    run = _launch({"solution": solution, "mode": "stdio"}, job, cwd=None, env=None, writable=(), report_cap=None,
-                  timeout_s=timeout_s, cpu_s=max(timeout_s + 1, case_cpu), memory_mb=memory_mb,
-                  max_output_bytes=max_output_bytes, max_file_bytes=max_file_bytes, max_procs=max_procs,
-                  allow_unconfined=allow_unconfined, skip_layers=skip_layers, tree_memory_mb=tree_memory_mb,
-                  cpus=cpus, scratch_mb=scratch_mb, scratch_inodes=scratch_inodes)
+    run = _launch({"solution": solution, "mode": "stdio"}, job, replace(lim, cpu_s=max(timeout_s + 1, case_cpu)),
+                  cwd=None, env=None, writable=(), report_cap=None, allow_unconfined=allow_unconfined,
+                  skip_layers=skip_layers)
     recs: dict[int, dict] = {}
     for r in _records(run.res, nonce):
         if r.get("type") == "stdio" and type(r.get("i")) is int:
@@ -700,11 +724,8 @@ class _Launched:
     oom_kills: int = 0
 
 
-def _launch(boot: dict, job: dict, *, cwd: str | None, env: dict | None, writable, report_cap: int | None,
-            timeout_s: float, cpu_s: float | None, memory_mb: int, max_output_bytes: int, max_file_bytes: int,
-            max_procs: int, allow_unconfined: bool, read_paths=(), skip_layers=(),
-            tree_memory_mb: int | None = None, cpus: float = 1.0, scratch_mb: int = 64,
-            scratch_inodes: int = 4096) -> _Launched:
+def _launch(boot: dict, job: dict, lim: Limits, *, cwd: str | None, env: dict | None, writable,
+            report_cap: int | None, allow_unconfined: bool, read_paths=(), skip_layers=()) -> _Launched:
     """One confined run of the driver (both modes): layers, scratch dir, cgroup, rlimits, pump, kill.
 
     The scratch dir (``HOME``) is fresh, owned by the run's uid and removed afterwards; it is the
@@ -712,9 +733,7 @@ def _launch(boot: dict, job: dict, *, cwd: str | None, env: dict | None, writabl
     run and back to root afterwards (symlinks are never followed). Landlock lets the run read the
     system paths, its interpreter, the scratch dir, ``cwd``, ``read_paths`` and ``writable``, and
     write only the scratch dir and ``writable``."""
-    for name, v in (("cpus", cpus), ("scratch_mb", scratch_mb), ("scratch_inodes", scratch_inodes)):
-        if not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
-            raise ValueError(f"sandbox: {name} must be > 0 (got {v!r})")
+    timeout_s, cpu_s, memory_mb, max_procs = lim.timeout_s, lim.cpu_s, lim.memory_mb, lim.max_procs
     bad = [x for x in skip_layers if x not in OPTIONAL_LAYERS]
     if bad:
         raise ValueError(f"skip_layers: unknown layer(s) {bad} (only {list(OPTIONAL_LAYERS)} can be skipped)")
@@ -750,12 +769,12 @@ def _launch(boot: dict, job: dict, *, cwd: str | None, env: dict | None, writabl
         if cg is not None:
             layers.append("pids_cgroup")
         # The whole tree's resident memory (RLIMIT_AS bounds each process, not their sum)
-        tree_mb = tree_memory_mb if tree_memory_mb is not None else memory_mb + TREE_MEMORY_SLACK_MB
+        tree_mb = lim.tree_memory_mb if lim.tree_memory_mb is not None else memory_mb + TREE_MEMORY_SLACK_MB
         mcg = _make_memory_cgroup(int(tree_mb) << 20) if unshare else None
         if mcg is not None:
             layers.append("memory_cgroup")
         # A CPU quota for the whole tree: GIL-free busy threads cannot take the trainer's cores
-        ccg = _make_cpu_cgroup(float(cpus)) if unshare else None
+        ccg = _make_cpu_cgroup(float(lim.cpus)) if unshare else None
         if ccg is not None:
             layers.append("cpu_cgroup")
         cg_procs = ",".join(str(g / "cgroup.procs") for g in (cg, mcg, ccg) if g is not None) or None
@@ -763,7 +782,7 @@ def _launch(boot: dict, job: dict, *, cwd: str | None, env: dict | None, writabl
         nproc_unconfined = None if uid is not None else _count_own_processes() + max_procs + 3
         # The driver applies these to itself first thing (before reading any message; nothing
         # untrusted exists yet), so every process of the tree inherits them.
-        limits = f"{cpu},{mem},{max_file_bytes},64,{nproc_unconfined or 0}"
+        limits = f"{cpu},{mem},{int(lim.max_file_bytes)},64,{nproc_unconfined or 0}"
         nnp = _setpriv_nnp()
         prctl = None if nnp else _prctl()
 
@@ -802,7 +821,7 @@ def _launch(boot: dict, job: dict, *, cwd: str | None, env: dict | None, writabl
             _attach_driver(proc.pid, cg_procs)
         boot = {**boot, "uid": uid, "nproc": max_procs if uid is not None else None, "confine": confine}
         if uid is not None and os.uname().machine in _SCRATCH_ARCHES:
-            boot["scratch"] = {"path": workdir, "size": int(scratch_mb) << 20, "inodes": int(scratch_inodes),
+            boot["scratch"] = {"path": workdir, "size": int(lim.scratch_mb) << 20, "inodes": int(lim.scratch_inodes),
                                "uid": uid}
         if "argv" in boot:
             boot["cwd"] = cwd or workdir
@@ -810,7 +829,7 @@ def _launch(boot: dict, job: dict, *, cwd: str | None, env: dict | None, writabl
             boot["report_fd"] = rep_w
         extra = {rep_r: report_cap} if rep_r is not None else {}
         out, err, res, more, timed_out = _pump(proc, frame(boot) + frame(job), res_r,
-                                               deadline=t_start + timeout_s, cap=max_output_bytes, extra=extra)
+                                               deadline=t_start + timeout_s, cap=int(lim.max_output_bytes), extra=extra)
     finally:
         if proc is not None:
             _kill_tree(proc)
@@ -897,12 +916,7 @@ def run_command(
     argv: list[str],
     *,
     cwd: str | os.PathLike,
-    timeout_s: float = 30.0,
-    cpu_s: float | None = None,
-    memory_mb: int = 1024,
-    max_output_bytes: int = 64_000,
-    max_file_bytes: int = 10_000_000,
-    max_procs: int = 32,
+    limits: Limits | None = None,
     env: dict[str, str] | None = None,
     writable: tuple | list = (),
     report: bool = False,
@@ -910,10 +924,7 @@ def run_command(
     allow_unconfined: bool = False,
     read_paths: tuple | list = (),
     skip_layers: tuple | list = (),
-    tree_memory_mb: int | None = None,
-    cpus: float = 1.0,
-    scratch_mb: int = 256,
-    scratch_inodes: int = 16384,
+    **limit_overrides,
 ) -> CommandResult:
     """Run ``argv`` (an executable path and its arguments, no shell) in the sandbox, in ``cwd``.
 
@@ -931,17 +942,14 @@ def run_command(
         raise ValueError(f"run_command: argv must be a non-empty list of strings (got {argv!r:.80})")
     if not os.path.isabs(argv[0]):
         raise ValueError(f"run_command: argv[0] must be an absolute path (got {argv[0]!r}); there is no PATH lookup")
-    if timeout_s <= 0:
-        raise ValueError(f"run_command: timeout_s must be > 0 (got {timeout_s})")
+    lim = (limits or COMMAND_LIMITS).updated(limit_overrides, "run_command")
+    timeout_s = lim.timeout_s
     if not os.path.isdir(cwd):
         raise ValueError(f"run_command: cwd {str(cwd)!r} is not a directory")
     nonce = secrets.token_hex(16)
-    run = _launch({"argv": list(argv)}, {"nonce": nonce}, cwd=os.fspath(cwd), env=env, writable=writable,
-                  report_cap=max_report_bytes if report else None, timeout_s=timeout_s, cpu_s=cpu_s,
-                  memory_mb=memory_mb, max_output_bytes=max_output_bytes, max_file_bytes=max_file_bytes,
-                  max_procs=max_procs, allow_unconfined=allow_unconfined, read_paths=read_paths,
-                  skip_layers=skip_layers, tree_memory_mb=tree_memory_mb, cpus=cpus, scratch_mb=scratch_mb,
-                  scratch_inodes=scratch_inodes)
+    run = _launch({"argv": list(argv)}, {"nonce": nonce}, lim, cwd=os.fspath(cwd), env=env, writable=writable,
+                  report_cap=max_report_bytes if report else None, allow_unconfined=allow_unconfined,
+                  read_paths=read_paths, skip_layers=skip_layers)
     rec = next((r for r in reversed(_records(run.res, nonce)) if r.get("type") == "exec"), None)
     code = sig = None
     if rec is not None:
