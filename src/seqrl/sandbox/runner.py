@@ -10,6 +10,9 @@ Layers (all on by default when running as root, see ``docs/sandbox.md``):
 - ``pids_cgroup``  a cgroup-v1 ``pids`` group capping the number of tasks (holds for root)
 - ``memory_cgroup`` a cgroup-v1 ``memory`` group capping the whole tree's resident memory
                    (RLIMIT_AS caps each process, not their sum)
+- ``cpu_cgroup``   a cgroup-v1 ``cpu`` group: a CFS quota of ``Limits.cpus`` CPUs for the whole tree
+- ``scratch_tmpfs`` the scratch dir is a tmpfs capped at ``scratch_mb`` / ``scratch_inodes``, mounted
+                   in the run's mount namespace (the host's directory stays empty)
 - ``setuid``       the solution runs as a fresh unprivileged uid (200000+), no groups,
                    ``no_new_privs``, with ``RLIMIT_NPROC`` (which then applies)
 - ``seccomp``      a syscall filter (x86_64): no namespaces, mounts, ptrace, eBPF, perf, io_uring,
