@@ -16,7 +16,8 @@ from seqrl.cli import main
 from seqrl.data.base import Problem
 from seqrl.rewards import code as code_mod
 from seqrl.rewards.base import RewardResult
-from seqrl.rewards.code import CodeExecutionReward, check_static, extract_code, score_code
+from seqrl.rewards.code import CodeExecutionReward, CodeTests, check_static, extract_code, score_code
+from seqrl.sandbox import Limits
 
 ADD = "def add(a, b):\n    return a + b\n"
 ADD_IO = [[[1, 2], 3], [[-1, 1], 0], [["a", "b"], "ab"], [[10, 20], 30]]
@@ -78,15 +79,25 @@ def test_runtime_error_at_import_is_penalised():
     assert r.reason.startswith("runtime error: ValueError at import") and "0/4 tests passed" in r.reason
 
 
+def test_an_exception_inside_tests_is_a_failed_test_not_the_error_penalty():
+    """Status ``runtime_error`` from tests that raised (SystemExit(0) here) keeps the scoring of a
+    completed run: the fraction passed, no error penalty, the first failing test as reason."""
+    sol = "def add(a, b):\n    if a == 1:\n        raise SystemExit(0)\n    return a + b\n"
+    r = score_code(sol, io_cases=ADD_IO, entry_point="add")
+    # 0.1 + 0.1 + 0.8·3/4 = 0.8
+    assert r.parts == {"syntax": 1.0, "compiles": 1.0, "functional": 0.75, **OK_RUN}
+    assert r.score == pytest.approx(0.8, abs=1e-12) and r.reason.startswith("3/4 tests passed; case[0]: SystemExit")
+
+
 def test_infinite_loop_gets_the_timeout_penalty_and_clipping():
     loop = "def add(a, b):\n    while True:\n        pass\n"
-    r = score_code(loop, io_cases=ADD_IO, entry_point="add", reward=CodeExecutionReward(timeout_s=1.0))
+    r = score_code(loop, io_cases=ADD_IO, entry_point="add", reward=CodeExecutionReward(limits=Limits(timeout_s=1.0)))
     # 0.1 + 0.1 + 0 − 0.2·1 = 0.0
     assert r.score == pytest.approx(0.0, abs=1e-12)
     assert r.parts == {"syntax": 1.0, "compiles": 1.0, "functional": 0.0, "timeout": 1.0, "error": 0.0, "memory": 0.0}
     assert r.reason.startswith("timeout after 1.0 s; 0/4 tests passed")
     # 0.2 − 1.0 = −0.8, clipped to min_score −0.5
-    harsh = CodeExecutionReward(timeout_s=1.0, timeout_penalty=-1.0, min_score=-0.5)
+    harsh = CodeExecutionReward(limits=Limits(timeout_s=1.0), timeout_penalty=-1.0, min_score=-0.5)
     assert score_code(loop, io_cases=ADD_IO[:1], entry_point="add", reward=harsh).score == -0.5
 
 
@@ -110,7 +121,7 @@ def test_answer_tag_is_extracted():
 @pytest.mark.parametrize("garbage", [None, 42, "", "\x00\x00", "(" * 5000, "```", "<answer>", "é" * 100,
                                      "```python\n", "def f(:\n" * 200, "1" * 100_000 + "e"])
 def test_garbage_never_raises(garbage):
-    r = CodeExecutionReward().score_many([(garbage, None, ADD_IO, "add", None)])[0]
+    r = CodeExecutionReward().score_many([garbage], [CodeTests(io_cases=ADD_IO, entry_point="add")])[0]
     assert isinstance(r, RewardResult) and -1.0 <= r.score <= 1.0 and r.score < 1.0 and r.reason
 
 
@@ -148,15 +159,42 @@ def test_metadata_contract_fails_loudly_by_name():
     assert reward([p], [ADD])[0].score == 1.0
 
 
+def test_limits_are_one_dataclass_validated_by_field_name():
+    for bad in (dict(memory_mb=0), dict(memory_mb=-5), dict(timeout_s=float("nan")), dict(cpus=0),
+                dict(scratch_inodes=True)):
+        with pytest.raises(ValueError, match=f"Limits.{next(iter(bad))} must be a number > 0"):
+            Limits(**bad)
+    with pytest.raises(ValueError, match="Limits.memory_mb"):
+        CodeExecutionReward(limits={"memory_mb": 0})
+    with pytest.raises(ValueError, match="code reward: limits: .*memory_gb"):
+        CodeExecutionReward(limits={"memory_gb": 1})
+    assert CodeExecutionReward(limits={"timeout_s": 3}).limits == Limits(timeout_s=3)
+    with pytest.raises(TypeError, match=r"run_python: unknown argument\(s\) \['memory_gb'\]"):
+        code_mod.run_many([dict(solution=ADD, io_cases=ADD_IO, entry_point="add", memory_gb=1)])
+    with pytest.raises(ValueError, match="2 specs for 1 completions"):
+        CodeExecutionReward().score_many([ADD], [CodeTests(tests="assert True"), CodeTests(tests="assert True")])
+
+
+def test_the_reward_sandbox_seam_uses_public_names_only():
+    """Nothing with a leading underscore is imported from seqrl.sandbox by the code reward."""
+    import ast
+    import inspect
+
+    tree = ast.parse(inspect.getsource(code_mod))
+    imported = [(n.module, a.name) for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)
+                and (n.module or "").startswith("seqrl.sandbox") for a in n.names]
+    assert imported and all(m == "seqrl.sandbox" and not name.startswith("_") for m, name in imported), imported
+
+
 def test_efficiency_relative_to_reference():
     reward = CodeExecutionReward(efficiency=0.1, max_score=2.0)
-    fast = reward.score_many([(ADD, None, ADD_IO, "add", 100.0)])[0]
+    fast = reward.score_many([ADD], [CodeTests(io_cases=ADD_IO, entry_point="add", reference_time_s=100.0)])[0]
     assert fast.parts["efficiency"] == 1.0 and fast.score == pytest.approx(1.1, abs=1e-12)
-    slow = reward.score_many([(ADD, None, ADD_IO, "add", 1e-9)])[0]
+    slow = reward.score_many([ADD], [CodeTests(io_cases=ADD_IO, entry_point="add", reference_time_s=1e-9)])[0]
     assert 0.0 <= slow.parts["efficiency"] < 0.01 and "slower than reference" in slow.reason
-    none = reward.score_many([(ADD, None, ADD_IO, "add", None)])[0]
+    none = reward.score_many([ADD], [CodeTests(io_cases=ADD_IO, entry_point="add")])[0]
     assert "efficiency" not in none.parts and "efficiency skipped: no reference_time_s" in none.reason
-    wrong = reward.score_many([("def add(a, b):\n    return 0\n", None, ADD_IO, "add", 100.0)])[0]
+    wrong = reward.score_many(["def add(a, b):\n    return 0\n"], [CodeTests(io_cases=ADD_IO, entry_point="add", reference_time_s=100.0)])[0]
     assert wrong.parts["efficiency"] == 0.0
 
 
@@ -165,12 +203,12 @@ def test_style_uses_ruff_or_says_why_not(tmp_path, monkeypatch):
     fake.write_text('#!/bin/sh\ncat >/dev/null\necho \'[{"code": "F401"}, {"code": "E501"}]\'\nexit 1\n')
     fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
     reward = CodeExecutionReward(style=0.1, functional=0.7, ruff=str(fake))
-    r = reward.score_many([(ADD, None, ADD_IO, "add", None)])[0]
+    r = reward.score_many([ADD], [CodeTests(io_cases=ADD_IO, entry_point="add")])[0]
     # style = 1 − 2/10 = 0.8; total = 0.1 + 0.1 + 0.7 + 0.1·0.8 = 0.98
     assert r.parts["style"] == pytest.approx(0.8) and r.score == pytest.approx(0.98, abs=1e-12)
     assert r.reason == "2 ruff findings"
     monkeypatch.setattr(code_mod.shutil, "which", lambda *a, **k: None)
-    r = CodeExecutionReward(style=0.1).score_many([(ADD, None, ADD_IO, "add", None)])[0]
+    r = CodeExecutionReward(style=0.1).score_many([ADD], [CodeTests(io_cases=ADD_IO, entry_point="add")])[0]
     assert "style" not in r.parts and r.reason == "style skipped: ruff not installed"
 
 
@@ -205,7 +243,7 @@ def test_cli_json_with_tests(tmp_path, capsys):
     assert main(["sandbox", "run", *_files(tmp_path, tests=wrong_tests), "--json", "--timeout", "3"]) == 1
     out = json.loads(capsys.readouterr().out)
     assert {"status", "passed", "total", "tests", "layers", "elapsed_s", "reason"} <= out.keys()
-    assert (out["status"], out["passed"], out["total"]) == ("ok", 4, 5)
+    assert (out["status"], out["passed"], out["total"]) == ("wrong_answer", 4, 5)
     assert out["tests"][4]["name"] == "assert@5" and out["tests"][4]["passed"] is False
     assert set(out["tests"][0]) == {"name", "passed", "reason", "elapsed"}
     if os.geteuid() == 0:

@@ -123,13 +123,13 @@ def test_a_program_over_the_size_cap_is_not_parsed():
 
 
 def test_code_reward_extraction_runs_bounded_in_a_worker():
-    from seqrl.rewards.code import MAX_COMPLETION_CHARS, CodeExecutionReward
+    from seqrl.rewards.code import MAX_COMPLETION_CHARS, CodeExecutionReward, CodeTests
 
     reward = CodeExecutionReward(static_timeout_s=0.3)
-    items = [("```" * 30_000, None, [[[1, 2], 3]], "add", None),  # the fence regex rescans: seconds
-             ("x" * (MAX_COMPLETION_CHARS + 1), None, [[[1, 2], 3]], "add", None),
-             ("```python\ndef add(a, b):\n    return a + b\n```", None, [[[1, 2], 3]], "add", None)]
-    slow, huge, good = reward.score_many(items)
+    texts = ["```" * 30_000,  # the fence regex rescans: seconds
+             "x" * (MAX_COMPLETION_CHARS + 1),
+             "```python\ndef add(a, b):\n    return a + b\n```"]
+    slow, huge, good = reward.score_many(texts, [CodeTests(io_cases=[[[1, 2], 3]], entry_point="add")] * 3)
     assert slow.score == 0.0 and slow.reason.startswith("timeout")
     assert huge.score == 0.0 and "completion too long" in huge.reason
     assert good.score == 1.0
@@ -224,3 +224,16 @@ def test_a_script_without_a_main_guard_builds_its_rewards_once(tmp_path):
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.count("SCRIPT BODY RAN") == 1
     assert "SCORES [1.0, 0.0]" in out.stdout
+
+
+def test_a_fresh_worker_scores_its_first_math_answer_within_the_limit():
+    """math-verify's first call is slow (lazy sympy / grammar); the forkserver warms it up, so a new
+    worker's first answer is not a timeout at the math reward's 1 s limit."""
+    from seqrl.rewards.math import math_answer_reward
+
+    pool = WorkerPool(workers=1)
+    try:
+        out = BoundedReward(math_answer_reward, 1.0, pool=pool)([Problem("q", "0.5")], ["<answer>\\frac{1}{2}</answer>"])
+        assert out[0].score == 1.0, out[0]
+    finally:
+        pool.close()

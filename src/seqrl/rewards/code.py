@@ -39,12 +39,11 @@ import os
 import re
 import shutil
 import subprocess
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from seqrl.data.base import ANSWER_CLOSE, ANSWER_OPEN, THINK_CLOSE, THINK_OPEN, Problem
 from seqrl.rewards.base import RewardResult
-from seqrl.sandbox import SandboxResult, run_many
-from seqrl.sandbox.runner import _stdio_pairs
+from seqrl.sandbox import Limits, SandboxResult, run_many, stdio_pairs
 
 _FENCE_RE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[^\n]*\n(.*?)```", re.S)
 _OPEN_FENCE_RE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[^\n]*\n")
@@ -141,6 +140,22 @@ def ruff_findings(code: str, ruff: str | None = None, timeout_s: float = RUFF_TI
     return len(findings), ""
 
 
+@dataclass(frozen=True)
+class CodeTests:
+    """What a program is checked against (a problem's metadata, see the module docstring)."""
+
+    tests: str | None = None
+    """Assert-style test code."""
+    io_cases: list | None = None
+    """``[[args…], expected]`` pairs for ``entry_point``."""
+    entry_point: str | None = None
+    """The function the io cases (and ``def check(candidate)``) call."""
+    stdio_cases: list | None = None
+    """``[input, expected_output]`` pairs for a whole program (alone)."""
+    reference_time_s: float | None = None
+    """Runtime of a reference solution, for the efficiency part."""
+
+
 @dataclass
 class CodeExecutionReward:
     """The multi-level code reward; an instance is a reward function ``(problems, completions)``.
@@ -170,10 +185,9 @@ class CodeExecutionReward:
     """Upper clip of the total."""
     style_max_findings: int = 10
     """Findings at which the style part reaches 0."""
-    timeout_s: float = 2.0
-    """Sandbox wall-clock limit per program."""
-    memory_mb: int = 256
-    """Sandbox RLIMIT_AS per process."""
+    limits: Limits = field(default_factory=Limits)
+    """Sandbox limits per program (wall clock ``timeout_s`` = 2 s, ``memory_mb`` = 256, …; a dict of
+    `seqrl.sandbox.Limits` fields is accepted)."""
     max_workers: int = 2
     """Sandboxed programs run at once when scoring a batch."""
     allow_unconfined: bool = False
@@ -189,8 +203,13 @@ class CodeExecutionReward:
     def __post_init__(self) -> None:
         if self.max_workers < 1:
             raise ValueError(f"code reward: max_workers must be >= 1 (got {self.max_workers})")
-        if self.timeout_s <= 0:
-            raise ValueError(f"code reward: timeout_s must be > 0 (got {self.timeout_s})")
+        if isinstance(self.limits, dict):
+            try:
+                self.limits = Limits(**self.limits)
+            except TypeError as e:
+                raise ValueError(f"code reward: limits: {e}") from None
+        if not isinstance(self.limits, Limits):
+            raise ValueError(f"code reward: limits must be a seqrl.sandbox.Limits (got {type(self.limits).__name__})")
         if self.min_score > self.max_score:
             raise ValueError(f"code reward: min_score must be <= max_score (got {self.min_score} > {self.max_score})")
         if not self.static_timeout_s > 0:
@@ -203,34 +222,31 @@ class CodeExecutionReward:
     def __call__(self, problems: list[Problem], completions: list[str]) -> list[RewardResult]:
         if len(problems) != len(completions):
             raise ValueError(f"code reward: {len(problems)} problems for {len(completions)} completions")
-        items = [(c, *problem_spec(p)) for p, c in zip(problems, completions)]
-        return self.score_many(items)
+        return self.score_many(completions, [problem_spec(p) for p in problems])
 
-    def score_many(self, items: list[tuple]) -> list[RewardResult]:
-        """Score ``(completion, tests, io_cases, entry_point, reference_time_s[, stdio_cases])`` items,
-        in order.
+    def score_many(self, completions: list[str], specs: list[CodeTests]) -> list[RewardResult]:
+        """Score ``completions[i]`` against ``specs[i]``, in order.
 
         Programs that parse and compile run through `run_many` (``max_workers`` at once); the rest
         never reach the sandbox."""
-        for i, item in enumerate(items):
-            _check_spec(item[1], item[2], item[3], f"item {i}", item[5] if len(item) > 5 else None)
-        static = _static_checks([item[0] for item in items], self.extract, self.static_timeout_s)
+        if len(completions) != len(specs):
+            raise ValueError(f"code reward: {len(specs)} specs for {len(completions)} completions")
+        for i, spec in enumerate(specs):
+            _check_spec(spec, f"item {i}")
+        static = _static_checks(list(completions), self.extract, self.static_timeout_s)
         jobs, job_of = [], {}
-        for i, item in enumerate(items):
-            tests, io_cases, entry_point = item[1:4]
-            stdio = item[5] if len(item) > 5 else None
+        for i, spec in enumerate(specs):
             code, _syn, comp, _why = static[i]
             if comp:
                 job_of[i] = len(jobs)
-                spec = dict(stdio_cases=stdio) if stdio is not None else \
-                    dict(tests=tests, io_cases=io_cases, entry_point=entry_point)
-                jobs.append(dict(solution=code, **spec, timeout_s=self.timeout_s, memory_mb=self.memory_mb,
-                                 allow_unconfined=self.allow_unconfined))
+                cases = dict(stdio_cases=spec.stdio_cases) if spec.stdio_cases is not None else \
+                    dict(tests=spec.tests, io_cases=spec.io_cases, entry_point=spec.entry_point)
+                jobs.append(dict(solution=code, **cases, limits=self.limits, allow_unconfined=self.allow_unconfined))
         results = run_many(jobs, self.max_workers) if jobs else []
         out = []
         for i, (code, syn, comp, why) in enumerate(static):
             run = results[job_of[i]] if i in job_of else None
-            out.append(self._score(code, syn, comp, why, run, items[i][4]))
+            out.append(self._score(code, syn, comp, why, run, specs[i].reference_time_s))
         return out
 
     # ------------------------------------------------------------------ one program
@@ -242,9 +258,10 @@ class CodeExecutionReward:
         if run is not None:
             parts["functional"] = run.passed / run.total if run.total else 0.0
             parts["timeout"] = float(run.status == "timeout")
-            parts["error"] = float(run.status in ("runtime_error", "killed", "syntax_error"))
+            # a run that ended early; an exception inside a test is a failed test, not a penalty
+            parts["error"] = float(not run.completed and run.status in ("runtime_error", "killed", "syntax_error"))
             parts["memory"] = float(run.status == "memory")
-            reasons.append(_run_reason(run, self.timeout_s, self.memory_mb))
+            reasons.append(_run_reason(run, self.limits))
         if self.efficiency and run is not None:
             if reference_time_s is None:
                 skipped.append("efficiency skipped: no reference_time_s")
@@ -301,30 +318,33 @@ def _static_checks(texts: list, extract: bool, timeout_s: float) -> list[tuple]:
     return out
 
 
-def _run_reason(run: SandboxResult, timeout_s: float, memory_mb: int) -> str:
+def _run_reason(run: SandboxResult, limits: Limits) -> str:
     """Why a sandboxed run fell short ("" when every test passed)."""
     if run.status == "timeout":
-        head = f"timeout after {timeout_s} s" if run.reason == "wall-clock timeout" else f"timeout: {run.reason}"
+        head = f"timeout after {limits.timeout_s} s" if run.reason == "wall-clock timeout" else f"timeout: {run.reason}"
     elif run.status == "memory":
-        head = f"memory limit ({memory_mb} MB): {run.reason}"
-    elif run.status != "ok":
+        head = f"memory limit ({limits.memory_mb} MB): {run.reason}"
+    elif not run.completed:
         head = f"{run.status.replace('_', ' ')}: {run.reason}"[:300]
     elif run.all_passed:
         return ""
     else:
         head = ""
     first = next((f"{t.name}: {t.reason}" for t in run.tests if not t.passed), "")
-    tally = f"{run.passed}/{run.total} tests passed" + (f"; {first[:200]}" if first and run.status == "ok" else "")
+    tally = f"{run.passed}/{run.total} tests passed" + (f"; {first[:200]}" if first and run.completed else "")
     return f"{head}; {tally}" if head else tally
 
 
-def _check_spec(tests, io_cases, entry_point, where: str, stdio_cases=None) -> None:
+def _check_spec(spec: CodeTests, where: str) -> None:
     """Fail loudly, by name, on a malformed problem (dataset bugs are not model output)."""
+    if not isinstance(spec, CodeTests):
+        raise ValueError(f"code reward: {where} must be a CodeTests (got {type(spec).__name__})")
+    tests, io_cases, entry_point, stdio_cases = spec.tests, spec.io_cases, spec.entry_point, spec.stdio_cases
     if stdio_cases is not None:
         if tests is not None or io_cases is not None:
             raise ValueError(f"code reward: {where} has 'stdio_cases' together with 'tests'/'io_cases' (use one)")
         try:
-            _stdio_pairs(stdio_cases)
+            stdio_pairs(stdio_cases)
         except ValueError as e:
             raise ValueError(f"code reward: {where} metadata {str(e).removeprefix('run_python: ')}") from None
         return
@@ -342,14 +362,15 @@ def _check_spec(tests, io_cases, entry_point, where: str, stdio_cases=None) -> N
                 raise ValueError(f"code reward: {where} io_cases[{k}] must be [[args...], expected] (got {case!r:.80})")
 
 
-def problem_spec(problem: Problem) -> tuple:
-    """``(tests, io_cases, entry_point, reference_time_s, stdio_cases)`` from ``problem.metadata``."""
+def problem_spec(problem: Problem) -> CodeTests:
+    """The `CodeTests` in ``problem.metadata``; ``ValueError`` naming the problem when malformed."""
     md = problem.metadata or {}
     ref = md.get("reference_time_s")
     if ref is not None and not (isinstance(ref, (int, float)) and math.isfinite(ref) and ref > 0):
         raise ValueError(f"code reward: problem {problem.uid!r} reference_time_s must be a positive number (got {ref!r})")
-    spec = (md.get("tests"), md.get("io_cases"), md.get("entry_point"), ref, md.get("stdio_cases"))
-    _check_spec(*spec[:3], f"problem {problem.uid!r}", spec[4])
+    spec = CodeTests(tests=md.get("tests"), io_cases=md.get("io_cases"), entry_point=md.get("entry_point"),
+                     stdio_cases=md.get("stdio_cases"), reference_time_s=ref)
+    _check_spec(spec, f"problem {problem.uid!r}")
     return spec
 
 
@@ -364,5 +385,6 @@ def score_code(code: str, tests: str | None = None, io_cases: list | None = None
     >>> print(score_code("def add(a, b) return a + b", io_cases=[[[1, 2], 3]], entry_point="add").reason)
     syntax error line 1: expected ':'
     """
-    item = (code, tests, io_cases, entry_point, reference_time_s, stdio_cases)
-    return (reward or CodeExecutionReward()).score_many([item])[0]
+    spec = CodeTests(tests=tests, io_cases=io_cases, entry_point=entry_point, stdio_cases=stdio_cases,
+                     reference_time_s=reference_time_s)
+    return (reward or CodeExecutionReward()).score_many([code], [spec])[0]

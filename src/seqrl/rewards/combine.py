@@ -126,7 +126,7 @@ def build_reward(spec: RewardSpec, task: Task) -> RewardFn:
     if spec.name == "code":
         from seqrl.rewards.code import CodeExecutionReward  # the sandbox only when asked for
 
-        return CodeExecutionReward(timeout_s=spec.timeout_s)
+        return CodeExecutionReward(limits={"timeout_s": spec.timeout_s})
     fn = {"task": TaskReward(task) if spec.name == "task" else None, "format": format_reward,
           "math": math_answer_reward, "format_partial": format_partial_reward}[spec.name]
     if spec.name == "task":

@@ -3,7 +3,9 @@ per-test verdicts, and a worker pool. See ``docs/sandbox.md``."""
 
 from seqrl.sandbox.pool import run_many
 from seqrl.sandbox.runner import (
+    COMMAND_LIMITS,
     CommandResult,
+    Limits,
     SandboxResult,
     SandboxUnavailable,
     TestRecord,
@@ -12,10 +14,13 @@ from seqrl.sandbox.runner import (
     run_command,
     run_python,
     stdio_equal,
+    stdio_pairs,
 )
 
 __all__ = [
+    "COMMAND_LIMITS",
     "CommandResult",
+    "Limits",
     "SandboxResult",
     "SandboxUnavailable",
     "TestRecord",
@@ -25,4 +30,5 @@ __all__ = [
     "run_many",
     "run_python",
     "stdio_equal",
+    "stdio_pairs",
 ]

@@ -841,6 +841,24 @@ def _join_cgroup(procs_list: str) -> None:
             os.close(fd)
 
 
+MOUNT_NR = {"x86_64": 165, "aarch64": 40}  # mount(2)
+MS_NOSUID, MS_NODEV = 2, 4
+
+
+def mount_scratch(sys_: _Sys, spec: dict) -> None:
+    """Put a ``tmpfs`` capped at ``size`` bytes and ``inodes`` inodes, owned by ``uid``, over the scratch
+    dir ``path`` (in this mount namespace only: the host keeps its empty directory) and move into it.
+    A disk or inode flood then fills this tmpfs, whose pages count against the tree's memory cgroup,
+    never the host's filesystem."""
+    path = spec["path"]
+    opts = (f"size={int(spec['size'])},nr_inodes={int(spec['inodes'])},mode=0700,"
+            f"uid={int(spec['uid'])},gid={int(spec['uid'])}")
+    bufs = [sys_.buf(b"tmpfs\0"), sys_.buf(os.fsencode(path) + b"\0"), sys_.buf(b"tmpfs\0"),
+            sys_.buf(opts.encode() + b"\0")]
+    sys_(MOUNT_NR[os.uname().machine], *bufs[:3], MS_NOSUID | MS_NODEV, bufs[3])
+    os.chdir(path)  # our cwd was the directory underneath
+
+
 def probe(spec_json: str) -> dict:
     """``--probe SPEC``: this interpreter's library paths, then try the layers on this (throwaway)
     process: Landlock with ``SPEC``'s read/devices paths plus those library paths (an import after it
@@ -889,6 +907,8 @@ def main(argv: list[str]) -> int:
     boot = read_msg(0)
     if len(argv) > 3 and argv[3] != "-":
         _join_cgroup(argv[3])
+    if boot.get("scratch") is not None:
+        mount_scratch(_SYS, boot.pop("scratch"))  # fails closed: no solution or command without it
     if boot.get("argv") is not None:
         return _exec_main(boot, result_fd)
     if boot.get("mode") == "stdio":
@@ -969,9 +989,9 @@ def _run_asserts(job: dict, entry: str | None, names: list[str], chan: _Channel,
     ``__seqrl_assert__`` call, see ``runner.prepare_tests``; ``job["test_names"]``: the names it loads)."""
     counts: dict[int, int] = {}
 
-    def record(name: str, passed: bool, reason: str, t0: float) -> None:
+    def record(name: str, passed: bool, reason: str, t0: float, raised: bool = False) -> None:
         emit({"type": "assert", "name": name, "passed": passed, "reason": reason[:2000],
-              "elapsed": time.perf_counter() - t0})
+              "elapsed": time.perf_counter() - t0, "raised": raised})
 
     def seqrl_assert(line: int, test, msg) -> None:
         counts[line] = counts.get(line, 0) + 1
@@ -980,7 +1000,7 @@ def _run_asserts(job: dict, entry: str | None, names: list[str], chan: _Channel,
         try:
             ok = bool(test())
         except BaseException as e:
-            record(name, False, f"{type(e).__name__}: {e}", t0)
+            record(name, False, f"{type(e).__name__}: {e}", t0, raised=True)
             return
         reason = ""
         if not ok:
@@ -1010,7 +1030,7 @@ def _run_asserts(job: dict, entry: str | None, names: list[str], chan: _Channel,
         if entry and callable(check) and not isinstance(check, _Proxy):
             check(_Proxy(chan, entry))
     except BaseException as e:
-        record("tests", False, f"test code raised {type(e).__name__}: {e}", t0)
+        record("tests", False, f"test code raised {type(e).__name__}: {e}", t0, raised=True)
 
 
 if __name__ == "__main__":

@@ -10,6 +10,9 @@ Layers (all on by default when running as root, see ``docs/sandbox.md``):
 - ``pids_cgroup``  a cgroup-v1 ``pids`` group capping the number of tasks (holds for root)
 - ``memory_cgroup`` a cgroup-v1 ``memory`` group capping the whole tree's resident memory
                    (RLIMIT_AS caps each process, not their sum)
+- ``cpu_cgroup``   a cgroup-v1 ``cpu`` group: a CFS quota of ``Limits.cpus`` CPUs for the whole tree
+- ``scratch_tmpfs`` the scratch dir is a tmpfs capped at ``scratch_mb`` / ``scratch_inodes``, mounted
+                   in the run's mount namespace (the host's directory stays empty)
 - ``setuid``       the solution runs as a fresh unprivileged uid (200000+), no groups,
                    ``no_new_privs``, with ``RLIMIT_NPROC`` (which then applies)
 - ``seccomp``      a syscall filter (x86_64): no namespaces, mounts, ptrace, eBPF, perf, io_uring,
@@ -43,7 +46,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, replace
 from functools import lru_cache
 from pathlib import Path
 
@@ -53,13 +56,70 @@ from seqrl.sandbox._driver import decode_plain, frame
 DRIVER = Path(__file__).with_name("_driver.py")
 PIDS_CGROUP_ROOT = Path("/sys/fs/cgroup/pids")
 MEMORY_CGROUP_ROOT = Path("/sys/fs/cgroup/memory")
+CPU_CGROUP_ROOT = Path("/sys/fs/cgroup/cpu")
+CPU_PERIOD_US = 100_000  # CFS period of the per-run cpu cgroup; the quota is ``cpus`` periods
 STRONG_LAYERS = ("netns", "pidns", "mountns", "pids_cgroup", "memory_cgroup", "setuid")
 _RESULT_CAP = 32 << 20  # bytes of result-channel data accepted from one run
+_SCRATCH_ARCHES = ("x86_64", "aarch64")  # where the driver knows mount(2)'s number
 TREE_MEMORY_SLACK_MB = 64  # default tree limit = memory_mb + this (the driver's own interpreter)
 
 
 class SandboxUnavailable(RuntimeError):
     """The confining layers cannot be set up here (not root, or ``unshare`` fails)."""
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Every resource limit of one sandboxed run (``run_python``'s defaults; :data:`COMMAND_LIMITS`
+    for ``run_command``). A bad value raises ``ValueError`` naming the field."""
+
+    timeout_s: float = 2.0
+    """Wall clock of the whole run, start-up included; the process tree is killed there."""
+    cpu_s: float | None = None
+    """RLIMIT_CPU per process (default ``ceil(timeout_s) + 1``; stdio: ``case_timeout_s + 1`` per case)."""
+    memory_mb: int = 256
+    """RLIMIT_AS per process."""
+    tree_memory_mb: int | None = None
+    """Resident memory of the whole tree (cgroup ``memory``; default ``memory_mb`` + 64)."""
+    max_output_bytes: int = 64_000
+    """Kept per stream (stdout, stderr); the rest is discarded."""
+    max_file_bytes: int = 1_000_000
+    """RLIMIT_FSIZE."""
+    max_procs: int = 32
+    """Tasks the solution may add (pids cgroup, RLIMIT_NPROC)."""
+    cpus: float = 1.0
+    """CPU quota of the whole tree (cgroup ``cpu``, CFS): busy threads or processes get at most this
+    many CPUs' worth of time."""
+    scratch_mb: int = 64
+    """Size of the scratch dir (a private ``tmpfs``)."""
+    scratch_inodes: int = 4096
+    """Inodes of the scratch dir."""
+    case_timeout_s: float | None = None
+    """stdio cases: wall clock of each case (default ``timeout_s``)."""
+    case_output_bytes: int = 2 << 20
+    """stdio cases: stdout kept per case (more: the case fails)."""
+
+    def __post_init__(self) -> None:
+        optional = ("cpu_s", "tree_memory_mb", "case_timeout_s")
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if v is None and f.name in optional:
+                continue
+            if type(v) not in (int, float) or not math.isfinite(v) or v <= 0:
+                raise ValueError(f"sandbox Limits.{f.name} must be a number > 0 (got {v!r})")
+
+    def updated(self, overrides: dict, where: str) -> Limits:
+        """A copy with ``overrides`` (field name → value); an unknown name raises ``TypeError``."""
+        names = {f.name for f in fields(self)}
+        bad = sorted(set(overrides) - names)
+        if bad:
+            raise TypeError(f"{where}: unknown argument(s) {bad} (limits are the fields of Limits: {sorted(names)})")
+        return replace(self, **overrides) if overrides else self
+
+
+COMMAND_LIMITS = Limits(timeout_s=30.0, memory_mb=1024, max_file_bytes=10_000_000, scratch_mb=256,
+                        scratch_inodes=16384)
+"""``run_command``'s defaults: a test suite or ``git apply`` needs more than one function call."""
 
 
 @dataclass
@@ -76,13 +136,16 @@ class TestRecord:
 class SandboxResult:
     """Outcome of one sandboxed run.
 
-    status: how the run ended — ``ok`` (all tests were run; some may have failed), ``timeout`` (wall
-            or CPU limit), ``memory`` (MemoryError under RLIMIT_AS, or a process killed at the tree's
-            cgroup memory limit), ``runtime_error`` (raised or
-            exited at import, or the process ended before the tests finished), ``syntax_error``,
+    status: the outcome (table in ``docs/sandbox.md``) — ``ok`` (every test ran and passed),
+            ``wrong_answer`` (every test ran, some failed, none raised), ``runtime_error`` (the tested
+            code raised in a test; or raised or exited at import, or the process ended before the
+            tests finished), ``timeout`` (wall or CPU limit), ``memory`` (MemoryError under
+            RLIMIT_AS, or a process killed at the tree's cgroup memory limit), ``syntax_error``,
             ``killed`` (died by a signal).
     passed/total: tests passed / tests counted (io: every case; asserts: every executed assert, plus
             one failing ``<unfinished>`` record when the run did not finish).
+    completed: every test was run to its verdict (``ok``, ``wrong_answer``, or ``runtime_error``
+            raised inside tests); only then does ``reward(partial=True)`` give the fraction passed.
     """
 
     status: str
@@ -94,6 +157,7 @@ class SandboxResult:
     elapsed_s: float = 0.0
     layers: list[str] = field(default_factory=list)
     reason: str = ""
+    completed: bool = False
 
     @property
     def all_passed(self) -> bool:
@@ -102,7 +166,7 @@ class SandboxResult:
     def reward(self, partial: bool = False) -> RewardResult:
         """Binary (or fraction-passed) reward with a reason whenever it is not full marks."""
         frac = self.passed / self.total if self.total else 0.0
-        score = frac if partial and self.status == "ok" else float(self.all_passed)
+        score = frac if partial and self.completed else float(self.all_passed)
         if score >= 1.0:
             return RewardResult(1.0, "", {"pass_frac": frac})
         why = self.reason or next((f"{t.name}: {t.reason}" for t in self.tests if not t.passed), "")
@@ -195,22 +259,47 @@ def _confine_support(python: str) -> dict:
         return {"landlock": 0, "seccomp": False, "paths": [], "errors": [f"probe failed: {e}"]}
 
 
-@lru_cache(maxsize=1)
-def _memory_cgroup_base() -> Path | None:
-    """Where per-run cgroup-v1 ``memory`` groups can be made: under this process's own memory cgroup
+def _own_cgroup_base(root: Path, controller: str, limit_file: str, value: str) -> Path | None:
+    """Where per-run cgroup-v1 groups of ``controller`` can be made: under this process's own group
     (so any limit above it still applies), else at the hierarchy's root; None when neither works."""
-    if os.geteuid() != 0 or not MEMORY_CGROUP_ROOT.is_dir():
+    if os.geteuid() != 0 or not root.is_dir():
         return None
     cands = []
     try:
         for line in Path("/proc/self/cgroup").read_text().splitlines():
             _, ctrls, path = line.split(":", 2)
-            if "memory" in ctrls.split(",") and path.strip("/"):
-                cands.append(MEMORY_CGROUP_ROOT / path.strip("/"))
+            if controller in ctrls.split(",") and path.strip("/"):
+                cands.append(root / path.strip("/"))
     except (OSError, ValueError):
         pass
-    cands.append(MEMORY_CGROUP_ROOT)
-    return next((b for b in cands if _can_make_cgroup(b, "memory.limit_in_bytes", str(64 << 20))), None)
+    cands.append(root)
+    return next((b for b in cands if _can_make_cgroup(b, limit_file, value)), None)
+
+
+@lru_cache(maxsize=1)
+def _memory_cgroup_base() -> Path | None:
+    return _own_cgroup_base(MEMORY_CGROUP_ROOT, "memory", "memory.limit_in_bytes", str(64 << 20))
+
+
+@lru_cache(maxsize=1)
+def _cpu_cgroup_base() -> Path | None:
+    return _own_cgroup_base(CPU_CGROUP_ROOT, "cpu", "cpu.cfs_quota_us", str(CPU_PERIOD_US))
+
+
+def _make_cpu_cgroup(cpus: float) -> Path | None:
+    """A cgroup-v1 ``cpu`` group whose CFS quota is ``cpus`` CPUs (``cpus * period`` per period)."""
+    base = _cpu_cgroup_base()
+    if base is None:
+        return None
+    cg = base / f"seqrl-{os.getpid()}-{secrets.token_hex(6)}"
+    cg.mkdir()
+    try:
+        (cg / "cpu.cfs_period_us").write_text(str(CPU_PERIOD_US))
+        (cg / "cpu.cfs_quota_us").write_text(str(max(1000, int(round(cpus * CPU_PERIOD_US)))))
+    except OSError:
+        cg.rmdir()
+        raise
+    return cg
 
 
 def _make_memory_cgroup(limit_bytes: int) -> Path | None:
@@ -253,6 +342,10 @@ def available_layers() -> list[str]:
         layers.append("pids_cgroup")
     if unshare and _memory_cgroup_base() is not None:
         layers.append("memory_cgroup")
+    if unshare and _cpu_cgroup_base() is not None:
+        layers.append("cpu_cgroup")
+    if unshare and os.uname().machine in _SCRATCH_ARCHES:
+        layers.append("scratch_tmpfs")
     conf = _confine_support(_sandbox_python() if unshare else sys.executable)
     if conf["seccomp"]:
         layers.append("seccomp")
@@ -439,19 +532,12 @@ def run_python(
     io_cases: list | None = None,
     *,
     entry_point: str | None = None,
-    timeout_s: float = 2.0,
-    cpu_s: float | None = None,
-    memory_mb: int = 256,
-    max_output_bytes: int = 64_000,
-    max_file_bytes: int = 1_000_000,
-    max_procs: int = 32,
+    stdio_cases: list | None = None,
+    limits: Limits | None = None,
     float_tol: float = 1e-6,
     allow_unconfined: bool = False,
     skip_layers: tuple | list = (),
-    tree_memory_mb: int | None = None,
-    stdio_cases: list | None = None,
-    case_timeout_s: float | None = None,
-    case_output_bytes: int = 2 << 20,
+    **limit_overrides,
 ) -> SandboxResult:
     """Run ``solution`` (Python source) in the sandbox and check it.
 
@@ -463,33 +549,23 @@ def run_python(
                 solution is a program run once per case (a fresh process, ``__name__ ==
                 "__main__"``) with ``input`` as stdin; its stdout is compared with the expected output
                 here (:func:`stdio_equal`); a case passes only if the program also exits 0.
-                ``case_timeout_s`` (default ``timeout_s``) limits each case, ``timeout_s`` the whole
-                run; ``case_output_bytes`` caps a case's stdout (more: the case fails).
-    timeout_s:  wall-clock limit for the whole run (start-up included); the process tree is killed.
-    cpu_s:      RLIMIT_CPU per process (default ``ceil(timeout_s) + 1``).
-    memory_mb:  RLIMIT_AS per process.  max_output_bytes: kept per stream (stdout, stderr).
-    tree_memory_mb: resident memory of the whole process tree (cgroup ``memory``; default
-                ``memory_mb`` + 64): a solution that forks many allocating children is stopped there.
-    max_file_bytes: RLIMIT_FSIZE.  max_procs: tasks the solution may add (pids cgroup, RLIMIT_NPROC).
+    limits:     every resource limit (:class:`Limits`; its defaults when None); any field of it can
+                also be given by name (``timeout_s=5``), overriding ``limits``.
     allow_unconfined: when the strong layers are unavailable run with rlimits only (``layers`` says
                 so) instead of raising :class:`SandboxUnavailable`.
     skip_layers: optional layers (``seccomp``, ``landlock``) to leave off, for measuring what they
                 cost or do; ``layers`` in the result says what was on.
     """
+    lim = (limits or Limits()).updated(limit_overrides, "run_python")
     if stdio_cases is not None:
         if tests is not None or io_cases is not None:
             raise ValueError("run_python: stdio_cases cannot be combined with tests or io_cases")
-        return _run_stdio(solution, stdio_cases, timeout_s=timeout_s, cpu_s=cpu_s, memory_mb=memory_mb,
-                          max_output_bytes=max_output_bytes, max_file_bytes=max_file_bytes, max_procs=max_procs,
-                          float_tol=float_tol, allow_unconfined=allow_unconfined, skip_layers=skip_layers,
-                          tree_memory_mb=tree_memory_mb, case_timeout_s=case_timeout_s,
-                          case_output_bytes=case_output_bytes)
+        return _run_stdio(solution, stdio_cases, lim, float_tol=float_tol, allow_unconfined=allow_unconfined,
+                          skip_layers=skip_layers)
     if tests is None and io_cases is None:
         raise ValueError("run_python needs tests, io_cases or stdio_cases (got none)")
     if io_cases is not None and not entry_point:
         raise ValueError("run_python: io_cases need entry_point (the function to call)")
-    if timeout_s <= 0:
-        raise ValueError(f"run_python: timeout_s must be > 0 (got {timeout_s})")
     io_args, io_expected = [], []
     for i, case in enumerate(io_cases or []):
         if not (isinstance(case, (list, tuple)) and len(case) == 2 and isinstance(case[0], (list, tuple))):
@@ -502,10 +578,8 @@ def run_python(
            "tests": None}
     if tests is not None:
         job.update(prepare_tests(tests))
-    run = _launch({"solution": solution}, job, cwd=None, env=None, writable=(), report_cap=None,
-                  timeout_s=timeout_s, cpu_s=cpu_s, memory_mb=memory_mb, max_output_bytes=max_output_bytes,
-                  max_file_bytes=max_file_bytes, max_procs=max_procs, allow_unconfined=allow_unconfined,
-                  skip_layers=skip_layers, tree_memory_mb=tree_memory_mb)
+    run = _launch({"solution": solution}, job, lim, cwd=None, env=None, writable=(), report_cap=None,
+                  allow_unconfined=allow_unconfined, skip_layers=skip_layers)
     return _verdict(run.res, nonce, io_expected if io_cases is not None else None, float_tol, run.timed_out,
                     run.returncode, run.out, run.err, run.elapsed, run.layers, run.oom_kills)
 
@@ -538,7 +612,8 @@ def stdio_equal(got: str, expected: str, float_tol: float | None = 1e-6) -> bool
     return True
 
 
-def _stdio_pairs(cases) -> tuple[list[str], list[str]]:
+def stdio_pairs(cases) -> tuple[list[str], list[str]]:
+    """``(inputs, expected_outputs)`` of ``stdio_cases``; ``ValueError`` naming the bad case."""
     if not isinstance(cases, (list, tuple)) or not cases:
         raise ValueError("run_python: stdio_cases must be a non-empty list of [input, expected_output]")
     ins, outs = [], []
@@ -561,12 +636,11 @@ def _stdio_pairs(cases) -> tuple[list[str], list[str]]:
 _STATUS_RANK = {"ok": 0, "runtime_error": 1, "killed": 2, "memory": 3, "timeout": 4, "syntax_error": 5}
 
 
-def _run_stdio(solution: str, cases, *, timeout_s: float, cpu_s, memory_mb: int, max_output_bytes: int,
-               max_file_bytes: int, max_procs: int, float_tol: float, allow_unconfined: bool, skip_layers,
-               tree_memory_mb, case_timeout_s, case_output_bytes: int) -> SandboxResult:
-    inputs, expected = _stdio_pairs(cases)
-    if timeout_s <= 0 or (case_timeout_s is not None and case_timeout_s <= 0):
-        raise ValueError(f"run_python: timeout_s and case_timeout_s must be > 0 (got {timeout_s}, {case_timeout_s})")
+def _run_stdio(solution: str, cases, lim: Limits, *, float_tol: float, allow_unconfined: bool,
+               skip_layers) -> SandboxResult:
+    inputs, expected = stdio_pairs(cases)
+    timeout_s, cpu_s, case_timeout_s = lim.timeout_s, lim.cpu_s, lim.case_timeout_s
+    case_output_bytes, max_output_bytes = lim.case_output_bytes, lim.max_output_bytes
     case_t = min(case_timeout_s or timeout_s, timeout_s)
     case_cpu = int(math.ceil(cpu_s if cpu_s is not None else case_t + 1))
     nonce = secrets.token_hex(16)
@@ -574,10 +648,9 @@ def _run_stdio(solution: str, cases, *, timeout_s: float, cpu_s, memory_mb: int,
            "case_cpu": case_cpu}
     # The driver's own RLIMIT_CPU covers the whole run (it forks every case); each case's process
     # sets RLIMIT_CPU = case_cpu on itself (a fresh process starts at zero CPU time).
-    run = _launch({"solution": solution, "mode": "stdio"}, job, cwd=None, env=None, writable=(), report_cap=None,
-                  timeout_s=timeout_s, cpu_s=max(timeout_s + 1, case_cpu), memory_mb=memory_mb,
-                  max_output_bytes=max_output_bytes, max_file_bytes=max_file_bytes, max_procs=max_procs,
-                  allow_unconfined=allow_unconfined, skip_layers=skip_layers, tree_memory_mb=tree_memory_mb)
+    run = _launch({"solution": solution, "mode": "stdio"}, job, replace(lim, cpu_s=max(timeout_s + 1, case_cpu)),
+                  cwd=None, env=None, writable=(), report_cap=None, allow_unconfined=allow_unconfined,
+                  skip_layers=skip_layers)
     recs: dict[int, dict] = {}
     for r in _records(run.res, nonce):
         if r.get("type") == "stdio" and type(r.get("i")) is int:
@@ -629,11 +702,15 @@ def _run_stdio(solution: str, cases, *, timeout_s: float, cpu_s, memory_mb: int,
         for t in tests:
             if t.reason == "no result":
                 t.reason = "not run (the program does not compile)"
+    completed = worst == "ok"
+    failed = next((t for t in tests if not t.passed), None)
+    if completed and failed is not None:
+        worst, reason = "wrong_answer", f"{failed.name}: {failed.reason}"[:500]
     stderr = run.err + ("\n".join(errs) if errs else "")
     if len(stderr) > max_output_bytes:
         stderr = stderr[:max_output_bytes] + f"\n[... {len(stderr) - max_output_bytes} characters truncated]"
     return SandboxResult(worst, sum(t.passed for t in tests), len(tests), tests, run.out, stderr, run.elapsed,
-                         run.layers, reason)
+                         run.layers, reason, completed)
 
 
 @dataclass
@@ -650,10 +727,8 @@ class _Launched:
     oom_kills: int = 0
 
 
-def _launch(boot: dict, job: dict, *, cwd: str | None, env: dict | None, writable, report_cap: int | None,
-            timeout_s: float, cpu_s: float | None, memory_mb: int, max_output_bytes: int, max_file_bytes: int,
-            max_procs: int, allow_unconfined: bool, read_paths=(), skip_layers=(),
-            tree_memory_mb: int | None = None) -> _Launched:
+def _launch(boot: dict, job: dict, lim: Limits, *, cwd: str | None, env: dict | None, writable,
+            report_cap: int | None, allow_unconfined: bool, read_paths=(), skip_layers=()) -> _Launched:
     """One confined run of the driver (both modes): layers, scratch dir, cgroup, rlimits, pump, kill.
 
     The scratch dir (``HOME``) is fresh, owned by the run's uid and removed afterwards; it is the
@@ -661,6 +736,7 @@ def _launch(boot: dict, job: dict, *, cwd: str | None, env: dict | None, writabl
     run and back to root afterwards (symlinks are never followed). Landlock lets the run read the
     system paths, its interpreter, the scratch dir, ``cwd``, ``read_paths`` and ``writable``, and
     write only the scratch dir and ``writable``."""
+    timeout_s, cpu_s, memory_mb, max_procs = lim.timeout_s, lim.cpu_s, lim.memory_mb, lim.max_procs
     bad = [x for x in skip_layers if x not in OPTIONAL_LAYERS]
     if bad:
         raise ValueError(f"skip_layers: unknown layer(s) {bad} (only {list(OPTIONAL_LAYERS)} can be skipped)")
@@ -681,6 +757,7 @@ def _launch(boot: dict, job: dict, *, cwd: str | None, env: dict | None, writabl
     workdir = tempfile.mkdtemp(prefix="seqrl-sbx-")
     cg: Path | None = None
     mcg: Path | None = None
+    ccg: Path | None = None
     oom = 0
     proc: subprocess.Popen | None = None
     t_start = time.monotonic()
@@ -695,16 +772,20 @@ def _launch(boot: dict, job: dict, *, cwd: str | None, env: dict | None, writabl
         if cg is not None:
             layers.append("pids_cgroup")
         # The whole tree's resident memory (RLIMIT_AS bounds each process, not their sum)
-        tree_mb = tree_memory_mb if tree_memory_mb is not None else memory_mb + TREE_MEMORY_SLACK_MB
+        tree_mb = lim.tree_memory_mb if lim.tree_memory_mb is not None else memory_mb + TREE_MEMORY_SLACK_MB
         mcg = _make_memory_cgroup(int(tree_mb) << 20) if unshare else None
         if mcg is not None:
             layers.append("memory_cgroup")
-        cg_procs = ",".join(str(g / "cgroup.procs") for g in (cg, mcg) if g is not None) or None
+        # A CPU quota for the whole tree: GIL-free busy threads cannot take the trainer's cores
+        ccg = _make_cpu_cgroup(float(lim.cpus)) if unshare else None
+        if ccg is not None:
+            layers.append("cpu_cgroup")
+        cg_procs = ",".join(str(g / "cgroup.procs") for g in (cg, mcg, ccg) if g is not None) or None
         # Unconfined: RLIMIT_NPROC counts every process of our uid, so allow what already runs.
         nproc_unconfined = None if uid is not None else _count_own_processes() + max_procs + 3
         # The driver applies these to itself first thing (before reading any message; nothing
         # untrusted exists yet), so every process of the tree inherits them.
-        limits = f"{cpu},{mem},{max_file_bytes},64,{nproc_unconfined or 0}"
+        limits = f"{cpu},{mem},{int(lim.max_file_bytes)},64,{nproc_unconfined or 0}"
         nnp = _setpriv_nnp()
         prctl = None if nnp else _prctl()
 
@@ -723,6 +804,8 @@ def _launch(boot: dict, job: dict, *, cwd: str | None, env: dict | None, writabl
         read = [*(p for p in [cwd] if p), *map(os.fspath, read_paths)]
         if "argv" in boot:  # the command's own install prefix (…/bin/x → …)
             read.append(os.path.dirname(os.path.dirname(os.path.realpath(boot["argv"][0]))))
+        if uid is not None and os.uname().machine in _SCRATCH_ARCHES:
+            layers.append("scratch_tmpfs")
         confine, names = _confine_spec(python, tuple(skip_layers), read, [workdir, *map(os.fspath, writable)])
         layers += names
         cmd = [*nnp, *(unshare or ()), python, "-I", "-S", _driver_file(python) if unshare else str(DRIVER),
@@ -740,13 +823,16 @@ def _launch(boot: dict, job: dict, *, cwd: str | None, env: dict | None, writabl
         if cg_procs is not None:
             _attach_driver(proc.pid, cg_procs)
         boot = {**boot, "uid": uid, "nproc": max_procs if uid is not None else None, "confine": confine}
+        if uid is not None and os.uname().machine in _SCRATCH_ARCHES:
+            boot["scratch"] = {"path": workdir, "size": int(lim.scratch_mb) << 20, "inodes": int(lim.scratch_inodes),
+                               "uid": uid}
         if "argv" in boot:
             boot["cwd"] = cwd or workdir
             boot["env"] = {**_scrubbed_env(workdir), "TMPDIR": workdir, **(env or {})}
             boot["report_fd"] = rep_w
         extra = {rep_r: report_cap} if rep_r is not None else {}
         out, err, res, more, timed_out = _pump(proc, frame(boot) + frame(job), res_r,
-                                               deadline=t_start + timeout_s, cap=max_output_bytes, extra=extra)
+                                               deadline=t_start + timeout_s, cap=int(lim.max_output_bytes), extra=extra)
     finally:
         if proc is not None:
             _kill_tree(proc)
@@ -755,6 +841,8 @@ def _launch(boot: dict, job: dict, *, cwd: str | None, env: dict | None, writabl
         if mcg is not None:
             oom = _oom_kills(mcg)
             _destroy_cgroup(mcg)
+        if ccg is not None:
+            _destroy_cgroup(ccg)
         shutil.rmtree(workdir, ignore_errors=True)
         for tree in owned:
             _chown_tree(tree, 0)
@@ -831,12 +919,7 @@ def run_command(
     argv: list[str],
     *,
     cwd: str | os.PathLike,
-    timeout_s: float = 30.0,
-    cpu_s: float | None = None,
-    memory_mb: int = 1024,
-    max_output_bytes: int = 64_000,
-    max_file_bytes: int = 10_000_000,
-    max_procs: int = 32,
+    limits: Limits | None = None,
     env: dict[str, str] | None = None,
     writable: tuple | list = (),
     report: bool = False,
@@ -844,7 +927,7 @@ def run_command(
     allow_unconfined: bool = False,
     read_paths: tuple | list = (),
     skip_layers: tuple | list = (),
-    tree_memory_mb: int | None = None,
+    **limit_overrides,
 ) -> CommandResult:
     """Run ``argv`` (an executable path and its arguments, no shell) in the sandbox, in ``cwd``.
 
@@ -862,16 +945,14 @@ def run_command(
         raise ValueError(f"run_command: argv must be a non-empty list of strings (got {argv!r:.80})")
     if not os.path.isabs(argv[0]):
         raise ValueError(f"run_command: argv[0] must be an absolute path (got {argv[0]!r}); there is no PATH lookup")
-    if timeout_s <= 0:
-        raise ValueError(f"run_command: timeout_s must be > 0 (got {timeout_s})")
+    lim = (limits or COMMAND_LIMITS).updated(limit_overrides, "run_command")
+    timeout_s = lim.timeout_s
     if not os.path.isdir(cwd):
         raise ValueError(f"run_command: cwd {str(cwd)!r} is not a directory")
     nonce = secrets.token_hex(16)
-    run = _launch({"argv": list(argv)}, {"nonce": nonce}, cwd=os.fspath(cwd), env=env, writable=writable,
-                  report_cap=max_report_bytes if report else None, timeout_s=timeout_s, cpu_s=cpu_s,
-                  memory_mb=memory_mb, max_output_bytes=max_output_bytes, max_file_bytes=max_file_bytes,
-                  max_procs=max_procs, allow_unconfined=allow_unconfined, read_paths=read_paths,
-                  skip_layers=skip_layers, tree_memory_mb=tree_memory_mb)
+    run = _launch({"argv": list(argv)}, {"nonce": nonce}, lim, cwd=os.fspath(cwd), env=env, writable=writable,
+                  report_cap=max_report_bytes if report else None, allow_unconfined=allow_unconfined,
+                  read_paths=read_paths, skip_layers=skip_layers)
     rec = next((r for r in reversed(_records(run.res, nonce)) if r.get("type") == "exec"), None)
     code = sig = None
     if rec is not None:
@@ -1016,6 +1097,7 @@ def _verdict(res: bytes, nonce: str, expected: list | None, float_tol: float, ti
     done = any(r.get("type") == "done" for r in records)
     child_exit = next((r for r in records if r.get("type") == "child_exit"), None)
     tests: list[TestRecord] = []
+    raised: set[int] = set()  # indices of tests in which the tested code (or the test code) raised
     reason = ""
     memory_hit = False
 
@@ -1038,10 +1120,13 @@ def _verdict(res: bytes, nonce: str, expected: list | None, float_tol: float, ti
                 tests.append(TestRecord(name, ok, "" if ok else f"expected {exp!r:.200}, got {got!r:.200}", el))
             else:
                 memory_hit |= r.get("kind") == "MemoryError"
+                raised.add(len(tests))
                 tests.append(TestRecord(name, False, str(r.get("err", "error"))[:500], el))
     for r in records:
         if r.get("type") == "assert":
             memory_hit |= "MemoryError" in str(r.get("reason", ""))
+            if r.get("raised") is True and r.get("passed") is not True:
+                raised.add(len(tests))
             el = r.get("elapsed", 0.0)
             tests.append(TestRecord(str(r.get("name")), r.get("passed") is True, str(r.get("reason", "")),
                                     float(el) if type(el) in (int, float) else 0.0))
@@ -1086,5 +1171,12 @@ def _verdict(res: bytes, nonce: str, expected: list | None, float_tol: float, ti
         for t in tests:
             if not t.passed and t.reason == "no result":
                 t.reason = f"no result ({status})"
+    completed = status == "ok"
+    failed = [i for i, t in enumerate(tests) if not t.passed]
+    if completed and failed:  # name the outcome: the first raising test, else the first wrong one
+        i = next((i for i in failed if i in raised), None)
+        status = "wrong_answer" if i is None else "runtime_error"
+        t = tests[failed[0] if i is None else i]
+        reason = f"{t.name}: {t.reason}"[:500]
     passed = sum(t.passed for t in tests)
-    return SandboxResult(status, passed, len(tests), tests, out, err, elapsed, layers, reason)
+    return SandboxResult(status, passed, len(tests), tests, out, err, elapsed, layers, reason, completed)

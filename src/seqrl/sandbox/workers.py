@@ -48,7 +48,7 @@ IN_WORKER = False
 MAX_REPLY_BYTES = 4 << 20
 MAX_REASON_CHARS = 2000
 DEFAULT_PRELOAD = ("seqrl.sandbox.workers", "seqrl.rewards.math", "seqrl.rewards.format", "seqrl.rewards.code",
-                   "seqrl.data.rgym",
+                   "seqrl.data.rgym", "seqrl.sandbox._warmup",
                    *(["reasoning_gym"] if importlib.util.find_spec("reasoning_gym") else []))
 
 
