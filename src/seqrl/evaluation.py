@@ -13,9 +13,9 @@ import re
 from dataclasses import dataclass, field
 
 from seqrl.core.metrics import majority_vote, pass_at_k
-from seqrl.data.base import Problem, Task
 from seqrl.models.lm import Policy
 from seqrl.rollout import SamplingParams, generate
+from seqrl.types import Problem, Task
 
 _METRIC_RE = re.compile(r"^(greedy|pass@(\d+)|maj@(\d+))$")
 

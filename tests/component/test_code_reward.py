@@ -13,10 +13,9 @@ import stat
 import pytest
 
 from seqrl.cli import main
-from seqrl.data.base import Problem
 from seqrl.rewards import code as code_mod
-from seqrl.rewards.base import RewardResult
 from seqrl.rewards.code import CodeExecutionReward, check_static, extract_code, score_code
+from seqrl.types import Problem, RewardResult
 
 ADD = "def add(a, b):\n    return a + b\n"
 ADD_IO = [[[1, 2], 3], [[-1, 1], 0], [["a", "b"], "ab"], [[10, 20], 30]]

@@ -23,9 +23,9 @@ from seqrl.algos.common import (
     set_threads,
 )
 from seqrl.core.losses import IGNORE_INDEX, token_nll_sum
-from seqrl.data.base import Problem
 from seqrl.evaluation import evaluate
 from seqrl.models.lm import ModelConfig, Policy, load_policy, num_parameters
+from seqrl.types import Problem
 from seqrl.utils.checkpoint import load_checkpoint, save_checkpoint
 from seqrl.utils.metrics import MetricsLogger, read_metrics
 from seqrl.utils.plots import plot_metrics

@@ -15,9 +15,8 @@ import difflib
 import functools
 import json
 
-from seqrl.data.base import Problem, Task, check_split, extract_answer
-from seqrl.data.registry import split_of, stable_hash
-from seqrl.rewards.base import RewardResult
+from seqrl.data.splits import check_split, split_of, stable_hash
+from seqrl.types import Problem, RewardResult, Task, extract_answer
 
 
 def dataset_names() -> list[str]:

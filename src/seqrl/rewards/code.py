@@ -41,10 +41,9 @@ import shutil
 import subprocess
 from dataclasses import dataclass
 
-from seqrl.data.base import ANSWER_CLOSE, ANSWER_OPEN, THINK_CLOSE, THINK_OPEN, Problem
-from seqrl.rewards.base import RewardResult
 from seqrl.sandbox import SandboxResult, run_many
 from seqrl.sandbox.runner import _stdio_pairs
+from seqrl.types import ANSWER_CLOSE, ANSWER_OPEN, THINK_CLOSE, THINK_OPEN, Problem, RewardResult
 
 _FENCE_RE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[^\n]*\n(.*?)```", re.S)
 _OPEN_FENCE_RE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[^\n]*\n")
