@@ -7,7 +7,7 @@ import torch
 
 from seqrl.algos.common import OptimConfig, RunConfig, TaskConfig
 from seqrl.algos.grpo import DAPOConfig, GRPOConfig, GRPOTrainer, LossConfig, SamplingConfig, sequence_logprobs, train
-from seqrl.algos.sft import EvalConfig
+from seqrl.evaluation import EvalConfig
 from seqrl.config import ConfigError, from_dict
 from seqrl.core.advantages import zero_variance_groups
 from seqrl.models import ModelConfig, load_policy

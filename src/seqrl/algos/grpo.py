@@ -41,10 +41,10 @@ from seqrl.algos.common import (
     set_threads,
     stream_indices,
 )
-from seqrl.algos.sft import EvalConfig, run_evaluation
 from seqrl.core.advantages import group_advantages, reinforce_pp_advantages, rloo_advantages, zero_variance_groups
 from seqrl.core.policy_loss import AGG_MODES, entropy_from_logits, grpo_loss
 from seqrl.core.shaping import soft_overlong_penalty
+from seqrl.evaluation import EvalConfig, run_evaluation
 from seqrl.models.lm import ModelConfig, Policy, load_policy, num_parameters
 from seqrl.models.lora import LoRAConfig, adapter_disabled, apply_lora, is_lora
 from seqrl.rewards.combine import RewardSpec, build_reward, score_completions
