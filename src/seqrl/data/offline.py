@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from seqrl.core.sequences import returns_to_go, top_return_episodes
+from seqrl.core.advantages import returns_to_go
+from seqrl.core.sequences import top_return_episodes
 
 __all__ = ["DatasetError", "Episode", "OfflineDataset", "Trajectories", "normalized_score"]
 
