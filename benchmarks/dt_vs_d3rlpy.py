@@ -255,7 +255,7 @@ class SeqrlSide:
             self.data.batch = _windows_ending_at_a_uniform_step.__get__(self.data)
 
     def _loss(self, pred: torch.Tensor, b: dict) -> torch.Tensor:
-        from seqrl.core.sequences import action_loss
+        from seqrl.core.losses import action_loss
 
         if "loss" not in self.choices:
             return action_loss(pred.float(), b["actions"], b["mask"], discrete=self.data.discrete)

@@ -7,8 +7,8 @@ import math
 import pytest
 import torch
 
+from seqrl.core.losses import action_loss
 from seqrl.core.sequences import (
-    action_loss,
     causal_attention_mask,
     deinterleave,
     interleave,

@@ -32,7 +32,7 @@ import numpy as np
 import torch
 
 from seqrl.algos.common import OptimConfig, RunConfig, make_optimizer, prepare_run_dir, set_threads
-from seqrl.core.sequences import action_loss
+from seqrl.core.losses import action_loss
 from seqrl.data.minari_data import DataConfig, load_dataset
 from seqrl.data.offline import OfflineDataset, Trajectories
 from seqrl.envs.evaluate import DTEvalConfig, run_evaluation, target_label, warn_far_targets

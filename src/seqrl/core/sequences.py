@@ -14,10 +14,8 @@ Everything here is pure tensor math (no state, no I/O). Shapes: B batch, K steps
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 
 __all__ = [
-    "action_loss",
     "causal_attention_mask",
     "deinterleave",
     "interleave",
@@ -114,27 +112,3 @@ def top_return_episodes(returns: torch.Tensor, lengths: torch.Tensor, fraction: 
     total = torch.cumsum(lengths[order], dim=0)  # (N,)
     keep = max(int((total <= budget).sum()), 1)
     return order[:keep]
-
-
-def action_loss(pred: torch.Tensor, target: torch.Tensor, mask: torch.Tensor, discrete: bool = False) -> torch.Tensor:
-    """The Decision Transformer's action loss over real (unpadded) steps only; a scalar.
-
-    continuous: pred, target (B, K, A), mask (B, K) →  Σ_{real b,k} ‖pred − target‖² / (n_real · A)
-                (mean squared error over the real steps' action entries, as the official code)
-    discrete:   pred logits (B, K, n), target (B, K) long →  mean over real steps of −log softmax(pred)[target]
-
-    A batch without a real step gives 0 (no NaN).
-    """
-    if mask.shape != pred.shape[:2]:
-        raise ValueError(f"action_loss: mask must have shape {tuple(pred.shape[:2])} (got {tuple(mask.shape)})")
-    real = mask.bool()  # (B, K)
-    if not bool(real.any()):
-        return pred.sum() * 0.0
-    if discrete:
-        if target.shape != pred.shape[:2]:
-            raise ValueError(f"action_loss: discrete targets must have shape {tuple(pred.shape[:2])} "
-                             f"(got {tuple(target.shape)})")
-        return F.cross_entropy(pred[real], target[real])  # mean over real steps
-    if target.shape != pred.shape:
-        raise ValueError(f"action_loss: targets must have shape {tuple(pred.shape)} (got {tuple(target.shape)})")
-    return ((pred - target)[real] ** 2).mean()  # (n_real, A) → mean
