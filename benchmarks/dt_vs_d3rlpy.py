@@ -196,7 +196,11 @@ def parse_args(argv=None) -> argparse.Namespace:
 class SeqrlSide:
     def __init__(self, args, dataset, seed: int) -> None:
         from seqrl.algos.common import OptimConfig, RunConfig, make_optimizer
-        from seqrl.algos.dt import DataConfig, DTConfig, DTEvalConfig, DTModelConfig, Trajectories, build_policy
+        from seqrl.algos.dt import DTConfig, build_policy
+        from seqrl.data.minari_data import DataConfig
+        from seqrl.data.offline import Trajectories
+        from seqrl.envs.evaluate import DTEvalConfig
+        from seqrl.models.dt import DTModelConfig
         from seqrl.algos.dt import policy_info
         from seqrl.utils.seeding import seed_everything
 
@@ -251,7 +255,7 @@ class SeqrlSide:
             self.data.batch = _windows_ending_at_a_uniform_step.__get__(self.data)
 
     def _loss(self, pred: torch.Tensor, b: dict) -> torch.Tensor:
-        from seqrl.core.sequences import action_loss
+        from seqrl.core.losses import action_loss
 
         if "loss" not in self.choices:
             return action_loss(pred.float(), b["actions"], b["mask"], discrete=self.data.discrete)
@@ -280,7 +284,7 @@ class SeqrlSide:
         return t1 - t0, t2 - t1, value
 
     def evaluate(self, args) -> np.ndarray:
-        from seqrl.algos.dt import run_evaluation
+        from seqrl.envs.evaluate import run_evaluation
 
         _, result = run_evaluation(self.policy, self.info, [args.target], args.episodes, args.eval_seed)
         return np.asarray(result.returns[0], dtype=np.float64)  # (episodes,)

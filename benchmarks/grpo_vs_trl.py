@@ -248,8 +248,8 @@ class TRLRun:
         from transformers import TrainerCallback
         from trl import GRPOConfig, GRPOTrainer
 
-        from seqrl.data.base import Problem
         from seqrl.models import load_pretrained
+        from seqrl.types import Problem
 
         args, task = shared.args, shared.task
         self.versions = {"trl": trl.__version__, "transformers": transformers.__version__}

@@ -32,7 +32,7 @@ def rss_mb() -> float:
 
 
 def classes(n: int):
-    from seqrl.data.base import Problem
+    from seqrl.types import Problem
 
     math_p = Problem("q", "5")
     code_p = Problem("q", "", metadata={"io_cases": [[[1, 2], 3]], "entry_point": "add"})
@@ -84,7 +84,7 @@ def main() -> None:
     score_completions({"math": (fns["math"], 1.0)}, [rg_p], ["<answer>1</answer>"])
 
     # ordinary completions: bounded vs in-process
-    from seqrl.data.base import Problem
+    from seqrl.types import Problem
 
     ordinary_p = [Problem("q", str(i % 50)) for i in range(512)]
     ordinary_c = [f"<think>{i} plus {i}</think><answer>{(i % 50) if i % 3 else i + 1}</answer>" for i in range(512)]

@@ -53,7 +53,8 @@ from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
 from seqrl.algos.common import OptimConfig, RunConfig, TaskConfig  # noqa: E402
-from seqrl.algos.sft import EvalConfig, SFTConfig  # noqa: E402
+from seqrl.algos.sft import SFTConfig  # noqa: E402
+from seqrl.evaluation import EvalConfig  # noqa: E402
 from seqrl.data import get_task  # noqa: E402
 from seqrl.models import ModelConfig, Policy, load_pretrained, num_parameters  # noqa: E402
 from seqrl.rollout import SamplingParams, generate  # noqa: E402

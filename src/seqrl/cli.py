@@ -133,7 +133,8 @@ def cmd_eval_dt(argv: list[str]) -> int:
     args = p.parse_args(argv)
     import torch
 
-    from seqrl.algos.dt import load_policy_checkpoint, run_evaluation
+    from seqrl.envs.evaluate import run_evaluation
+    from seqrl.models.loading import load_policy_checkpoint
     from seqrl.envs.evaluate import warn_far_targets
     from seqrl.utils.checkpoint import CheckpointError
 

@@ -20,7 +20,7 @@ from pathlib import Path
 from seqrl.algos import grpo, sft
 from seqrl.algos.common import OptimConfig, RunConfig, TaskConfig
 from seqrl.config import ConfigError, from_dict, merge, parse_overrides, to_dict
-from seqrl.evaluation import evaluate
+from seqrl.evaluation import EvalConfig, evaluate
 from seqrl.models.lm import ModelConfig, load_policy, load_pretrained, num_parameters
 from seqrl.utils.checkpoint import latest_checkpoint
 from seqrl.utils.plots import plot_bars
@@ -37,7 +37,7 @@ def demo_configs(out: Path, quick: bool) -> tuple[sft.SFTConfig, grpo.GRPOConfig
         model=ModelConfig(preset="tiny", max_seq_len=128),
         task=replace(TASK),
         optim=OptimConfig(lr=3e-3),
-        eval=sft.EvalConfig(every=100, max_new_tokens=MAX_NEW),
+        eval=EvalConfig(every=100, max_new_tokens=MAX_NEW),
         steps=100 if quick else 200,
         batch_size=32,
     )
@@ -46,7 +46,7 @@ def demo_configs(out: Path, quick: bool) -> tuple[sft.SFTConfig, grpo.GRPOConfig
         model=ModelConfig(path=str(out / "sft" / f"checkpoint-{sft_cfg.steps}")),
         task=replace(TASK),
         optim=OptimConfig(lr=5e-5, warmup_steps=4, schedule="constant"),
-        eval=sft.EvalConfig(every=10, max_new_tokens=MAX_NEW, samples=4),
+        eval=EvalConfig(every=10, max_new_tokens=MAX_NEW, samples=4),
         sampling=grpo.SamplingConfig(temperature=1.0, max_new_tokens=MAX_NEW),
         steps=4 if quick else 30,
         batch_size=512,

@@ -13,9 +13,9 @@ import re
 from dataclasses import dataclass, field
 
 from seqrl.core.metrics import majority_vote, pass_at_k
-from seqrl.data.base import Problem, Task
 from seqrl.models.lm import Policy
 from seqrl.rollout import SamplingParams, generate
+from seqrl.types import Problem, Task
 
 _METRIC_RE = re.compile(r"^(greedy|pass@(\d+)|maj@(\d+))$")
 
@@ -114,3 +114,27 @@ def evaluate(
         metrics.update({f"eval/pass@{k}": v / len(problems) for k, v in pass_sum.items()})
         metrics.update({f"eval/maj@{k}": v / len(problems) for k, v in maj_sum.items()})
     return EvalResult(metrics, records)
+
+
+@dataclass
+class EvalConfig:
+    """Held-out greedy evaluation during and after training."""
+
+    every: int = 0
+    """Steps between evaluations (0: only after the last step)."""
+    max_new_tokens: int = 64
+    """Generation cap for evaluation."""
+    batch_size: int = 256
+    """Prompts per generation call."""
+    samples: int = 0
+    """Also sample this many completions per problem at temperature 1 and report eval/pass@1
+    (the held-out mean sampled reward); 0: greedy only."""
+    temperature: float = 1.0
+    """Temperature of those samples."""
+
+
+def run_evaluation(policy: Policy, task, problems: list[Problem], cfg: EvalConfig, seed: int) -> dict[str, float]:
+    """Held-out greedy accuracy, plus the mean sampled accuracy (pass@1) when cfg.samples > 0."""
+    return evaluate(policy, task, problems, pass_k=[1] if cfg.samples else [], n_samples=cfg.samples,
+                    temperature=cfg.temperature, max_new_tokens=cfg.max_new_tokens, batch_size=cfg.batch_size,
+                    seed=seed).metrics

@@ -16,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from seqrl.data.base import Problem
+from seqrl.types import Problem
 from seqrl.rewards.code_agent import (
     CodeAgentReward,
     CodeAgentRewardFunction,
@@ -26,8 +26,7 @@ from seqrl.rewards.code_agent import (
     parse_test_cmd,
     scan_diff,
 )
-from seqrl.sandbox import run_command
-from seqrl.sandbox import runner
+from seqrl.sandbox import run_command, runner
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the sandbox's namespaces and uids need root (CI runs as root)")
 

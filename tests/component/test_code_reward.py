@@ -13,11 +13,10 @@ import stat
 import pytest
 
 from seqrl.cli import main
-from seqrl.data.base import Problem
 from seqrl.rewards import code as code_mod
-from seqrl.rewards.base import RewardResult
 from seqrl.rewards.code import CodeExecutionReward, CodeTests, check_static, extract_code, score_code
 from seqrl.sandbox import Limits
+from seqrl.types import Problem, RewardResult
 
 ADD = "def add(a, b):\n    return a + b\n"
 ADD_IO = [[[1, 2], 3], [[-1, 1], 0], [["a", "b"], "ab"], [[10, 20], 30]]

@@ -250,7 +250,10 @@ def level_dataset(n_episodes=64, seed=0, noise=0.1) -> OfflineDataset:
 
 def _dt_cfg(tmp_path, name, method="dt", **kw):
     from seqrl.algos.common import RunConfig
-    from seqrl.algos.dt import BCModelConfig, DataConfig, DTConfig, DTEvalConfig, DTModelConfig
+    from seqrl.algos.dt import BCModelConfig, DTConfig
+    from seqrl.data.minari_data import DataConfig
+    from seqrl.envs.evaluate import DTEvalConfig
+    from seqrl.models.dt import DTModelConfig
 
     base = dict(
         run=RunConfig(name=name, out_dir=str(tmp_path), seed=1, log_every=1, progress=False),
@@ -272,7 +275,7 @@ def _dt_cfg(tmp_path, name, method="dt", **kw):
 
 
 def test_batch_windows_are_consecutive_left_padded_and_rtg_matches():
-    from seqrl.algos.dt import Trajectories
+    from seqrl.data.offline import Trajectories
 
     eps = []
     for i, T in enumerate([3, 6]):
@@ -308,7 +311,7 @@ def test_batch_windows_are_consecutive_left_padded_and_rtg_matches():
 
 
 def test_cover_windows_put_every_step_in_k_windows_and_start_windows_do_not():
-    from seqrl.algos.dt import Trajectories
+    from seqrl.data.offline import Trajectories
 
     T, K, n = 6, 4, 60_000
     obs = np.arange(T + 1, dtype=np.float32)[:, None] + 1  # s_t = t + 1 (0 is padding)
@@ -330,13 +333,13 @@ def test_cover_windows_put_every_step_in_k_windows_and_start_windows_do_not():
     with pytest.raises(ValueError, match="windows"):
         Trajectories(ds, 1.0, 100, "dt.model", "end")
     with pytest.raises(ValueError, match="data.windows"):
-        from seqrl.algos.dt import DataConfig
+        from seqrl.data.minari_data import DataConfig
 
         DataConfig(dataset="quick:medium", windows="end")
 
 
 def test_top_fraction_keeps_the_best_episodes():
-    from seqrl.algos.dt import Trajectories
+    from seqrl.data.offline import Trajectories
 
     ds = level_dataset(n_episodes=20)
     data = Trajectories(ds, 0.25, 100, "dt.model")
@@ -389,7 +392,9 @@ def test_far_targets_warn():
 
 
 def test_checkpoint_round_trip_is_exact(tmp_path):
-    from seqrl.algos.dt import Trajectories, load_policy_checkpoint, train
+    from seqrl.algos.dt import train
+    from seqrl.data.offline import Trajectories
+    from seqrl.models.loading import load_policy_checkpoint
     from seqrl.utils.checkpoint import latest_checkpoint
 
     for method in ("dt", "bc"):
@@ -410,6 +415,7 @@ def test_checkpoint_round_trip_is_exact(tmp_path):
 
 def test_resume_after_interrupt_equals_uninterrupted_run(tmp_path, monkeypatch):
     import seqrl.algos.dt as dt
+    from seqrl.models.loading import load_policy_checkpoint
     from seqrl.utils.checkpoint import latest_checkpoint
     from seqrl.utils.metrics import read_metrics
 
@@ -435,8 +441,8 @@ def test_resume_after_interrupt_equals_uninterrupted_run(tmp_path, monkeypatch):
     assert latest_checkpoint(tmp_path / "cut").name == "checkpoint-3"
     cut.run.resume = True
     dt.train(cut, ds)
-    a, _ = dt.load_policy_checkpoint(tmp_path / "full" / "checkpoint-6")
-    b, _ = dt.load_policy_checkpoint(tmp_path / "cut" / "checkpoint-6")
+    a, _ = load_policy_checkpoint(tmp_path / "full" / "checkpoint-6")
+    b, _ = load_policy_checkpoint(tmp_path / "cut" / "checkpoint-6")
     for (k, x), (_, y) in zip(a.state_dict().items(), b.state_dict().items()):
         assert torch.equal(x, y), k
     keys = ("loss/action", "eval/return/8")
@@ -462,7 +468,8 @@ def test_outputs_metrics_plots_and_far_target_warning(tmp_path):
 
 
 def test_percent_bc_trains_on_the_top_episodes_only(tmp_path):
-    from seqrl.algos.dt import DataConfig, train
+    from seqrl.algos.dt import train
+    from seqrl.data.minari_data import DataConfig
     from seqrl.utils.metrics import read_metrics
 
     cfg = _dt_cfg(tmp_path, "pbc", method="bc", data=DataConfig(dataset="level", top_fraction=0.1))
@@ -519,7 +526,8 @@ def test_bad_dataset_rows_are_rejected_naming_the_episode(tmp_path):
 
 
 def test_discrete_actions_train_with_the_categorical_head(tmp_path):
-    from seqrl.algos.dt import load_policy_checkpoint, train
+    from seqrl.algos.dt import train
+    from seqrl.models.loading import load_policy_checkpoint
     from seqrl.utils.metrics import read_metrics
 
     rng = np.random.default_rng(0)
@@ -542,7 +550,9 @@ def test_discrete_actions_train_with_the_categorical_head(tmp_path):
 
 def test_higher_target_gives_higher_return(tmp_path):
     """Return conditioning: trained on levels in [−1, 1], the DT follows the target it is given."""
-    from seqrl.algos.dt import load_policy_checkpoint, run_evaluation, train
+    from seqrl.algos.dt import train
+    from seqrl.envs.evaluate import run_evaluation
+    from seqrl.models.loading import load_policy_checkpoint
     from seqrl.utils.checkpoint import latest_checkpoint
 
     cfg = _dt_cfg(tmp_path, "cond", steps=300, batch_size=32)
@@ -596,7 +606,9 @@ def test_every_dt_preset_loads_for_dt_and_bc(path):
 
 def test_quick_spec_and_a_passed_dataset_train_the_same_weights(tmp_path):
     """The policy is seeded after the dataset is built, so how the dataset arrives does not change the run."""
-    from seqrl.algos.dt import DataConfig, load_policy_checkpoint, train
+    from seqrl.algos.dt import train
+    from seqrl.data.minari_data import DataConfig
+    from seqrl.models.loading import load_policy_checkpoint
     from seqrl.data.minari_data import quick_dataset
 
     def cfg(name):

@@ -6,13 +6,14 @@ import pytest
 import torch
 
 from seqrl.algos.common import OptimConfig, RunConfig, TaskConfig
-from seqrl.algos.grpo import DAPOConfig, GRPOConfig, GRPOTrainer, LossConfig, SamplingConfig, sequence_logprobs, train
-from seqrl.algos.sft import EvalConfig
+from seqrl.algos.grpo import DAPOConfig, GRPOConfig, GRPOTrainer, LossConfig, SamplingConfig, train
 from seqrl.config import ConfigError, from_dict
 from seqrl.core.advantages import zero_variance_groups
+from seqrl.evaluation import EvalConfig
 from seqrl.models import ModelConfig, load_policy
 from seqrl.rewards import RewardResult
 from seqrl.rewards.combine import score_completions
+from seqrl.rollout import sequence_logprobs
 from seqrl.utils.checkpoint import latest_checkpoint
 from seqrl.utils.metrics import read_metrics
 

@@ -13,7 +13,7 @@ import torch.multiprocessing as mp
 
 from seqrl.algos.common import OptimConfig, RunConfig, TaskConfig
 from seqrl.algos.grpo import GRPOBatch, GRPOConfig, GRPOTrainer, LossConfig, SamplingConfig
-from seqrl.algos.sft import EvalConfig
+from seqrl.evaluation import EvalConfig
 from seqrl.models import ModelConfig, load_policy
 
 

@@ -26,7 +26,7 @@ def _episode(rewards, ep_id=0, obs_dim=2, action_value=None, terminated=False) -
 
 def _cfg(tmp_path, name, **kw):
     from seqrl.algos.common import OptimConfig, RunConfig
-    from seqrl.algos.dt import DataConfig
+    from seqrl.data.minari_data import DataConfig
     from seqrl.algos.odt import ODTConfig, ODTEvalConfig, ODTModelConfig, OnlineConfig
 
     base = dict(
@@ -165,7 +165,7 @@ def test_rollouts_sample_actions_record_episodes_and_restore_the_mode(drift):
 
 
 def test_train_logs_offline_then_online_writes_plots_and_a_loadable_checkpoint(tmp_path, drift):
-    from seqrl.algos.dt import load_policy_checkpoint
+    from seqrl.models.loading import load_policy_checkpoint
     from seqrl.algos.odt import ReplayBuffer, train
     from seqrl.models.odt import OnlineDecisionTransformer
     from seqrl.utils.checkpoint import latest_checkpoint
@@ -208,7 +208,7 @@ def test_temperature_falls_while_the_entropy_is_above_its_target(tmp_path, drift
 @pytest.mark.parametrize("optimizer", ["lamb", "adamw"])
 def test_resume_in_the_online_phase_equals_an_uninterrupted_run(tmp_path, monkeypatch, optimizer, drift):
     import seqrl.algos.odt as odt
-    from seqrl.algos.dt import load_policy_checkpoint
+    from seqrl.models.loading import load_policy_checkpoint
     from seqrl.utils.checkpoint import latest_checkpoint
     from seqrl.utils.metrics import read_metrics
 

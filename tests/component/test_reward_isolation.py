@@ -8,8 +8,8 @@ import uuid
 
 import pytest
 
-from seqrl.data.base import Problem
-from seqrl.rewards.base import RewardResult
+from seqrl.types import Problem
+from seqrl.types import RewardResult
 from seqrl.rewards.code import MAX_CODE_CHARS, check_static
 from seqrl.rewards.combine import BoundedReward, RewardSpec, build_reward, score_completions
 from seqrl.sandbox.workers import DEFAULT_PRELOAD, WorkerPool, reward_from_reply, shared_pool
@@ -214,7 +214,7 @@ def test_a_script_without_a_main_guard_builds_its_rewards_once(tmp_path):
     script = tmp_path / "train_me.py"
     script.write_text(
         "print('SCRIPT BODY RAN', flush=True)\n"
-        "from seqrl.data.base import Problem\n"
+        "from seqrl.types import Problem\n"
         "from seqrl.data import get_task\n"
         "from seqrl.rewards.combine import RewardSpec, build_reward\n"
         "fn = build_reward(RewardSpec('math'), get_task('arith'))\n"

@@ -9,7 +9,7 @@ import pytest
 pytest.importorskip("reasoning_gym")
 
 from seqrl.data.rgym import EVALUATING, ReasoningGymTask, _dataset, dataset_names, precheck  # noqa: E402
-from seqrl.data.base import Problem  # noqa: E402
+from seqrl.types import Problem  # noqa: E402
 
 
 

@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from seqrl.algos.common import OptimConfig, RunConfig, TaskConfig
-from seqrl.algos.sft import EvalConfig, SFTConfig, accumulate_gradients, collate, encode_examples, train
+from seqrl.algos.sft import SFTConfig, accumulate_gradients, collate, encode_examples, train
+from seqrl.evaluation import EvalConfig
 from seqrl.config import ConfigError, from_dict
 from seqrl.core.losses import IGNORE_INDEX
 from seqrl.data import get_task

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from seqrl.algos.common import OptimConfig, RunConfig, TaskConfig
-from seqrl.algos.sft import EvalConfig, SFTConfig, train
+from seqrl.algos.sft import SFTConfig, train
+from seqrl.evaluation import EvalConfig
 from seqrl.models import ModelConfig
 
 

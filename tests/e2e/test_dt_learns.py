@@ -7,7 +7,10 @@ import numpy as np
 import pytest
 
 from seqrl.algos.common import OptimConfig, RunConfig
-from seqrl.algos.dt import DataConfig, DTConfig, DTEvalConfig, DTModelConfig, train
+from seqrl.algos.dt import DTConfig, train
+from seqrl.data.minari_data import DataConfig
+from seqrl.envs.evaluate import DTEvalConfig
+from seqrl.models.dt import DTModelConfig
 from seqrl.data.minari_data import quick_dataset
 
 

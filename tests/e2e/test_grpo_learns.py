@@ -17,7 +17,7 @@ import pytest
 
 from seqrl.algos.common import OptimConfig, RunConfig, TaskConfig
 from seqrl.algos.grpo import GRPOConfig, LossConfig, SamplingConfig, train
-from seqrl.algos.sft import EvalConfig
+from seqrl.evaluation import EvalConfig
 from seqrl.models import ModelConfig
 from seqrl.utils.metrics import read_metrics
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from seqrl.algos.common import OptimConfig, RunConfig
-from seqrl.algos.dt import DataConfig
+from seqrl.data.minari_data import DataConfig
 from seqrl.algos.odt import ODTConfig, ODTEvalConfig, ODTModelConfig, OnlineConfig, train
 
 

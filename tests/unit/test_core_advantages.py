@@ -141,3 +141,26 @@ def test_returns_to_go():
     # γ = 0.5: G2 = 3, G1 = 2 + 0.5·3 = 3.5, G0 = 1 + 0.5·3.5 = 2.75; row 1: [1, 0, 0]
     close(returns_to_go(r, 0.5), [[2.75, 3.5, 3.0], [1.0, 0.0, 0.0]])
     close(returns_to_go(r), [[6.0, 5.0, 3.0], [1.0, 0.0, 0.0]])  # γ = 1
+
+
+def test_returns_to_go_second_argument_is_gamma():
+    # the one returns_to_go: (rewards, gamma); no scale argument (the DT scales R̂ in the model)
+    r = torch.tensor([1.0, 2.0, 4.0], dtype=F64)
+    close(returns_to_go(r, 0.5), [3.0, 4.0, 4.0])
+    with pytest.raises(TypeError):
+        returns_to_go(r, 0.5, 2.0)
+
+
+def test_returns_to_go_any_leading_shape_and_edges():
+    r = torch.tensor([[[1.0, 2.0, 4.0], [0.0, 0.0, 8.0]]], dtype=F64)  # (1, 2, 3)
+    # γ = 0.5: row 0: 4, 2 + 2 = 4, 1 + 2 = 3; row 1: 8, 4, 2
+    close(returns_to_go(r, gamma=0.5), [[[3.0, 4.0, 4.0], [2.0, 4.0, 8.0]]])
+    close(returns_to_go(r, gamma=0.0), r)  # γ = 0: G_t = r_t
+    # γ = 1 sums exactly (integers in float64)
+    assert torch.equal(returns_to_go(torch.tensor([1.0, 2.0, 3.0], dtype=F64)), torch.tensor([6.0, 5.0, 3.0], dtype=F64))
+    assert returns_to_go(torch.zeros(0, dtype=F64)).shape == (0,)
+    assert torch.equal(returns_to_go(torch.tensor([-7.0], dtype=F64)), torch.tensor([-7.0], dtype=F64))
+    with pytest.raises(ValueError, match="gamma"):
+        returns_to_go(torch.ones(2), gamma=1.5)
+    with pytest.raises(ValueError, match="float tensor"):
+        returns_to_go(torch.ones(2, dtype=torch.long))

@@ -7,47 +7,17 @@ import math
 import pytest
 import torch
 
+from seqrl.core.losses import action_loss
 from seqrl.core.sequences import (
-    action_loss,
     causal_attention_mask,
     deinterleave,
     interleave,
     interleave_mask,
     left_pad,
-    returns_to_go,
     top_return_episodes,
 )
 
 f64 = torch.float64
-
-
-def test_returns_to_go_undiscounted_and_scaled():
-    r = torch.tensor([1.0, 2.0, 3.0], dtype=f64)
-    # R̂_2 = 3, R̂_1 = 2 + 3 = 5, R̂_0 = 1 + 5 = 6
-    assert torch.equal(returns_to_go(r), torch.tensor([6.0, 5.0, 3.0], dtype=f64))
-    # scale 2: 6/2, 5/2, 3/2
-    assert torch.equal(returns_to_go(r, scale=2.0), torch.tensor([3.0, 2.5, 1.5], dtype=f64))
-
-
-def test_returns_to_go_discounted_batched():
-    r = torch.tensor([[1.0, 2.0, 4.0], [0.0, 0.0, 8.0]], dtype=f64)
-    # γ = 0.5: row 0: R̂_2 = 4, R̂_1 = 2 + 0.5·4 = 4, R̂_0 = 1 + 0.5·4 = 3; row 1: 8, 4, 2
-    out = returns_to_go(r, gamma=0.5)
-    assert torch.allclose(out, torch.tensor([[3.0, 4.0, 4.0], [2.0, 4.0, 8.0]], dtype=f64), atol=1e-12, rtol=0)
-    # γ = 0: R̂_t = r_t; scale applies after discounting
-    assert torch.allclose(returns_to_go(r, scale=4.0, gamma=0.0), r / 4, atol=1e-12, rtol=0)
-
-
-def test_returns_to_go_degenerate_cases():
-    assert returns_to_go(torch.zeros(0, dtype=f64)).shape == (0,)
-    assert torch.equal(returns_to_go(torch.tensor([-7.0], dtype=f64)), torch.tensor([-7.0], dtype=f64))
-    assert torch.equal(returns_to_go(torch.zeros(4, dtype=f64)), torch.zeros(4, dtype=f64))
-    with pytest.raises(ValueError, match="scale must be > 0"):
-        returns_to_go(torch.ones(2), scale=0.0)
-    with pytest.raises(ValueError, match="gamma"):
-        returns_to_go(torch.ones(2), gamma=1.5)
-    with pytest.raises(ValueError, match="float tensor"):
-        returns_to_go(torch.ones(2, dtype=torch.long))
 
 
 def test_interleave_uses_distinguishable_values():

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from seqrl.data.base import Problem
+from seqrl.types import Problem
 from seqrl.data.countdown import (
     MAX_DEPTH,
     MAX_EXPRESSION_CHARS,

@@ -6,10 +6,9 @@ import json
 
 import pytest
 
-from seqrl.data.base import Problem
-from seqrl.rewards.base import RewardResult
 from seqrl.rewards.combine import BUILTIN_REWARDS, RewardSpec, build_reward, score_completions
 from seqrl.rewards.format import format_partial_reward, think_answer_format, think_answer_partial
+from seqrl.types import Problem, RewardResult
 from seqrl.rewards.length import (
     length_penalty,
     make_length_reward,

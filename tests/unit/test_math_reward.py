@@ -9,8 +9,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from seqrl.data.base import Problem
 from seqrl.rewards.math import MAX_ANSWER_CHARS, extract_final_answer, make_math_reward, math_answer_reward, math_reward
+from seqrl.types import Problem
 
 B = "\\boxed"
 

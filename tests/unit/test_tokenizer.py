@@ -1,5 +1,5 @@
-from seqrl.data.base import STEP_SEP
 from seqrl.models.tokenizer import CHAT_TEMPLATE, EOS, build_char_tokenizer
+from seqrl.types import STEP_SEP
 
 
 def test_round_trip_of_house_format_and_ascii():

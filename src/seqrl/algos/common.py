@@ -16,7 +16,7 @@ import torch
 
 from seqrl.config import dump_yaml
 from seqrl.data import get_task
-from seqrl.data.base import Task
+from seqrl.types import Task
 from seqrl.utils.checkpoint import clean_stale_tmp, latest_checkpoint
 
 

@@ -46,7 +46,6 @@ from seqrl.algos.common import (
     set_threads,
     stream_indices,
 )
-from seqrl.algos.sft import EvalConfig, run_evaluation
 from seqrl.core.advantages import (
     group_advantages,
     reinforce_pp_advantages,
@@ -54,13 +53,14 @@ from seqrl.core.advantages import (
     rloo_advantages,
     zero_variance_groups,
 )
-from seqrl.core.policy_loss import AGG_MODES, entropy_from_logits, grpo_loss
+from seqrl.core.policy_loss import AGG_MODES, grpo_loss
 from seqrl.core.shaping import soft_overlong_penalty
-from seqrl.data.base import Problem, Task
+from seqrl.evaluation import EvalConfig, run_evaluation
 from seqrl.models.lm import ModelConfig, Policy, load_policy, num_parameters
 from seqrl.models.lora import LoRAConfig, adapter_disabled, apply_lora, is_lora
 from seqrl.rewards.combine import RewardSpec, build_reward, score_completions
-from seqrl.rollout import SamplingParams, generate
+from seqrl.rollout import SamplingParams, generate, sequence_logprobs
+from seqrl.types import Problem, Task
 from seqrl.utils import dist
 from seqrl.utils.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from seqrl.utils.metrics import MetricsLogger, read_metrics
@@ -260,43 +260,6 @@ def _pad_rows(rows: list[torch.Tensor], value: float | int) -> torch.Tensor:
     for i, r in enumerate(rows):
         out[i, : r.shape[0]] = r
     return out
-
-
-def sequence_logprobs(
-    model: torch.nn.Module,
-    prompt_ids: list[list[int]],
-    completion_ids: torch.Tensor,
-    pad_id: int,
-    temperature: float = 1.0,
-    bf16: bool = False,
-    with_entropy: bool = False,
-) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """log π(o_t | q, o_<t) of each completion token, and optionally the entropy there.
-
-    Rows are prompt + completion, right-padded; completion_ids (m, T) may carry padding after each
-    completion's end (those positions are garbage and must be masked by the caller).
-    Returns logp (m, T) and entropy (m, T) or None.
-    """
-    m, t = completion_ids.shape
-    lengths = [len(p) for p in prompt_ids]
-    width = max(lengths) + t
-    ids = torch.full((m, width), pad_id, dtype=torch.long)  # (m, L)
-    attn = torch.zeros((m, width), dtype=torch.long)  # (m, L)
-    for i, p in enumerate(prompt_ids):
-        ids[i, : len(p)] = torch.tensor(p)
-        ids[i, len(p) : len(p) + t] = completion_ids[i]
-        attn[i, : len(p) + t] = 1
-    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-        logits = model(input_ids=ids, attention_mask=attn).logits  # (m, L, V)
-    # The logits predicting completion token j sit at position len(prompt) − 1 + j.
-    pos = torch.tensor(lengths)[:, None] - 1 + torch.arange(t)[None, :]  # (m, T)
-    picked = logits.gather(1, pos[..., None].expand(-1, -1, logits.shape[-1])).float() / temperature  # (m, T, V)
-    logp = torch.log_softmax(picked, dim=-1).gather(-1, completion_ids[..., None]).squeeze(-1)  # (m, T)
-    entropy = None
-    if with_entropy:
-        with torch.no_grad():
-            entropy = entropy_from_logits(picked.detach())  # (m, T)
-    return logp, entropy
 
 
 class GRPOTrainer:

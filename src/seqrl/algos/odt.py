@@ -4,7 +4,7 @@
     seqrl train odt --config configs/odt/hopper_medium.yaml       # after: seqrl data minari hopper medium
 
 1. Offline pre-training: `pretrain_steps` updates on the whole offline dataset, with windows drawn as
-   the Decision Transformer's (`seqrl.algos.dt.Trajectories`: episodes ∝ length, start uniform,
+   the Decision Transformer's (`seqrl.data.offline.Trajectories`: episodes ∝ length, start uniform,
    left-padded K-step windows).
 2. Online fine-tuning: a replay buffer of whole trajectories (`ReplayBuffer`, capacity in
    trajectories) starts with the best offline trajectories by return; each online iteration rolls out
@@ -24,7 +24,7 @@ Every update minimises −(log π(a) + α·H) on real steps plus the temperature
 or AdamW (``optimizer: adamw``).
 
 Checkpoints (`seqrl.utils.checkpoint`, atomic) hold the policy weights (loadable with
-`seqrl.algos.dt.load_policy_checkpoint` and evaluable like a DT: `seqrl eval dt --checkpoint …`),
+`seqrl.models.loading.load_policy_checkpoint` and evaluable like a DT: `seqrl eval dt --checkpoint …`),
 both optimisers, the RNGs, α, the phase and the replay buffer (``replay_buffer.safetensors``,
 written inside the same atomic directory). Data order is a pure function of (seed, step), rollout
 start states of (online.seed, episode index), and sampling noise and dropout come from the global
@@ -47,16 +47,25 @@ import safetensors.torch
 import torch
 
 from seqrl.algos.common import OptimConfig, RunConfig, make_optimizer, prepare_run_dir, set_threads
-from seqrl.algos.dt import DataConfig, DTEvalConfig, DTModelConfig, Trajectories, load_dataset, run_evaluation
 from seqrl.core.odt import (
     odt_policy_loss,
     squashed_gaussian_entropy,
     squashed_gaussian_log_likelihood,
     temperature_loss,
 )
-from seqrl.data.offline import DatasetError, Episode, OfflineDataset
-from seqrl.envs.evaluate import conditioned_rollouts, env_factory, target_label, time_limit, warn_far_targets
+from seqrl.data.minari_data import DataConfig, load_dataset
+from seqrl.data.offline import DatasetError, Episode, OfflineDataset, Trajectories
+from seqrl.envs.evaluate import (
+    DTEvalConfig,
+    conditioned_rollouts,
+    env_factory,
+    run_evaluation,
+    target_label,
+    time_limit,
+    warn_far_targets,
+)
 from seqrl.envs.rollout import episode_rngs
+from seqrl.models.dt import DTModelConfig
 from seqrl.models.odt import OnlineDecisionTransformer
 from seqrl.utils.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from seqrl.utils.metrics import MetricsLogger, read_metrics

@@ -23,31 +23,14 @@ from seqrl.algos.common import (
     set_threads,
 )
 from seqrl.core.losses import IGNORE_INDEX, token_nll_sum
-from seqrl.data.base import Problem
-from seqrl.evaluation import evaluate
+from seqrl.evaluation import EvalConfig, run_evaluation
 from seqrl.models.lm import ModelConfig, Policy, load_policy, num_parameters
+from seqrl.types import Problem
 from seqrl.utils.checkpoint import load_checkpoint, save_checkpoint
 from seqrl.utils.metrics import MetricsLogger, read_metrics
 from seqrl.utils.plots import plot_metrics
 from seqrl.utils.progress import progress_bar
 from seqrl.utils.seeding import seed_everything
-
-
-@dataclass
-class EvalConfig:
-    """Held-out greedy evaluation during and after training."""
-
-    every: int = 0
-    """Steps between evaluations (0: only after the last step)."""
-    max_new_tokens: int = 64
-    """Generation cap for evaluation."""
-    batch_size: int = 256
-    """Prompts per generation call."""
-    samples: int = 0
-    """Also sample this many completions per problem at temperature 1 and report eval/pass@1
-    (the held-out mean sampled reward); 0: greedy only."""
-    temperature: float = 1.0
-    """Temperature of those samples."""
 
 
 @dataclass
@@ -71,13 +54,6 @@ class SFTConfig:
             raise ValueError(
                 f"batch_size ({self.batch_size}) must be divisible by grad_accum ({self.grad_accum})"
             )
-
-
-def run_evaluation(policy: Policy, task, problems: list[Problem], cfg: EvalConfig, seed: int) -> dict[str, float]:
-    """Held-out greedy accuracy, plus the mean sampled accuracy (pass@1) when cfg.samples > 0."""
-    return evaluate(policy, task, problems, pass_k=[1] if cfg.samples else [], n_samples=cfg.samples,
-                    temperature=cfg.temperature, max_new_tokens=cfg.max_new_tokens, batch_size=cfg.batch_size,
-                    seed=seed).metrics
 
 
 def encode_examples(policy: Policy, problems: list[Problem]) -> list[tuple[list[int], list[int]]]:

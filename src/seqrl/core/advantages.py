@@ -167,18 +167,28 @@ def gae(rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, gamma: 
 
 
 def returns_to_go(rewards: torch.Tensor, gamma: float = 1.0) -> torch.Tensor:
-    """Discounted returns-to-go: G_t = Σ_{k ≥ t} γ^{k−t} r_k, rewards (B, T) → (B, T).
+    """Discounted returns-to-go along the last dimension: rewards (..., T) → (..., T).
 
-    gamma  # γ. Padding after an episode's end must hold reward 0 (it then changes nothing
-    before it). Decision Transformer (Chen et al. 2021) conditions on these with γ = 1.
+        G_t = Σ_{t'=t}^{T−1} γ^{t'−t} r_{t'}
+
+    γ = 1 is the Decision Transformer's undiscounted return-to-go R̂_t (Chen et al. 2021, §3); the DT
+    divides it by its return scale inside the model. Padding after an episode's end must hold
+    reward 0 (it then changes nothing before it). Computed in the input's dtype (pass float64 for
+    long episodes when exact sums matter); T = 0 gives an empty tensor.
+
+    >>> returns_to_go(torch.tensor([1.0, 2.0, 3.0]))
+    tensor([6., 5., 3.])
+    >>> returns_to_go(torch.tensor([1.0, 2.0, 4.0]), gamma=0.5)
+    tensor([3., 4., 4.])
     """
-    if rewards.dim() != 2:
-        raise ValueError(f"returns_to_go: rewards must have shape (B, T) "
-                         f"(got {tuple(rewards.shape)})")
     _check_discount("returns_to_go", "gamma", gamma)
-    running = torch.zeros_like(rewards[:, 0])  # (B,)
-    out = [running] * rewards.shape[1]
-    for t in reversed(range(rewards.shape[1])):
-        running = rewards[:, t] + gamma * running  # (B,)
-        out[t] = running
-    return torch.stack(out, dim=1)  # (B, T)
+    if not rewards.is_floating_point():
+        raise ValueError(f"returns_to_go: rewards must be a float tensor (got {rewards.dtype})")
+    if gamma == 1.0:
+        return rewards.flip(-1).cumsum(-1).flip(-1)  # (..., T)
+    rtg = torch.empty_like(rewards)  # (..., T)
+    running = torch.zeros_like(rewards[..., :1])  # (..., 1)
+    for t in range(rewards.shape[-1] - 1, -1, -1):
+        running = rewards[..., t : t + 1] + gamma * running
+        rtg[..., t : t + 1] = running
+    return rtg

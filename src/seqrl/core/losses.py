@@ -23,3 +23,27 @@ def token_nll_sum(logits: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Ten
     total = F.cross_entropy(pred.reshape(-1, pred.shape[-1]), target.reshape(-1),
                             ignore_index=IGNORE_INDEX, reduction="sum")
     return total, int((target != IGNORE_INDEX).sum())
+
+
+def action_loss(pred: torch.Tensor, target: torch.Tensor, mask: torch.Tensor, discrete: bool = False) -> torch.Tensor:
+    """The Decision Transformer's action loss over real (unpadded) steps only; a scalar.
+
+    continuous: pred, target (B, K, A), mask (B, K) →  Σ_{real b,k} ‖pred − target‖² / (n_real · A)
+                (mean squared error over the real steps' action entries, as the official code)
+    discrete:   pred logits (B, K, n), target (B, K) long →  mean over real steps of −log softmax(pred)[target]
+
+    A batch without a real step gives 0 (no NaN).
+    """
+    if mask.shape != pred.shape[:2]:
+        raise ValueError(f"action_loss: mask must have shape {tuple(pred.shape[:2])} (got {tuple(mask.shape)})")
+    real = mask.bool()  # (B, K)
+    if not bool(real.any()):
+        return pred.sum() * 0.0
+    if discrete:
+        if target.shape != pred.shape[:2]:
+            raise ValueError(f"action_loss: discrete targets must have shape {tuple(pred.shape[:2])} "
+                             f"(got {tuple(target.shape)})")
+        return F.cross_entropy(pred[real], target[real])  # mean over real steps
+    if target.shape != pred.shape:
+        raise ValueError(f"action_loss: targets must have shape {tuple(pred.shape)} (got {tuple(target.shape)})")
+    return ((pred - target)[real] ** 2).mean()  # (n_real, A) → mean

@@ -26,7 +26,7 @@ a_n = c + h·tanh(μ + σ ε_n), ε_n ~ N(0, I), with log π evaluated from u_n 
 trip), averaged over the real (unpadded) steps — the official code averages over padded steps too.
 
 Hindsight return relabelling (paper §4.3: the returns-to-go of a stored trajectory are its achieved
-returns, never the target it was rolled out with) is `seqrl.core.sequences.returns_to_go` applied
+returns, never the target it was rolled out with) is `seqrl.core.advantages.returns_to_go` applied
 to the stored rewards at sampling time; nothing here repeats it.
 
 Everything here is pure tensor math (no state, no I/O). Shapes: B batch, K steps, A action dims,

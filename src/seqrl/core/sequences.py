@@ -4,7 +4,7 @@ The Decision Transformer (Chen et al. 2021, §3) models a trajectory as the toke
 
     τ = (R̂_1, s_1, a_1, R̂_2, s_2, a_2, …, R̂_K, s_K, a_K)          (3K tokens)
 
-with returns-to-go R̂_t = Σ_{t'≥t} r_{t'} and predicts a_t from the *state* token s_t. Short contexts
+with returns-to-go R̂_t = Σ_{t'≥t} r_{t'} (`seqrl.core.advantages.returns_to_go`) and predicts a_t from the *state* token s_t. Short contexts
 are left-padded to K steps (as in the official code), with a mask marking the real steps; padded
 tokens are never attended to by real ones.
 
@@ -14,45 +14,15 @@ Everything here is pure tensor math (no state, no I/O). Shapes: B batch, K steps
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 
 __all__ = [
-    "action_loss",
     "causal_attention_mask",
     "deinterleave",
     "interleave",
     "interleave_mask",
     "left_pad",
-    "returns_to_go",
     "top_return_episodes",
 ]
-
-
-def returns_to_go(rewards: torch.Tensor, scale: float = 1.0, gamma: float = 1.0) -> torch.Tensor:
-    """Returns-to-go along the last dimension: rewards (..., T) → R̂ (..., T).
-
-        R̂_t = (1/scale) · Σ_{t'=t}^{T−1} γ^{t'−t} r_{t'}
-
-    γ = 1 is the Decision Transformer's undiscounted return-to-go (Chen et al. 2021, eq. in §3); the
-    official code divides it by a return scale (1000 for MuJoCo) before embedding it. Computed by a
-    backward recursion R̂_t = r_t + γ·R̂_{t+1} in the input's dtype (pass float64 for long episodes
-    when exact sums matter). T = 0 gives an empty tensor.
-    """
-    if scale <= 0:
-        raise ValueError(f"returns_to_go: scale must be > 0 (got {scale})")
-    if not 0 <= gamma <= 1:
-        raise ValueError(f"returns_to_go: gamma must be in [0, 1] (got {gamma})")
-    if not rewards.is_floating_point():
-        raise ValueError(f"returns_to_go: rewards must be a float tensor (got {rewards.dtype})")
-    if gamma == 1.0:
-        rtg = rewards.flip(-1).cumsum(-1).flip(-1)  # (..., T)
-    else:
-        rtg = torch.empty_like(rewards)  # (..., T)
-        running = torch.zeros_like(rewards[..., :1])  # (..., 1)
-        for t in range(rewards.shape[-1] - 1, -1, -1):
-            running = rewards[..., t : t + 1] + gamma * running
-            rtg[..., t : t + 1] = running
-    return rtg / scale
 
 
 def interleave(*streams: torch.Tensor) -> torch.Tensor:
@@ -142,27 +112,3 @@ def top_return_episodes(returns: torch.Tensor, lengths: torch.Tensor, fraction: 
     total = torch.cumsum(lengths[order], dim=0)  # (N,)
     keep = max(int((total <= budget).sum()), 1)
     return order[:keep]
-
-
-def action_loss(pred: torch.Tensor, target: torch.Tensor, mask: torch.Tensor, discrete: bool = False) -> torch.Tensor:
-    """The Decision Transformer's action loss over real (unpadded) steps only; a scalar.
-
-    continuous: pred, target (B, K, A), mask (B, K) →  Σ_{real b,k} ‖pred − target‖² / (n_real · A)
-                (mean squared error over the real steps' action entries, as the official code)
-    discrete:   pred logits (B, K, n), target (B, K) long →  mean over real steps of −log softmax(pred)[target]
-
-    A batch without a real step gives 0 (no NaN).
-    """
-    if mask.shape != pred.shape[:2]:
-        raise ValueError(f"action_loss: mask must have shape {tuple(pred.shape[:2])} (got {tuple(mask.shape)})")
-    real = mask.bool()  # (B, K)
-    if not bool(real.any()):
-        return pred.sum() * 0.0
-    if discrete:
-        if target.shape != pred.shape[:2]:
-            raise ValueError(f"action_loss: discrete targets must have shape {tuple(pred.shape[:2])} "
-                             f"(got {tuple(target.shape)})")
-        return F.cross_entropy(pred[real], target[real])  # mean over real steps
-    if target.shape != pred.shape:
-        raise ValueError(f"action_loss: targets must have shape {tuple(pred.shape)} (got {tuple(target.shape)})")
-    return ((pred - target)[real] ** 2).mean()  # (n_real, A) → mean

@@ -5,12 +5,12 @@ Procedural tasks (`ArithmeticTask`, `CountdownTask`, `GSMTask`), any reasoning-g
 """
 
 from seqrl.data.arithmetic import ArithmeticTask
-from seqrl.data.base import STEP_SEP, Problem, Task, extract_answer, format_completion
 from seqrl.data.countdown import CountdownParseError, CountdownTask, parse_expression
 from seqrl.data.gsm import GSMTask
 from seqrl.data.jsonl import DatasetFormatError, JsonlTask
 from seqrl.data.registry import TASKS, get_task
 from seqrl.data.rgym import ReasoningGymTask
+from seqrl.types import STEP_SEP, Problem, Task, extract_answer, format_completion
 
 __all__ = [
     "STEP_SEP",

@@ -16,9 +16,8 @@ from __future__ import annotations
 import random
 import re
 
-from seqrl.data.base import Problem, Task, extract_answer
-from seqrl.data.registry import sample_split
-from seqrl.rewards.base import RewardResult
+from seqrl.data.splits import sample_split
+from seqrl.types import Problem, RewardResult, Task, extract_answer
 
 SYMBOLS = {"add": "+", "sub": "-", "mul": "*"}
 MAX_ANSWER_CHARS = 50

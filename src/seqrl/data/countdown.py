@@ -15,9 +15,8 @@ from collections import Counter
 from collections.abc import Callable
 from fractions import Fraction
 
-from seqrl.data.base import Problem, Task, extract_answer
-from seqrl.data.registry import sample_split
-from seqrl.rewards.base import RewardResult
+from seqrl.data.splits import sample_split
+from seqrl.types import Problem, RewardResult, Task, extract_answer
 
 MAX_EXPRESSION_CHARS = 200
 MAX_DEPTH = 20  # parentheses nested deeper than this are rejected

@@ -13,9 +13,8 @@ import re
 from collections.abc import Callable
 from fractions import Fraction
 
-from seqrl.data.base import Problem, Task, extract_answer
-from seqrl.data.registry import sample_split
-from seqrl.rewards.base import RewardResult
+from seqrl.data.splits import sample_split
+from seqrl.types import Problem, RewardResult, Task, extract_answer
 
 MAX_ANSWER_CHARS = 50
 NAMES = ("Ann", "Ben", "Mia", "Tom", "Sam", "Zoe", "Max", "Lily")

@@ -18,10 +18,9 @@ import json
 import re
 from pathlib import Path
 
-from seqrl.data.base import Problem, Task, check_split, extract_answer
 from seqrl.data.gsm import parse_number
-from seqrl.data.registry import seeded_rng, split_of
-from seqrl.rewards.base import RewardResult
+from seqrl.data.splits import check_split, seeded_rng, split_of
+from seqrl.types import Problem, RewardResult, Task, extract_answer
 
 MAX_ANSWER_CHARS = 1000
 LOCAL_SUFFIXES = (".jsonl", ".json", ".parquet", ".csv")

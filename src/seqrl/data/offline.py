@@ -14,8 +14,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
+import torch
 
-__all__ = ["DatasetError", "Episode", "OfflineDataset", "normalized_score"]
+from seqrl.core.advantages import returns_to_go
+from seqrl.core.sequences import top_return_episodes
+
+__all__ = ["DatasetError", "Episode", "OfflineDataset", "Trajectories", "normalized_score"]
 
 
 class DatasetError(ValueError):
@@ -145,3 +149,82 @@ def normalized_score(ret, ref_min: float, ref_max: float):
     if ref_max == ref_min:
         raise DatasetError(f"reference returns are equal ({ref_min}): the normalised score is undefined")
     return 100.0 * (ret - ref_min) / (ref_max - ref_min)
+
+
+class Trajectories:
+    """The selected episodes as flat tensors, and the batch of each step.
+
+    states (N, S) raw s_t, actions (N, A) / (N,), rtg (N,) raw R̂_t, timestep (N,) t within the
+    episode, for all N steps of the episodes back to back; `starts`/`lengths` (E,) locate each episode.
+    """
+
+    def __init__(self, dataset: OfflineDataset, top_fraction: float, max_ep_len: int, field_prefix: str,
+                 windows: str = "start") -> None:
+        if windows not in ("start", "cover"):
+            raise ValueError(f"windows must be 'start' or 'cover' (got {windows!r})")
+        self.windows = windows
+        for ep in dataset.episodes:  # the dataset may have been changed since it was built
+            ep.validate()
+        returns = torch.tensor(dataset.returns)  # (E_all,)
+        lengths = torch.tensor([len(ep) for ep in dataset.episodes])  # (E_all,)
+        keep = top_return_episodes(returns, lengths, top_fraction).tolist()
+        self.episodes = [dataset.episodes[i] for i in sorted(keep)]
+        for ep in self.episodes:
+            where = f"dataset {dataset.name or '?'}: episode {ep.id}"
+            if len(ep) > max_ep_len:
+                raise DatasetError(f"{where} has {len(ep)} steps, more than {field_prefix}.max_ep_len = {max_ep_len}; "
+                                   f"raise {field_prefix}.max_ep_len")
+            if dataset.discrete:
+                if ep.actions.ndim != 1 or ep.actions.min() < 0 or ep.actions.max() >= dataset.action_dim:
+                    raise DatasetError(f"{where}: discrete actions must be integers in [0, {dataset.action_dim})")
+            elif ep.actions.ndim != 2 or ep.actions.shape[1] != dataset.action_dim:
+                raise DatasetError(f"{where}: actions must have shape (T, {dataset.action_dim}) "
+                                   f"(got {tuple(ep.actions.shape)})")
+        self.discrete = dataset.discrete
+        self.returns = np.array([ep.ret for ep in self.episodes])  # (E,)
+        self.lengths = torch.tensor([len(ep) for ep in self.episodes])  # (E,)
+        self.starts = torch.cumsum(self.lengths, 0) - self.lengths  # (E,)
+        self.states = torch.from_numpy(np.concatenate(
+            [ep.observations[:-1].reshape(len(ep), -1) for ep in self.episodes]).astype(np.float32))  # (N, S)
+        acts = np.concatenate([ep.actions for ep in self.episodes])
+        self.actions = torch.from_numpy(acts.astype(np.int64 if self.discrete else np.float32))  # (N, A) / (N,)
+        self.rtg = torch.cat([returns_to_go(torch.from_numpy(ep.rewards.astype(np.float64))).float()
+                              for ep in self.episodes])  # (N,)
+        self.timestep = torch.cat([torch.arange(len(ep)) for ep in self.episodes])  # (N,)
+
+    @property
+    def n_steps(self) -> int:
+        return int(self.lengths.sum())
+
+    def state_stats(self) -> tuple[np.ndarray, np.ndarray]:
+        """Mean and std of the training states (std ≥ 1e-6)."""
+        s = self.states.double()
+        return s.mean(0).numpy(), s.std(0, unbiased=False).clamp(min=1e-6).numpy()
+
+    def batch(self, step: int, batch_size: int, K: int, seed: int) -> dict[str, torch.Tensor]:
+        """Batch `step`: B windows of K steps, left-padded; a pure function of (seed, step)."""
+        g = torch.Generator().manual_seed(seed * 1_000_003 + step)
+        ep, start = self.draw_starts(g, batch_size, K - 1 if self.windows == "cover" else 0)
+        return self.windows_at(ep, start, K)
+
+    def draw_starts(self, g: torch.Generator, batch_size: int, lead: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """(episode, start) of B windows: a start uniform in [−lead, T − 1] of an episode drawn ∝ T + lead
+        (lead 0: the ``start`` rule; K − 1: ``cover``)."""
+        weights = (self.lengths + lead).double()  # (E,)
+        ep = torch.multinomial(weights / weights.sum(), batch_size, replacement=True, generator=g)  # (B,)
+        span = self.lengths[ep] + lead  # (B,)
+        return ep, (torch.rand(batch_size, generator=g, dtype=torch.float64) * span).long() - lead  # (B,), (B,)
+
+    def windows_at(self, ep: torch.Tensor, start: torch.Tensor, K: int) -> dict[str, torch.Tensor]:
+        """The K-step windows of episodes `ep` (B,) from `start` (B,; may be < 0), cut to the episode and
+        left-padded: states, actions, returns (R̂), timesteps and mask (1 on real steps)."""
+        first = start.clamp(min=0)  # (B,) the window's first real step
+        n_real = torch.minimum(self.lengths[ep], start + K) - first  # (B,) in [1, K]
+        offset = torch.arange(K)[None, :] - (K - n_real)[:, None]  # (B, K); < 0 on the left padding
+        mask = (offset >= 0).long()  # (B, K)
+        flat = self.starts[ep][:, None] + first[:, None] + offset.clamp(min=0)  # (B, K)
+        keep = mask.bool()
+        states = self.states[flat] * keep[..., None]  # (B, K, S)
+        actions = self.actions[flat] * (keep if self.discrete else keep[..., None])  # (B, K[, A])
+        return {"states": states, "actions": actions, "returns": self.rtg[flat] * keep,  # (B, K)
+                "timesteps": self.timestep[flat] * keep, "mask": mask}

@@ -1,26 +1,17 @@
-"""Task names → tasks (`get_task`), and the stable hashing every task seeds and splits with.
+"""Task names → tasks (`get_task`).
 
-Splits are disjoint by construction: each problem has a canonical key (its operands, its numbers
-and target, its question text ...), and `split_of(key)` assigns the key to "train" or "test" with a
-stable hash (~10% test). A task draws the problems of a split only from keys of that split.
-Seeds come from `stable_hash` too, never from Python's salted `hash()`, so runs repeat exactly.
-
->>> split_of("47+85") == split_of("47+85")
-True
 >>> get_task("arith_sub", digits=3).name
 'arith_sub'
 """
 
 from __future__ import annotations
 
-import hashlib
-import random
-from collections.abc import Callable
-from dataclasses import replace
-
-from seqrl.data.base import Problem, Task, check_split
-
-TEST_EVERY = 10  # a key goes to the test split when stable_hash(key) % TEST_EVERY == 0
+from seqrl.data.arithmetic import ArithmeticTask
+from seqrl.data.countdown import CountdownTask
+from seqrl.data.gsm import GSMTask
+from seqrl.data.jsonl import JsonlTask
+from seqrl.data.rgym import ReasoningGymTask
+from seqrl.types import Task
 
 TASKS = ("arith", "arith_add", "arith_sub", "arith_mul", "arith_mixed", "countdown", "gsm")
 PATTERNS = ("rg:<reasoning_gym_dataset>", "jsonl:<path>")
@@ -34,73 +25,12 @@ _ARITH_OPS = {
 }
 
 
-def stable_hash(text: str) -> int:
-    """A 64-bit hash of `text` that is the same in every process and Python version."""
-    return int.from_bytes(hashlib.blake2b(text.encode("utf-8"), digest_size=8).digest(), "big")
-
-
-def split_of(key: str) -> str:
-    """The split ("train" or "test") a problem with canonical key `key` belongs to."""
-    return "test" if stable_hash(key) % TEST_EVERY == 0 else "train"
-
-
-def seeded_rng(name: str, split: str, seed: int) -> random.Random:
-    """The random generator of `problems(split, n, seed)` for the task called `name`."""
-    return random.Random(stable_hash(f"{name}:{split}:{seed}"))
-
-
-def sample_split(
-    draw: Callable[[random.Random], tuple[str, Callable[[], Problem]]],
-    name: str,
-    split: str,
-    n: int,
-    seed: int,
-) -> list[Problem]:
-    """Rejection-sample `n` problems of `split` for task `name`, distinct when the split has
-    enough of them; ``seeded_rng(name, split, seed)`` drives `draw`.
-
-    `draw(rng)` returns a candidate's canonical key and a function that builds its `Problem` (only
-    called for accepted keys). Candidates whose key falls in the other split, or that repeat a key
-    already drawn, are rejected. When the attempt budget (``50 * n + 5000`` draws) runs out before
-    `n` distinct keys are found — a split of a tiny space, e.g. 1-digit addition has ~10 test
-    keys — the list is filled by cycling through the distinct problems found, so it then holds
-    repeats. Each problem's uid is ``"<name>/<key>"``, with ``"#<k>"`` added on its k-th repeat.
-    Raises ValueError when the split yields no key at all.
-    """
-    check_split(split)
-    if n < 0:
-        raise ValueError(f"n must be >= 0 (got {n})")
-    rng = seeded_rng(name, split, seed)
-    budget = 50 * n + 5000
-    found: dict[str, Problem] = {}
-    for _ in range(budget):
-        if len(found) == n:
-            break
-        key, build = draw(rng)
-        if key not in found and split_of(key) == split:
-            found[key] = replace(build(), uid=f"{name}/{key}")
-    if n and not found:
-        raise ValueError(f"{name}: found no {split} problem in {budget} draws")
-    distinct = list(found.values())
-    out = distinct[:n]
-    for i in range(len(out), n):
-        problem = distinct[i % len(distinct)]
-        out.append(replace(problem, uid=f"{problem.uid}#{i // len(distinct)}"))
-    return out
-
-
 def get_task(spec: str, **kwargs) -> Task:
     """Build a task from its name; `kwargs` go to the task's constructor (e.g. ``digits=3``).
 
     `spec` is one of `TASKS`, ``"rg:<reasoning_gym_dataset>"`` or ``"jsonl:<path>"`` (a local
     JSONL/JSON/Parquet/CSV file, or a Hugging Face hub dataset name).
     """
-    from seqrl.data.arithmetic import ArithmeticTask
-    from seqrl.data.countdown import CountdownTask
-    from seqrl.data.gsm import GSMTask
-    from seqrl.data.jsonl import JsonlTask
-    from seqrl.data.rgym import ReasoningGymTask
-
     if spec in _ARITH_OPS:
         return ArithmeticTask(**{"ops": _ARITH_OPS[spec], "name": spec, **kwargs})
     if spec == "countdown":

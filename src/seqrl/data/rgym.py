@@ -23,9 +23,8 @@ import functools
 import json
 import math
 
-from seqrl.data.base import Problem, Task, check_split, extract_answer
-from seqrl.data.registry import split_of, stable_hash
-from seqrl.rewards.base import RewardResult
+from seqrl.data.splits import check_split, split_of, stable_hash
+from seqrl.types import Problem, RewardResult, Task, extract_answer
 
 MAX_ANSWER_CHARS = 20_000
 """Longer answers score 0 unscored (no reasoning-gym answer is near this long)."""

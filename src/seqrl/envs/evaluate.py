@@ -19,23 +19,25 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import gymnasium as gym
 import numpy as np
 import torch
 
-from seqrl.data.offline import Episode
+from seqrl.data.offline import Episode, normalized_score
 from seqrl.envs.make import make_env
 from seqrl.envs.rollout import episode_rngs
 
 __all__ = [
+    "DTEvalConfig",
     "EvalResult",
     "Histories",
     "conditioned_rollouts",
     "env_factory",
     "evaluate_policy",
     "far_targets",
+    "run_evaluation",
     "target_label",
     "time_limit",
     "warn_far_targets",
@@ -243,3 +245,40 @@ def evaluate_policy(
         raise ValueError("evaluate_policy: the environment returned a non-finite reward")
     return EvalResult(targets=list(target_returns), returns=returns.reshape(n_targets, episodes),
                       lengths=h.lengths.reshape(n_targets, episodes))
+
+
+@dataclass
+class DTEvalConfig:
+    """Evaluation rollouts in the dataset's environment."""
+
+    every: int = 0
+    """Steps between evaluations (0: only after the last step)."""
+    episodes: int = 10
+    """Episodes per target return (0: no evaluation)."""
+    target_returns: list[float] = field(default_factory=lambda: [3600.0, 1800.0])
+    """Raw target returns R̂_0 the DT is conditioned on (paper: hopper 3600/1800, halfcheetah
+    12000/6000, walker 5000/2500); ignored by BC."""
+    max_steps: int = 0
+    """Stop episodes after this many steps (0: the environment's time limit)."""
+    seed: int = 100
+    """Seed of the evaluation episodes (the same start states for every run and target)."""
+
+    def __post_init__(self) -> None:
+        if self.every < 0 or self.episodes < 0 or self.max_steps < 0:
+            raise ValueError("eval.every, eval.episodes and eval.max_steps must be >= 0")
+        if not self.target_returns:
+            raise ValueError("eval.target_returns must hold at least one target return")
+
+
+def run_evaluation(policy: torch.nn.Module, info: dict, targets: list[float], episodes: int, seed: int,
+                   max_steps: int = 0, env=None) -> tuple[dict[str, float], object]:
+    """Metrics of `evaluate_policy` (BC: one unconditioned condition); normalised ×100 when the data has
+    reference returns. `env` overrides the dataset's environment id (an id or a factory)."""
+    env = env or info["env_id"]
+    if not env:
+        raise ValueError("the dataset names no environment (env_id); set eval.episodes=0 or give one")
+    conditions = [None] if info["method"] == "bc" else [float(t) for t in targets]
+    result = evaluate_policy(policy, env, conditions, episodes=episodes, seed=seed, max_steps=max_steps)
+    lo, hi = info.get("ref_min_score"), info.get("ref_max_score")
+    normalize = None if lo is None or hi is None else (lambda r: normalized_score(r, lo, hi))
+    return result.metrics(normalize), result

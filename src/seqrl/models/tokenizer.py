@@ -13,7 +13,7 @@ import string
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
-from seqrl.data.base import MARKERS, STEP_SEP
+from seqrl.types import MARKERS, STEP_SEP
 
 PAD, EOS, USER, ASSISTANT, UNK = "<|pad|>", "<|endoftext|>", "<|user|>", "<|assistant|>", "<|unk|>"
 SPECIAL_TOKENS = (PAD, EOS, USER, ASSISTANT, UNK)

@@ -1,12 +1,12 @@
 """Verifiable rewards: plain functions returning one `RewardResult` per completion.
 
-Only `RewardResult` is imported eagerly: ``seqrl.data.base`` imports it, and the reward modules
-import ``seqrl.data.base`` back, so the other names are re-exported lazily (PEP 562).
+`RewardResult` lives in `seqrl.types`; the reward functions are re-exported lazily (PEP 562) so that
+importing the package does not import the sandbox before it is needed.
 """
 
 from importlib import import_module
 
-from seqrl.rewards.base import RewardResult
+from seqrl.types import RewardResult
 
 _LAZY = {
     "extract_final_answer": "seqrl.rewards.math",

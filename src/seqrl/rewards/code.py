@@ -41,9 +41,8 @@ import shutil
 import subprocess
 from dataclasses import dataclass, field
 
-from seqrl.data.base import ANSWER_CLOSE, ANSWER_OPEN, THINK_CLOSE, THINK_OPEN, Problem
-from seqrl.rewards.base import RewardResult
 from seqrl.sandbox import Limits, SandboxResult, run_many, stdio_pairs
+from seqrl.types import ANSWER_CLOSE, ANSWER_OPEN, THINK_CLOSE, THINK_OPEN, Problem, RewardResult
 
 _FENCE_RE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[^\n]*\n(.*?)```", re.S)
 _OPEN_FENCE_RE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[^\n]*\n")

@@ -64,10 +64,9 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from seqrl.data.base import Problem
-from seqrl.rewards.base import RewardResult
 from seqrl.sandbox import SandboxUnavailable, run_command
 from seqrl.sandbox import runner as _runner
+from seqrl.types import Problem, RewardResult
 
 ENTRY = Path(_runner.__file__).with_name("_pytest_entry.py")
 GIT = "/usr/bin/git"

@@ -21,10 +21,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from seqrl.data.base import Problem, Task
-from seqrl.rewards.base import RewardResult
 from seqrl.rewards.format import format_partial_reward, format_reward
 from seqrl.rewards.math import math_answer_reward
+from seqrl.types import Problem, RewardResult, Task
 
 RewardFn = Callable[[list[Problem], list[str]], list[RewardResult]]
 

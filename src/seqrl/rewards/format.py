@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import re
 
-from seqrl.data.base import ANSWER_CLOSE, ANSWER_OPEN, THINK_CLOSE, THINK_OPEN, Problem
-from seqrl.rewards.base import RewardResult
 from seqrl.rewards.math import find_boxed
+from seqrl.types import ANSWER_CLOSE, ANSWER_OPEN, THINK_CLOSE, THINK_OPEN, Problem, RewardResult
 
 _R1 = re.compile(
     r"^\s*" + re.escape(THINK_OPEN) + r"(?P<think>.*?)" + re.escape(THINK_CLOSE) + r"\s*"

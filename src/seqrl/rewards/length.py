@@ -18,8 +18,7 @@ from typing import Any
 import torch
 
 from seqrl.core.shaping import soft_overlong_penalty
-from seqrl.data.base import Problem
-from seqrl.rewards.base import RewardResult
+from seqrl.types import Problem, RewardResult
 
 
 def length_penalty(num_tokens: int, max_tokens: int, target_tokens: int = 0, max_penalty: float = 1.0) -> float:

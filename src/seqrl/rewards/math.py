@@ -35,8 +35,7 @@ from collections.abc import Callable
 from contextlib import contextmanager
 from typing import Literal
 
-from seqrl.data.base import ANSWER_CLOSE, ANSWER_OPEN, Problem
-from seqrl.rewards.base import RewardResult
+from seqrl.types import ANSWER_CLOSE, ANSWER_OPEN, Problem, RewardResult
 
 Mode = Literal["strict", "lenient"]
 Where = Literal["answer_tag", "boxed"]

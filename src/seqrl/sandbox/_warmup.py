@@ -9,7 +9,7 @@ from __future__ import annotations
 
 
 def warm_up() -> None:
-    from seqrl.data.base import Problem
+    from seqrl.types import Problem
     from seqrl.rewards.math import math_answer_reward
 
     math_answer_reward([Problem("q", "\\frac{1}{2}")] * 2, ["<answer>\\frac{1}{2}</answer>", "<answer>0.5</answer>"])

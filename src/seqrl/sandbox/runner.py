@@ -50,8 +50,8 @@ from dataclasses import dataclass, field, fields, replace
 from functools import lru_cache
 from pathlib import Path
 
-from seqrl.rewards.base import RewardResult
 from seqrl.sandbox._driver import decode_plain, frame
+from seqrl.types import RewardResult
 
 DRIVER = Path(__file__).with_name("_driver.py")
 PIDS_CGROUP_ROOT = Path("/sys/fs/cgroup/pids")

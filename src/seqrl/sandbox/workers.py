@@ -40,7 +40,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from seqrl.rewards.base import RewardResult
+from seqrl.types import RewardResult
 
 IN_WORKER = False
 """True inside a worker process (code that would dispatch to a pool calls directly instead)."""

@@ -1,6 +1,9 @@
-"""The `Task` interface (DESIGN.md §3) and the house answer format.
+"""The shared vocabulary of seqrl: problems, reward results, the task interface and the house
+answer format. It imports nothing else of seqrl, so `data/`, `rewards/` and the trainers can all
+stand on it without importing each other.
 
-A task hands out `Problem`s for a split and verifies completions. Completions use the house format::
+A task hands out `Problem`s for a split and verifies completions into `RewardResult`s. Completions
+use the house format::
 
     <think>step one
 
@@ -14,15 +17,29 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 
-from seqrl.rewards.base import RewardResult
-
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 ANSWER_OPEN, ANSWER_CLOSE = "<answer>", "</answer>"
 STEP_SEP = "\n\n"
 MARKERS = (THINK_OPEN, THINK_CLOSE, ANSWER_OPEN, ANSWER_CLOSE)
 
-SPLITS = ("train", "test")
 
+@dataclass
+class RewardResult:
+    """Score of one completion.
+
+    score:  the reward (1.0 correct / 0.0 wrong for binary verifiers).
+    reason: why — always set when the score is not full marks (``"no answer found"``,
+            ``"not equal: 3 vs 4"``) so a zero is never silent.
+    parts:  named sub-scores for rewards made of several parts.
+    """
+
+    score: float
+    reason: str = ""
+    parts: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def correct(self) -> bool:
+        return self.score >= 1.0
 
 
 @dataclass(frozen=True)
@@ -96,7 +113,3 @@ class Task(ABC):
         """The answer a completion commits to (used for majority voting)."""
         return extract_answer(completion)
 
-
-def check_split(split: str) -> None:
-    if split not in SPLITS:
-        raise ValueError(f"split must be one of {SPLITS} (got {split!r})")
