@@ -46,7 +46,7 @@ from seqrl.core.advantages import group_advantages, reinforce_pp_advantages, rlo
 from seqrl.core.policy_loss import AGG_MODES, entropy_from_logits, grpo_loss
 from seqrl.core.shaping import soft_overlong_penalty
 from seqrl.data.base import Problem, Task
-from seqrl.models.lm import ModelConfig, Policy, load_policy, num_parameters
+from seqrl.models.lm import ModelConfig, Policy, load_policy, model_device, num_parameters
 from seqrl.models.lora import LoRAConfig, adapter_disabled, apply_lora, is_lora
 from seqrl.rewards.combine import RewardSpec, build_reward, score_completions
 from seqrl.rollout import SamplingParams, generate
@@ -236,8 +236,13 @@ def sequence_logprobs(
 
     Rows are prompt + completion, right-padded; completion_ids (m, T) may carry padding after each
     completion's end (those positions are garbage and must be masked by the caller).
-    Returns logp (m, T) and entropy (m, T) or None.
+    Returns logp (m, T) and entropy (m, T) or None, on the device of `completion_ids` (the forward
+    pass runs on the model's device; `completion_ids` may be on the CPU or there).
     """
+    dev = model_device(model)
+    if completion_ids.device not in (torch.device("cpu"), dev):
+        raise ValueError(f"sequence_logprobs: completion_ids is on device {completion_ids.device}, the model on "
+                         f"{dev}; give them on the CPU or the model's device (run.device)")
     m, t = completion_ids.shape
     lengths = [len(p) for p in prompt_ids]
     width = max(lengths) + t
@@ -247,17 +252,17 @@ def sequence_logprobs(
         ids[i, : len(p)] = torch.tensor(p)
         ids[i, len(p) : len(p) + t] = completion_ids[i]
         attn[i, : len(p) + t] = 1
-    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-        logits = model(input_ids=ids, attention_mask=attn).logits  # (m, L, V)
+    with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=bf16):
+        logits = model(input_ids=ids.to(dev), attention_mask=attn.to(dev)).logits  # (m, L, V)
     # The logits predicting completion token j sit at position len(prompt) − 1 + j.
-    pos = torch.tensor(lengths)[:, None] - 1 + torch.arange(t)[None, :]  # (m, T)
+    pos = (torch.tensor(lengths)[:, None] - 1 + torch.arange(t)[None, :]).to(dev)  # (m, T)
     picked = logits.gather(1, pos[..., None].expand(-1, -1, logits.shape[-1])).float() / temperature  # (m, T, V)
-    logp = torch.log_softmax(picked, dim=-1).gather(-1, completion_ids[..., None]).squeeze(-1)  # (m, T)
+    logp = torch.log_softmax(picked, dim=-1).gather(-1, completion_ids.to(dev)[..., None]).squeeze(-1)  # (m, T)
     entropy = None
     if with_entropy:
         with torch.no_grad():
-            entropy = entropy_from_logits(picked.detach())  # (m, T)
-    return logp, entropy
+            entropy = entropy_from_logits(picked.detach()).to(completion_ids.device)  # (m, T)
+    return logp.to(completion_ids.device), entropy
 
 
 class GRPOTrainer:
@@ -404,7 +409,7 @@ class GRPOTrainer:
     def _logprobs(self, model, batch: GRPOBatch, rows: torch.Tensor, with_entropy: bool = False):
         return sequence_logprobs(model, [batch.prompt_ids[i] for i in rows.tolist()], batch.completion_ids[rows],
                                  self.policy.tokenizer.pad_token_id, self.cfg.sampling.temperature,
-                                 self.cfg.run.bf16, with_entropy)
+                                 self.cfg.run.use_bf16, with_entropy)
 
     @torch.no_grad()
     def _no_grad_logprobs(self, model, batch: GRPOBatch, rows: torch.Tensor | None = None) -> torch.Tensor:
@@ -539,7 +544,7 @@ def train(cfg: GRPOConfig) -> dict[str, float]:
     the loss normalisers and the gradients are summed over processes, and rank 0 evaluates, logs
     and writes checkpoints; the model starts identical everywhere (same seed) and stays so.
     """
-    dist.init_distributed()
+    dist.init_distributed(cfg.run.torch_device)
     main = dist.is_main()
     set_threads(cfg.run.threads)
     seed_everything(cfg.run.seed)  # the same on every process: identical initial weights
@@ -549,10 +554,11 @@ def train(cfg: GRPOConfig) -> dict[str, float]:
     if not main and cfg.run.resume:
         resume_from = latest_checkpoint(cfg.run.dir)
     run_dir = cfg.run.dir
+    placement = cfg.run.announce()
     task = cfg.task.build()
     problems = task.problems("train", cfg.task.n_train, cfg.task.seed)
     test_problems = task.problems("test", cfg.task.n_test, cfg.task.seed)
-    policy = load_policy(cfg.model)
+    policy = load_policy(cfg.model, cfg.run.torch_device)
     if cfg.lora.r:
         policy.model = apply_lora(policy.model, cfg.lora)
     trainer = GRPOTrainer(cfg, policy, task, problems)
@@ -593,7 +599,7 @@ def train(cfg: GRPOConfig) -> dict[str, float]:
     if start == 0:
         final = {"model/parameters": float(num_parameters(policy.model)), **run_eval()}
         if main:
-            logger.log(0, final)
+            logger.log(0, {**final, **placement})
     with progress_bar(cfg.steps, f"grpo {cfg.run.name}", disable=not (cfg.run.progress and main)) as bar:
         bar.advance(start)
         try:
