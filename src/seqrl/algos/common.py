@@ -17,6 +17,7 @@ import torch
 from seqrl.config import dump_yaml
 from seqrl.data import get_task
 from seqrl.types import Task
+from seqrl.utils import dist
 from seqrl.utils.checkpoint import clean_stale_tmp, latest_checkpoint
 
 
@@ -34,9 +35,13 @@ class RunConfig:
     """Continue from the run folder's last checkpoint (an error when there is none)."""
     threads: int = 1
     """torch intra-op threads (two threads under contention ran 3× slower than one here)."""
-    bf16: bool = False
-    """bf16 autocast for forward passes; master weights stay fp32. Fast on GPUs and CPUs with
-    AVX-512 BF16; on AVX2-only CPUs (the project's 2-core machines) a step ran ~12× slower."""
+    device: str = "auto"
+    """Where models, batches, caches and optimizer state live: auto (CUDA when available), cpu, cuda
+    or cuda:N. Under torchrun, auto and cuda give each process GPU LOCAL_RANK."""
+    bf16: bool | Literal["auto"] = False
+    """bf16 autocast for forward passes; master weights stay fp32. auto: on where the device runs bf16
+    fast (a CUDA GPU with bf16, a CPU with AVX-512 BF16 or AMX-BF16); on AVX2-only CPUs a step ran
+    ~12× slower. The default stays false so that seeded CPU runs keep their fp32 numbers."""
     save_every: int = 0
     """Steps between checkpoints (0: only the final one)."""
     keep_last: int = 2
@@ -54,6 +59,26 @@ class RunConfig:
             raise ValueError(f"run.save_every must be >= 0 (got {self.save_every})")
         if not self.name or "/" in self.name:
             raise ValueError(f"run.name must be a non-empty folder name (got {self.name!r})")
+        dist.resolve_device(self.device)  # a malformed spec or CUDA without CUDA fails at config time
+        dist.resolve_bf16(self.bf16, torch.device("cpu"))
+
+    @property
+    def torch_device(self) -> torch.device:
+        """The resolved `device` (`seqrl.utils.dist.resolve_device`)."""
+        return dist.resolve_device(self.device)
+
+    @property
+    def use_bf16(self) -> bool:
+        """The resolved `bf16`: true/false as given, auto → whether `torch_device` runs bf16 fast."""
+        return dist.resolve_bf16(self.bf16, self.torch_device)
+
+    def announce(self) -> dict[str, Any]:
+        """Print the chosen device and precision once (rank 0) and return them as metrics for step 0."""
+        device, bf16 = self.torch_device, self.use_bf16
+        if dist.is_main():
+            print(f"device: {device} ({dist.world_size()} process(es)), precision: "
+                  f"{'bf16 autocast, fp32 master weights' if bf16 else 'fp32'} (run.device={self.device}, run.bf16={self.bf16})")
+        return {"run/device": str(device), "run/bf16": float(bf16)}
 
     @property
     def dir(self) -> Path:

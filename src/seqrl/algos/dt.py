@@ -37,7 +37,8 @@ from seqrl.data.minari_data import DataConfig, load_dataset
 from seqrl.data.offline import OfflineDataset, Trajectories
 from seqrl.envs.evaluate import DTEvalConfig, run_evaluation, target_label, warn_far_targets
 from seqrl.models.dt import DecisionTransformer, DTModelConfig, MLPPolicy
-from seqrl.utils.checkpoint import load_checkpoint, save_checkpoint
+from seqrl.utils import dist
+from seqrl.utils.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from seqrl.utils.metrics import MetricsLogger, read_metrics
 from seqrl.utils.plots import plot_bars, plot_metrics
 from seqrl.utils.progress import progress_bar
@@ -147,17 +148,25 @@ def train(cfg: DTConfig, dataset: OfflineDataset | None = None, env=None) -> dic
 
     `env` (a gymnasium id or an environment factory) overrides the dataset's environment for evaluation.
     """
+    device = cfg.run.torch_device
+    dist.init_distributed(device)
+    main = dist.is_main()
+    dist.shard(cfg.batch_size)  # raises when the batch does not split over the processes
     set_threads(cfg.run.threads)
-    resume_from = prepare_run_dir(cfg.run, cfg)
+    resume_from = prepare_run_dir(cfg.run, cfg) if main else None
+    dist.barrier()
+    if not main and cfg.run.resume:
+        resume_from = latest_checkpoint(cfg.run.dir)
     run_dir = cfg.run.dir
     prefix = cfg.method
+    placement = cfg.run.announce()
 
     dataset = dataset if dataset is not None else load_dataset(cfg.data)
     max_ep_len = MLPPolicy.max_ep_len if cfg.method == "bc" else cfg.model.max_ep_len
     data = Trajectories(dataset, cfg.data.top_fraction, max_ep_len, f"{prefix}.model", cfg.data.windows)
     K = 1 if cfg.method == "bc" else cfg.model.context_len
     seed_everything(cfg.run.seed)  # after the dataset: building one may draw from the global RNGs
-    policy = build_policy(cfg, dataset, data)
+    policy = build_policy(cfg, dataset, data).to(device)
     info = policy_info(cfg, dataset, data, policy)
     if cfg.method == "dt" and cfg.eval.episodes:
         warn_far_targets(cfg.eval.target_returns, dataset.returns, f"{prefix}.eval.target_returns")
@@ -166,38 +175,57 @@ def train(cfg: DTConfig, dataset: OfflineDataset | None = None, env=None) -> dic
     start = 0
     if resume_from is not None:
         start = load_checkpoint(resume_from, policy, optimizer, scheduler)["step"]
-        print(f"resumed from {resume_from} at step {start}")
-    logger = MetricsLogger(run_dir / "metrics.jsonl", resume_step=start if resume_from else None)
-    if start == 0:
+        if main:
+            print(f"resumed from {resume_from} at step {start}")
+    logger = MetricsLogger(run_dir / "metrics.jsonl", resume_step=start if resume_from else None) if main else None
+    if start == 0 and main:
         first = {"model/parameters": sum(p.numel() for p in policy.parameters()),
                  "data/episodes": len(data.returns), "data/steps": data.n_steps,
                  "data/return_mean": float(data.returns.mean()), "data/return_max": float(data.returns.max())}
         if dataset.ref_min_score is not None and dataset.ref_max_score is not None:
             first["data/normalized_mean"] = float(np.mean(dataset.normalized(data.returns)))
-        logger.log(0, first)
+        logger.log(0, {**first, **placement})
 
     def run_eval() -> dict[str, float]:
-        metrics, _ = run_evaluation(policy, info, cfg.eval.target_returns, cfg.eval.episodes, cfg.eval.seed,
-                                    cfg.eval.max_steps, env=env)
+        metrics: dict[str, float] = {}
+        if main:
+            metrics, _ = run_evaluation(policy, info, cfg.eval.target_returns, cfg.eval.episodes, cfg.eval.seed,
+                                        cfg.eval.max_steps, env=env)
+        dist.barrier()
         return metrics
 
     final: dict[str, float] = {}
     clip = cfg.optim.grad_clip if cfg.optim.grad_clip > 0 else float("inf")
     window_s, window_steps = 0.0, 0
     policy.train()
-    with progress_bar(cfg.steps, f"{prefix} {cfg.run.name}", disable=not cfg.run.progress) as bar:
+    rows, world = dist.shard(cfg.batch_size), dist.world_size()
+    with progress_bar(cfg.steps, f"{prefix} {cfg.run.name}", disable=not (cfg.run.progress and main)) as bar:
         bar.advance(start)
         try:
             for step in range(start, cfg.steps):
                 t0 = time.perf_counter()
                 b = data.batch(step, cfg.batch_size, K, cfg.run.seed)
-                with torch.autocast("cpu", dtype=torch.bfloat16, enabled=cfg.run.bf16):
+                if world > 1:  # torchrun: every process draws the global batch and keeps its rows
+                    real = float(b["mask"].sum())
+                    b = {k: v[rows] for k, v in b.items()}
+                    share = float(b["mask"].sum()) / max(real, 1.0)  # weight of this share in the global mean
+                b = {k: v.to(device) for k, v in b.items()}
+                with torch.autocast(device.type, dtype=torch.bfloat16, enabled=cfg.run.use_bf16):
                     if cfg.method == "bc":
                         pred = policy(b["states"])  # (B, 1, A) or (B, 1, n)
                     else:
                         pred = policy(b["returns"], b["states"], b["actions"], b["timesteps"], b["mask"])  # (B, K, A)
                 loss = action_loss(pred.float(), b["actions"], b["mask"], discrete=data.discrete)
-                loss.backward()
+                if world > 1:
+                    loss = loss * share
+                    loss.backward()
+                    for p in policy.parameters():
+                        if p.requires_grad and p.grad is None:
+                            p.grad = torch.zeros_like(p)
+                    dist.all_reduce_grads(policy)  # Σ_r share_r · loss_r = the global batch's loss
+                    loss = dist.all_reduce_sum(loss.detach().reshape(1))[0]
+                else:
+                    loss.backward()
                 grad_norm = torch.nn.utils.clip_grad_norm_(policy.parameters(), clip)
                 lr = scheduler.get_last_lr()[0]
                 optimizer.step()
@@ -214,19 +242,25 @@ def train(cfg: DTConfig, dataset: OfflineDataset | None = None, env=None) -> dic
                 if cfg.eval.episodes and ((cfg.eval.every and done % cfg.eval.every == 0) or done == cfg.steps):
                     metrics.update(run_eval())
                 if metrics:
-                    logger.log(done, metrics)
+                    if main:
+                        logger.log(done, metrics)
                     final.update(metrics)
                 if (cfg.run.save_every and done % cfg.run.save_every == 0) or done == cfg.steps:
-                    save_checkpoint(run_dir, done, policy, optimizer=optimizer, scheduler=scheduler,
-                                    state={"policy": info}, keep_last=cfg.run.keep_last)
+                    if main:
+                        save_checkpoint(run_dir, done, policy, optimizer=optimizer, scheduler=scheduler,
+                                        state={"policy": info}, keep_last=cfg.run.keep_last)
+                    dist.barrier()
                 shown = {k: v for k, v in final.items() if k.startswith("eval/return") and "std" not in k}
                 bar.advance(1, loss=loss.item(), **{k.split("/", 1)[1]: v for k, v in list(shown.items())[:2]})
         except KeyboardInterrupt:
-            print(f"\ninterrupted; checkpoints in {run_dir} are intact (resume with --resume)")
+            if main:
+                print(f"\ninterrupted; checkpoints in {run_dir} are intact (resume with --resume)")
             raise
         finally:
-            logger.close()
-    _plot(cfg, run_dir, final)
+            if logger is not None:
+                logger.close()
+    if main:
+        _plot(cfg, run_dir, final)
     return final
 
 

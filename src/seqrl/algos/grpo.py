@@ -415,7 +415,7 @@ class GRPOTrainer:
     def _logprobs(self, model, batch: GRPOBatch, rows: torch.Tensor, with_entropy: bool = False):
         return sequence_logprobs(model, [batch.prompt_ids[i] for i in rows.tolist()], batch.completion_ids[rows],
                                  self.policy.tokenizer.pad_token_id, self.cfg.sampling.temperature,
-                                 self.cfg.run.bf16, with_entropy)
+                                 self.cfg.run.use_bf16, with_entropy)
 
     @torch.no_grad()
     def _no_grad_logprobs(self, model, batch: GRPOBatch, rows: torch.Tensor | None = None) -> torch.Tensor:
@@ -569,7 +569,7 @@ def train(cfg: GRPOConfig) -> dict[str, float]:
     the loss normalisers and the gradients are summed over processes, and rank 0 evaluates, logs
     and writes checkpoints; the model starts identical everywhere (same seed) and stays so.
     """
-    dist.init_distributed()
+    dist.init_distributed(cfg.run.torch_device)
     main = dist.is_main()
     set_threads(cfg.run.threads)
     seed_everything(cfg.run.seed)  # the same on every process: identical initial weights
@@ -579,10 +579,11 @@ def train(cfg: GRPOConfig) -> dict[str, float]:
     if not main and cfg.run.resume:
         resume_from = latest_checkpoint(cfg.run.dir)
     run_dir = cfg.run.dir
+    placement = cfg.run.announce()
     task = cfg.task.build()
     problems = task.problems("train", cfg.task.n_train, cfg.task.seed)
     test_problems = task.problems("test", cfg.task.n_test, cfg.task.seed)
-    policy = load_policy(cfg.model)
+    policy = load_policy(cfg.model, cfg.run.torch_device)
     if cfg.lora.r:
         policy.model = apply_lora(policy.model, cfg.lora)
     trainer = GRPOTrainer(cfg, policy, task, problems)
@@ -623,7 +624,7 @@ def train(cfg: GRPOConfig) -> dict[str, float]:
     if start == 0:
         final = {"model/parameters": float(num_parameters(policy.model)), **run_eval()}
         if main:
-            logger.log(0, final)
+            logger.log(0, {**final, **placement})
     with progress_bar(cfg.steps, f"grpo {cfg.run.name}", disable=not (cfg.run.progress and main)) as bar:
         bar.advance(start)
         try:

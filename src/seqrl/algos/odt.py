@@ -37,6 +37,7 @@ from __future__ import annotations
 import math
 import re
 import time
+from types import SimpleNamespace
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -67,7 +68,8 @@ from seqrl.envs.evaluate import (
 from seqrl.envs.rollout import episode_rngs
 from seqrl.models.dt import DTModelConfig
 from seqrl.models.odt import OnlineDecisionTransformer
-from seqrl.utils.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from seqrl.utils import dist
+from seqrl.utils.checkpoint import CheckpointError, latest_checkpoint, load_checkpoint, save_checkpoint
 from seqrl.utils.metrics import MetricsLogger, read_metrics
 from seqrl.utils.optim import Lamb
 from seqrl.utils.plots import plot_bars, plot_metrics
@@ -386,19 +388,23 @@ def policy_info(cfg: ODTConfig, dataset: OfflineDataset, policy: OnlineDecisionT
 
 
 def _update(policy: OnlineDecisionTransformer, log_temperature: torch.nn.Parameter, b: dict, cfg: ODTConfig,
-            target_entropy: float) -> dict[str, torch.Tensor]:
-    """Forward and backward of one batch: ODT policy loss + temperature loss (gradients only)."""
-    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=cfg.run.bf16):
+            target_entropy: float, share: float = 1.0) -> dict[str, torch.Tensor]:
+    """Forward and backward of one batch: ODT policy loss + temperature loss (gradients only).
+
+    share: this process's weight in the global batch under torchrun (its real steps / all real steps);
+    the backward pass scales both losses by it, so the gradients summed over processes are the global ones.
+    """
+    with torch.autocast(b["states"].device.type, dtype=torch.bfloat16, enabled=cfg.run.use_bf16):
         mu, log_std = policy.distribution(b["returns"], b["states"], b["actions"], b["timesteps"], b["mask"])
     mu, log_std = mu.float(), log_std.float()  # (B, K, A) each
     low, high = policy.action_low, policy.action_high
     log_lik = squashed_gaussian_log_likelihood(b["actions"], mu, log_std, low, high)  # (B, K)
-    noise = torch.randn(cfg.entropy_samples, *mu.shape)  # (N, B, K, A)
+    noise = torch.randn(cfg.entropy_samples, *mu.shape).to(mu.device)  # (N, B, K, A); drawn on the CPU RNG on any device
     entropy = squashed_gaussian_entropy(mu, log_std, noise, low, high)  # (B, K)
     alpha = log_temperature.exp()
     loss, ll, h = odt_policy_loss(log_lik, entropy, b["mask"], alpha)
     t_loss = temperature_loss(log_temperature, h, target_entropy)
-    (loss + t_loss).backward()  # disjoint: α is detached in `loss`, H in `t_loss`
+    ((loss + t_loss) * share).backward()  # disjoint: α is detached in `loss`, H in `t_loss`
     return {"loss": loss, "ll": ll, "entropy": h, "t_loss": t_loss, "alpha": alpha}
 
 
@@ -409,10 +415,21 @@ def train(cfg: ODTConfig, dataset: OfflineDataset | None = None, env=None) -> di
     `env` (a gymnasium id or an environment factory) overrides the dataset's environment for rollouts
     and evaluation.
     """
+    device = cfg.run.torch_device
+    dist.init_distributed(device)
+    main, world = dist.is_main(), dist.world_size()
+    rows = dist.shard(cfg.batch_size)  # raises when the batch does not split over the processes
+    if world > 1 and cfg.online.iterations:
+        raise ValueError(f"online.iterations ({cfg.online.iterations}): torchrun data parallelism covers the "
+                         f"offline phase only; run the online phase in one process (online.iterations=0 here)")
     set_threads(cfg.run.threads)
     seed_everything(cfg.run.seed)
-    resume_from = prepare_run_dir(cfg.run, cfg)
+    resume_from = prepare_run_dir(cfg.run, cfg) if main else None
+    dist.barrier()
+    if not main and cfg.run.resume:
+        resume_from = latest_checkpoint(cfg.run.dir)
     run_dir = cfg.run.dir
+    placement = cfg.run.announce()
 
     dataset = dataset if dataset is not None else load_dataset(cfg.data)
     data = Trajectories(dataset, cfg.data.top_fraction, cfg.model.max_ep_len, "odt.model", cfg.data.windows)
@@ -420,14 +437,14 @@ def train(cfg: ODTConfig, dataset: OfflineDataset | None = None, env=None) -> di
     if not env and (cfg.online.iterations or cfg.eval.episodes):
         raise ValueError("the dataset names no environment (env_id): online fine-tuning and evaluation need one; "
                          "pass env= or set online.iterations=0 and eval.episodes=0")
-    policy = build_policy(cfg, dataset, data)
+    policy = build_policy(cfg, dataset, data).to(device)
     info = policy_info(cfg, dataset, policy)
     if cfg.eval.episodes:
         warn_far_targets(cfg.eval.target_returns, dataset.returns, "odt.eval.target_returns")
     half = (policy.action_high - policy.action_low).double() / 2
     beta = -float(policy.action_dim) if cfg.target_entropy is None else float(cfg.target_entropy)
     target_entropy = beta + float(torch.log(half).sum())  # β in action units
-    log_temperature = torch.nn.Parameter(torch.tensor(math.log(cfg.init_temperature)))
+    log_temperature = torch.nn.Parameter(torch.tensor(math.log(cfg.init_temperature), device=device))
     policy_opt, scheduler = make_policy_optimizer(policy, cfg)
     optimizers = _Optimizers(policy_opt, torch.optim.Adam([log_temperature], lr=cfg.temperature_lr, betas=(0.9, 0.999)))
     buffer = ReplayBuffer(cfg.online.buffer_size, [ep for ep in dataset.episodes if len(ep) <= cfg.model.max_ep_len])
@@ -440,13 +457,15 @@ def train(cfg: ODTConfig, dataset: OfflineDataset | None = None, env=None) -> di
             log_temperature.copy_(torch.tensor(state["log_temperature"], dtype=torch.float32))
         if state["phase"] == "online":
             buffer = ReplayBuffer.load(resume_from)
-        print(f"resumed from {resume_from} at step {start} (online iteration {iteration})")
-    logger = MetricsLogger(run_dir / "metrics.jsonl", resume_step=start if resume_from else None)
+        if main:
+            print(f"resumed from {resume_from} at step {start} (online iteration {iteration})")
+    logger = (MetricsLogger(run_dir / "metrics.jsonl", resume_step=start if resume_from else None) if main
+              else SimpleNamespace(log=lambda *_: None, close=lambda: None))
     if start == 0:
         first = {"model/parameters": sum(p.numel() for p in policy.parameters()),
                  "data/episodes": len(data.returns), "data/steps": data.n_steps,
                  "data/return_mean": float(data.returns.mean()), "data/return_max": float(data.returns.max()),
-                 "stats/target_entropy": target_entropy, **buffer.stats()}
+                 "stats/target_entropy": target_entropy, **buffer.stats(), **placement}
         logger.log(0, first)
 
     clip = cfg.optim.grad_clip if cfg.optim.grad_clip > 0 else float("inf")
@@ -454,21 +473,39 @@ def train(cfg: ODTConfig, dataset: OfflineDataset | None = None, env=None) -> di
     window = {"s": 0.0, "n": 0}
 
     def run_eval() -> dict[str, float]:
-        metrics, _ = run_evaluation(policy, info, cfg.eval.target_returns, cfg.eval.episodes, cfg.eval.seed,
-                                    cfg.eval.max_steps, env=env)
+        metrics: dict[str, float] = {}
+        if main:
+            metrics, _ = run_evaluation(policy, info, cfg.eval.target_returns, cfg.eval.episodes, cfg.eval.seed,
+                                        cfg.eval.max_steps, env=env)
+        dist.barrier()
         return metrics
 
     def save(step: int, phase: str) -> None:
         state = {"policy": info, "phase": phase, "online_iteration": iteration, "offline_eval": offline_eval,
                  "log_temperature": float(log_temperature.detach())}
-        save_checkpoint(run_dir, step, policy, tokenizer=buffer if phase == "online" else None,
-                        optimizer=optimizers, scheduler=scheduler, state=state, keep_last=cfg.run.keep_last)
+        if main:
+            save_checkpoint(run_dir, step, policy, tokenizer=buffer if phase == "online" else None,
+                            optimizer=optimizers, scheduler=scheduler, state=state, keep_last=cfg.run.keep_last)
+        dist.barrier()
 
     def update(step: int, source: Trajectories) -> dict[str, float]:
         """One update at global step `step`; returns the metrics to log (maybe none)."""
         t0 = time.perf_counter()
         b = source.batch(step, cfg.batch_size, cfg.model.context_len, cfg.run.seed)
-        out = _update(policy, log_temperature, b, cfg, target_entropy)
+        share = 1.0
+        if world > 1:  # torchrun: every process draws the global batch and keeps its rows
+            real = float(b["mask"].sum())
+            b = {k: v[rows] for k, v in b.items()}
+            share = float(b["mask"].sum()) / max(real, 1.0)  # weight of this share in the global means
+        b = {k: v.to(device) for k, v in b.items()}
+        out = _update(policy, log_temperature, b, cfg, target_entropy, share)
+        if world > 1:
+            for p in [*policy.parameters(), log_temperature]:
+                if p.requires_grad and p.grad is None:
+                    p.grad = torch.zeros_like(p)
+            dist.all_reduce_grads(policy)
+            dist.all_reduce_sum(log_temperature.grad)
+            out = {k: dist.all_reduce_sum(v.detach().reshape(1) * share)[0] for k, v in out.items()}
         grad_norm = torch.nn.utils.clip_grad_norm_(policy.parameters(), clip)
         lr = scheduler.get_last_lr()[0]
         optimizers.policy.step()
@@ -489,7 +526,7 @@ def train(cfg: ODTConfig, dataset: OfflineDataset | None = None, env=None) -> di
         return metrics
 
     policy.train()
-    with progress_bar(cfg.total_steps, f"odt {cfg.run.name}", disable=not cfg.run.progress) as bar:
+    with progress_bar(cfg.total_steps, f"odt {cfg.run.name}", disable=not (cfg.run.progress and main)) as bar:
         bar.advance(start)
         try:
             # 1. offline pre-training
@@ -539,12 +576,14 @@ def train(cfg: ODTConfig, dataset: OfflineDataset | None = None, env=None) -> di
                     save(step, "online")
                 bar.advance(cfg.online.updates, phase=f"online {iteration}", ret=metrics["online/return"])
         except KeyboardInterrupt:
-            print(f"\ninterrupted; checkpoints in {run_dir} are intact (resume with --resume)")
+            if main:
+                print(f"\ninterrupted; checkpoints in {run_dir} are intact (resume with --resume)")
             raise
         finally:
             logger.close()
     final.update(offline_eval)
-    _plot(cfg, run_dir, final)
+    if main:
+        _plot(cfg, run_dir, final)
     return final
 
 

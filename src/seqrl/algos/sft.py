@@ -24,9 +24,10 @@ from seqrl.algos.common import (
 )
 from seqrl.core.losses import IGNORE_INDEX, token_nll_sum
 from seqrl.evaluation import EvalConfig, run_evaluation
-from seqrl.models.lm import ModelConfig, Policy, load_policy, num_parameters
+from seqrl.models.lm import ModelConfig, Policy, check_on_device, load_policy, model_device, num_parameters
 from seqrl.types import Problem
-from seqrl.utils.checkpoint import load_checkpoint, save_checkpoint
+from seqrl.utils import dist
+from seqrl.utils.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from seqrl.utils.metrics import MetricsLogger, read_metrics
 from seqrl.utils.plots import plot_metrics
 from seqrl.utils.progress import progress_bar
@@ -86,16 +87,23 @@ def collate(examples: list[tuple[list[int], list[int]]], pad_id: int) -> dict[st
     return {"input_ids": ids, "attention_mask": mask, "labels": labels}
 
 
-def accumulate_gradients(model, chunks: list[dict[str, torch.Tensor]], bf16: bool = False) -> tuple[float, int]:
+def accumulate_gradients(model, chunks: list[dict[str, torch.Tensor]], bf16: bool = False,
+                         device_type: str | None = None, n_tokens: int | None = None) -> tuple[float, int]:
     """Backward the token-mean NLL of a batch given as micro-batches; returns (NLL sum, tokens).
 
-    Each micro-batch's summed NLL is divided by the token count of the whole batch, so the
-    accumulated gradient equals that of the batch in one piece.
+    Each micro-batch's summed NLL is divided by the token count of the whole batch (`n_tokens`, by
+    default that of `chunks`; under torchrun that of every process's share), so the accumulated
+    gradient equals that of the batch in one piece.
     """
-    n_tokens = sum(int((c["labels"][:, 1:] != IGNORE_INDEX).sum()) for c in chunks)
+    dev = model_device(model)
+    for chunk in chunks:
+        for key in ("input_ids", "labels"):
+            check_on_device(f"batch {key}", chunk[key], dev)
+    if n_tokens is None:
+        n_tokens = sum(int((c["labels"][:, 1:] != IGNORE_INDEX).sum()) for c in chunks)
     loss_sum = 0.0
     for chunk in chunks:
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+        with torch.autocast(device_type or dev.type, dtype=torch.bfloat16, enabled=bf16):
             logits = model(input_ids=chunk["input_ids"], attention_mask=chunk["attention_mask"]).logits  # (b, L, V)
         nll, _ = token_nll_sum(logits, chunk["labels"])
         (nll / max(n_tokens, 1)).backward()
@@ -105,15 +113,25 @@ def accumulate_gradients(model, chunks: list[dict[str, torch.Tensor]], bf16: boo
 
 def train(cfg: SFTConfig) -> dict[str, float]:
     """Run SFT; returns the final metrics (held-out greedy accuracy among them)."""
+    device = cfg.run.torch_device
+    dist.init_distributed(device)
+    main, world = dist.is_main(), dist.world_size()
+    if cfg.batch_size % (world * cfg.grad_accum):
+        raise ValueError(f"batch_size ({cfg.batch_size}) must be divisible by the processes × grad_accum "
+                         f"({world} × {cfg.grad_accum})")
     set_threads(cfg.run.threads)
-    seed_everything(cfg.run.seed)
-    resume_from = prepare_run_dir(cfg.run, cfg)
+    seed_everything(cfg.run.seed)  # the same on every process: identical initial weights
+    resume_from = prepare_run_dir(cfg.run, cfg) if main else None
+    dist.barrier()
+    if not main and cfg.run.resume:
+        resume_from = latest_checkpoint(cfg.run.dir)
     run_dir = cfg.run.dir
+    placement = cfg.run.announce()
 
     task = cfg.task.build()
     train_problems = task.problems("train", cfg.task.n_train, cfg.task.seed)
     test_problems = task.problems("test", cfg.task.n_test, cfg.task.seed)
-    policy = load_policy(cfg.model)
+    policy = load_policy(cfg.model, device)
     model, tok = policy.model, policy.tokenizer
     examples = encode_examples(policy, train_problems)
     optimizer, scheduler = make_optimizer(model, cfg.optim, cfg.steps)
@@ -121,29 +139,45 @@ def train(cfg: SFTConfig) -> dict[str, float]:
     start = 0
     if resume_from is not None:
         start = load_checkpoint(resume_from, model, optimizer, scheduler)["step"]
-        print(f"resumed from {resume_from} at step {start}")
-    logger = MetricsLogger(run_dir / "metrics.jsonl", resume_step=start if resume_from else None)
-    if start == 0:
-        logger.log(0, {"model/parameters": num_parameters(model), "data/train_examples": len(examples)})
+        if main:
+            print(f"resumed from {resume_from} at step {start}")
+    logger = MetricsLogger(run_dir / "metrics.jsonl", resume_step=start if resume_from else None) if main else None
+    if start == 0 and main:
+        logger.log(0, {"model/parameters": num_parameters(model), "data/train_examples": len(examples), **placement})
 
     def run_eval() -> dict[str, float]:
-        return run_evaluation(policy, task, test_problems, cfg.eval, cfg.run.seed)
+        out = run_evaluation(policy, task, test_problems, cfg.eval, cfg.run.seed) if main else {}
+        dist.barrier()
+        return out
 
     def save(step: int) -> None:
-        save_checkpoint(run_dir, step, model, tok, optimizer, scheduler, keep_last=cfg.run.keep_last)
+        if main:
+            save_checkpoint(run_dir, step, model, tok, optimizer, scheduler, keep_last=cfg.run.keep_last)
+        dist.barrier()
 
-    micro = cfg.batch_size // cfg.grad_accum
+    micro = cfg.batch_size // cfg.grad_accum // world  # torchrun: each process takes 1/world of every batch
     final: dict[str, float] = {}
     model.train()
-    with progress_bar(cfg.steps, f"sft {cfg.run.name}", disable=not cfg.run.progress) as bar:
+    with progress_bar(cfg.steps, f"sft {cfg.run.name}", disable=not (cfg.run.progress and main)) as bar:
         bar.advance(start)
         try:
             for step in range(start, cfg.steps):
                 t0 = time.perf_counter()
                 idx = batch_indices(step, cfg.batch_size, len(examples), cfg.run.seed)
-                chunks = [collate([examples[i] for i in idx[j : j + micro]], tok.pad_token_id)
+                share = len(idx) // world
+                idx = idx[dist.rank() * share : (dist.rank() + 1) * share]
+                chunks = [{k: v.to(device) for k, v in collate([examples[i] for i in idx[j : j + micro]],
+                                                                tok.pad_token_id).items()}
                           for j in range(0, len(idx), micro)]
-                loss_sum, n_tokens = accumulate_gradients(model, chunks, cfg.run.bf16)
+                n_tokens = int(dist.all_reduce_sum(torch.tensor(
+                    [float(sum(int((c["labels"][:, 1:] != IGNORE_INDEX).sum()) for c in chunks))]))[0])
+                loss_sum, n_tokens = accumulate_gradients(model, chunks, cfg.run.use_bf16, device.type, n_tokens)
+                if world > 1:
+                    for p in model.parameters():
+                        if p.requires_grad and p.grad is None:
+                            p.grad = torch.zeros_like(p)
+                    dist.all_reduce_grads(model)  # Σ over processes: each loss used the global token count
+                    loss_sum = float(dist.all_reduce_sum(torch.tensor([loss_sum], dtype=torch.float64))[0])
                 grad_norm = torch.nn.utils.clip_grad_norm_(
                     model.parameters(), cfg.optim.grad_clip if cfg.optim.grad_clip > 0 else float("inf")
                 )
@@ -161,16 +195,20 @@ def train(cfg: SFTConfig) -> dict[str, float]:
                     metrics.update(run_eval())
                     model.train()
                 if metrics:
-                    logger.log(done, metrics)
+                    if main:
+                        logger.log(done, metrics)
                     final.update(metrics)
                 if (cfg.run.save_every and done % cfg.run.save_every == 0) or done == cfg.steps:
                     save(done)
                 bar.advance(1, loss=loss_sum / n_tokens, **({"acc": final["eval/accuracy"]} if "eval/accuracy" in final else {}))
         except KeyboardInterrupt:
-            print(f"\ninterrupted; checkpoints in {run_dir} are intact (resume with --resume)")
+            if main:
+                print(f"\ninterrupted; checkpoints in {run_dir} are intact (resume with --resume)")
             raise
         finally:
-            logger.close()
-    plot_metrics(read_metrics(run_dir / "metrics.jsonl"), ["loss/sft", "eval/accuracy", "stats/lr", "stats/grad_norm"],
-                 run_dir / "plots" / "sft.png", title=f"SFT {cfg.run.name}")
+            if logger is not None:
+                logger.close()
+    if main:
+        plot_metrics(read_metrics(run_dir / "metrics.jsonl"), ["loss/sft", "eval/accuracy", "stats/lr", "stats/grad_norm"],
+                     run_dir / "plots" / "sft.png", title=f"SFT {cfg.run.name}")
     return final

@@ -160,6 +160,7 @@ def conditioned_rollouts(policy: torch.nn.Module, envs: Sequence[gym.Env], initi
     active = np.ones(N, dtype=bool)
 
     was_training = policy.training
+    dev = next(policy.parameters(), torch.empty(0)).device  # the policy may sit on a GPU; environments stay on the CPU
     policy.eval()
     try:
         for t in range(limit):
@@ -169,11 +170,11 @@ def conditioned_rollouts(policy: torch.nn.Module, envs: Sequence[gym.Env], initi
             w0 = max(0, t - K + 1)
             steps = torch.arange(w0, t + 1).clamp(max=max_ep_len - 1).expand(len(idx), -1)  # (n, k)
             act = policy.get_action(
-                torch.from_numpy(states[idx, w0 : t + 1]),  # (n, k, S)
-                torch.from_numpy(actions[idx, w0 : t + 1]),  # (n, k[, A]); the last is a placeholder
-                torch.from_numpy(rtg[idx, w0 : t + 1]),  # (n, k)
-                steps,
-            ).numpy()  # (n, A) or (n,)
+                torch.from_numpy(states[idx, w0 : t + 1]).to(dev),  # (n, k, S)
+                torch.from_numpy(actions[idx, w0 : t + 1]).to(dev),  # (n, k[, A]); the last is a placeholder
+                torch.from_numpy(rtg[idx, w0 : t + 1]).to(dev),  # (n, k)
+                steps.to(dev),
+            ).cpu().numpy()  # (n, A) or (n,)
             for row, i in enumerate(idx):
                 a = act[row]
                 env_action = int(a) if discrete else a.reshape(space.shape).astype(space.dtype)

@@ -102,11 +102,18 @@ def build_model(cfg: ModelConfig, vocab_size: int, pad_token_id: int, eos_token_
     return AutoModelForCausalLM.from_config(config, attn_implementation=cfg.attn_implementation)
 
 
-def load_policy(cfg: ModelConfig) -> Policy:
-    """Build a preset (fresh weights) or load `cfg.path` with its tokenizer.
+def load_policy(cfg: ModelConfig, device: str | torch.device | None = None) -> Policy:
+    """Build a preset (fresh weights) or load `cfg.path` with its tokenizer, on `device` (None: CPU).
 
     An unknown preset or a missing local path is an error that lists the valid choices.
     """
+    policy = _load_policy(cfg)
+    if device is not None:
+        policy.model.to(device)
+    return policy
+
+
+def _load_policy(cfg: ModelConfig) -> Policy:
     if cfg.path is None:
         tokenizer = build_char_tokenizer()
         model = build_model(cfg, len(tokenizer), tokenizer.pad_token_id, tokenizer.eos_token_id)
@@ -139,6 +146,22 @@ def load_pretrained(path: str | Path, attn_implementation: str = "sdpa") -> Poli
         tokenizer.pad_token = tokenizer.eos_token
     tokenizer.padding_side = "left"
     return Policy(model, tokenizer)
+
+
+def model_device(model: torch.nn.Module) -> torch.device:
+    """The device of `model`'s parameters (CPU for a model without any); mixed devices are an error."""
+    devices = {p.device for p in model.parameters()}
+    if len(devices) > 1:
+        raise ValueError(f"model parameters are spread over several devices {sorted(map(str, devices))}; "
+                         f"move the model to one (run.device)")
+    return devices.pop() if devices else torch.device("cpu")
+
+
+def check_on_device(name: str, tensor: torch.Tensor, device: torch.device) -> None:
+    """Raise a ValueError naming `name` when `tensor` is not on `device` (a batch built elsewhere)."""
+    if tensor.device != torch.device(device):
+        raise ValueError(f"{name} is on device {tensor.device}, the model on {device}; "
+                         f"move it there (run.device chooses the device of a run)")
 
 
 def num_parameters(model: torch.nn.Module) -> int:

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 import torch
 from transformers import DynamicCache
 
-from seqrl.models.lm import Policy
+from seqrl.models.lm import Policy, model_device
 
 
 @dataclass(frozen=True)
@@ -159,16 +159,18 @@ def generate(
         )
     max_new = min(params.max_new_tokens, limit - longest)
     pad_id = tok.pad_token_id if tok.pad_token_id is not None else 0
-    eos = torch.tensor([] if params.ignore_eos else _eos_ids(policy), dtype=torch.long)
+    dev = model_device(model)  # the forward pass and sampling run there; the results return on the CPU
+    eos = torch.tensor([] if params.ignore_eos else _eos_ids(policy), dtype=torch.long, device=dev)
     gen = None
     if params.seed is not None:
-        gen = torch.Generator().manual_seed(params.seed)
+        gen = torch.Generator(device=dev).manual_seed(params.seed)
     was_training = model.training
     model.eval()
     t0 = time.perf_counter()
 
     # Prefill each distinct prompt once, then give each of its n samples a copy of the cache.
     ids, attn = _pad_left(prompt_ids, pad_id)  # (P, L)
+    ids, attn = ids.to(dev), attn.to(dev)
     positions = (attn.cumsum(-1) - 1).clamp(min=0)  # (P, L)
     cache = DynamicCache(config=model.config)
     out = model(input_ids=ids, attention_mask=attn, position_ids=positions, cache=cache,
@@ -201,11 +203,11 @@ def generate(
             logp = torch.log_softmax(scaled, dim=-1)
             filtered = _filter_logits(scaled, params.top_k, params.top_p)
             token = torch.multinomial(filtered.softmax(-1), 1, generator=gen).squeeze(-1)  # (A,)
-        out_ids[active, t] = token
-        out_lp[active, t] = logp.gather(-1, token[:, None]).squeeze(-1)
+        out_ids[active, t] = token.cpu()
+        out_lp[active, t] = logp.gather(-1, token[:, None]).squeeze(-1).cpu()
         lengths[active] += 1
 
-        done = torch.isin(token, eos)  # (A,)
+        done = torch.isin(token, eos).cpu()  # (A,)
         if params.stop:
             for j, row in enumerate(active.tolist()):
                 generated[row].append(int(token[j]))
@@ -220,8 +222,10 @@ def generate(
             keep = (~done).nonzero().squeeze(-1)  # (A',)
             if keep.numel() == 0:
                 break
+            active = active[keep]
+            keep = keep.to(dev)
             cache.batch_select_indices(keep)
-            active, token, attn, next_pos = active[keep], token[keep], attn[keep], next_pos[keep]
+            token, attn, next_pos = token[keep], attn[keep], next_pos[keep]
         attn = torch.cat([attn, torch.ones((len(active), 1), dtype=attn.dtype)], dim=-1)  # (A, L+t+1)
         out = model(input_ids=token[:, None], attention_mask=attn, position_ids=next_pos[:, None],
                     cache=cache, use_cache=True)

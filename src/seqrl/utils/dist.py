@@ -12,6 +12,9 @@ import torch
 import torch.distributed as torch_dist
 
 __all__ = [
+    "bf16_fast",
+    "resolve_bf16",
+    "resolve_device",
     "all_gather_objects",
     "all_reduce_mean",
     "all_reduce_sum",
@@ -21,6 +24,7 @@ __all__ = [
     "is_main",
     "local_rank",
     "rank",
+    "shard",
     "seed_for_rank",
     "world_size",
 ]
@@ -61,15 +65,73 @@ def seed_for_rank(seed: int) -> int:
     return seed + rank()
 
 
-def init_distributed() -> None:
-    """Join the process group when ``WORLD_SIZE > 1`` (nccl with CUDA, else gloo); no-op otherwise.
+def resolve_device(spec: str = "auto") -> torch.device:
+    """The device a run's spec names: ``auto`` (CUDA when available, else CPU), ``cpu``, ``cuda``, ``cuda:N``.
 
-    With CUDA, each process also selects GPU ``local_rank()``.
+    Under torchrun (``WORLD_SIZE > 1``) ``auto`` and ``cuda`` give each process GPU ``local_rank()``.
+    A malformed spec, or CUDA on a machine without it, is a ValueError naming ``run.device``.
+    """
+    text = str(spec).strip().lower()
+    if text == "auto":
+        text = "cuda" if torch.cuda.is_available() else "cpu"
+    if text == "cpu":
+        return torch.device("cpu")
+    kind, _, index = text.partition(":")
+    if kind != "cuda" or (index and not index.isdigit()) or (_ and not index):
+        raise ValueError(f"run.device must be auto, cpu, cuda or cuda:N (got {spec!r})")
+    if not torch.cuda.is_available():
+        raise ValueError(f"run.device is {spec!r} but CUDA is not available on this machine (use cpu or auto)")
+    n = int(index) if index else (local_rank() if world_size() > 1 else torch.cuda.current_device())
+    if n >= torch.cuda.device_count():
+        raise ValueError(f"run.device {spec!r}: this machine has {torch.cuda.device_count()} CUDA device(s)")
+    return torch.device("cuda", n)
+
+
+def bf16_fast(device: torch.device) -> bool:
+    """Whether `device` runs bf16 matmuls fast: a CUDA GPU with bf16 support, or a CPU with
+    AVX-512 BF16 or AMX-BF16 (``torch.cpu.get_capabilities()``; AVX2-only CPUs emulate bf16, many times slower)."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        return bool(torch.cuda.is_bf16_supported())
+    if device.type == "cpu":
+        caps = torch.cpu.get_capabilities() if hasattr(torch.cpu, "get_capabilities") else {}
+        return bool(caps.get("avx512_bf16") or caps.get("amx_bf16"))
+    return False
+
+
+def resolve_bf16(value: bool | str, device: torch.device) -> bool:
+    """``run.bf16``: true/false as given, ``auto`` → `bf16_fast(device)`; anything else is a ValueError."""
+    if isinstance(value, bool):
+        return value
+    if str(value).lower() == "auto":
+        return bf16_fast(device)
+    raise ValueError(f"run.bf16 must be true, false or auto (got {value!r})")
+
+
+def shard(n: int, name: str = "batch_size") -> slice:
+    """This process's rows of a global batch of `n` rows (all of them for one process).
+
+    Every process builds the same global batch and keeps its equal share, so 1 and N processes see the
+    same data; `n` must split evenly (a ValueError naming `name` otherwise).
+    """
+    world, r = world_size(), rank()
+    if n % world:
+        raise ValueError(f"{name} ({n}) must be divisible by the number of processes ({world})")
+    share = n // world
+    return slice(r * share, (r + 1) * share)
+
+
+def init_distributed(device: str | torch.device | None = None) -> None:
+    """Join the process group when ``WORLD_SIZE > 1`` (nccl for a CUDA device, gloo for the CPU); no-op otherwise.
+
+    device: the run's device (`resolve_device`); None means ``auto``. With CUDA, each process also
+    selects its GPU (``local_rank()`` unless the device names one).
     """
     if world_size() <= 1 or torch_dist.is_initialized():
         return
-    if torch.cuda.is_available():
-        torch.cuda.set_device(local_rank())
+    device = resolve_device("auto") if device is None else torch.device(device)
+    if device.type == "cuda":
+        torch.cuda.set_device(device if device.index is not None else local_rank())
         torch_dist.init_process_group("nccl")
     else:
         torch_dist.init_process_group("gloo")
