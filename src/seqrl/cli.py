@@ -391,7 +391,9 @@ def build_parser() -> argparse.ArgumentParser:
     data.set_defaults(func=cmd_data)
 
     demo = sub.add_parser("demo", help="SFT then GRPO on arithmetic from scratch, with a report (CPU, minutes)")
-    demo.add_argument("--out", default="runs/demo")
+    demo.add_argument("--out", default="runs/demo",
+                      help="output folder: new, empty, or an earlier demo's (which is replaced); a non-empty "
+                           "folder the demo did not create is refused, never emptied (default: runs/demo)")
     demo.add_argument("--quick", action="store_true", help="a smaller run (a couple of minutes)")
     demo.set_defaults(func=cmd_demo)
     return parser

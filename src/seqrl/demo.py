@@ -27,6 +27,7 @@ from seqrl.utils.plots import plot_bars
 from seqrl.utils.seeding import seed_everything
 
 EVAL_K = 4
+MARKER = ".seqrl-demo"  # written into every folder the demo creates; only such folders are ever replaced
 TASK = TaskConfig(name="arith", kwargs={"digits": 2}, n_train=4000, n_test=200)
 MAX_NEW = 48
 
@@ -67,17 +68,31 @@ def _evaluate(policy, task_cfg: TaskConfig, seed: int) -> dict[str, float]:
                     max_new_tokens=MAX_NEW, seed=seed).metrics
 
 
+def prepare_out(out: Path) -> None:
+    """Make `out` an empty demo folder: create it, or replace an earlier demo's (marked by `MARKER`).
+
+    A folder the demo did not create is never emptied: a non-empty one without the marker is refused.
+    """
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"demo --out {out}: exists and is not a folder")
+    if out.is_dir() and any(out.iterdir()):
+        if not (out / MARKER).is_file():
+            raise ConfigError(f"demo --out {out}: folder is not empty and was not created by `seqrl demo`; "
+                              "choose a new or empty folder")
+        shutil.rmtree(out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / MARKER).write_text("created by `seqrl demo`; the next `seqrl demo --out` here replaces this folder\n")
+
+
 def run_demo(out: Path, quick: bool = False, overrides: list[str] | None = None) -> dict[str, dict[str, float]]:
-    """Run the demo into `out` (replacing an earlier demo there); returns the metrics per stage."""
+    """Run the demo into `out` (new, empty, or an earlier demo's folder); returns the metrics per stage."""
     sft_cfg, grpo_cfg = demo_configs(out, quick)
     given = parse_overrides(overrides or [])
     unknown = set(given) - {"sft", "grpo"}
     if unknown:
         raise ConfigError(f"demo: overrides must start with sft. or grpo. (got {sorted(unknown)})")
     sft_cfg, grpo_cfg = _apply(sft_cfg, given.get("sft", {}), "sft"), _apply(grpo_cfg, given.get("grpo", {}), "grpo")
-    if out.exists():
-        shutil.rmtree(out)
-    out.mkdir(parents=True)
+    prepare_out(out)
     t0 = time.perf_counter()
 
     seed_everything(sft_cfg.run.seed)  # the same initialisation SFT starts from

@@ -18,3 +18,38 @@ def test_demo_runs_every_stage_and_writes_the_report(tmp_path, capsys):
 def test_demo_rejects_overrides_outside_its_stages(tmp_path, capsys):
     assert main(["demo", "--out", str(tmp_path / "d"), "--steps=3"]) == 2
     assert "overrides must start with sft. or grpo." in capsys.readouterr().err
+
+
+def test_demo_refuses_a_non_empty_folder_it_did_not_create(tmp_path, capsys):
+    out = tmp_path / "mine"
+    (out / "my_experiment").mkdir(parents=True)
+    (out / "notes.txt").write_text("my notes")
+    (out / "my_experiment" / "results.csv").write_text("a,b\n1,2\n")
+    assert main(["demo", "--out", str(out), "--quick", "--sft.steps=1"]) == 2
+    err = capsys.readouterr().err
+    assert "not created by `seqrl demo`" in err and err.count("\n") == 1
+    assert (out / "notes.txt").read_text() == "my notes"
+    assert (out / "my_experiment" / "results.csv").read_text() == "a,b\n1,2\n"
+
+
+def test_demo_replaces_only_its_own_folder(tmp_path):
+    from seqrl.demo import MARKER, prepare_out
+
+    out = tmp_path / "d"
+    prepare_out(out)  # new folder: created and marked
+    assert (out / MARKER).is_file()
+    (out / "old-report.md").write_text("x")
+    prepare_out(out)  # an earlier demo's folder: replaced
+    assert sorted(p.name for p in out.iterdir()) == [MARKER]
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    prepare_out(empty)  # an empty folder is fine
+    assert (empty / MARKER).is_file()
+
+
+def test_demo_help_says_it_never_empties_a_foreign_folder(capsys):
+    import pytest
+
+    with pytest.raises(SystemExit):
+        main(["demo", "--help"])
+    assert "never emptied" in " ".join(capsys.readouterr().out.split())
