@@ -18,7 +18,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import re
 import sys
+import time
 from pathlib import Path
 
 from seqrl.config import ConfigError, load_config
@@ -96,6 +99,13 @@ def cmd_eval(args: argparse.Namespace, overrides: list[str]) -> int:
         return cmd_eval_dt(overrides)
     if overrides:
         raise ConfigError(f"seqrl eval: unexpected arguments {overrides}")
+    _check_threads(args.threads)
+    try:
+        task_kwargs = json.loads(args.task_kwargs)
+    except json.JSONDecodeError as e:
+        raise ConfigError(f"--task-kwargs {args.task_kwargs!r}: not valid JSON: {e}") from e
+    if not isinstance(task_kwargs, dict):
+        raise ConfigError(f"--task-kwargs {args.task_kwargs!r}: expected a JSON object, e.g. '{{\"digits\": 3}}'")
     import torch
 
     from seqrl.data import get_task
@@ -104,19 +114,72 @@ def cmd_eval(args: argparse.Namespace, overrides: list[str]) -> int:
 
     torch.set_num_threads(args.threads)
     greedy, pass_k, maj_k = parse_metrics(args.metrics)
-    task = get_task(args.task, **json.loads(args.task_kwargs))
+    try:
+        task = get_task(args.task, **task_kwargs)
+    except TypeError as e:  # an argument the task does not take
+        raise ConfigError(f"--task-kwargs {args.task_kwargs!r}: {e}") from e
     policy = load_policy(ModelConfig(path=args.checkpoint))
+    out = eval_output(args.out, args.checkpoint, f"{args.task}-{args.split}-{args.metrics}")
     problems = task.problems(args.split, args.n, args.seed)
     result = evaluate(policy, task, problems, greedy=greedy, pass_k=pass_k, maj_k=maj_k,
                       n_samples=args.samples, temperature=args.temperature,
                       max_new_tokens=args.max_new_tokens, seed=args.seed)
     _print_table(f"{args.checkpoint} on {args.task}/{args.split} ({len(problems)} problems)", result.metrics)
-    out = Path(args.out) if args.out else Path(args.checkpoint) / f"eval-{task.name}-{args.split}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"checkpoint": args.checkpoint, "task": args.task, "split": args.split,
-                               "metrics": result.metrics, "records": result.records}, indent=1))
+    out = _write_new(out, {"checkpoint": args.checkpoint, "task": args.task, "split": args.split,
+                           "metrics": result.metrics, "records": result.records})
     print(f"wrote {out}")
     return 0
+
+
+def _check_threads(threads: int) -> None:
+    if threads < 1:
+        raise ConfigError(f"--threads must be >= 1 (got {threads})")
+
+
+def _safe_name(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._@-]+", "_", text).strip("_") or "none"
+
+
+def eval_output(out: str | None, checkpoint: str, stem: str) -> Path:
+    """Where an evaluation's JSON goes, checked before the evaluation runs; never an existing file.
+
+    Default: ``<run folder>/evals/<checkpoint>-<stem>-<time>.json`` beside the checkpoints (so pruning a
+    checkpoint never deletes it; ``./evals/`` for a model that is not a local folder). ``--out DIR`` (an existing folder, or one ending in ``/``) puts the
+    same name there; ``--out FILE`` must not exist yet.
+    """
+    ckpt = Path(checkpoint)
+    name = f"{_safe_name(ckpt.name)}-{_safe_name(stem)}-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    if out is None:
+        folder = ckpt.resolve().parent / "evals" if ckpt.is_dir() else Path("evals")
+    elif Path(out).is_dir() or out.endswith(("/", os.sep)):
+        folder = Path(out)
+    else:
+        path = Path(out)
+        if path.exists():
+            raise ConfigError(f"--out {out}: already exists; evaluation results are never overwritten "
+                              "(give a new file name or a folder)")
+        folder, name = path.parent, path.name
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ConfigError(f"--out {out or folder}: cannot create the folder: {e}") from e
+    if not os.access(folder, os.W_OK):
+        raise ConfigError(f"--out {out or folder}: folder {folder} is not writable")
+    return folder / name
+
+
+def _write_new(path: Path, payload: dict) -> Path:
+    """Write JSON to `path`, or to `<stem>-2.json`, `-3`, … when it appeared meanwhile; never overwrite."""
+    text = json.dumps(payload, indent=1)
+    for i in range(1, 1000):
+        target = path if i == 1 else path.with_name(f"{path.stem}-{i}{path.suffix}")
+        try:
+            with open(target, "x", encoding="utf-8") as f:
+                f.write(text)
+            return target
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"{path}: too many evaluations with this name")
 
 
 def cmd_eval_dt(argv: list[str]) -> int:
@@ -129,8 +192,10 @@ def cmd_eval_dt(argv: list[str]) -> int:
     p.add_argument("--max-steps", type=int, default=0, help="cap on episode length (0: the environment's limit)")
     p.add_argument("--env", help="evaluate in this gymnasium id instead of the dataset's")
     p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--out", help="JSON output (default: <checkpoint>/eval-dt.json)")
+    p.add_argument("--out", help="JSON output: a new file, or a folder (default: <run folder>/evals/, "
+                   "one new file per evaluation, never overwritten)")
     args = p.parse_args(argv)
+    _check_threads(args.threads)
     import torch
 
     from seqrl.algos.dt import load_policy_checkpoint, run_evaluation
@@ -142,6 +207,7 @@ def cmd_eval_dt(argv: list[str]) -> int:
         policy, info = load_policy_checkpoint(args.checkpoint)
     except CheckpointError as e:
         raise ValueError(f"--checkpoint: {e}") from e
+    out = eval_output(args.out, args.checkpoint, f"dt-{args.target_returns or 'default'}-{args.episodes}ep")
     try:
         targets = ([float(t) for t in args.target_returns.split(",") if t.strip()] if args.target_returns
                    else list(info["target_returns"]))
@@ -152,10 +218,8 @@ def cmd_eval_dt(argv: list[str]) -> int:
         warn_far_targets(targets, [r["min"], r["max"]], "--target-returns")
     metrics, result = run_evaluation(policy, info, targets, args.episodes, args.seed, args.max_steps, env=args.env)
     _print_table(f"{args.checkpoint} ({info['method']}, {info['dataset']}, {args.episodes} episodes)", metrics)
-    out = Path(args.out) if args.out else Path(args.checkpoint) / "eval-dt.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"checkpoint": args.checkpoint, "metrics": metrics, "targets": result.targets,
-                               "returns": result.returns.tolist(), "lengths": result.lengths.tolist()}, indent=1))
+    out = _write_new(out, {"checkpoint": args.checkpoint, "metrics": metrics, "targets": result.targets,
+                           "returns": result.returns.tolist(), "lengths": result.lengths.tolist()})
     print(f"wrote {out}")
     return 0
 
@@ -335,7 +399,8 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--max-new-tokens", type=int, default=64)
     ev.add_argument("--seed", type=int, default=0)
     ev.add_argument("--threads", type=int, default=1)
-    ev.add_argument("--out", help="JSON output (default: <checkpoint>/eval-<task>-<split>.json)")
+    ev.add_argument("--out", help="JSON output: a new file, or a folder (default: <run folder>/evals/, "
+                    "one new file per evaluation, never overwritten)")
     ev.set_defaults(func=cmd_eval)
 
     cfg = sub.add_parser("configs", help="list or show config presets")

@@ -61,3 +61,44 @@ def test_eval_writes_json_with_all_metrics(tmp_path, capsys):
     assert set(data["metrics"]) >= {"eval/accuracy", "eval/pass@2", "eval/maj@2"}
     assert len(data["records"]) == 4 and "greedy" in data["records"][0]
     assert "eval/accuracy" in capsys.readouterr().out
+
+
+def test_eval_results_sit_beside_the_checkpoints_one_file_per_evaluation(tmp_path, capsys):
+    torch.manual_seed(0)
+    ckpt = tmp_path / "run" / "checkpoint-1"
+    load_policy(ModelConfig(preset="tiny", max_seq_len=64)).save(ckpt)
+    argv = ["eval", str(ckpt), "--task", "arith", "--n", "2", "--max-new-tokens", "4"]
+    assert main(argv) == 0
+    assert main([*argv, "--metrics", "greedy"]) == 0  # same name within the second: a new file, not overwritten
+    written = sorted((tmp_path / "run" / "evals").glob("checkpoint-1-arith-test-greedy-*.json"))
+    assert len(written) == 2
+    assert not any("eval" in p.name for p in ckpt.iterdir())  # checkpoint pruning cannot reach them
+    folder = tmp_path / "results"
+    folder.mkdir()
+    assert main([*argv, "--out", str(folder)]) == 0  # an existing folder: a new file inside it
+    assert len(list(folder.glob("*.json"))) == 1
+
+
+def test_eval_refuses_an_existing_out_file_before_evaluating(tmp_path, capsys):
+    torch.manual_seed(0)
+    load_policy(ModelConfig(preset="tiny", max_seq_len=64)).save(tmp_path / "m")
+    old = tmp_path / "old.json"
+    old.write_text('{"metrics": {"eval/accuracy": 0.5}}')
+    assert main(["eval", str(tmp_path / "m"), "--task", "arith", "--n", "2", "--out", str(old)]) == 2
+    captured = capsys.readouterr()
+    assert "already exists" in captured.err and "eval/accuracy" not in captured.out  # refused before the work
+    assert old.read_text() == '{"metrics": {"eval/accuracy": 0.5}}'
+
+
+@pytest.mark.parametrize(
+    "extra,message",
+    [
+        (["--task-kwargs", "{digits: 3}"], "--task-kwargs '{digits: 3}': not valid JSON"),
+        (["--task-kwargs", '{"digit": 3}'], "--task-kwargs"),
+        (["--threads", "0"], "--threads must be >= 1"),
+    ],
+)
+def test_eval_bad_arguments_are_one_line_errors(tmp_path, capsys, extra, message):
+    assert main(["eval", str(tmp_path), "--task", "arith", *extra]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1
