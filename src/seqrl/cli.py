@@ -88,6 +88,7 @@ def cmd_train(args: argparse.Namespace, overrides: list[str]) -> int:
 
         print(yaml.safe_dump(to_dict(cfg), sort_keys=False), end="")
         return 0
+    _quiet_hf()
     metrics = train(cfg)
     _print_table(f"{args.algo} {cfg.run.name}: final metrics", metrics)
     print(f"run folder: {cfg.run.dir}")
@@ -112,6 +113,7 @@ def cmd_eval(args: argparse.Namespace, overrides: list[str]) -> int:
     from seqrl.evaluation import evaluate, parse_metrics
     from seqrl.models.lm import ModelConfig, load_policy
 
+    _quiet_hf()
     torch.set_num_threads(args.threads)
     greedy, pass_k, maj_k = parse_metrics(args.metrics)
     try:
@@ -237,6 +239,8 @@ def cmd_configs(args: argparse.Namespace, overrides: list[str]) -> int:
 
 def cmd_demo(args: argparse.Namespace, overrides: list[str]) -> int:
     from seqrl.demo import run_demo
+
+    _quiet_hf()
 
     run_demo(Path(args.out), quick=args.quick, overrides=overrides)
     return 0
@@ -464,14 +468,32 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
+USER_ERRORS = ("ConfigError", "CheckpointError", "DatasetError", "DatasetFormatError", "EnvError", "NonFiniteError",
+               "CountdownParseError")
+"""Exception classes that describe bad input (or a diverged run), reported as one line."""
+
+
+def _is_user_error(e: BaseException) -> bool:
+    """Bad input → one line; a ValueError raised inside a training loop (marked by its progress bar)
+    is a bug and keeps its traceback."""
+    if isinstance(e, FileNotFoundError) or any(c.__name__ in USER_ERRORS for c in type(e).__mro__):
+        return True
+    return isinstance(e, ValueError) and not getattr(e, "raised_in_loop", False)
+
+
+def _quiet_hf() -> None:
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()
+
+
+def main(argv: list[str] | None = None) -> int:
     args, extra = build_parser().parse_known_args(argv)
     try:
         return args.func(args, extra)
-    except (ConfigError, ValueError, FileNotFoundError) as e:
+    except (ValueError, FileNotFoundError, RuntimeError) as e:
+        if not _is_user_error(e):
+            raise
         print(f"seqrl: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

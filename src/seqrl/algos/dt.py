@@ -32,7 +32,15 @@ from typing import Literal
 import numpy as np
 import torch
 
-from seqrl.algos.common import OptimConfig, RunConfig, make_optimizer, prepare_run_dir, set_threads
+from seqrl.algos.common import (
+    OptimConfig,
+    RunConfig,
+    check_finite,
+    load_resume_checkpoint,
+    make_optimizer,
+    prepare_run_dir,
+    set_threads,
+)
 from seqrl.core.sequences import action_loss, returns_to_go, top_return_episodes
 from seqrl.data.offline import DatasetError, OfflineDataset, normalized_score
 from seqrl.envs.evaluate import evaluate_policy, target_label, warn_far_targets
@@ -376,7 +384,8 @@ def train(cfg: DTConfig, dataset: OfflineDataset | None = None, env=None) -> dic
 
     start = 0
     if resume_from is not None:
-        start = load_checkpoint(resume_from, policy, optimizer, scheduler)["step"]
+        resume_from, state = load_resume_checkpoint(run_dir, lambda p: load_checkpoint(p, policy, optimizer, scheduler))
+        start = state["step"]
         print(f"resumed from {resume_from} at step {start}")
     logger = MetricsLogger(run_dir / "metrics.jsonl", resume_step=start if resume_from else None)
     if start == 0:
@@ -410,6 +419,7 @@ def train(cfg: DTConfig, dataset: OfflineDataset | None = None, env=None) -> dic
                 loss = action_loss(pred.float(), b["actions"], b["mask"], discrete=data.discrete)
                 loss.backward()
                 grad_norm = torch.nn.utils.clip_grad_norm_(policy.parameters(), clip)
+                check_finite(step + 1, cfg.run.on_nonfinite, loss=loss.item(), grad_norm=grad_norm)
                 lr = scheduler.get_last_lr()[0]
                 optimizer.step()
                 scheduler.step()
