@@ -120,7 +120,13 @@ def cmd_eval(args: argparse.Namespace, overrides: list[str]) -> int:
         task = get_task(args.task, **task_kwargs)
     except TypeError as e:  # an argument the task does not take
         raise ConfigError(f"--task-kwargs {args.task_kwargs!r}: {e}") from e
-    policy = load_policy(ModelConfig(path=args.checkpoint))
+    try:
+        policy = load_policy(ModelConfig(path=args.checkpoint))
+    except (ValueError, FileNotFoundError):
+        raise
+    except Exception as e:  # safetensors / torch raise their own types for cut-short or garbage files
+        raise ConfigError(f"checkpoint {args.checkpoint}: cannot load the model: {type(e).__name__}: "
+                          f"{str(e).splitlines()[0] if str(e) else ''}") from e
     out = eval_output(args.out, args.checkpoint, f"{args.task}-{args.split}-{args.metrics}")
     problems = task.problems(args.split, args.n, args.seed)
     result = evaluate(policy, task, problems, greedy=greedy, pass_k=pass_k, maj_k=maj_k,
@@ -316,10 +322,16 @@ def cmd_sandbox(args: argparse.Namespace, overrides: list[str]) -> int:
     if sum(x is not None for x in (args.tests, args.io, args.stdio)) != 1:
         raise ValueError("seqrl sandbox run: give exactly one of --tests TESTS.py, --io CASES.json or "
                          "--stdio CASES.json")
+    for flag, value in (("--timeout", args.timeout), ("--case-timeout", args.case_timeout),
+                        ("--memory", args.memory), ("--tree-memory", args.tree_memory)):
+        if value is not None and not value > 0:
+            raise ConfigError(f"seqrl sandbox run: {flag} must be > 0 (got {value})")
     if args.io is not None and not args.entry_point:
         raise ValueError(f"seqrl sandbox run: --io {args.io} needs --entry-point NAME (the function to call)")
     solution = _read_cli_file(args.solution, "solution")
     tests = _read_cli_file(args.tests, "--tests") if args.tests is not None else None
+    if tests is not None and not tests.strip():
+        raise ConfigError(f"--tests {args.tests}: the file is empty (no tests to run)")
     io_cases = _read_cli_json(args.io, "--io") if args.io is not None else None
     if io_cases is not None and not isinstance(io_cases, list):
         raise ValueError(f"--io {args.io}: expected a JSON list of [[args...], expected] cases")

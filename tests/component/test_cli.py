@@ -102,3 +102,37 @@ def test_eval_bad_arguments_are_one_line_errors(tmp_path, capsys, extra, message
     assert main(["eval", str(tmp_path), "--task", "arith", *extra]) == 2
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1
+
+
+def test_eval_of_a_cut_short_checkpoint_is_a_one_line_error(tmp_path, capsys):
+    torch.manual_seed(0)
+    load_policy(ModelConfig(preset="tiny", max_seq_len=64)).save(tmp_path / "m")
+    weights = tmp_path / "m" / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:200])
+    assert main(["eval", str(tmp_path / "m"), "--task", "arith", "--n", "2"]) == 2
+    err = capsys.readouterr().err
+    assert f"checkpoint {tmp_path / 'm'}: cannot load the model" in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize(
+    "extra,message",
+    [
+        (["--memory", "0"], "--memory must be > 0"),
+        (["--memory", "-5"], "--memory must be > 0"),
+        (["--timeout", "0"], "--timeout must be > 0"),
+        (["--tree-memory", "-1"], "--tree-memory must be > 0"),
+    ],
+)
+def test_sandbox_run_bad_limits_are_one_line_errors(tmp_path, capsys, extra, message):
+    (tmp_path / "s.py").write_text("def f():\n    return 1\n")
+    (tmp_path / "t.py").write_text("assert f() == 1\n")
+    assert main(["sandbox", "run", str(tmp_path / "s.py"), "--tests", str(tmp_path / "t.py"), *extra]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1
+
+
+def test_sandbox_run_with_an_empty_tests_file_says_there_are_no_tests(tmp_path, capsys):
+    (tmp_path / "s.py").write_text("def f():\n    return 1\n")
+    (tmp_path / "t.py").write_text("\n")
+    assert main(["sandbox", "run", str(tmp_path / "s.py"), "--tests", str(tmp_path / "t.py")]) == 2
+    assert "the file is empty (no tests to run)" in capsys.readouterr().err
