@@ -238,12 +238,20 @@ def cmd_configs(args: argparse.Namespace, overrides: list[str]) -> int:
         return 0
     if not args.name:
         raise ConfigError("seqrl configs show NAME: give a preset name (see `seqrl configs ls`)")
-    algo = args.name.split("/")[0]
-    print(resolve_config(args.name, algo).read_text(), end="")
+    found = sorted(configs_root().glob(f"*/{args.name}.yaml")) if "/" not in args.name else []
+    if len(found) > 1:
+        raise ConfigError(f"seqrl configs show {args.name}: ambiguous; one of "
+                          + ", ".join(str(p.relative_to(configs_root()).with_suffix("")) for p in found))
+    path = found[0] if found else resolve_config(args.name, args.name.split("/")[0])
+    print(path.read_text(), end="")
     return 0
 
 
 def cmd_demo(args: argparse.Namespace, overrides: list[str]) -> int:
+    for arg in overrides:
+        if not arg.startswith(("--sft.", "--grpo.")):
+            raise ConfigError(f"seqrl demo: unknown option {arg.split('=')[0]!r} (options: --out, --quick; "
+                              "overrides must start with sft. or grpo., e.g. --sft.steps=100)")
     from seqrl.demo import run_demo
 
     _quiet_hf()
@@ -379,6 +387,15 @@ def cmd_data(args: argparse.Namespace, overrides: list[str]) -> int:
     return 0
 
 
+def format_value(value: object) -> str:
+    """Counts in full with thousands separators (866,700, not 8.667e+05); other floats to 4 digits."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return str(value)
+    if isinstance(value, int) or (value.is_integer() and abs(value) >= 1000):
+        return f"{int(value):,}"
+    return f"{value:.4g}"
+
+
 def _print_table(title: str, metrics: dict[str, float]) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -387,12 +404,15 @@ def _print_table(title: str, metrics: dict[str, float]) -> None:
     table.add_column("metric")
     table.add_column("value", justify="right")
     for key, value in metrics.items():
-        table.add_row(key, f"{value:.4g}" if isinstance(value, float) else str(value))
+        table.add_row(key, format_value(value))
     Console().print(table)
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="seqrl", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    from seqrl import __version__
+
+    parser.add_argument("--version", action="version", version=f"seqrl {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     train = sub.add_parser("train", help="train a policy; extra --key.sub=value arguments override the config")
@@ -500,7 +520,11 @@ def _quiet_hf() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args, extra = build_parser().parse_known_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:2] == ["eval", "dt"]:  # its own options and --help
+        args, extra = argparse.Namespace(func=lambda a, rest: cmd_eval_dt(rest)), argv[2:]
+    else:
+        args, extra = build_parser().parse_known_args(argv)
     try:
         return args.func(args, extra)
     except (ValueError, FileNotFoundError, RuntimeError) as e:

@@ -136,3 +136,40 @@ def test_sandbox_run_with_an_empty_tests_file_says_there_are_no_tests(tmp_path, 
     (tmp_path / "t.py").write_text("\n")
     assert main(["sandbox", "run", str(tmp_path / "s.py"), "--tests", str(tmp_path / "t.py")]) == 2
     assert "the file is empty (no tests to run)" in capsys.readouterr().err
+
+
+def test_small_cli_conveniences(capsys, tmp_path):
+    from seqrl import __version__
+    from seqrl.cli import format_value
+
+    with pytest.raises(SystemExit):
+        main(["--version"])
+    assert __version__ in capsys.readouterr().out
+    assert main(["configs", "show", "arith_tiny"]) == 0
+    assert "preset: tiny" in capsys.readouterr().out
+    assert main(["demo", "--out", str(tmp_path / "d"), "--quik"]) == 2
+    assert "unknown option '--quik'" in capsys.readouterr().err
+    assert not (tmp_path / "d").exists()
+    assert format_value(866700.0) == "866,700" and format_value(0.25) == "0.25" and format_value(12) == "12"
+    with pytest.raises(SystemExit):
+        main(["eval", "dt", "--help"])
+    out = capsys.readouterr().out
+    assert "--target-returns" in out and "--task-kwargs" not in out
+
+
+def test_run_files_follow_the_umask(tmp_path):
+    import os
+
+    from seqrl.algos.sft import SFTConfig
+    from seqrl.config import dump_yaml
+    from seqrl.utils.metrics import MetricsLogger
+
+    old = os.umask(0o022)
+    try:
+        dump_yaml(SFTConfig(), tmp_path / "config.yaml")
+        (tmp_path / "metrics.jsonl").write_text('{"step": 1, "a": 1.0}\n')
+        MetricsLogger(tmp_path / "metrics.jsonl", resume_step=1).close()
+    finally:
+        os.umask(old)
+    assert (tmp_path / "config.yaml").stat().st_mode & 0o777 == 0o644
+    assert (tmp_path / "metrics.jsonl").stat().st_mode & 0o777 == 0o644
