@@ -24,7 +24,7 @@ import sys
 import time
 from pathlib import Path
 
-from seqrl.config import ConfigError, load_config
+from seqrl.config import ConfigError, load_config, parse_overrides
 
 ALGOS = ("sft", "grpo", "dt", "bc", "odt")
 PLANNED = ("ppo", "rm", "prm", "star", "vla")
@@ -48,6 +48,8 @@ def resolve_config(name: str | None, algo: str) -> Path | None:
     path = Path(name)
     if path.is_file():
         return path
+    if path.parts[:1] == ("configs",) and (configs_root().joinpath(*path.parts[1:])).is_file():
+        return configs_root().joinpath(*path.parts[1:])  # a repository path, used outside the repository
     for candidate in (configs_root() / f"{name}.yaml", configs_root() / algo / f"{name}.yaml"):
         if candidate.is_file():
             return candidate
@@ -74,13 +76,40 @@ def _config_class(algo: str):
     raise ConfigError(f"unknown algorithm {algo!r}; implemented: {', '.join(ALGOS)}")
 
 
+def producing_command(model_path: str) -> str | None:
+    """`seqrl train ALGO --config PRESET` whose run folder holds `model_path` (runs/<name>/checkpoint-N), if any."""
+    import yaml
+
+    parts = Path(model_path).parts
+    for preset in list_presets():
+        try:
+            data = yaml.safe_load((configs_root() / f"{preset}.yaml").read_text()) or {}
+        except (OSError, yaml.YAMLError):
+            continue
+        run = data.get("run") or {}
+        if run.get("name") and run["name"] in parts:
+            algo, name = preset.split("/", 1)
+            return f"seqrl train {algo} --config {name}"
+    return None
+
+
 def cmd_train(args: argparse.Namespace, overrides: list[str]) -> int:
     if args.algo in PLANNED:
         raise ConfigError(f"seqrl train {args.algo} is not implemented yet; implemented: {', '.join(ALGOS)}")
+    if args.algo not in ALGOS:
+        raise ConfigError(f"unknown algorithm {args.algo!r}; implemented: {', '.join(ALGOS)}")
+    config_path = resolve_config(args.config, args.algo)
+    parse_overrides(overrides)  # syntax errors before torch is imported (seconds)
     cls, train = _config_class(args.algo)
     if args.resume:
         overrides = [*overrides, "--run.resume=true"]
-    cfg = load_config(cls, resolve_config(args.config, args.algo), overrides, root=args.algo)
+    cfg = load_config(cls, config_path, overrides, root=args.algo)
+    model_path = getattr(getattr(cfg, "model", None), "path", None)
+    looks_local = bool(model_path) and (model_path.startswith((".", "/", "~")) or model_path.count("/") > 1)
+    if looks_local and not args.print_config and not Path(model_path).exists():  # not a hub id
+        producer = producing_command(model_path)
+        raise ConfigError(f"model.path {model_path!r}: not found" + (
+            f"; `{producer}` creates it (run it first, from this folder)" if producer else ""))
     if args.print_config:
         import yaml
 
@@ -495,7 +524,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--out", default="runs/demo",
                       help="output folder: new, empty, or an earlier demo's (which is replaced); a non-empty "
                            "folder the demo did not create is refused, never emptied (default: runs/demo)")
-    demo.add_argument("--quick", action="store_true", help="a smaller run (a couple of minutes)")
+    demo.add_argument("--quick", action="store_true", help="a pipeline check: every stage runs, but too briefly to learn the task")
     demo.set_defaults(func=cmd_demo)
     return parser
 

@@ -173,3 +173,24 @@ def test_run_files_follow_the_umask(tmp_path):
         os.umask(old)
     assert (tmp_path / "config.yaml").stat().st_mode & 0o777 == 0o644
     assert (tmp_path / "metrics.jsonl").stat().st_mode & 0o777 == 0o644
+
+
+def test_grpo_without_its_sft_checkpoint_names_the_command_that_creates_it(tmp_path, capsys, monkeypatch):
+    from seqrl.cli import configs_root
+
+    root = configs_root().resolve()
+    monkeypatch.chdir(tmp_path)  # outside the repository: repository paths of presets still resolve
+    monkeypatch.setattr("seqrl.cli.configs_root", lambda: root)
+    assert main(["train", "grpo", "--config", "configs/grpo/arith_tiny_grpo.yaml"]) == 2
+    err = capsys.readouterr().err
+    assert "`seqrl train sft --config arith_tiny_short` creates it" in err and err.count("\n") == 1
+
+
+def test_override_syntax_errors_come_before_torch_is_imported(capsys):
+    import subprocess
+    import sys
+
+    code = ("import sys; from seqrl.cli import main; rc = main(['train', 'sft', '--config', 'arith_tiny', 'oops']); "
+            "print(rc, 'torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["2", "False"]

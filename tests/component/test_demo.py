@@ -11,6 +11,7 @@ def test_demo_runs_every_stage_and_writes_the_report(tmp_path, capsys):
     assert code == 0
     report = (out / "report.md").read_text()
     assert "| metric | untrained | after SFT | after GRPO |" in report
+    assert "checks the pipeline only" in report  # --quick says what it is for
     for name in ("stages.png", "sft/plots/sft.png", "grpo/plots/grpo.png", "sft/config.yaml", "grpo/metrics.jsonl"):
         assert (out / name).is_file(), name
 
