@@ -194,3 +194,36 @@ def test_override_syntax_errors_come_before_torch_is_imported(capsys):
             "print(rc, 'torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.split() == ["2", "False"]
+
+
+@pytest.mark.parametrize(
+    "content,extra,message",
+    [
+        (b"\xff\xfe{}\n", [], "not UTF-8 text"),
+        (b"", [], "the file is empty (no rows)"),
+        (None, ["--task.kwargs.digit=3"], "task.kwargs"),
+        (None, ["--run.threads=0"], "run.threads must be >= 1"),
+    ],
+)
+def test_train_bad_input_is_one_line_naming_the_field_or_file(tmp_path, capsys, content, extra, message):
+    argv = ["train", "sft", "--config", "arith_tiny", f"--run.out_dir={tmp_path}", "--steps=1", *extra]
+    if content is not None:
+        data = tmp_path / "rows.jsonl"
+        data.write_bytes(content)
+        config = tmp_path / "c.yaml"
+        config.write_text(f"task: {{name: 'jsonl:{data}'}}\nmodel: {{preset: tiny}}\nsteps: 1\n")
+        argv = ["train", "sft", "--config", str(config), f"--run.out_dir={tmp_path}"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1
+    if content is not None:
+        assert str(tmp_path / "rows.jsonl") in err
+
+
+def test_n_train_minus_one_means_every_row():
+    from seqrl.algos.common import TaskConfig
+    from seqrl.config import ConfigError, from_dict
+
+    assert from_dict(TaskConfig, {"n_train": -1}).n_train == -1
+    with pytest.raises(ConfigError, match="task.n_test must be >= 1, or -1"):
+        from_dict(TaskConfig, {"n_test": 0}, path="task")

@@ -83,18 +83,24 @@ class TaskConfig:
     kwargs: dict[str, Any] = field(default_factory=dict)
     """Keyword arguments of the task (e.g. digits: 3)."""
     n_train: int = 20000
-    """Training problems drawn from the train split."""
+    """Training problems drawn from the train split (-1: every row of a file task)."""
     n_test: int = 200
-    """Held-out problems drawn from the test split."""
+    """Held-out problems drawn from the test split (-1: every row of a file task)."""
     seed: int = 0
     """Seed of the problem draw (independent of the run seed)."""
 
     def __post_init__(self) -> None:
-        if self.n_train < 1 or self.n_test < 1:
-            raise ValueError(f"task.n_train and task.n_test must be >= 1 (got {self.n_train}, {self.n_test})")
+        for name in ("n_train", "n_test"):
+            if getattr(self, name) < 1 and getattr(self, name) != -1:
+                raise ValueError(f"task.{name} must be >= 1, or -1 for every row (got {getattr(self, name)})")
 
     def build(self) -> Task:
-        return get_task(self.name, **self.kwargs)
+        try:
+            return get_task(self.name, **self.kwargs)
+        except TypeError as e:  # a keyword the task does not take
+            if "argument" not in str(e):
+                raise
+            raise ConfigError(f"task.kwargs {self.kwargs}: {e} (task {self.name!r})") from e
 
 
 @dataclass
