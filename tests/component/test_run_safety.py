@@ -91,3 +91,16 @@ def test_plain_progress_lines_off_a_terminal():
     lines = stream.getvalue().splitlines()
     assert len(lines) == 2 and lines[0].startswith("sft r: 1/10 (10%)") and "loss=0.5" in lines[0]
     assert lines[1].startswith("sft r: 2/10 (20%)") and "loss=0.25" in lines[1]
+
+
+@pytest.mark.parametrize("algo,preset", [("sft", "arith_tiny"), ("grpo", "arith_tiny_dapo"), ("dt", "pendulum_medium_expert"),
+                                         ("odt", "pendulum_medium")])
+def test_an_unchanged_preset_resumes_without_a_reported_change(tmp_path, algo, preset):
+    from seqrl.algos.common import check_resume_changes
+    from seqrl.cli import _config_class, resolve_config
+    from seqrl.config import dump_yaml, load_config
+
+    cls, _ = _config_class(algo)
+    cfg = load_config(cls, resolve_config(preset, algo), [], root=algo)
+    dump_yaml(cfg, tmp_path / "config.yaml")
+    assert check_resume_changes(tmp_path / "config.yaml", cfg) == []

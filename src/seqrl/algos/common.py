@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import torch
+import yaml
 
 from seqrl.config import ConfigError, dump_yaml, to_dict
 from seqrl.data import get_task
@@ -200,12 +201,12 @@ def check_resume_changes(saved_file: Path, cfg: Any) -> list[str]:
     Changes to `RESUMABLE_CHANGES` are applied and printed; any other changed field raises a
     `ConfigError` naming it (start a new run for that). A run folder without config.yaml passes.
     """
-    import yaml
+    from seqrl.config import _Dumper, _yaml_load  # the same YAML schema config.yaml was written with
 
     if not saved_file.is_file():
         return []
-    saved = _flatten(yaml.safe_load(saved_file.read_text(encoding="utf-8")) or {})
-    now = _flatten(yaml.safe_load(yaml.safe_dump(to_dict(cfg))))
+    saved = _flatten(_yaml_load(saved_file.read_text(encoding="utf-8")) or {})
+    now = _flatten(_yaml_load(yaml.dump(to_dict(cfg), Dumper=_Dumper, sort_keys=False)))
     changed = sorted(k for k in saved.keys() | now.keys() if saved.get(k, "<absent>") != now.get(k, "<absent>"))
     refused = [k for k in changed if k not in RESUMABLE_CHANGES]
     if refused:
