@@ -18,10 +18,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import re
 import sys
+import time
 from pathlib import Path
 
-from seqrl.config import ConfigError, load_config
+from seqrl.config import ConfigError, load_config, parse_overrides
 
 ALGOS = ("sft", "grpo", "dt", "bc", "odt")
 PLANNED = ("ppo", "rm", "prm", "star", "vla")
@@ -45,6 +48,8 @@ def resolve_config(name: str | None, algo: str) -> Path | None:
     path = Path(name)
     if path.is_file():
         return path
+    if path.parts[:1] == ("configs",) and (configs_root().joinpath(*path.parts[1:])).is_file():
+        return configs_root().joinpath(*path.parts[1:])  # a repository path, used outside the repository
     for candidate in (configs_root() / f"{name}.yaml", configs_root() / algo / f"{name}.yaml"):
         if candidate.is_file():
             return candidate
@@ -71,13 +76,40 @@ def _config_class(algo: str):
     raise ConfigError(f"unknown algorithm {algo!r}; implemented: {', '.join(ALGOS)}")
 
 
+def producing_command(model_path: str) -> str | None:
+    """`seqrl train ALGO --config PRESET` whose run folder holds `model_path` (runs/<name>/checkpoint-N), if any."""
+    import yaml
+
+    parts = Path(model_path).parts
+    for preset in list_presets():
+        try:
+            data = yaml.safe_load((configs_root() / f"{preset}.yaml").read_text()) or {}
+        except (OSError, yaml.YAMLError):
+            continue
+        run = data.get("run") or {}
+        if run.get("name") and run["name"] in parts:
+            algo, name = preset.split("/", 1)
+            return f"seqrl train {algo} --config {name}"
+    return None
+
+
 def cmd_train(args: argparse.Namespace, overrides: list[str]) -> int:
     if args.algo in PLANNED:
         raise ConfigError(f"seqrl train {args.algo} is not implemented yet; implemented: {', '.join(ALGOS)}")
+    if args.algo not in ALGOS:
+        raise ConfigError(f"unknown algorithm {args.algo!r}; implemented: {', '.join(ALGOS)}")
+    config_path = resolve_config(args.config, args.algo)
+    parse_overrides(overrides)  # syntax errors before torch is imported (seconds)
     cls, train = _config_class(args.algo)
     if args.resume:
         overrides = [*overrides, "--run.resume=true"]
-    cfg = load_config(cls, resolve_config(args.config, args.algo), overrides, root=args.algo)
+    cfg = load_config(cls, config_path, overrides, root=args.algo)
+    model_path = getattr(getattr(cfg, "model", None), "path", None)
+    looks_local = bool(model_path) and (model_path.startswith((".", "/", "~")) or model_path.count("/") > 1)
+    if looks_local and not args.print_config and not Path(model_path).exists():  # not a hub id
+        producer = producing_command(model_path)
+        raise ConfigError(f"model.path {model_path!r}: not found" + (
+            f"; `{producer}` creates it (run it first, from this folder)" if producer else ""))
     if args.print_config:
         import yaml
 
@@ -85,6 +117,7 @@ def cmd_train(args: argparse.Namespace, overrides: list[str]) -> int:
 
         print(yaml.safe_dump(to_dict(cfg), sort_keys=False), end="")
         return 0
+    _quiet_hf()
     metrics = train(cfg)
     _print_table(f"{args.algo} {cfg.run.name}: final metrics", metrics)
     print(f"run folder: {cfg.run.dir}")
@@ -96,27 +129,94 @@ def cmd_eval(args: argparse.Namespace, overrides: list[str]) -> int:
         return cmd_eval_dt(overrides)
     if overrides:
         raise ConfigError(f"seqrl eval: unexpected arguments {overrides}")
+    _check_threads(args.threads)
+    try:
+        task_kwargs = json.loads(args.task_kwargs)
+    except json.JSONDecodeError as e:
+        raise ConfigError(f"--task-kwargs {args.task_kwargs!r}: not valid JSON: {e}") from e
+    if not isinstance(task_kwargs, dict):
+        raise ConfigError(f"--task-kwargs {args.task_kwargs!r}: expected a JSON object, e.g. '{{\"digits\": 3}}'")
     import torch
 
     from seqrl.data import get_task
     from seqrl.evaluation import evaluate, parse_metrics
     from seqrl.models.lm import ModelConfig, load_policy
 
+    _quiet_hf()
     torch.set_num_threads(args.threads)
     greedy, pass_k, maj_k = parse_metrics(args.metrics)
-    task = get_task(args.task, **json.loads(args.task_kwargs))
-    policy = load_policy(ModelConfig(path=args.checkpoint))
+    try:
+        task = get_task(args.task, **task_kwargs)
+    except TypeError as e:  # an argument the task does not take
+        raise ConfigError(f"--task-kwargs {args.task_kwargs!r}: {e}") from e
+    try:
+        policy = load_policy(ModelConfig(path=args.checkpoint))
+    except (ValueError, FileNotFoundError):
+        raise
+    except Exception as e:  # safetensors / torch raise their own types for cut-short or garbage files
+        raise ConfigError(f"checkpoint {args.checkpoint}: cannot load the model: {type(e).__name__}: "
+                          f"{str(e).splitlines()[0] if str(e) else ''}") from e
+    out = eval_output(args.out, args.checkpoint, f"{args.task}-{args.split}-{args.metrics}")
     problems = task.problems(args.split, args.n, args.seed)
     result = evaluate(policy, task, problems, greedy=greedy, pass_k=pass_k, maj_k=maj_k,
                       n_samples=args.samples, temperature=args.temperature,
                       max_new_tokens=args.max_new_tokens, seed=args.seed)
     _print_table(f"{args.checkpoint} on {args.task}/{args.split} ({len(problems)} problems)", result.metrics)
-    out = Path(args.out) if args.out else Path(args.checkpoint) / f"eval-{task.name}-{args.split}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"checkpoint": args.checkpoint, "task": args.task, "split": args.split,
-                               "metrics": result.metrics, "records": result.records}, indent=1))
+    out = _write_new(out, {"checkpoint": args.checkpoint, "task": args.task, "split": args.split,
+                           "metrics": result.metrics, "records": result.records})
     print(f"wrote {out}")
     return 0
+
+
+def _check_threads(threads: int) -> None:
+    if threads < 1:
+        raise ConfigError(f"--threads must be >= 1 (got {threads})")
+
+
+def _safe_name(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._@-]+", "_", text).strip("_") or "none"
+
+
+def eval_output(out: str | None, checkpoint: str, stem: str) -> Path:
+    """Where an evaluation's JSON goes, checked before the evaluation runs; never an existing file.
+
+    Default: ``<run folder>/evals/<checkpoint>-<stem>-<time>.json`` beside the checkpoints (so pruning a
+    checkpoint never deletes it; ``./evals/`` for a model that is not a local folder). ``--out DIR`` (an existing folder, or one ending in ``/``) puts the
+    same name there; ``--out FILE`` must not exist yet.
+    """
+    ckpt = Path(checkpoint)
+    name = f"{_safe_name(ckpt.name)}-{_safe_name(stem)}-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    if out is None:
+        folder = ckpt.resolve().parent / "evals" if ckpt.is_dir() else Path("evals")
+    elif Path(out).is_dir() or out.endswith(("/", os.sep)):
+        folder = Path(out)
+    else:
+        path = Path(out)
+        if path.exists():
+            raise ConfigError(f"--out {out}: already exists; evaluation results are never overwritten "
+                              "(give a new file name or a folder)")
+        folder, name = path.parent, path.name
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ConfigError(f"--out {out or folder}: cannot create the folder: {e}") from e
+    if not os.access(folder, os.W_OK):
+        raise ConfigError(f"--out {out or folder}: folder {folder} is not writable")
+    return folder / name
+
+
+def _write_new(path: Path, payload: dict) -> Path:
+    """Write JSON to `path`, or to `<stem>-2.json`, `-3`, … when it appeared meanwhile; never overwrite."""
+    text = json.dumps(payload, indent=1)
+    for i in range(1, 1000):
+        target = path if i == 1 else path.with_name(f"{path.stem}-{i}{path.suffix}")
+        try:
+            with open(target, "x", encoding="utf-8") as f:
+                f.write(text)
+            return target
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"{path}: too many evaluations with this name")
 
 
 def cmd_eval_dt(argv: list[str]) -> int:
@@ -129,8 +229,10 @@ def cmd_eval_dt(argv: list[str]) -> int:
     p.add_argument("--max-steps", type=int, default=0, help="cap on episode length (0: the environment's limit)")
     p.add_argument("--env", help="evaluate in this gymnasium id instead of the dataset's")
     p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--out", help="JSON output (default: <checkpoint>/eval-dt.json)")
+    p.add_argument("--out", help="JSON output: a new file, or a folder (default: <run folder>/evals/, "
+                   "one new file per evaluation, never overwritten)")
     args = p.parse_args(argv)
+    _check_threads(args.threads)
     import torch
 
     from seqrl.envs.evaluate import run_evaluation
@@ -143,6 +245,7 @@ def cmd_eval_dt(argv: list[str]) -> int:
         policy, info = load_policy_checkpoint(args.checkpoint)
     except CheckpointError as e:
         raise ValueError(f"--checkpoint: {e}") from e
+    out = eval_output(args.out, args.checkpoint, f"dt-{args.target_returns or 'default'}-{args.episodes}ep")
     try:
         targets = ([float(t) for t in args.target_returns.split(",") if t.strip()] if args.target_returns
                    else list(info["target_returns"]))
@@ -153,10 +256,8 @@ def cmd_eval_dt(argv: list[str]) -> int:
         warn_far_targets(targets, [r["min"], r["max"]], "--target-returns")
     metrics, result = run_evaluation(policy, info, targets, args.episodes, args.seed, args.max_steps, env=args.env)
     _print_table(f"{args.checkpoint} ({info['method']}, {info['dataset']}, {args.episodes} episodes)", metrics)
-    out = Path(args.out) if args.out else Path(args.checkpoint) / "eval-dt.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"checkpoint": args.checkpoint, "metrics": metrics, "targets": result.targets,
-                               "returns": result.returns.tolist(), "lengths": result.lengths.tolist()}, indent=1))
+    out = _write_new(out, {"checkpoint": args.checkpoint, "metrics": metrics, "targets": result.targets,
+                           "returns": result.returns.tolist(), "lengths": result.lengths.tolist()})
     print(f"wrote {out}")
     return 0
 
@@ -167,13 +268,23 @@ def cmd_configs(args: argparse.Namespace, overrides: list[str]) -> int:
         return 0
     if not args.name:
         raise ConfigError("seqrl configs show NAME: give a preset name (see `seqrl configs ls`)")
-    algo = args.name.split("/")[0]
-    print(resolve_config(args.name, algo).read_text(), end="")
+    found = sorted(configs_root().glob(f"*/{args.name}.yaml")) if "/" not in args.name else []
+    if len(found) > 1:
+        raise ConfigError(f"seqrl configs show {args.name}: ambiguous; one of "
+                          + ", ".join(str(p.relative_to(configs_root()).with_suffix("")) for p in found))
+    path = found[0] if found else resolve_config(args.name, args.name.split("/")[0])
+    print(path.read_text(), end="")
     return 0
 
 
 def cmd_demo(args: argparse.Namespace, overrides: list[str]) -> int:
+    for arg in overrides:
+        if not arg.startswith(("--sft.", "--grpo.")):
+            raise ConfigError(f"seqrl demo: unknown option {arg.split('=')[0]!r} (options: --out, --quick; "
+                              "overrides must start with sft. or grpo., e.g. --sft.steps=100)")
     from seqrl.demo import run_demo
+
+    _quiet_hf()
 
     run_demo(Path(args.out), quick=args.quick, overrides=overrides)
     return 0
@@ -249,10 +360,16 @@ def cmd_sandbox(args: argparse.Namespace, overrides: list[str]) -> int:
     if sum(x is not None for x in (args.tests, args.io, args.stdio)) != 1:
         raise ValueError("seqrl sandbox run: give exactly one of --tests TESTS.py, --io CASES.json or "
                          "--stdio CASES.json")
+    for flag, value in (("--timeout", args.timeout), ("--case-timeout", args.case_timeout),
+                        ("--memory", args.memory), ("--tree-memory", args.tree_memory)):
+        if value is not None and not value > 0:
+            raise ConfigError(f"seqrl sandbox run: {flag} must be > 0 (got {value})")
     if args.io is not None and not args.entry_point:
         raise ValueError(f"seqrl sandbox run: --io {args.io} needs --entry-point NAME (the function to call)")
     solution = _read_cli_file(args.solution, "solution")
     tests = _read_cli_file(args.tests, "--tests") if args.tests is not None else None
+    if tests is not None and not tests.strip():
+        raise ConfigError(f"--tests {args.tests}: the file is empty (no tests to run)")
     io_cases = _read_cli_json(args.io, "--io") if args.io is not None else None
     if io_cases is not None and not isinstance(io_cases, list):
         raise ValueError(f"--io {args.io}: expected a JSON list of [[args...], expected] cases")
@@ -300,6 +417,15 @@ def cmd_data(args: argparse.Namespace, overrides: list[str]) -> int:
     return 0
 
 
+def format_value(value: object) -> str:
+    """Counts in full with thousands separators (866,700, not 8.667e+05); other floats to 4 digits."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return str(value)
+    if isinstance(value, int) or (value.is_integer() and abs(value) >= 1000):
+        return f"{int(value):,}"
+    return f"{value:.4g}"
+
+
 def _print_table(title: str, metrics: dict[str, float]) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -308,12 +434,15 @@ def _print_table(title: str, metrics: dict[str, float]) -> None:
     table.add_column("metric")
     table.add_column("value", justify="right")
     for key, value in metrics.items():
-        table.add_row(key, f"{value:.4g}" if isinstance(value, float) else str(value))
+        table.add_row(key, format_value(value))
     Console().print(table)
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="seqrl", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    from seqrl import __version__
+
+    parser.add_argument("--version", action="version", version=f"seqrl {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     train = sub.add_parser("train", help="train a policy; extra --key.sub=value arguments override the config")
@@ -336,7 +465,8 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--max-new-tokens", type=int, default=64)
     ev.add_argument("--seed", type=int, default=0)
     ev.add_argument("--threads", type=int, default=1)
-    ev.add_argument("--out", help="JSON output (default: <checkpoint>/eval-<task>-<split>.json)")
+    ev.add_argument("--out", help="JSON output: a new file, or a folder (default: <run folder>/evals/, "
+                    "one new file per evaluation, never overwritten)")
     ev.set_defaults(func=cmd_eval)
 
     cfg = sub.add_parser("configs", help="list or show config presets")
@@ -395,19 +525,41 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--out", default="runs/demo",
                       help="a new or empty folder, or an earlier demo's (replaced); any other non-empty "
                            "folder is refused, never emptied (default: runs/demo)")
-    demo.add_argument("--quick", action="store_true", help="a smaller run (a couple of minutes)")
+    demo.add_argument("--quick", action="store_true", help="a pipeline check: every stage runs, but too briefly to learn the task")
     demo.set_defaults(func=cmd_demo)
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
+USER_ERRORS = ("ConfigError", "CheckpointError", "DatasetError", "DatasetFormatError", "EnvError", "NonFiniteError",
+               "CountdownParseError")
+"""Exception classes that describe bad input (or a diverged run), reported as one line."""
+
+
+def _is_user_error(e: BaseException) -> bool:
+    """Bad input → one line; a ValueError raised inside a training loop (marked by its progress bar)
+    is a bug and keeps its traceback."""
+    if isinstance(e, FileNotFoundError) or any(c.__name__ in USER_ERRORS for c in type(e).__mro__):
+        return True
+    return isinstance(e, ValueError) and not getattr(e, "raised_in_loop", False)
+
+
+def _quiet_hf() -> None:
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()
-    args, extra = build_parser().parse_known_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:2] == ["eval", "dt"]:  # its own options and --help
+        args, extra = argparse.Namespace(func=lambda a, rest: cmd_eval_dt(rest)), argv[2:]
+    else:
+        args, extra = build_parser().parse_known_args(argv)
     try:
         return args.func(args, extra)
-    except (ConfigError, ValueError, FileNotFoundError) as e:
+    except (ValueError, FileNotFoundError, RuntimeError) as e:
+        if not _is_user_error(e):
+            raise
         print(f"seqrl: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

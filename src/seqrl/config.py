@@ -284,6 +284,13 @@ def _plain(value: Any) -> Any:
     return value
 
 
+def user_file_mode() -> int:
+    """The mode a plain ``open()`` would give a new file under the user's umask (``mkstemp`` gives 0600)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return 0o666 & ~mask
+
+
 def dump_yaml(cfg: Any, path: str | os.PathLike) -> Path:
     """Write the resolved config `cfg` as YAML to `path` atomically (temp file + ``os.replace``)."""
     path = Path(path)
@@ -291,6 +298,7 @@ def dump_yaml(cfg: Any, path: str | os.PathLike) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        os.fchmod(fd, user_file_mode())
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
             f.flush()

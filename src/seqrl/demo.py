@@ -27,8 +27,11 @@ from seqrl.utils.plots import plot_bars
 from seqrl.utils.seeding import seed_everything
 
 EVAL_K = 4
+MARKER = ".seqrl-demo"  # written into every folder the demo creates; only such folders are ever replaced
 TASK = TaskConfig(name="arith", kwargs={"digits": 2}, n_train=4000, n_test=200)
 MAX_NEW = 48
+QUICK_NOTE = ("\n\n`--quick` checks the pipeline only: its stages are too short to learn the task; "
+              "run `seqrl demo` to see SFT and GRPO at work.")
 
 
 def demo_configs(out: Path, quick: bool) -> tuple[sft.SFTConfig, grpo.GRPOConfig]:
@@ -65,10 +68,6 @@ def _evaluate(policy, task_cfg: TaskConfig, seed: int) -> dict[str, float]:
     problems = task.problems("test", task_cfg.n_test, task_cfg.seed)
     return evaluate(policy, task, problems, pass_k=[1, EVAL_K], maj_k=[EVAL_K], n_samples=EVAL_K,
                     max_new_tokens=MAX_NEW, seed=seed).metrics
-
-
-MARKER = ".seqrl-demo"
-"""The file that marks a folder as the demo's own: only such a folder is ever emptied."""
 
 
 def prepare_demo_dir(out: Path) -> None:
@@ -128,7 +127,7 @@ Task: `{sft_cfg.task.name}` {sft_cfg.task.kwargs}, {sft_cfg.task.n_test} held-ou
 Model: `{sft_cfg.model.preset}` preset, {params:,} parameters, trained from scratch on this CPU.
 Pipeline: SFT {sft_cfg.steps} steps × {sft_cfg.batch_size} → GRPO {grpo_cfg.steps} steps × {grpo_cfg.batch_size}
 completions (G = {grpo_cfg.group_size}, lr {grpo_cfg.optim.lr:g}, reward = the task's verifier).
-Run time: {elapsed:.0f} s. Reproduce: `seqrl demo{' --quick' if quick else ''}`.
+Run time: {elapsed:.0f} s. Reproduce: `seqrl demo{' --quick' if quick else ''}`.{QUICK_NOTE if quick else ''}
 
 | metric | {header} |
 |---|{'---|' * len(stages)}

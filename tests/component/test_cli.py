@@ -61,3 +61,169 @@ def test_eval_writes_json_with_all_metrics(tmp_path, capsys):
     assert set(data["metrics"]) >= {"eval/accuracy", "eval/pass@2", "eval/maj@2"}
     assert len(data["records"]) == 4 and "greedy" in data["records"][0]
     assert "eval/accuracy" in capsys.readouterr().out
+
+
+def test_eval_results_sit_beside_the_checkpoints_one_file_per_evaluation(tmp_path, capsys):
+    torch.manual_seed(0)
+    ckpt = tmp_path / "run" / "checkpoint-1"
+    load_policy(ModelConfig(preset="tiny", max_seq_len=64)).save(ckpt)
+    argv = ["eval", str(ckpt), "--task", "arith", "--n", "2", "--max-new-tokens", "4"]
+    assert main(argv) == 0
+    assert main([*argv, "--metrics", "greedy"]) == 0  # same name within the second: a new file, not overwritten
+    written = sorted((tmp_path / "run" / "evals").glob("checkpoint-1-arith-test-greedy-*.json"))
+    assert len(written) == 2
+    assert not any("eval" in p.name for p in ckpt.iterdir())  # checkpoint pruning cannot reach them
+    folder = tmp_path / "results"
+    folder.mkdir()
+    assert main([*argv, "--out", str(folder)]) == 0  # an existing folder: a new file inside it
+    assert len(list(folder.glob("*.json"))) == 1
+
+
+def test_eval_refuses_an_existing_out_file_before_evaluating(tmp_path, capsys):
+    torch.manual_seed(0)
+    load_policy(ModelConfig(preset="tiny", max_seq_len=64)).save(tmp_path / "m")
+    old = tmp_path / "old.json"
+    old.write_text('{"metrics": {"eval/accuracy": 0.5}}')
+    assert main(["eval", str(tmp_path / "m"), "--task", "arith", "--n", "2", "--out", str(old)]) == 2
+    captured = capsys.readouterr()
+    assert "already exists" in captured.err and "eval/accuracy" not in captured.out  # refused before the work
+    assert old.read_text() == '{"metrics": {"eval/accuracy": 0.5}}'
+
+
+@pytest.mark.parametrize(
+    "extra,message",
+    [
+        (["--task-kwargs", "{digits: 3}"], "--task-kwargs '{digits: 3}': not valid JSON"),
+        (["--task-kwargs", '{"digit": 3}'], "--task-kwargs"),
+        (["--threads", "0"], "--threads must be >= 1"),
+    ],
+)
+def test_eval_bad_arguments_are_one_line_errors(tmp_path, capsys, extra, message):
+    assert main(["eval", str(tmp_path), "--task", "arith", *extra]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1
+
+
+def test_eval_of_a_cut_short_checkpoint_is_a_one_line_error(tmp_path, capsys):
+    torch.manual_seed(0)
+    load_policy(ModelConfig(preset="tiny", max_seq_len=64)).save(tmp_path / "m")
+    weights = tmp_path / "m" / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:200])
+    assert main(["eval", str(tmp_path / "m"), "--task", "arith", "--n", "2"]) == 2
+    err = capsys.readouterr().err
+    assert f"checkpoint {tmp_path / 'm'}: cannot load the model" in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize(
+    "extra,message",
+    [
+        (["--memory", "0"], "--memory must be > 0"),
+        (["--memory", "-5"], "--memory must be > 0"),
+        (["--timeout", "0"], "--timeout must be > 0"),
+        (["--tree-memory", "-1"], "--tree-memory must be > 0"),
+    ],
+)
+def test_sandbox_run_bad_limits_are_one_line_errors(tmp_path, capsys, extra, message):
+    (tmp_path / "s.py").write_text("def f():\n    return 1\n")
+    (tmp_path / "t.py").write_text("assert f() == 1\n")
+    assert main(["sandbox", "run", str(tmp_path / "s.py"), "--tests", str(tmp_path / "t.py"), *extra]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1
+
+
+def test_sandbox_run_with_an_empty_tests_file_says_there_are_no_tests(tmp_path, capsys):
+    (tmp_path / "s.py").write_text("def f():\n    return 1\n")
+    (tmp_path / "t.py").write_text("\n")
+    assert main(["sandbox", "run", str(tmp_path / "s.py"), "--tests", str(tmp_path / "t.py")]) == 2
+    assert "the file is empty (no tests to run)" in capsys.readouterr().err
+
+
+def test_small_cli_conveniences(capsys, tmp_path):
+    from seqrl import __version__
+    from seqrl.cli import format_value
+
+    with pytest.raises(SystemExit):
+        main(["--version"])
+    assert __version__ in capsys.readouterr().out
+    assert main(["configs", "show", "arith_tiny"]) == 0
+    assert "preset: tiny" in capsys.readouterr().out
+    assert main(["demo", "--out", str(tmp_path / "d"), "--quik"]) == 2
+    assert "unknown option '--quik'" in capsys.readouterr().err
+    assert not (tmp_path / "d").exists()
+    assert format_value(866700.0) == "866,700" and format_value(0.25) == "0.25" and format_value(12) == "12"
+    with pytest.raises(SystemExit):
+        main(["eval", "dt", "--help"])
+    out = capsys.readouterr().out
+    assert "--target-returns" in out and "--task-kwargs" not in out
+
+
+def test_run_files_follow_the_umask(tmp_path):
+    import os
+
+    from seqrl.algos.sft import SFTConfig
+    from seqrl.config import dump_yaml
+    from seqrl.utils.metrics import MetricsLogger
+
+    old = os.umask(0o022)
+    try:
+        dump_yaml(SFTConfig(), tmp_path / "config.yaml")
+        (tmp_path / "metrics.jsonl").write_text('{"step": 1, "a": 1.0}\n')
+        MetricsLogger(tmp_path / "metrics.jsonl", resume_step=1).close()
+    finally:
+        os.umask(old)
+    assert (tmp_path / "config.yaml").stat().st_mode & 0o777 == 0o644
+    assert (tmp_path / "metrics.jsonl").stat().st_mode & 0o777 == 0o644
+
+
+def test_grpo_without_its_sft_checkpoint_names_the_command_that_creates_it(tmp_path, capsys, monkeypatch):
+    from seqrl.cli import configs_root
+
+    root = configs_root().resolve()
+    monkeypatch.chdir(tmp_path)  # outside the repository: repository paths of presets still resolve
+    monkeypatch.setattr("seqrl.cli.configs_root", lambda: root)
+    assert main(["train", "grpo", "--config", "configs/grpo/arith_tiny_grpo.yaml"]) == 2
+    err = capsys.readouterr().err
+    assert "`seqrl train sft --config arith_tiny_short` creates it" in err and err.count("\n") == 1
+
+
+def test_override_syntax_errors_come_before_torch_is_imported(capsys):
+    import subprocess
+    import sys
+
+    code = ("import sys; from seqrl.cli import main; rc = main(['train', 'sft', '--config', 'arith_tiny', 'oops']); "
+            "print(rc, 'torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["2", "False"]
+
+
+@pytest.mark.parametrize(
+    "content,extra,message",
+    [
+        (b"\xff\xfe{}\n", [], "not UTF-8 text"),
+        (b"", [], "the file is empty (no rows)"),
+        (None, ["--task.kwargs.digit=3"], "task.kwargs"),
+        (None, ["--run.threads=0"], "run.threads must be >= 1"),
+    ],
+)
+def test_train_bad_input_is_one_line_naming_the_field_or_file(tmp_path, capsys, content, extra, message):
+    argv = ["train", "sft", "--config", "arith_tiny", f"--run.out_dir={tmp_path}", "--steps=1", *extra]
+    if content is not None:
+        data = tmp_path / "rows.jsonl"
+        data.write_bytes(content)
+        config = tmp_path / "c.yaml"
+        config.write_text(f"task: {{name: 'jsonl:{data}'}}\nmodel: {{preset: tiny}}\nsteps: 1\n")
+        argv = ["train", "sft", "--config", str(config), f"--run.out_dir={tmp_path}"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1
+    if content is not None:
+        assert str(tmp_path / "rows.jsonl") in err
+
+
+def test_n_train_minus_one_means_every_row():
+    from seqrl.algos.common import TaskConfig
+    from seqrl.config import ConfigError, from_dict
+
+    assert from_dict(TaskConfig, {"n_train": -1}).n_train == -1
+    with pytest.raises(ConfigError, match="task.n_test must be >= 1, or -1"):
+        from_dict(TaskConfig, {"n_test": 0}, path="task")

@@ -11,6 +11,7 @@ def test_demo_runs_every_stage_and_writes_the_report(tmp_path, capsys):
     assert code == 0
     report = (out / "report.md").read_text()
     assert "| metric | untrained | after SFT | after GRPO |" in report
+    assert "checks the pipeline only" in report  # --quick says what it is for
     for name in ("stages.png", "sft/plots/sft.png", "grpo/plots/grpo.png", "sft/config.yaml", "grpo/metrics.jsonl"):
         assert (out / name).is_file(), name
 
@@ -59,3 +60,11 @@ def test_demo_replaces_only_its_own_folder(tmp_path):
     with pytest.raises(ConfigError, match="not a folder"):
         prepare_demo_dir(f)
     assert f.read_text() == "keep"
+
+
+def test_demo_help_says_it_never_empties_a_foreign_folder(capsys):
+    import pytest
+
+    with pytest.raises(SystemExit):
+        main(["demo", "--help"])
+    assert "never emptied" in " ".join(capsys.readouterr().out.split())

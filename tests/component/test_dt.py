@@ -585,7 +585,8 @@ def test_cli_train_dt_and_bc_then_eval_dt(tmp_path, capsys):
     ckpt = tmp_path / runs[1] / "checkpoint-4"
     capsys.readouterr()
     assert main(["eval", "dt", "--checkpoint", str(ckpt), "--target-returns=8,-8", "--episodes", "2"]) == 0
-    out = json.loads((ckpt / "eval-dt.json").read_text())
+    (written,) = (ckpt.parent / "evals").glob("checkpoint-*-dt-*.json")  # beside the checkpoints, not in one
+    out = json.loads(written.read_text())
     assert set(out["metrics"]) >= {"eval/return/8", "eval/return/-8", "eval/normalized/8"}
     assert np.array(out["returns"]).shape == (2, 2)
     assert main(["eval", "dt", "--checkpoint", str(tmp_path / "nowhere")]) == 2

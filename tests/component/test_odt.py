@@ -312,7 +312,8 @@ def test_cli_train_odt_then_eval_dt_on_its_checkpoint(tmp_path, capsys, drift):
     assert (ckpt / "replay_buffer.safetensors").is_file()
     capsys.readouterr()
     assert main(["eval", "dt", "--checkpoint", str(ckpt), "--target-returns=6,-6", "--episodes", "2"]) == 0
-    out = json.loads((ckpt / "eval-dt.json").read_text())
+    (written,) = (ckpt.parent / "evals").glob("checkpoint-*-dt-*.json")  # beside the checkpoints, not in one
+    out = json.loads(written.read_text())
     assert set(out["metrics"]) >= {"eval/return/6", "eval/return/-6", "eval/normalized/6"}
     assert main([*args, "--online.buffer_size=0"]) == 2
     assert "online.buffer_size must be >= 1" in capsys.readouterr().err

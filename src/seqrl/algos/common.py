@@ -7,18 +7,29 @@ from __future__ import annotations
 
 import math
 import os
+import sys
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
 
 import torch
+import yaml
 
-from seqrl.config import dump_yaml
+from seqrl.config import ConfigError, dump_yaml, to_dict
 from seqrl.data import get_task
 from seqrl.types import Task
 from seqrl.utils import dist
-from seqrl.utils.checkpoint import clean_stale_tmp, latest_checkpoint
+from seqrl.utils.checkpoint import CheckpointError, clean_stale_tmp, latest_checkpoint, list_checkpoints
+
+RESUMABLE_CHANGES = ("steps", "eval.every", "run.log_every", "run.save_every", "run.keep_last", "run.progress",
+                     "run.threads", "run.resume", "run.on_nonfinite", "online.iterations")
+"""Fields a resumed run may change from its saved config.yaml (length, intervals, display); any
+other change is refused, so the run folder's config always says what was trained."""
+
+
+class NonFiniteError(ValueError):
+    """A training loss or gradient norm became NaN or infinite (run.on_nonfinite: stop)."""
 
 
 @dataclass
@@ -50,6 +61,8 @@ class RunConfig:
     """Steps between metric records."""
     progress: bool = True
     """Show a progress bar."""
+    on_nonfinite: Literal["stop", "warn"] = "stop"
+    """A non-finite loss or gradient norm: stop the run naming the step, or warn and go on."""
 
     def __post_init__(self) -> None:
         for name in ("threads", "keep_last", "log_every"):
@@ -57,6 +70,8 @@ class RunConfig:
                 raise ValueError(f"run.{name} must be >= 1 (got {getattr(self, name)})")
         if self.save_every < 0:
             raise ValueError(f"run.save_every must be >= 0 (got {self.save_every})")
+        if self.on_nonfinite not in ("stop", "warn"):
+            raise ValueError(f"run.on_nonfinite must be 'stop' or 'warn' (got {self.on_nonfinite!r})")
         if not self.name or "/" in self.name:
             raise ValueError(f"run.name must be a non-empty folder name (got {self.name!r})")
         dist.resolve_device(self.device)  # a malformed spec or CUDA without CUDA fails at config time
@@ -94,18 +109,24 @@ class TaskConfig:
     kwargs: dict[str, Any] = field(default_factory=dict)
     """Keyword arguments of the task (e.g. digits: 3)."""
     n_train: int = 20000
-    """Training problems drawn from the train split."""
+    """Training problems drawn from the train split (-1: every row of a file task)."""
     n_test: int = 200
-    """Held-out problems drawn from the test split."""
+    """Held-out problems drawn from the test split (-1: every row of a file task)."""
     seed: int = 0
     """Seed of the problem draw (independent of the run seed)."""
 
     def __post_init__(self) -> None:
-        if self.n_train < 1 or self.n_test < 1:
-            raise ValueError(f"task.n_train and task.n_test must be >= 1 (got {self.n_train}, {self.n_test})")
+        for name in ("n_train", "n_test"):
+            if getattr(self, name) < 1 and getattr(self, name) != -1:
+                raise ValueError(f"task.{name} must be >= 1, or -1 for every row (got {getattr(self, name)})")
 
     def build(self) -> Task:
-        return get_task(self.name, **self.kwargs)
+        try:
+            return get_task(self.name, **self.kwargs)
+        except TypeError as e:  # a keyword the task does not take
+            if "argument" not in str(e):
+                raise
+            raise ConfigError(f"task.kwargs {self.kwargs}: {e} (task {self.name!r})") from e
 
 
 @dataclass
@@ -184,8 +205,78 @@ def prepare_run_dir(run: RunConfig, cfg: Any) -> Path | None:
             f"{run.dir} already holds {last.name}; resume with --resume (run.resume=true) "
             f"or choose another --run.name"
         )
+    if run.resume:
+        check_resume_changes(run.dir / "config.yaml", cfg)
     dump_yaml(cfg, run.dir / "config.yaml")
     return last if run.resume else None
+
+
+def _flatten(data: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(data, dict):
+        out: dict[str, Any] = {}
+        for key, value in data.items():
+            out.update(_flatten(value, f"{prefix}{key}."))
+        return out or {prefix[:-1]: {}}
+    return {prefix[:-1]: data}
+
+
+def check_resume_changes(saved_file: Path, cfg: Any) -> list[str]:
+    """Compare a resumed run's config with the one it was trained with; return the applied changes.
+
+    Changes to `RESUMABLE_CHANGES` are applied and printed; any other changed field raises a
+    `ConfigError` naming it (start a new run for that). A run folder without config.yaml passes.
+    """
+    from seqrl.config import _Dumper, _yaml_load  # the same YAML schema config.yaml was written with
+
+    if not saved_file.is_file():
+        return []
+    saved = _flatten(_yaml_load(saved_file.read_text(encoding="utf-8")) or {})
+    now = _flatten(_yaml_load(yaml.dump(to_dict(cfg), Dumper=_Dumper, sort_keys=False)))
+    changed = sorted(k for k in saved.keys() | now.keys() if saved.get(k, "<absent>") != now.get(k, "<absent>"))
+    refused = [k for k in changed if k not in RESUMABLE_CHANGES]
+    if refused:
+        key = refused[0]
+        raise ConfigError(f"{key}: cannot change on --resume ({saved.get(key, '<absent>')!r} in {saved_file}, "
+                          f"now {now.get(key, '<absent>')!r}); a resumed run keeps its config except "
+                          f"{', '.join(c for c in RESUMABLE_CHANGES if c != 'run.resume')}; start a new run "
+                          f"(another --run.name) to change it")
+    applied = [f"{k}: {saved.get(k)!r} -> {now.get(k)!r}" for k in changed if k != "run.resume"]
+    if applied:
+        print(f"resume: applying changed {'; '.join(applied)}")
+    return applied
+
+
+def load_resume_checkpoint(run_dir: Path, load: Any) -> tuple[Path, Any]:
+    """Call ``load(path)`` on the newest checkpoint of `run_dir` that loads; return (path, its result).
+
+    A checkpoint that fails with `CheckpointError` (cut-short weights, garbage optimizer state) is
+    skipped with a line saying which and why, and the next older one is tried; none → `CheckpointError`.
+    """
+    errors = []
+    for _, path in reversed(list_checkpoints(run_dir)):
+        try:
+            result = load(path)
+        except CheckpointError as e:
+            print(f"resume: skipping {path.name}: {e}")
+            errors.append(f"{path.name}: {e}")
+            continue
+        if errors:
+            print(f"resume: fell back to {path.name}")
+        return path, result
+    raise CheckpointError(f"{run_dir}: no checkpoint could be loaded ({'; '.join(errors) or 'none found'})")
+
+
+def check_finite(step: int, on_nonfinite: str, **values: float) -> bool:
+    """True when every value is finite; else raise `NonFiniteError` naming the step (or warn)."""
+    bad = {k: v for k, v in values.items() if not math.isfinite(float(v))}
+    if not bad:
+        return True
+    what = ", ".join(f"{k} = {v}" for k, v in bad.items())
+    message = (f"step {step}: non-finite {what} (diverged; lower optim.lr, or run.on_nonfinite=warn to continue)")
+    if on_nonfinite == "stop":
+        raise NonFiniteError(message)
+    print(f"WARNING: {message}", file=sys.stderr)
+    return False
 
 
 def set_threads(n: int) -> None:

@@ -31,7 +31,15 @@ from typing import Literal
 import numpy as np
 import torch
 
-from seqrl.algos.common import OptimConfig, RunConfig, make_optimizer, prepare_run_dir, set_threads
+from seqrl.algos.common import (
+    OptimConfig,
+    RunConfig,
+    check_finite,
+    load_resume_checkpoint,
+    make_optimizer,
+    prepare_run_dir,
+    set_threads,
+)
 from seqrl.core.losses import action_loss
 from seqrl.data.minari_data import DataConfig, load_dataset
 from seqrl.data.offline import OfflineDataset, Trajectories
@@ -174,7 +182,8 @@ def train(cfg: DTConfig, dataset: OfflineDataset | None = None, env=None) -> dic
 
     start = 0
     if resume_from is not None:
-        start = load_checkpoint(resume_from, policy, optimizer, scheduler)["step"]
+        resume_from, state = load_resume_checkpoint(run_dir, lambda p: load_checkpoint(p, policy, optimizer, scheduler))
+        start = state["step"]
         if main:
             print(f"resumed from {resume_from} at step {start}")
     logger = MetricsLogger(run_dir / "metrics.jsonl", resume_step=start if resume_from else None) if main else None
@@ -227,6 +236,7 @@ def train(cfg: DTConfig, dataset: OfflineDataset | None = None, env=None) -> dic
                 else:
                     loss.backward()
                 grad_norm = torch.nn.utils.clip_grad_norm_(policy.parameters(), clip)
+                check_finite(step + 1, cfg.run.on_nonfinite, loss=loss.item(), grad_norm=grad_norm)
                 lr = scheduler.get_last_lr()[0]
                 optimizer.step()
                 scheduler.step()

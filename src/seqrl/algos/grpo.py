@@ -41,6 +41,8 @@ from seqrl.algos.common import (
     OptimConfig,
     RunConfig,
     TaskConfig,
+    check_finite,
+    load_resume_checkpoint,
     make_optimizer,
     prepare_run_dir,
     set_threads,
@@ -589,7 +591,13 @@ def train(cfg: GRPOConfig) -> dict[str, float]:
     trainer = GRPOTrainer(cfg, policy, task, problems)
     start = 0
     if resume_from is not None:
-        state = load_checkpoint(resume_from, policy.model, trainer.optimizer, trainer.scheduler)
+        def load(path):
+            return load_checkpoint(path, policy.model, trainer.optimizer, trainer.scheduler)
+
+        if dist.world_size() == 1:  # one process: fall back past a corrupted newest checkpoint
+            resume_from, state = load_resume_checkpoint(run_dir, load)
+        else:  # every process must load the same one
+            state = load(resume_from)
         start, cursors = state["step"], state["prompt_cursor"]
         cursors = cursors if isinstance(cursors, list) else [cursors]
         if len(cursors) != dist.world_size():
@@ -632,6 +640,8 @@ def train(cfg: GRPOConfig) -> dict[str, float]:
                 batch = trainer.collect(step)
                 metrics = _reduce_metrics(dist.all_gather_objects({**batch.metrics, **trainer.train_step(batch)}))
                 done = step + 1
+                check_finite(done, cfg.run.on_nonfinite, loss=metrics.get("loss/policy", 0.0),
+                             grad_norm=metrics.get("stats/grad_norm", 0.0))
                 metrics["perf/tokens_per_s"] = metrics["perf/gen_tokens"] / (metrics["perf/gen_s"] + metrics["perf/train_s"])
                 if cfg.loss.ref_sync_every and done % cfg.loss.ref_sync_every == 0:
                     trainer.sync_reference()

@@ -47,7 +47,15 @@ import numpy as np
 import safetensors.torch
 import torch
 
-from seqrl.algos.common import OptimConfig, RunConfig, make_optimizer, prepare_run_dir, set_threads
+from seqrl.algos.common import (
+    OptimConfig,
+    RunConfig,
+    check_finite,
+    load_resume_checkpoint,
+    make_optimizer,
+    prepare_run_dir,
+    set_threads,
+)
 from seqrl.core.odt import (
     odt_policy_loss,
     squashed_gaussian_entropy,
@@ -451,12 +459,15 @@ def train(cfg: ODTConfig, dataset: OfflineDataset | None = None, env=None) -> di
 
     start, iteration, offline_eval = 0, 0, {}
     if resume_from is not None:
-        state = load_checkpoint(resume_from, policy, optimizers, scheduler)
+        def load(path):
+            state = load_checkpoint(path, policy, optimizers, scheduler)
+            return state, (ReplayBuffer.load(path) if state["phase"] == "online" else None)
+
+        resume_from, (state, saved_buffer) = load_resume_checkpoint(run_dir, load)
         start, iteration, offline_eval = state["step"], state["online_iteration"], state["offline_eval"]
         with torch.no_grad():
             log_temperature.copy_(torch.tensor(state["log_temperature"], dtype=torch.float32))
-        if state["phase"] == "online":
-            buffer = ReplayBuffer.load(resume_from)
+        buffer = saved_buffer if saved_buffer is not None else buffer
         if main:
             print(f"resumed from {resume_from} at step {start} (online iteration {iteration})")
     logger = (MetricsLogger(run_dir / "metrics.jsonl", resume_step=start if resume_from else None) if main
@@ -507,6 +518,7 @@ def train(cfg: ODTConfig, dataset: OfflineDataset | None = None, env=None) -> di
             dist.all_reduce_sum(log_temperature.grad)
             out = {k: dist.all_reduce_sum(v.detach().reshape(1) * share)[0] for k, v in out.items()}
         grad_norm = torch.nn.utils.clip_grad_norm_(policy.parameters(), clip)
+        check_finite(step + 1, cfg.run.on_nonfinite, loss=out["loss"].item(), grad_norm=grad_norm)
         lr = scheduler.get_last_lr()[0]
         optimizers.policy.step()
         optimizers.temperature.step()

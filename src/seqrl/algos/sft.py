@@ -18,6 +18,8 @@ from seqrl.algos.common import (
     RunConfig,
     TaskConfig,
     batch_indices,
+    check_finite,
+    load_resume_checkpoint,
     make_optimizer,
     prepare_run_dir,
     set_threads,
@@ -138,7 +140,8 @@ def train(cfg: SFTConfig) -> dict[str, float]:
 
     start = 0
     if resume_from is not None:
-        start = load_checkpoint(resume_from, model, optimizer, scheduler)["step"]
+        resume_from, state = load_resume_checkpoint(run_dir, lambda p: load_checkpoint(p, model, optimizer, scheduler))
+        start = state["step"]
         if main:
             print(f"resumed from {resume_from} at step {start}")
     logger = MetricsLogger(run_dir / "metrics.jsonl", resume_step=start if resume_from else None) if main else None
@@ -181,6 +184,7 @@ def train(cfg: SFTConfig) -> dict[str, float]:
                 grad_norm = torch.nn.utils.clip_grad_norm_(
                     model.parameters(), cfg.optim.grad_clip if cfg.optim.grad_clip > 0 else float("inf")
                 )
+                check_finite(step + 1, cfg.run.on_nonfinite, loss=loss_sum / max(n_tokens, 1), grad_norm=grad_norm)
                 lr = scheduler.get_last_lr()[0]
                 optimizer.step()
                 scheduler.step()

@@ -186,7 +186,12 @@ def _read_local(path: Path):
         return
     if path.suffix not in (".jsonl", ".json"):
         raise ValueError(f"unsupported dataset file type {path.suffix!r}; use {LOCAL_SUFFIXES}")
-    text = path.read_text(encoding="utf-8")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as err:
+        raise ValueError(f"{path}: not UTF-8 text ({err})") from err
+    if not text.strip():
+        raise ValueError(f"{path}: the file is empty (no rows)")
     if path.suffix == ".json" and text.lstrip().startswith("["):
         try:
             rows = json.loads(text)

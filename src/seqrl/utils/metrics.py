@@ -27,6 +27,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from seqrl.config import user_file_mode
+
 __all__ = ["MetricsLogger", "read_metrics"]
 
 
@@ -62,6 +64,7 @@ class MetricsLogger:
         kept = [r for r in read_metrics(self.path) if r["step"] <= resume_step] if self.path.exists() else []
         fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=f".{self.path.name}.", suffix=".tmp")
         try:
+            os.fchmod(fd, user_file_mode())  # the user's umask, not mkstemp's 0600
             with os.fdopen(fd, "w", encoding="utf-8") as f:
                 f.writelines(json.dumps(record) + "\n" for record in kept)
                 f.flush()

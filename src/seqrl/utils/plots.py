@@ -17,6 +17,8 @@ from typing import Any
 import numpy as np
 from matplotlib.figure import Figure
 
+from seqrl.config import user_file_mode
+
 __all__ = ["plot_bars", "plot_metrics"]
 
 SMOOTH_MIN_POINTS = 20  # curves with more points get a moving-average line
@@ -27,6 +29,7 @@ def _save(fig: Figure, out_png: str | os.PathLike) -> Path:
     out.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp")
     try:
+        os.fchmod(fd, user_file_mode())  # the user's umask, not mkstemp's 0600
         with os.fdopen(fd, "wb") as f:
             fig.savefig(f, format="png", dpi=100)
         os.replace(tmp, out)

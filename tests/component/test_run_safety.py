@@ -1,0 +1,106 @@
+"""What a run does with interruptions and bad turns: resume overrides, corrupted checkpoints, divergence,
+bugs in a loop, progress off a terminal."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+import yaml
+
+from seqrl.cli import main
+
+
+def _sft(tmp_path, *extra):
+    return ["train", "sft", "--config", "arith_tiny", f"--run.out_dir={tmp_path}", "--run.name=r",
+            "--run.progress=false", "--task.n_train=32", "--task.n_test=2", "--eval.every=0",
+            "--eval.max_new_tokens=2", "--batch_size=4", "--optim.warmup_steps=1", "--run.save_every=1",
+            "--run.keep_last=3", *extra]
+
+
+def test_resume_applies_a_longer_run_and_refuses_a_changed_lr(tmp_path, capsys):
+    assert main(_sft(tmp_path, "--steps=2")) == 0
+    saved = (tmp_path / "r" / "config.yaml").read_text()
+    capsys.readouterr()
+    assert main(_sft(tmp_path, "--steps=2", "--optim.lr=5e-4", "--resume")) == 2
+    err = capsys.readouterr().err
+    assert "optim.lr: cannot change on --resume" in err and err.count("\n") == 1
+    assert (tmp_path / "r" / "config.yaml").read_text() == saved  # the file still says what was trained
+    assert main(_sft(tmp_path, "--steps=3", "--run.log_every=5", "--resume")) == 0
+    out = capsys.readouterr().out
+    assert "applying changed" in out and "steps: 2 -> 3" in out and "run.log_every: 10 -> 5" in out
+    cfg = yaml.safe_load((tmp_path / "r" / "config.yaml").read_text())
+    assert cfg["steps"] == 3 and cfg["run"]["log_every"] == 5 and cfg["optim"]["lr"] == 3e-3
+    assert (tmp_path / "r" / "checkpoint-3").is_dir()
+
+
+def test_resume_falls_back_from_a_corrupted_newest_checkpoint(tmp_path, capsys):
+    assert main(_sft(tmp_path, "--steps=2")) == 0
+    weights = tmp_path / "r" / "checkpoint-2" / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:100])  # cut short
+    capsys.readouterr()
+    assert main(_sft(tmp_path, "--steps=3", "--resume")) == 0
+    out = capsys.readouterr().out
+    assert "skipping checkpoint-2" in out and "model.safetensors" in out
+    assert "resumed from" in out and "checkpoint-1 at step 1" in out
+    assert (tmp_path / "r" / "checkpoint-3").is_dir()
+
+
+def test_resume_with_every_checkpoint_corrupted_is_a_one_line_error(tmp_path, capsys):
+    assert main(_sft(tmp_path, "--steps=1")) == 0
+    (tmp_path / "r" / "checkpoint-1" / "optimizer.pt").write_bytes(b"garbage")
+    capsys.readouterr()
+    assert main(_sft(tmp_path, "--steps=2", "--resume")) == 2
+    assert "no checkpoint could be loaded" in capsys.readouterr().err
+
+
+def test_a_diverging_run_stops_naming_the_step(tmp_path, capsys):
+    assert main(_sft(tmp_path, "--steps=6", "--optim.lr=1e6", "--optim.grad_clip=0", "--run.save_every=0")) == 2
+    err = capsys.readouterr().err
+    assert "non-finite" in err and "step " in err and "run.on_nonfinite=warn" in err
+
+
+def test_non_finite_can_warn_instead():
+    from seqrl.algos.common import NonFiniteError, check_finite
+
+    assert check_finite(3, "stop", loss=1.0, grad_norm=2.0)
+    with pytest.raises(NonFiniteError, match="step 7: non-finite loss = nan"):
+        check_finite(7, "stop", loss=float("nan"), grad_norm=1.0)
+    assert not check_finite(7, "warn", loss=1.0, grad_norm=float("inf"))
+
+
+def test_a_value_error_inside_a_training_loop_keeps_its_traceback(tmp_path, monkeypatch):
+    import seqrl.algos.sft as sft
+
+    def broken(*args, **kwargs):
+        raise ValueError("a bug in the loop")
+
+    monkeypatch.setattr(sft, "accumulate_gradients", broken)
+    with pytest.raises(ValueError, match="a bug in the loop"):
+        main(_sft(tmp_path, "--steps=1"))
+
+
+def test_plain_progress_lines_off_a_terminal():
+    from seqrl.utils.progress import PlainProgress
+
+    stream = io.StringIO()
+    bar = PlainProgress(10, "sft r", every_s=0.0, stream=stream)
+    bar.advance(1, loss=0.5)
+    bar.advance(0, loss=0.25)  # a field update alone writes nothing
+    bar.advance(1)
+    lines = stream.getvalue().splitlines()
+    assert len(lines) == 2 and lines[0].startswith("sft r: 1/10 (10%)") and "loss=0.5" in lines[0]
+    assert lines[1].startswith("sft r: 2/10 (20%)") and "loss=0.25" in lines[1]
+
+
+@pytest.mark.parametrize("algo,preset", [("sft", "arith_tiny"), ("grpo", "arith_tiny_dapo"), ("dt", "pendulum_medium_expert"),
+                                         ("odt", "pendulum_medium")])
+def test_an_unchanged_preset_resumes_without_a_reported_change(tmp_path, algo, preset):
+    from seqrl.algos.common import check_resume_changes
+    from seqrl.cli import _config_class, resolve_config
+    from seqrl.config import dump_yaml, load_config
+
+    cls, _ = _config_class(algo)
+    cfg = load_config(cls, resolve_config(preset, algo), [], root=algo)
+    dump_yaml(cfg, tmp_path / "config.yaml")
+    assert check_resume_changes(tmp_path / "config.yaml", cfg) == []
