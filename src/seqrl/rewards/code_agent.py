@@ -317,6 +317,45 @@ def _probe_pytest(python: str, paths: tuple[str, ...]) -> str:
     return "" if r.returncode == 0 else r.stderr.decode(errors="replace")[-300:]
 
 
+HARNESS_PACKAGES = ("pytest", "_pytest", "pluggy", "iniconfig", "packaging", "pygments", "py", "exceptiongroup",
+                    "tomli")
+"""Top-level packages/modules pytest needs at run time: staged for the sandbox, and names a patch may not add."""
+_staged: dict[tuple[str, ...], str] = {}
+_stage_lock = threading.Lock()
+
+
+def stage_pytest(paths: Sequence[str]) -> tuple[str, ...]:
+    """A root-owned, read-only copy of the harness packages (``HARNESS_PACKAGES``) found in ``paths``,
+    in a fresh directory under the temp dir that any uid can traverse; made once per process.
+
+    Why: the sandbox's uid must import pytest, and a venv under a private (0700) directory is
+    unreachable to it; the copy also gives the run read access to pytest alone, not the whole venv.
+    """
+    key = tuple(os.fspath(p) for p in paths)
+    with _stage_lock:
+        hit = _staged.get(key)
+        if hit is not None and os.path.isdir(hit):
+            return (hit,)
+        dest = Path(tempfile.mkdtemp(prefix="seqrl-pytest-"))
+        import atexit
+
+        atexit.register(shutil.rmtree, dest, True)
+        site = dest / "site"
+        site.mkdir()
+        for name in HARNESS_PACKAGES:
+            for d in key:
+                pkg, mod = Path(d) / name, Path(d) / f"{name}.py"
+                if pkg.is_dir() and (pkg / "__init__.py").is_file():
+                    shutil.copytree(pkg, site / name, symlinks=False, ignore=_SKIP_COPY)
+                    break
+                if mod.is_file():
+                    shutil.copyfile(mod, site / mod.name)
+                    break
+        _seal(dest)
+        _staged[key] = str(site)
+        return (str(site),)
+
+
 def default_pytest_path() -> tuple[str, ...]:
     """Directories holding pytest and its dependencies for this interpreter (the trainer's venv)."""
     import importlib.util
@@ -456,7 +495,7 @@ class CodeAgentReward:
         if not os.access(GIT, os.X_OK):  # else every patch would score 0 as "does not apply"
             raise SandboxUnavailable(f"code-agent reward: {GIT} is missing (git applies the patches)")
         python = self.python or _runner._sandbox_python()
-        paths = tuple(self.python_path) if self.python_path is not None else default_pytest_path()
+        paths = stage_pytest(tuple(self.python_path) if self.python_path is not None else default_pytest_path())
         why = _probe_pytest(python, paths)
         if why:
             raise SandboxUnavailable(f"code-agent reward: pytest is not importable by an unprivileged uid with "
