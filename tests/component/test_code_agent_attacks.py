@@ -65,3 +65,127 @@ def test_checkout_and_venv_under_a_private_directory(tmp_path):
     assert fixed.score == pytest.approx(1.2), fixed.reason
     wrong = r.score(priv / "repo", "", (), make_diff({"shop/pricing.py": BUGGY.replace("round(", "round(0 + ")}), CMD)
     assert wrong.score == pytest.approx(0.2) and wrong.parts["passed"] == 0, wrong.reason
+
+
+def assert_no_better_than_wrong(r):
+    assert r.score <= WRONG_SCORE + 1e-9, (r.score, r.reason)
+    assert r.parts["tests"] < 1.0, r.reason
+
+
+# The payload the attacks deliver: every test's body becomes a no-op, so the bug stays and every test
+# "passes" (harness names are spelled in pieces, as a policy would, to pass the static screen).
+NOOP_RUNTEST = '''
+import importlib, importlib.util, sys
+_T = "_py" + "test.python"
+def _noop(self):
+    return None
+def _patch(m):
+    m.Function.runtest = _noop
+if _T in sys.modules:
+    _patch(sys.modules[_T])
+else:
+    class _F:
+        def find_spec(self, name, path=None, target=None):
+            if name != _T:
+                return None
+            sys.meta_path.remove(self)
+            spec = importlib.util.find_spec(name)
+            ex = spec.loader.exec_module
+            def exec_module(m, ex=ex):
+                ex(m)
+                _patch(m)
+            spec.loader.exec_module = exec_module
+            return spec
+    sys.meta_path.insert(0, _F())
+'''
+
+# A: a stdlib-named module at the root loads the real one, then hooks pytest before the guard starts
+STDLIB_SHADOW = '''import os, sys, importlib
+_here = os.path.dirname(os.path.abspath(__file__))
+_saved = list(sys.path)
+sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.getcwd()) != _here]
+del sys.modules[__name__]
+_real = importlib.import_module(__name__)
+sys.path[:] = _saved
+sys.modules[__name__] = _real
+''' + NOOP_RUNTEST
+
+# A: a `_pytest` package at the root that runs the real one's __init__ from the real directory
+HARNESS_SHADOW = '''import os, sys
+for _p in sys.path[1:]:
+    _d = os.path.join(_p, "_py" + "test")
+    if os.path.isfile(os.path.join(_d, "__init__.py")):
+        __path__[:] = [_d]
+        __file__ = os.path.join(_d, "__init__.py")
+        exec(compile(open(__file__).read(), __file__, "exec"))
+        break
+''' + NOOP_RUNTEST
+
+
+@pytest.mark.parametrize("path, text", [
+    ("textwrap.py", STDLIB_SHADOW),
+    ("pprint.py", STDLIB_SHADOW),
+    ("shlex.py", STDLIB_SHADOW),
+    ("_pytest/__init__.py", HARNESS_SHADOW),
+    ("src/textwrap.py", STDLIB_SHADOW),
+])
+def test_class_a_shadowing_a_module_pytest_imports(reward, path, text):
+    r = score(reward, make_diff({path: text}))
+    assert_no_better_than_wrong(r)
+    assert r.score == 0.0 and "standard-library or test harness module" in r.reason, r.reason
+
+
+# B: a plugin registered from the package under test through hooks that carry no result (hook names
+# spelled in pieces: the static screen never sees "pytest")
+FIND_PM = '''
+import gc, sys
+_H = "py" + "test_"
+def _pm():
+    for o in gc.get_objects():
+        if type(o).__name__ == "Py" + "testPluginManager":
+            return o
+'''
+PLUGIN_RUNTEST = FIND_PM + '''
+class _P:
+    pass
+def _finish(self, session):
+    for it in session.items:
+        it.runtest = lambda: None
+setattr(_P, _H + "collection_finish", _finish)
+_pm().register(_P(), "helper")
+'''
+PLUGIN_OBJ = FIND_PM + '''
+def _ok():
+    return None
+class _P:
+    pass
+def _finish(self, session):
+    for it in session.items:
+        it._obj = _ok
+setattr(_P, _H + "collection_finish", _finish)
+_pm().register(_P(), "helper2")
+'''
+PLUGIN_MODULE = FIND_PM + '''
+def _loop(session):
+    for it in session.items:
+        it.runtest = lambda: None
+globals()[_H + "runtestloop"] = _loop
+_pm().register(sys.modules[__name__], "helper3")
+'''
+PLUGIN_TESTFN = FIND_PM + '''
+class _P:
+    pass
+def _finish(self, session):
+    for it in session.items:
+        it.obj.__code__ = (lambda: None).__code__
+setattr(_P, _H + "collection_finish", _finish)
+_pm().register(_P(), "helper4")
+'''
+
+
+@pytest.mark.parametrize("payload", [PLUGIN_RUNTEST, PLUGIN_OBJ, PLUGIN_MODULE, PLUGIN_TESTFN],
+                         ids=["runtest", "obj", "module", "code"])
+def test_class_b_plugin_through_a_non_result_hook(reward, payload):
+    r = score(reward, make_diff({"shop/pricing.py": BUGGY + payload}))
+    assert r.parts["harness_refs"] == 0  # it reaches the run: the guard must catch it
+    assert_no_better_than_wrong(r)

@@ -356,6 +356,36 @@ def stage_pytest(paths: Sequence[str]) -> tuple[str, ...]:
         return (str(site),)
 
 
+def _reserved_names() -> frozenset[str]:
+    import sys
+
+    return frozenset(sys.stdlib_module_names) | frozenset(HARNESS_PACKAGES) | {"sitecustomize", "usercustomize",
+                                                                              "conftest", "__main__"}
+
+
+def shadowing_names(changed: Sequence[str], pristine: Mapping, patched: Mapping, work: Path,
+                    protected=None) -> list[str]:
+    """Added files that would be importable under a reserved top-level name (stdlib, pytest and its
+    dependencies): ``NAME.py`` / ``NAME/`` in the repository root or in any directory that is not a
+    package (no ``__init__.py``: ``src/``, a test root pytest may put on ``sys.path``)."""
+    reserved = _reserved_names()
+    out = []
+    for rel in changed:
+        if rel in pristine or rel not in patched or (protected and protected(rel)):
+            continue  # protected paths the patch adds are removed before the run
+        parts = rel.split("/")
+        for i, part in enumerate(parts):
+            last = i == len(parts) - 1
+            if last and not part.endswith(".py"):
+                break
+            if i > 0 and (work.joinpath(*parts[:i]) / "__init__.py").exists():
+                break  # inside a package: not a top-level name
+            if (part[:-3] if last else part) in reserved:
+                out.append(rel)
+                break
+    return out
+
+
 def default_pytest_path() -> tuple[str, ...]:
     """Directories holding pytest and its dependencies for this interpreter (the trainer's venv)."""
     import importlib.util
@@ -567,13 +597,20 @@ class CodeAgentReward:
         else:
             ini_path = work / ini
         cfg = json.dumps({"mode": mode, "paths": list(paths), "nonce": nonce, "conftests": list(conftests)})
+        writable = []
+        if nonce:  # a file the entry reads and unlinks before the project is imported: never in argv
+            secret = Path(tempfile.mkdtemp(prefix="cfg-", dir=base))
+            (secret / "cfg.json").write_text(cfg)
+            os.chmod(secret / "cfg.json", 0o600)
+            cfg, writable = f"@{secret / 'cfg.json'}", [secret]
         argv = [python, "-I", "-S", "-B", str(entry), cfg, "-p", "no:cacheprovider",
                 "--continue-on-collection-errors", f"--rootdir={work}", f"--confcutdir={work}", "-c", str(ini_path),
                 "-o", "junit_family=xunit2", "-o", "junit_logging=no", *pytest_args]
         env = {"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", "PYTHONDONTWRITEBYTECODE": "1", "COLUMNS": "120"}
         return run_command(argv, cwd=work, timeout_s=self.timeout_s, memory_mb=self.memory_mb,
                            max_procs=self.max_procs, env=env, report=True, max_report_bytes=self.max_report_bytes,
-                           max_output_bytes=32_000, read_paths=[base, *paths], **self._sandbox_kw())
+                           max_output_bytes=32_000, read_paths=[base, *paths], writable=writable,
+                           **self._sandbox_kw())
 
     # ------------------------------------------------------------------ the patch
     def _score_patch(self, snapshot: Path, diff: str, pytest_args, python, paths, collected: dict,
@@ -620,6 +657,10 @@ class CodeAgentReward:
                              or not (stat.S_ISLNK(patched[r].st_mode) or _same_file(snapshot / r, work / r)))
             if not changed:
                 return RewardResult(0.0, "patch changes nothing", parts)
+            shadow = shadowing_names(changed, pristine, patched, work, self._protected)
+            if shadow:
+                return RewardResult(0.0, f"patch rejected: it adds a module named after a standard-library or test "
+                                         f"harness module ({', '.join(shadow[:3])})", parts)
             touched = [r for r in changed if self._protected(r)]
             source = [r for r in changed if not self._protected(r)]
             parts["test_files_touched"] = float(len(touched))
