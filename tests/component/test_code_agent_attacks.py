@@ -189,3 +189,99 @@ def test_class_b_plugin_through_a_non_result_hook(reward, payload):
     r = score(reward, make_diff({"shop/pricing.py": BUGGY + payload}))
     assert r.parts["harness_refs"] == 0  # it reaches the run: the guard must catch it
     assert_no_better_than_wrong(r)
+
+
+# C: forge a complete stamped report and exit before any test runs; the nonce comes from argv,
+# /proc/self/cmdline or the guard's memory
+FORGE = '''
+import os, re
+def _forge(nonce):
+    names = []
+    for f in sorted(os.listdir("tests")):
+        if f.startswith("test_") and f.endswith(".py"):
+            for m in re.finditer(r"^def (test\\w+)", open(os.path.join("tests", f)).read(), re.M):
+                names.append(("tests." + f[:-3], m.group(1)))
+    cases = "".join(f'<testcase classname="{c}" name="{n}" time="0"/>' for c, n in names)
+    xml = ('<?xml version="1.0" encoding="utf-8"?><testsuites><testsuite name="p" errors="0" failures="0" '
+           f'skipped="0" tests="{len(names)}"><properties><property name="seqrl_integrity" value="ok {nonce}"/>'
+           f'</properties>{cases}</testsuite></testsuites>')
+    os.write(3, xml.encode())
+    os._exit(0)
+'''
+NONCE_ARGV = FORGE + '''
+import json, sys
+for _a in sys.argv:
+    if _a.startswith("{"):
+        _forge(json.loads(_a)["nonce"])
+'''
+NONCE_CMDLINE = FORGE + '''
+import json
+for _a in open("/proc/self/cmdline", "rb").read().split(b"\\0"):
+    if _a.startswith(b"{") and b"nonce" in _a:
+        _forge(json.loads(_a)["nonce"])
+'''
+NONCE_MEMORY = FORGE + '''
+import gc
+for _o in gc.get_objects():
+    if type(_o).__name__ == "Guard" and isinstance(getattr(_o, "nonce", None), str):
+        _forge(_o.nonce)
+'''
+
+
+@pytest.mark.parametrize("payload", [NONCE_ARGV, NONCE_CMDLINE, NONCE_MEMORY], ids=["argv", "cmdline", "memory"])
+def test_class_c_forged_report_with_the_nonce(reward, payload):
+    r = score(reward, make_diff({"shop/pricing.py": BUGGY + payload}))
+    assert r.parts["harness_refs"] == 0
+    assert_no_better_than_wrong(r)
+
+
+def test_class_c_without_outside_verdicts_only_the_memory_route_stays_open():
+    inside = CodeAgentReward(timeout_s=20.0, verdict="inside")
+    for payload in (NONCE_ARGV, NONCE_CMDLINE):
+        assert_no_better_than_wrong(score(inside, make_diff({"shop/pricing.py": BUGGY + payload})))
+
+
+# D: read the expected values from the tests while they run
+READ_TESTS = '''
+import ast as _ast, os as _os
+_TABLE = {}
+for _f in sorted(_os.listdir("tests")):
+    if _f.endswith(".py"):
+        for _n in _ast.walk(_ast.parse(open(_os.path.join("tests", _f)).read())):
+            if isinstance(_n, _ast.Compare) and isinstance(_n.left, _ast.Call):
+                try:
+                    _args = tuple(_ast.literal_eval(a) for a in _n.left.args)
+                    _kw = {k.arg: _ast.literal_eval(k.value) for k in _n.left.keywords}
+                    _TABLE[repr((_args, sorted(_kw.items())))] = _ast.literal_eval(_n.comparators[0])
+                except ValueError:
+                    pass
+_buggy = total_price
+def total_price(items, discount_pct=0):
+    key = repr(((items,) if discount_pct == 0 else (items,), sorted({"discount_pct": discount_pct}.items())
+                if discount_pct else []))
+    return _TABLE.get(key, _buggy(items, discount_pct))
+'''
+READ_STACK = '''
+import sys as _sys, linecache as _lc, re as _re
+_buggy = total_price
+def total_price(items, discount_pct=0):
+    f = _sys._getframe(1)
+    line = _lc.getline(f.f_code.co_filename, f.f_lineno)
+    m = _re.search(r"==\\s*([-0-9.]+)", line)
+    return float(m.group(1)) if m else _buggy(items, discount_pct)
+'''
+READ_CODE_CONSTS = '''
+import sys as _sys
+_buggy = total_price
+def total_price(items, discount_pct=0):
+    consts = [c for c in _sys._getframe(1).f_code.co_consts if type(c) is float]
+    return consts[-1] if consts else _buggy(items, discount_pct)
+'''
+
+
+@pytest.mark.parametrize("payload", [READ_TESTS, READ_STACK, READ_CODE_CONSTS], ids=["files", "stack", "consts"])
+def test_class_d_expected_values_read_from_the_tests(reward, payload):
+    diff = make_diff({"shop/pricing.py": BUGGY + payload})
+    inside = score(CodeAgentReward(timeout_s=20.0, verdict="inside"), diff)
+    assert inside.parts["passed"] >= 3, inside.reason  # the attack works when pytest alone decides
+    assert_no_better_than_wrong(score(reward, diff))

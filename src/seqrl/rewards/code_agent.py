@@ -82,7 +82,7 @@ _SKIP_COPY = shutil.ignore_patterns(".git", "__pycache__", "*.pyc", "*.pyo", ".p
 _FORBIDDEN_ARGS = ("--junitxml", "--junit-xml", "--junit-prefix", "--rootdir", "-c", "--config-file",
                    "--confcutdir", "--collect-only", "--co", "--debug", "-p")
 PARTS = ("applies", "tests", "pass_frac", "passed", "total", "size", "changed_lines", "parses", "actions",
-         "action_penalty", "test_files_touched", "harness_refs")
+         "action_penalty", "test_files_touched", "harness_refs", "outside")
 
 
 # ----------------------------------------------------------------------------- helpers (pure)
@@ -184,6 +184,105 @@ def find_inifile(repo: Path) -> str | None:
             except OSError:
                 continue
     return None
+
+
+OBSERVE = "__seqrl_observe__"
+
+
+def _literal(node: ast.AST) -> tuple[bool, object]:
+    try:
+        return True, ast.literal_eval(node)
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        return False, None
+
+
+class _Externalize(ast.NodeTransformer):
+    """``assert EXPR == LITERAL`` (either side) → ``__seqrl_observe__(K, EXPR)``; the literal stays here."""
+
+    def __init__(self, start: int):
+        self.k, self.expected, self.top, self.found = start, {}, set(), []
+
+    def visit_Assert(self, node: ast.Assert):
+        t = node.test
+        if not (isinstance(t, ast.Compare) and len(t.ops) == 1 and isinstance(t.ops[0], ast.Eq)):
+            return node
+        (lok, lval), (rok, rval) = _literal(t.left), _literal(t.comparators[0])
+        if lok == rok:
+            return node
+        expr, value = (t.comparators[0], lval) if lok else (t.left, rval)
+        k = self.k
+        self.k += 1
+        self.expected[k] = value
+        self.found.append(k)
+        call = ast.Call(ast.Name(OBSERVE, ast.Load()), [ast.Constant(k), expr], [])
+        return ast.copy_location(ast.Expr(call), node)
+
+
+def externalize_asserts(source: str, start: int = 0) -> tuple[str, dict[int, object], dict[str, list[int]],
+                                                                set[int]]:
+    r"""Rewrite a pristine test file so that its ``assert x == LITERAL`` checks are decided outside the
+    sandbox: ``(new source, {k: expected literal}, {test qualname: [k...]}, ks that every passing run
+    of their test must report — asserts directly in the test function's body)``.
+
+    >>> src, exp, by_test, must = externalize_asserts("def test_a():\n    assert f(2) == 4\n")
+    >>> "4" in src, exp, by_test, must
+    (False, {0: 4}, {'test_a': [0]}, {0})
+    """
+    tree = ast.parse(source)
+    tr = _Externalize(start)
+    by_test: dict[str, list[int]] = {}
+    must: set[int] = set()
+
+    def visit_test(fn, qual):
+        tr.found = []
+        direct = {id(st) for st in fn.body if isinstance(st, ast.Assert)}
+        new_body = []
+        for st in fn.body:
+            before = len(tr.found)
+            new = tr.visit(st)
+            if id(st) in direct and len(tr.found) > before:
+                must.add(tr.found[-1])
+            new_body.append(new)
+        fn.body = new_body
+        by_test[qual] = list(tr.found)
+
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name.startswith("test"):
+            visit_test(node, node.name)
+        elif isinstance(node, ast.ClassDef) and node.name.startswith("Test"):
+            for sub in node.body:
+                if isinstance(sub, (ast.FunctionDef, ast.AsyncFunctionDef)) and sub.name.startswith("test"):
+                    visit_test(sub, f"{node.name}.{sub.name}")
+    ast.fix_missing_locations(tree)
+    return ast.unparse(tree) + "\n", tr.expected, by_test, must
+
+
+def parse_observations(data: bytes, expected: Mapping[int, object]) -> dict[int, list[object]]:
+    """``k → observed values`` from the untrusted observation file (``K<TAB>repr`` lines); a value that
+    is not a Python literal is recorded as a sentinel that equals nothing."""
+    out: dict[int, list[object]] = {}
+    for line in data.decode("utf-8", "replace").splitlines():
+        k, _, text = line.partition("\t")
+        if not k.isdigit() or int(k) not in expected:
+            continue
+        ok, value = False, None
+        if len(text) <= 100_000:
+            try:
+                ok, value = True, ast.literal_eval(text)
+            except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+                ok = False
+        out.setdefault(int(k), []).append(value if ok else _UNEQUAL)
+    return out
+
+
+class _Unequal:
+    def __eq__(self, other):
+        return False
+
+    __hash__ = object.__hash__
+
+
+_UNEQUAL = _Unequal()
 
 
 @dataclass
@@ -457,6 +556,10 @@ class CodeAgentReward:
     """Interpreter for pytest in the sandbox (default: the sandbox's stdlib interpreter)."""
     python_path: tuple[str, ...] | None = None
     """Directories with pytest and its dependencies, readable by the sandbox uid (default: this venv's)."""
+    verdict: str = "outside"
+    """``outside``: every ``assert EXPR == LITERAL`` of the pristine test functions is rewritten to hand
+    the observed value out, and compared here with the literal, which never enters the sandbox (a test
+    passes only when pytest says so *and* its observations match); ``inside``: pytest's report alone."""
     max_workers: int = 2
     """Trajectories scored at once by the batch interface."""
     allow_unconfined: bool = False
@@ -471,6 +574,8 @@ class CodeAgentReward:
                 raise ValueError(f"code-agent reward: {name} must be > 0 (got {getattr(self, name)})")
         if self.max_workers < 1:
             raise ValueError(f"code-agent reward: max_workers must be >= 1 (got {self.max_workers})")
+        if self.verdict not in ("outside", "inside"):
+            raise ValueError(f"code-agent reward: verdict must be 'outside' or 'inside' (got {self.verdict!r})")
         if not 0 <= self.partial_credit <= 1:
             raise ValueError(f"code-agent reward: partial_credit must be in [0, 1] (got {self.partial_credit})")
         self.__name__ = "code_agent"
@@ -567,6 +672,7 @@ class CodeAgentReward:
         try:
             data = json.loads(run.report)
             items = [(str(c), str(n)) for _, c, n in data["items"]]
+            nodeids = [str(i) for i, _, _ in data["items"]]
             errors = [str(p) for _, p in data["errors"]]
         except (ValueError, KeyError, TypeError) as e:
             raise ValueError(f"code-agent reward: collecting the tests of {snapshot} gave no usable list "
@@ -577,14 +683,14 @@ class CodeAgentReward:
         if not items and not errors:
             raise ValueError(f"code-agent reward: `pytest {shlex.join(pytest_args)}` collects no tests in "
                              f"{snapshot}")
-        result = {"items": items, "errors": errors, "inifile": find_inifile(snapshot),
+        result = {"items": items, "nodeids": nodeids, "errors": errors, "inifile": find_inifile(snapshot),
                   "conftests": sorted(r for r in files if r.rsplit("/", 1)[-1] == "conftest.py")}
         with self._lock:
             self._collected[key] = result
         return result
 
     def _pytest(self, base: Path, work: Path, mode: str, pytest_args, python, paths, snapshot: Path,
-                nonce: str = "", conftests=()):
+                nonce: str = "", conftests=(), observe: list | None = None):
         entry = base / "entry.py"
         if not entry.exists():
             shutil.copyfile(ENTRY, entry)
@@ -596,13 +702,18 @@ class CodeAgentReward:
             os.chmod(ini_path, 0o644)
         else:
             ini_path = work / ini
-        cfg = json.dumps({"mode": mode, "paths": list(paths), "nonce": nonce, "conftests": list(conftests)})
+        cfg = {"mode": mode, "paths": list(paths), "nonce": nonce, "conftests": list(conftests)}
         writable = []
         if nonce:  # a file the entry reads and unlinks before the project is imported: never in argv
             secret = Path(tempfile.mkdtemp(prefix="cfg-", dir=base))
+            if observe is not None:
+                cfg["observe"] = str(secret / "observations")
+                observe.append(secret / "observations")
+            cfg = json.dumps(cfg)
             (secret / "cfg.json").write_text(cfg)
             os.chmod(secret / "cfg.json", 0o600)
             cfg, writable = f"@{secret / 'cfg.json'}", [secret]
+        cfg = cfg if isinstance(cfg, str) else json.dumps(cfg)
         argv = [python, "-I", "-S", "-B", str(entry), cfg, "-p", "no:cacheprovider",
                 "--continue-on-collection-errors", f"--rootdir={work}", f"--confcutdir={work}", "-c", str(ini_path),
                 "-o", "junit_family=xunit2", "-o", "junit_logging=no", *pytest_args]
@@ -611,6 +722,39 @@ class CodeAgentReward:
                            max_procs=self.max_procs, env=env, report=True, max_report_bytes=self.max_report_bytes,
                            max_output_bytes=32_000, read_paths=[base, *paths], writable=writable,
                            **self._sandbox_kw())
+
+    # ------------------------------------------------------------------ outside verdicts
+    def _externalize(self, work: Path, collected: dict) -> dict | None:
+        """Rewrite the (restored, pristine) test files of the collected items so their literal
+        expectations stay here; the expectations per node id."""
+        files = sorted({n.split("::", 1)[0] for n in collected.get("nodeids", [])})
+        expected: dict[int, object] = {}
+        tests: dict[tuple[str, str], list[int]] = {}
+        must: set[int] = set()
+        for rel in files:
+            if not rel.endswith(".py") or not (work / rel).is_file() or (work / rel).is_symlink():
+                continue
+            try:
+                src, exp, by_test, top = externalize_asserts((work / rel).read_text(encoding="utf-8"),
+                                                             len(expected))
+            except (SyntaxError, ValueError, UnicodeDecodeError, RecursionError):
+                continue
+            if not exp:
+                continue
+            (work / rel).write_text(src, encoding="utf-8")
+            expected.update(exp)
+            must |= top
+            tests.update({(rel, q): ks for q, ks in by_test.items()})
+        _seal(work)
+        per_node: dict[str, tuple[list[int], list[int]]] = {}
+        for nodeid in collected.get("nodeids", []):
+            rel, _, rest = nodeid.partition("::")
+            qual = re.sub(r"\[.*\]$", "", rest).replace("::", ".")
+            ks = tests.get((rel, qual), [])
+            per_node[nodeid] = (ks, [k for k in ks if k in must])
+        covered = sum(1 for ks, m in per_node.values() if m)
+        return {"expected": expected, "per_node": per_node,
+                "covered": covered / len(per_node) if per_node else 0.0}
 
     # ------------------------------------------------------------------ the patch
     def _score_patch(self, snapshot: Path, diff: str, pytest_args, python, paths, collected: dict,
@@ -710,9 +854,15 @@ class CodeAgentReward:
                                   f"({', '.join(refs[:3])})")
             else:
                 nonce = secrets.token_hex(16)
+                outside = self._externalize(work, collected) if self.verdict == "outside" else None
+                obs_file: list = []
                 run = self._pytest(base, work, "run", pytest_args, python, paths, snapshot, nonce,
-                                   collected["conftests"])
-                passed, total, why, failing = _tally(run, nonce, collected)
+                                   collected["conftests"], obs_file if outside else None)
+                if outside:
+                    data = _read_capped(obs_file[0], self.max_report_bytes) if obs_file else None
+                    outside["observed"] = parse_observations(data or b"", outside["expected"])
+                    parts["outside"] = outside["covered"]
+                passed, total, why, failing = _tally(run, nonce, collected, outside)
                 parts["passed"], parts["total"] = float(passed), float(total)
                 parts["pass_frac"] = passed / total if total else 0.0
                 if why:
@@ -771,7 +921,19 @@ def _screen_diff(diff, max_bytes: int) -> tuple[str, str]:
     return diff, ""
 
 
-def _tally(run, nonce: str, collected: dict) -> tuple[int, int, str, list[str]]:
+def _outside_ok(outside: dict | None, nodeid: str) -> bool:
+    """Every observation of the node's externalized asserts equals its literal, and each assert directly
+    in the test's body was observed at least once."""
+    if not outside:
+        return True
+    ks, must = outside["per_node"].get(nodeid, ([], []))
+    obs, exp = outside["observed"], outside["expected"]
+    if any(k not in obs for k in must):
+        return False
+    return all(v == exp[k] for k in ks for v in obs.get(k, ()))
+
+
+def _tally(run, nonce: str, collected: dict, outside: dict | None = None) -> tuple[int, int, str, list[str]]:
     """``(passed, total, why no test reward, failing tests)`` from the untrusted run, counted over the
     pristine collection: a pristine test the report lacks has failed."""
     expected = collected["items"]
@@ -795,7 +957,9 @@ def _tally(run, nonce: str, collected: dict) -> tuple[int, int, str, list[str]]:
         return 0, total, f"harness integrity check failed: {what}", []
     if (run.returncode == 0) == rep.any_failed:
         return 0, total, f"test report inconsistent with pytest's exit status {run.returncode}", []
-    failing = [f"{c}::{n}" for c, n in expected if not rep.outcomes.get((c, n), False)]
+    nodeids = collected.get("nodeids") or [""] * len(expected)
+    failing = [f"{c}::{n}" for (c, n), nid in zip(expected, nodeids)
+               if not (rep.outcomes.get((c, n), False) and _outside_ok(outside, nid))]
     passed = len(expected) - len(failing)
     total = len(expected)
     for prefix in open_prefixes:  # files that did not collect on the snapshot: their tests as reported now

@@ -306,6 +306,39 @@ def _junit_names(nodeid: str) -> tuple[str, str]:
     return bin_xml_escape(".".join(names[:-1])), bin_xml_escape(names[-1])
 
 
+def _plain(x):
+    """A plain copy of an observed value (numbers of other types as int/float), else TypeError."""
+    import numbers
+
+    t = type(x)
+    if x is None or t in (bool, int, float, complex, str, bytes):
+        return x
+    if t in (list, tuple, set, frozenset):
+        return t(_plain(v) for v in x)
+    if t is dict:
+        return {_plain(k): _plain(v) for k, v in x.items()}
+    if isinstance(x, numbers.Integral):
+        return int(x)
+    if isinstance(x, numbers.Real):
+        return float(x)
+    raise TypeError(t.__name__)
+
+
+def install_observer(path: str) -> None:
+    """``__seqrl_observe__(k, value)`` (the rewritten test files call it): one ``K<TAB>repr`` line per
+    observation, appended to a file the parent reads and compares with the literals it kept."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
+
+    def __seqrl_observe__(k, value):
+        try:
+            text = repr(_plain(value))
+        except Exception:  # noqa: BLE001 — an unrepresentable value equals nothing
+            text = "!"
+        os.write(fd, f"{int(k)}\t{text}\n".encode("utf-8", "backslashreplace"))
+
+    builtins.__seqrl_observe__ = __seqrl_observe__
+
+
 def read_config(arg: str) -> dict:
     """The run's configuration: inline JSON (collect mode) or ``@FILE``, a file the sandbox uid owns,
     read and unlinked here before any project code is imported (so the nonce is not in argv)."""
@@ -328,6 +361,8 @@ def main(argv: list[str]) -> int:
 
     preimport()
     watched_modules()
+    if cfg.get("observe"):
+        install_observer(cfg["observe"])
     sys.path.append(os.getcwd())  # the work tree last: it can add modules, never shadow one
 
     if cfg["mode"] == "collect":
