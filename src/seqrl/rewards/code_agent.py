@@ -77,12 +77,19 @@ HARNESS_FILES = ("pytest.ini", ".pytest.ini", "pytest.toml", ".pytest.toml", "py
                  "setup.cfg")
 _COMPILED = re.compile(r"\.(pyc|pyo|so|pyd|dylib)$|(^|/)__pycache__(/|$)")
 _HARNESS_REF = re.compile(r"pytest|pluggy|junit|conftest", re.I)
+_SUSPECT = re.compile(
+    r"sys\s*\.\s*_getframe|\binspect\b|\blinecache\b|\btraceback\b|sys\s*\.\s*modules|meta_path|path_hooks"
+    r"|settrace|setprofile|\bf_(back|locals|globals|code|lineno)\b|\bco_consts\b|/dev/fd|/proc/self"
+    r"|gc\s*\.\s*get_(objects|referrers|referents)|\bctypes\b|os\s*\.\s*_exit|\bbuiltins\b"
+    r"|[\"'](\./)?tests?([/\"'])|test_\w*\.py")
+"""Added source lines that reach for the harness without naming it: frame and stack inspection, the
+import system, other fds, process exit, test files read from code outside the tests."""
 _HEADER = re.compile(r"^(diff --git |--- |\+\+\+ )", re.M)
 _SKIP_COPY = shutil.ignore_patterns(".git", "__pycache__", "*.pyc", "*.pyo", ".pytest_cache")
 _FORBIDDEN_ARGS = ("--junitxml", "--junit-xml", "--junit-prefix", "--rootdir", "-c", "--config-file",
                    "--confcutdir", "--collect-only", "--co", "--debug", "-p")
 PARTS = ("applies", "tests", "pass_frac", "passed", "total", "size", "changed_lines", "parses", "actions",
-         "action_penalty", "test_files_touched", "harness_refs", "outside")
+         "action_penalty", "test_files_touched", "harness_refs", "suspect_refs", "outside")
 
 
 # ----------------------------------------------------------------------------- helpers (pure)
@@ -526,6 +533,10 @@ class CodeAgentReward:
     """Changed lines (outside tests) at or below which size = 1."""
     size_zero_lines: int = 400
     """Changed lines at which size reaches 0."""
+    suspect_penalty: float = 0.25
+    """Subtracted when added non-test lines match ``_SUSPECT`` (frame inspection, ``sys.modules``/
+    ``meta_path``, ``/dev/fd``, ``os._exit``, reading test files …); the files are counted in
+    ``parts["suspect_refs"]`` and named in the reason."""
     forbid_harness_refs: bool = True
     """No test reward when added non-test lines mention pytest/_pytest/pluggy/junit/conftest."""
     timeout_s: float = 60.0
@@ -843,6 +854,9 @@ class CodeAgentReward:
             refs = [p for p, (added, _) in scanned.items() if not self._protected(p)
                     and any(_HARNESS_REF.search(line) for line in added)]
             parts["harness_refs"] = float(len(refs))
+            suspect = {p: m.group(0) for p, (added, _) in scanned.items() if not self._protected(p)
+                       for m in [next(filter(None, map(_SUSPECT.search, added)), None)] if m}
+            parts["suspect_refs"] = float(len(suspect))
             reasons = []
             if touched:
                 reasons.append(f"test files restored from the snapshot: {', '.join(touched[:5])}")
@@ -881,8 +895,12 @@ class CodeAgentReward:
         parts["action_penalty"] = penalty
         if penalty:
             reasons.append(f"{int(parts['actions'])} actions (−{penalty:.3g})")
+        if suspect and self.suspect_penalty:
+            reasons.append(f"suspicious references to the harness (−{self.suspect_penalty:.3g}): "
+                           + ", ".join(f"{p}: {w!r}" for p, w in list(suspect.items())[:3]))
         total_score = (self.w_tests * parts["tests"] + self.w_size * parts["size"] + self.w_parses * parts["parses"]
-                       - penalty + self.test_edit_penalty * float(bool(touched)))
+                       - penalty + self.test_edit_penalty * float(bool(touched))
+                       - self.suspect_penalty * float(bool(suspect)))
         return RewardResult(round(total_score, 12), "; ".join(reasons), parts)
 
 
