@@ -29,6 +29,9 @@ text, the agent's actions (a list, or their count), the final unified diff, and 
    pipe (fd 3). The report is parsed **here**, as untrusted data: size cap, no DOCTYPE/entities,
    exactly one suite, the guard's ``seqrl_integrity`` stamp with this run's nonce, pytest's exit
    status consistent with the outcomes, and counts taken over the pristine collection only.
+   With ``verdict="outside"`` (default) every ``assert EXPR == LITERAL`` of the pristine test
+   functions is first rewritten to hand ``EXPR``'s value out; the literal stays here and a test
+   passes only when its observed values equal it (the process under test never holds them).
 
 Score (weights are fields)::
 
@@ -41,7 +44,9 @@ Score (weights are fields)::
 ``changed_lines`` counts the diff's ``+``/``-`` lines outside protected paths. A patch that
 references the harness (``pytest``, ``_pytest``, ``pluggy``, ``junit``, ``conftest``) in lines it
 adds outside protected paths gets no test reward (``forbid_harness_refs``; a heuristic, see
-``docs/sandbox.md``). Every part is in ``RewardResult.parts``; the reason names the first failure.
+``docs/sandbox.md``); added lines that inspect frames, the import system, other fds or the test
+files cost ``suspect_penalty``. A patch adding a module named after a stdlib or harness module
+scores 0. Every part is in ``RewardResult.parts``; the reason names the first failure.
 """
 
 from __future__ import annotations

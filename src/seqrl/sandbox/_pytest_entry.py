@@ -1,10 +1,14 @@
 """Start of a sandboxed pytest run (stdlib + pytest only; no seqrl imports).
 
 Run by `seqrl.rewards.code_agent` inside the sandbox, as the unprivileged uid, as
-``python -I -S -B _pytest_entry.py CONFIG_JSON PYTEST_ARGS...`` with the repository copy as the
-working directory and a report pipe on fd 3. ``CONFIG_JSON`` holds ``mode`` (``collect`` or
-``run``), ``paths`` (directories holding pytest and its dependencies, appended to ``sys.path``),
-``nonce`` and ``conftests`` (the snapshot's own conftest files, relative paths).
+``python -I -S -B _pytest_entry.py CONFIG PYTEST_ARGS...`` with the repository copy as the
+working directory and a report pipe on fd 3. ``CONFIG`` is JSON, or ``@FILE`` (run mode: read and
+unlinked before any project code is imported, so the nonce is never in argv) holding ``mode``
+(``collect`` or ``run``), ``paths`` (the staged harness: first on ``sys.path``, and the only
+directories harness modules may come from), ``nonce``, ``conftests`` (the snapshot's own conftest
+files, relative paths) and ``observe`` (where ``__seqrl_observe__`` appends observed values).
+pytest, its plugins and the stdlib modules it uses are imported before the work tree is appended
+to ``sys.path`` (last).
 
 - ``collect``: ``pytest --collect-only`` on the *pristine* snapshot; writes one JSON object to fd 3:
   the collected node ids with their JUnit ``(classname, name)`` and the node ids that failed to
