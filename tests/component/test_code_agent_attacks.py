@@ -310,3 +310,49 @@ def test_suspicious_references_are_penalised_and_named(reward, line, word):
 def test_a_plain_fix_is_not_suspicious(reward):
     r = score(reward, make_diff({"shop/pricing.py": FIXED}))
     assert r.score == pytest.approx(1.2) and r.parts["suspect_refs"] == 0 and r.parts["outside"] == 1.0
+
+
+# ----------------------------------------------------------------------------- outside verdicts (pure)
+def test_externalize_asserts_keeps_every_literal_out_of_the_rewritten_file():
+    from seqrl.rewards.code_agent import externalize_asserts, parse_observations
+
+    src = ("import pytest\n"
+           "def helper():\n    assert g() == 11\n"
+           "def test_a():\n    assert 4 == f(2), 'msg 7'\n    for x in [1]:\n        assert f(x) == 5\n"
+           "    assert f(3) == expected\n    assert f(4) is None\n"
+           "class TestB:\n    def test_b(self):\n        assert f(9) == (1, 'zz')\n")
+    out, expected, by_test, must = externalize_asserts(src, start=10)
+    assert expected == {10: 4, 11: 5, 12: (1, "zz")}
+    assert by_test == {"test_a": [10, 11], "TestB.test_b": [12]} and must == {10, 12}
+    for secret in ("4 ==", "msg 7", "== 5", "'zz'"):
+        assert secret not in out
+    assert "g() == 11" in out and "f(3) == expected" in out and "f(4) is None" in out  # left in-process
+    compile(out, "t.py", "exec")
+    obs = parse_observations(b"10\t4\n11\t6\n12\t(1, 'zz')\n99\t1\nxx\t1\n12\tobject()\n", expected)
+    assert obs[10] == [4] and obs[11] == [6] and obs[12][0] == (1, "zz") and obs[12][1] != (1, "zz")
+    assert set(obs) == {10, 11, 12}
+
+
+def test_observed_values_are_converted_to_plain_data():
+    import collections
+    import enum
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src" / "seqrl" / "sandbox"))
+    try:
+        import _pytest_entry as entry
+    finally:
+        sys.path.pop(0)
+
+    class Color(str, enum.Enum):
+        RED = "red"
+
+    class Always:
+        def __eq__(self, other):
+            return True
+
+    point = collections.namedtuple("point", "x y")
+    assert repr(entry._plain([Color.RED, point(1, 2.5), frozenset({3}), {1: (True,)}])) == \
+        "['red', (1, 2.5), {3}, {1: (True,)}]"
+    with pytest.raises(TypeError):
+        entry._plain(Always())

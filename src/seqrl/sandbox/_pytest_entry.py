@@ -310,21 +310,32 @@ def _junit_names(nodeid: str) -> tuple[str, str]:
     return bin_xml_escape(".".join(names[:-1])), bin_xml_escape(names[-1])
 
 
-def _plain(x):
-    """A plain copy of an observed value (numbers of other types as int/float), else TypeError."""
+def _plain(x, depth: int = 0):
+    """A plain copy of an observed value, else TypeError. Subclasses of the plain types (enums,
+    named tuples, numpy numbers) are converted to their base type, as ``==`` would mostly treat
+    them: whatever a conversion returns, only the expected value — which is not here — can make it
+    count."""
     import numbers
 
+    if depth > 100:
+        raise TypeError("too deep")
     t = type(x)
     if x is None or t in (bool, int, float, complex, str, bytes):
         return x
-    if t in (list, tuple, set, frozenset):
-        return t(_plain(v) for v in x)
-    if t is dict:
-        return {_plain(k): _plain(v) for k, v in x.items()}
+    for base in (bool, str, bytes):
+        if isinstance(x, base):
+            return base(x) if base is not str else str.__str__(x)
+    for base in (list, tuple, set, frozenset):
+        if isinstance(x, base):  # a frozenset as a set: equal values, and its repr is a literal
+            return (set if base is frozenset else base)(_plain(v, depth + 1) for v in x)
+    if isinstance(x, dict):
+        return {_plain(k, depth + 1): _plain(v, depth + 1) for k, v in x.items()}
     if isinstance(x, numbers.Integral):
         return int(x)
     if isinstance(x, numbers.Real):
         return float(x)
+    if isinstance(x, numbers.Complex):
+        return complex(x)
     raise TypeError(t.__name__)
 
 
