@@ -477,8 +477,16 @@ def _reserved_names() -> frozenset[str]:
 def shadowing_names(changed: Sequence[str], pristine: Mapping, patched: Mapping, work: Path,
                     protected=None) -> list[str]:
     """Added files that would be importable under a reserved top-level name (stdlib, pytest and its
-    dependencies): ``NAME.py`` / ``NAME/`` in the repository root or in any directory that is not a
-    package (no ``__init__.py``: ``src/``, a test root pytest may put on ``sys.path``)."""
+    dependencies): ``NAME.py`` / ``NAME/__init__.py`` in the repository root or in any directory that
+    is not a package (no ``__init__.py``: ``src/``, a test root pytest may put on ``sys.path``).
+
+    >>> import tempfile, pathlib; w = pathlib.Path(tempfile.mkdtemp())
+    >>> for f in ("textwrap.py", "code/notes.py", "src/json/__init__.py", "shop/__init__.py", "shop/io.py"):
+    ...     (w / f).parent.mkdir(parents=True, exist_ok=True); _ = (w / f).write_text("")
+    >>> files = ["textwrap.py", "code/notes.py", "src/json/__init__.py", "shop/io.py"]
+    >>> shadowing_names(files, {}, dict.fromkeys(files), w)
+    ['textwrap.py', 'src/json/__init__.py']
+    """
     reserved = _reserved_names()
     out = []
     for rel in changed:
@@ -491,7 +499,9 @@ def shadowing_names(changed: Sequence[str], pristine: Mapping, patched: Mapping,
                 break
             if i > 0 and (work.joinpath(*parts[:i]) / "__init__.py").exists():
                 break  # inside a package: not a top-level name
-            if (part[:-3] if last else part) in reserved:
+            # a directory shadows only as a regular package: a namespace portion loses to any module
+            if (part[:-3] if last else part) in reserved and \
+                    (last or (work.joinpath(*parts[:i + 1]) / "__init__.py").exists()):
                 out.append(rel)
                 break
     return out
