@@ -581,7 +581,8 @@ class CodeAgentReward:
     python: str | None = None
     """Interpreter for pytest in the sandbox (default: the sandbox's stdlib interpreter)."""
     python_path: tuple[str, ...] | None = None
-    """Directories with pytest and its dependencies, readable by the sandbox uid (default: this venv's)."""
+    """Directories with pytest and its dependencies (default: this venv's); their harness packages are
+    copied to a directory the sandbox uid can read (`stage_pytest`), so they may be private."""
     verdict: str = "outside"
     """``outside``: every ``assert EXPR == LITERAL`` of the pristine test functions is rewritten to hand
     the observed value out, and compared here with the literal, which never enters the sandbox (a test
@@ -660,8 +661,8 @@ class CodeAgentReward:
         why = _probe_pytest(python, paths)
         if why:
             raise SandboxUnavailable(f"code-agent reward: pytest is not importable by an unprivileged uid with "
-                                     f"{python} and python_path={list(paths)} (pass python= / python_path= "
-                                     f"readable by any uid): {why}")
+                                     f"{python} and the staged python_path={list(paths)} (pass python= an "
+                                     f"interpreter any uid can run, python_path= dirs holding pytest): {why}")
         return python, paths
 
     def _protected(self, rel: str) -> bool:
