@@ -450,7 +450,8 @@ def stage_pytest(paths: Sequence[str]) -> tuple[str, ...]:
         dest = Path(tempfile.mkdtemp(prefix="seqrl-pytest-"))
         import atexit
 
-        atexit.register(shutil.rmtree, dest, True)
+        owner = os.getpid()  # a forked child exiting must not remove the parent's copy
+        atexit.register(lambda: os.getpid() == owner and shutil.rmtree(dest, ignore_errors=True))
         site = dest / "site"
         site.mkdir()
         for name in HARNESS_PACKAGES:
