@@ -21,6 +21,7 @@ from seqrl.rewards.code_agent import (
     CodeAgentReward,
     CodeAgentRewardFunction,
     default_pytest_path,
+    stage_pytest,
     is_protected,
     parse_junit,
     parse_test_cmd,
@@ -137,10 +138,11 @@ def plain_pytest_passes(diff: str) -> bool:
     """Does the attack fool *plain* pytest (no guard, no restore)? Run in the sandbox, exit status."""
     d = applied_tree(diff)
     try:
-        code = (f"import sys; sys.path[:0] = ['.', *{list(default_pytest_path())!r}]; import pytest; "
+        staged = stage_pytest(default_pytest_path())  # reachable by the sandbox uid from a private checkout too
+        code = (f"import sys; sys.path[:0] = ['.', *{list(staged)!r}]; import pytest; "
                 "sys.exit(pytest.main(['-q', '-p', 'no:cacheprovider']))")
         r = run_command([runner._sandbox_python(), "-I", "-S", "-B", "-c", code], cwd=d / "repo", timeout_s=30,
-                        env={"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}, memory_mb=2048, read_paths=default_pytest_path())
+                        env={"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}, memory_mb=2048, read_paths=staged)
         return r.status == "ok" and r.returncode == 0
     finally:
         shutil.rmtree(d, ignore_errors=True)

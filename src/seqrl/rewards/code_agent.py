@@ -29,6 +29,9 @@ text, the agent's actions (a list, or their count), the final unified diff, and 
    pipe (fd 3). The report is parsed **here**, as untrusted data: size cap, no DOCTYPE/entities,
    exactly one suite, the guard's ``seqrl_integrity`` stamp with this run's nonce, pytest's exit
    status consistent with the outcomes, and counts taken over the pristine collection only.
+   With ``verdict="outside"`` (default) every ``assert EXPR == LITERAL`` of the pristine test
+   functions is first rewritten to hand ``EXPR``'s value out; the literal stays here and a test
+   passes only when its observed values equal it (the process under test never holds them).
 
 Score (weights are fields)::
 
@@ -41,7 +44,9 @@ Score (weights are fields)::
 ``changed_lines`` counts the diff's ``+``/``-`` lines outside protected paths. A patch that
 references the harness (``pytest``, ``_pytest``, ``pluggy``, ``junit``, ``conftest``) in lines it
 adds outside protected paths gets no test reward (``forbid_harness_refs``; a heuristic, see
-``docs/sandbox.md``). Every part is in ``RewardResult.parts``; the reason names the first failure.
+``docs/sandbox.md``); added lines that inspect frames, the import system, other fds or the test
+files cost ``suspect_penalty``. A patch adding a module named after a stdlib or harness module
+scores 0. Every part is in ``RewardResult.parts``; the reason names the first failure.
 """
 
 from __future__ import annotations
@@ -76,12 +81,19 @@ HARNESS_FILES = ("pytest.ini", ".pytest.ini", "pytest.toml", ".pytest.toml", "py
                  "setup.cfg")
 _COMPILED = re.compile(r"\.(pyc|pyo|so|pyd|dylib)$|(^|/)__pycache__(/|$)")
 _HARNESS_REF = re.compile(r"pytest|pluggy|junit|conftest", re.I)
+_SUSPECT = re.compile(
+    r"sys\s*\.\s*_getframe|\binspect\b|\blinecache\b|\btraceback\b|sys\s*\.\s*modules|meta_path|path_hooks"
+    r"|settrace|setprofile|\bf_(back|locals|globals|code|lineno)\b|\bco_consts\b|/dev/fd|/proc/self"
+    r"|gc\s*\.\s*get_(objects|referrers|referents)|\bctypes\b|os\s*\.\s*_exit|\bbuiltins\b"
+    r"|[\"'](\./)?tests?([/\"'])|test_\w*\.py")
+"""Added source lines that reach for the harness without naming it: frame and stack inspection, the
+import system, other fds, process exit, test files read from code outside the tests."""
 _HEADER = re.compile(r"^(diff --git |--- |\+\+\+ )", re.M)
 _SKIP_COPY = shutil.ignore_patterns(".git", "__pycache__", "*.pyc", "*.pyo", ".pytest_cache")
 _FORBIDDEN_ARGS = ("--junitxml", "--junit-xml", "--junit-prefix", "--rootdir", "-c", "--config-file",
                    "--confcutdir", "--collect-only", "--co", "--debug", "-p")
 PARTS = ("applies", "tests", "pass_frac", "passed", "total", "size", "changed_lines", "parses", "actions",
-         "action_penalty", "test_files_touched", "harness_refs")
+         "action_penalty", "test_files_touched", "harness_refs", "suspect_refs", "outside")
 
 
 # ----------------------------------------------------------------------------- helpers (pure)
@@ -183,6 +195,105 @@ def find_inifile(repo: Path) -> str | None:
             except OSError:
                 continue
     return None
+
+
+OBSERVE = "__seqrl_observe__"
+
+
+def _literal(node: ast.AST) -> tuple[bool, object]:
+    try:
+        return True, ast.literal_eval(node)
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        return False, None
+
+
+class _Externalize(ast.NodeTransformer):
+    """``assert EXPR == LITERAL`` (either side) → ``__seqrl_observe__(K, EXPR)``; the literal stays here."""
+
+    def __init__(self, start: int):
+        self.k, self.expected, self.top, self.found = start, {}, set(), []
+
+    def visit_Assert(self, node: ast.Assert):
+        t = node.test
+        if not (isinstance(t, ast.Compare) and len(t.ops) == 1 and isinstance(t.ops[0], ast.Eq)):
+            return node
+        (lok, lval), (rok, rval) = _literal(t.left), _literal(t.comparators[0])
+        if lok == rok:
+            return node
+        expr, value = (t.comparators[0], lval) if lok else (t.left, rval)
+        k = self.k
+        self.k += 1
+        self.expected[k] = value
+        self.found.append(k)
+        call = ast.Call(ast.Name(OBSERVE, ast.Load()), [ast.Constant(k), expr], [])
+        return ast.copy_location(ast.Expr(call), node)
+
+
+def externalize_asserts(source: str, start: int = 0) -> tuple[str, dict[int, object], dict[str, list[int]],
+                                                                set[int]]:
+    r"""Rewrite a pristine test file so that its ``assert x == LITERAL`` checks are decided outside the
+    sandbox: ``(new source, {k: expected literal}, {test qualname: [k...]}, ks that every passing run
+    of their test must report — asserts directly in the test function's body)``.
+
+    >>> src, exp, by_test, must = externalize_asserts("def test_a():\n    assert f(2) == 4\n")
+    >>> "4" in src, exp, by_test, must
+    (False, {0: 4}, {'test_a': [0]}, {0})
+    """
+    tree = ast.parse(source)
+    tr = _Externalize(start)
+    by_test: dict[str, list[int]] = {}
+    must: set[int] = set()
+
+    def visit_test(fn, qual):
+        tr.found = []
+        direct = {id(st) for st in fn.body if isinstance(st, ast.Assert)}
+        new_body = []
+        for st in fn.body:
+            before = len(tr.found)
+            new = tr.visit(st)
+            if id(st) in direct and len(tr.found) > before:
+                must.add(tr.found[-1])
+            new_body.append(new)
+        fn.body = new_body
+        by_test[qual] = list(tr.found)
+
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name.startswith("test"):
+            visit_test(node, node.name)
+        elif isinstance(node, ast.ClassDef) and node.name.startswith("Test"):
+            for sub in node.body:
+                if isinstance(sub, (ast.FunctionDef, ast.AsyncFunctionDef)) and sub.name.startswith("test"):
+                    visit_test(sub, f"{node.name}.{sub.name}")
+    ast.fix_missing_locations(tree)
+    return ast.unparse(tree) + "\n", tr.expected, by_test, must
+
+
+def parse_observations(data: bytes, expected: Mapping[int, object]) -> dict[int, list[object]]:
+    """``k → observed values`` from the untrusted observation file (``K<TAB>repr`` lines); a value that
+    is not a Python literal is recorded as a sentinel that equals nothing."""
+    out: dict[int, list[object]] = {}
+    for line in data.decode("utf-8", "replace").splitlines():
+        k, _, text = line.partition("\t")
+        if not k.isdigit() or int(k) not in expected:
+            continue
+        ok, value = False, None
+        if len(text) <= 100_000:
+            try:
+                ok, value = True, ast.literal_eval(text)
+            except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+                ok = False
+        out.setdefault(int(k), []).append(value if ok else _UNEQUAL)
+    return out
+
+
+class _Unequal:
+    def __eq__(self, other):
+        return False
+
+    __hash__ = object.__hash__
+
+
+_UNEQUAL = _Unequal()
 
 
 @dataclass
@@ -316,6 +427,86 @@ def _probe_pytest(python: str, paths: tuple[str, ...]) -> str:
     return "" if r.returncode == 0 else r.stderr.decode(errors="replace")[-300:]
 
 
+HARNESS_PACKAGES = ("pytest", "_pytest", "pluggy", "iniconfig", "packaging", "pygments", "py", "exceptiongroup",
+                    "tomli")
+"""Top-level packages/modules pytest needs at run time: staged for the sandbox, and names a patch may not add."""
+_staged: dict[tuple[str, ...], str] = {}
+_stage_lock = threading.Lock()
+
+
+def stage_pytest(paths: Sequence[str]) -> tuple[str, ...]:
+    """A root-owned, read-only copy of the harness packages (``HARNESS_PACKAGES``) found in ``paths``,
+    in a fresh directory under the temp dir that any uid can traverse; made once per process.
+
+    Why: the sandbox's uid must import pytest, and a venv under a private (0700) directory is
+    unreachable to it; the copy also gives the run read access to pytest alone, not the whole venv.
+    """
+    key = tuple(os.fspath(p) for p in paths)
+    with _stage_lock:
+        hit = _staged.get(key)
+        if hit is not None and os.path.isdir(hit):
+            return (hit,)
+        dest = Path(tempfile.mkdtemp(prefix="seqrl-pytest-"))
+        import atexit
+
+        owner = os.getpid()  # a forked child exiting must not remove the parent's copy
+        atexit.register(lambda: os.getpid() == owner and shutil.rmtree(dest, ignore_errors=True))
+        site = dest / "site"
+        site.mkdir()
+        for name in HARNESS_PACKAGES:
+            for d in key:
+                pkg, mod = Path(d) / name, Path(d) / f"{name}.py"
+                if pkg.is_dir() and (pkg / "__init__.py").is_file():
+                    shutil.copytree(pkg, site / name, symlinks=False, ignore=_SKIP_COPY)
+                    break
+                if mod.is_file():
+                    shutil.copyfile(mod, site / mod.name)
+                    break
+        _seal(dest)
+        _staged[key] = str(site)
+        return (str(site),)
+
+
+def _reserved_names() -> frozenset[str]:
+    import sys
+
+    return frozenset(sys.stdlib_module_names) | frozenset(HARNESS_PACKAGES) | {"sitecustomize", "usercustomize",
+                                                                              "conftest", "__main__"}
+
+
+def shadowing_names(changed: Sequence[str], pristine: Mapping, patched: Mapping, work: Path,
+                    protected=None) -> list[str]:
+    """Added files that would be importable under a reserved top-level name (stdlib, pytest and its
+    dependencies): ``NAME.py`` / ``NAME/__init__.py`` in the repository root or in any directory that
+    is not a package (no ``__init__.py``: ``src/``, a test root pytest may put on ``sys.path``).
+
+    >>> import tempfile, pathlib; w = pathlib.Path(tempfile.mkdtemp())
+    >>> for f in ("textwrap.py", "code/notes.py", "src/json/__init__.py", "shop/__init__.py", "shop/io.py"):
+    ...     (w / f).parent.mkdir(parents=True, exist_ok=True); _ = (w / f).write_text("")
+    >>> files = ["textwrap.py", "code/notes.py", "src/json/__init__.py", "shop/io.py"]
+    >>> shadowing_names(files, {}, dict.fromkeys(files), w)
+    ['textwrap.py', 'src/json/__init__.py']
+    """
+    reserved = _reserved_names()
+    out = []
+    for rel in changed:
+        if rel in pristine or rel not in patched or (protected and protected(rel)):
+            continue  # protected paths the patch adds are removed before the run
+        parts = rel.split("/")
+        for i, part in enumerate(parts):
+            last = i == len(parts) - 1
+            if last and not part.endswith(".py"):
+                break
+            if i > 0 and (work.joinpath(*parts[:i]) / "__init__.py").exists():
+                break  # inside a package: not a top-level name
+            # a directory shadows only as a regular package: a namespace portion loses to any module
+            if (part[:-3] if last else part) in reserved and \
+                    (last or (work.joinpath(*parts[:i + 1]) / "__init__.py").exists()):
+                out.append(rel)
+                break
+    return out
+
+
 def default_pytest_path() -> tuple[str, ...]:
     """Directories holding pytest and its dependencies for this interpreter (the trainer's venv)."""
     import importlib.util
@@ -357,6 +548,10 @@ class CodeAgentReward:
     """Changed lines (outside tests) at or below which size = 1."""
     size_zero_lines: int = 400
     """Changed lines at which size reaches 0."""
+    suspect_penalty: float = 0.25
+    """Subtracted when added non-test lines match ``_SUSPECT`` (frame inspection, ``sys.modules``/
+    ``meta_path``, ``/dev/fd``, ``os._exit``, reading test files …); the files are counted in
+    ``parts["suspect_refs"]`` and named in the reason."""
     forbid_harness_refs: bool = True
     """No test reward when added non-test lines mention pytest/_pytest/pluggy/junit/conftest."""
     timeout_s: float = 60.0
@@ -386,7 +581,12 @@ class CodeAgentReward:
     python: str | None = None
     """Interpreter for pytest in the sandbox (default: the sandbox's stdlib interpreter)."""
     python_path: tuple[str, ...] | None = None
-    """Directories with pytest and its dependencies, readable by the sandbox uid (default: this venv's)."""
+    """Directories with pytest and its dependencies (default: this venv's); their harness packages are
+    copied to a directory the sandbox uid can read (`stage_pytest`), so they may be private."""
+    verdict: str = "outside"
+    """``outside``: every ``assert EXPR == LITERAL`` of the pristine test functions is rewritten to hand
+    the observed value out, and compared here with the literal, which never enters the sandbox (a test
+    passes only when pytest says so *and* its observations match); ``inside``: pytest's report alone."""
     max_workers: int = 2
     """Trajectories scored at once by the batch interface."""
     allow_unconfined: bool = False
@@ -401,6 +601,8 @@ class CodeAgentReward:
                 raise ValueError(f"code-agent reward: {name} must be > 0 (got {getattr(self, name)})")
         if self.max_workers < 1:
             raise ValueError(f"code-agent reward: max_workers must be >= 1 (got {self.max_workers})")
+        if self.verdict not in ("outside", "inside"):
+            raise ValueError(f"code-agent reward: verdict must be 'outside' or 'inside' (got {self.verdict!r})")
         if not 0 <= self.partial_credit <= 1:
             raise ValueError(f"code-agent reward: partial_credit must be in [0, 1] (got {self.partial_credit})")
         self.__name__ = "code_agent"
@@ -455,12 +657,12 @@ class CodeAgentReward:
         if not os.access(GIT, os.X_OK):  # else every patch would score 0 as "does not apply"
             raise SandboxUnavailable(f"code-agent reward: {GIT} is missing (git applies the patches)")
         python = self.python or _runner._sandbox_python()
-        paths = tuple(self.python_path) if self.python_path is not None else default_pytest_path()
+        paths = stage_pytest(tuple(self.python_path) if self.python_path is not None else default_pytest_path())
         why = _probe_pytest(python, paths)
         if why:
             raise SandboxUnavailable(f"code-agent reward: pytest is not importable by an unprivileged uid with "
-                                     f"{python} and python_path={list(paths)} (pass python= / python_path= "
-                                     f"readable by any uid): {why}")
+                                     f"{python} and the staged python_path={list(paths)} (pass python= an "
+                                     f"interpreter any uid can run, python_path= dirs holding pytest): {why}")
         return python, paths
 
     def _protected(self, rel: str) -> bool:
@@ -497,6 +699,7 @@ class CodeAgentReward:
         try:
             data = json.loads(run.report)
             items = [(str(c), str(n)) for _, c, n in data["items"]]
+            nodeids = [str(i) for i, _, _ in data["items"]]
             errors = [str(p) for _, p in data["errors"]]
         except (ValueError, KeyError, TypeError) as e:
             raise ValueError(f"code-agent reward: collecting the tests of {snapshot} gave no usable list "
@@ -507,14 +710,14 @@ class CodeAgentReward:
         if not items and not errors:
             raise ValueError(f"code-agent reward: `pytest {shlex.join(pytest_args)}` collects no tests in "
                              f"{snapshot}")
-        result = {"items": items, "errors": errors, "inifile": find_inifile(snapshot),
+        result = {"items": items, "nodeids": nodeids, "errors": errors, "inifile": find_inifile(snapshot),
                   "conftests": sorted(r for r in files if r.rsplit("/", 1)[-1] == "conftest.py")}
         with self._lock:
             self._collected[key] = result
         return result
 
     def _pytest(self, base: Path, work: Path, mode: str, pytest_args, python, paths, snapshot: Path,
-                nonce: str = "", conftests=()):
+                nonce: str = "", conftests=(), observe: list | None = None):
         entry = base / "entry.py"
         if not entry.exists():
             shutil.copyfile(ENTRY, entry)
@@ -526,14 +729,59 @@ class CodeAgentReward:
             os.chmod(ini_path, 0o644)
         else:
             ini_path = work / ini
-        cfg = json.dumps({"mode": mode, "paths": list(paths), "nonce": nonce, "conftests": list(conftests)})
+        cfg = {"mode": mode, "paths": list(paths), "nonce": nonce, "conftests": list(conftests)}
+        writable = []
+        if nonce:  # a file the entry reads and unlinks before the project is imported: never in argv
+            secret = Path(tempfile.mkdtemp(prefix="cfg-", dir=base))
+            if observe is not None:
+                cfg["observe"] = str(secret / "observations")
+                observe.append(secret / "observations")
+            cfg = json.dumps(cfg)
+            (secret / "cfg.json").write_text(cfg)
+            os.chmod(secret / "cfg.json", 0o600)
+            cfg, writable = f"@{secret / 'cfg.json'}", [secret]
+        cfg = cfg if isinstance(cfg, str) else json.dumps(cfg)
         argv = [python, "-I", "-S", "-B", str(entry), cfg, "-p", "no:cacheprovider",
                 "--continue-on-collection-errors", f"--rootdir={work}", f"--confcutdir={work}", "-c", str(ini_path),
                 "-o", "junit_family=xunit2", "-o", "junit_logging=no", *pytest_args]
         env = {"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", "PYTHONDONTWRITEBYTECODE": "1", "COLUMNS": "120"}
         return run_command(argv, cwd=work, timeout_s=self.timeout_s, memory_mb=self.memory_mb,
                            max_procs=self.max_procs, env=env, report=True, max_report_bytes=self.max_report_bytes,
-                           max_output_bytes=32_000, read_paths=[base, *paths], **self._sandbox_kw())
+                           max_output_bytes=32_000, read_paths=[base, *paths], writable=writable,
+                           **self._sandbox_kw())
+
+    # ------------------------------------------------------------------ outside verdicts
+    def _externalize(self, work: Path, collected: dict) -> dict | None:
+        """Rewrite the (restored, pristine) test files of the collected items so their literal
+        expectations stay here; the expectations per node id."""
+        files = sorted({n.split("::", 1)[0] for n in collected.get("nodeids", [])})
+        expected: dict[int, object] = {}
+        tests: dict[tuple[str, str], list[int]] = {}
+        must: set[int] = set()
+        for rel in files:
+            if not rel.endswith(".py") or not (work / rel).is_file() or (work / rel).is_symlink():
+                continue
+            try:
+                src, exp, by_test, top = externalize_asserts((work / rel).read_text(encoding="utf-8"),
+                                                             len(expected))
+            except (SyntaxError, ValueError, UnicodeDecodeError, RecursionError):
+                continue
+            if not exp:
+                continue
+            (work / rel).write_text(src, encoding="utf-8")
+            expected.update(exp)
+            must |= top
+            tests.update({(rel, q): ks for q, ks in by_test.items()})
+        _seal(work)
+        per_node: dict[str, tuple[list[int], list[int]]] = {}
+        for nodeid in collected.get("nodeids", []):
+            rel, _, rest = nodeid.partition("::")
+            qual = re.sub(r"\[.*\]$", "", rest).replace("::", ".")
+            ks = tests.get((rel, qual), [])
+            per_node[nodeid] = (ks, [k for k in ks if k in must])
+        covered = sum(1 for ks, m in per_node.values() if m)
+        return {"expected": expected, "per_node": per_node,
+                "covered": covered / len(per_node) if per_node else 0.0}
 
     # ------------------------------------------------------------------ the patch
     def _score_patch(self, snapshot: Path, diff: str, pytest_args, python, paths, collected: dict,
@@ -580,6 +828,10 @@ class CodeAgentReward:
                              or not (stat.S_ISLNK(patched[r].st_mode) or _same_file(snapshot / r, work / r)))
             if not changed:
                 return RewardResult(0.0, "patch changes nothing", parts)
+            shadow = shadowing_names(changed, pristine, patched, work, self._protected)
+            if shadow:
+                return RewardResult(0.0, f"patch rejected: it adds a module named after a standard-library or test "
+                                         f"harness module ({', '.join(shadow[:3])})", parts)
             touched = [r for r in changed if self._protected(r)]
             source = [r for r in changed if not self._protected(r)]
             parts["test_files_touched"] = float(len(touched))
@@ -618,6 +870,9 @@ class CodeAgentReward:
             refs = [p for p, (added, _) in scanned.items() if not self._protected(p)
                     and any(_HARNESS_REF.search(line) for line in added)]
             parts["harness_refs"] = float(len(refs))
+            suspect = {p: m.group(0) for p, (added, _) in scanned.items() if not self._protected(p)
+                       for m in [next(filter(None, map(_SUSPECT.search, added)), None)] if m}
+            parts["suspect_refs"] = float(len(suspect))
             reasons = []
             if touched:
                 reasons.append(f"test files restored from the snapshot: {', '.join(touched[:5])}")
@@ -629,9 +884,15 @@ class CodeAgentReward:
                                   f"({', '.join(refs[:3])})")
             else:
                 nonce = secrets.token_hex(16)
+                outside = self._externalize(work, collected) if self.verdict == "outside" else None
+                obs_file: list = []
                 run = self._pytest(base, work, "run", pytest_args, python, paths, snapshot, nonce,
-                                   collected["conftests"])
-                passed, total, why, failing = _tally(run, nonce, collected)
+                                   collected["conftests"], obs_file if outside else None)
+                if outside:
+                    data = _read_capped(obs_file[0], self.max_report_bytes) if obs_file else None
+                    outside["observed"] = parse_observations(data or b"", outside["expected"])
+                    parts["outside"] = outside["covered"]
+                passed, total, why, failing = _tally(run, nonce, collected, outside)
                 parts["passed"], parts["total"] = float(passed), float(total)
                 parts["pass_frac"] = passed / total if total else 0.0
                 if why:
@@ -650,8 +911,12 @@ class CodeAgentReward:
         parts["action_penalty"] = penalty
         if penalty:
             reasons.append(f"{int(parts['actions'])} actions (−{penalty:.3g})")
+        if suspect and self.suspect_penalty:
+            reasons.append(f"suspicious references to the harness (−{self.suspect_penalty:.3g}): "
+                           + ", ".join(f"{p}: {w!r}" for p, w in list(suspect.items())[:3]))
         total_score = (self.w_tests * parts["tests"] + self.w_size * parts["size"] + self.w_parses * parts["parses"]
-                       - penalty + self.test_edit_penalty * float(bool(touched)))
+                       - penalty + self.test_edit_penalty * float(bool(touched))
+                       - self.suspect_penalty * float(bool(suspect)))
         return RewardResult(round(total_score, 12), "; ".join(reasons), parts)
 
 
@@ -690,7 +955,19 @@ def _screen_diff(diff, max_bytes: int) -> tuple[str, str]:
     return diff, ""
 
 
-def _tally(run, nonce: str, collected: dict) -> tuple[int, int, str, list[str]]:
+def _outside_ok(outside: dict | None, nodeid: str) -> bool:
+    """Every observation of the node's externalized asserts equals its literal, and each assert directly
+    in the test's body was observed at least once."""
+    if not outside:
+        return True
+    ks, must = outside["per_node"].get(nodeid, ([], []))
+    obs, exp = outside["observed"], outside["expected"]
+    if any(k not in obs for k in must):
+        return False
+    return all(v == exp[k] for k in ks for v in obs.get(k, ()))
+
+
+def _tally(run, nonce: str, collected: dict, outside: dict | None = None) -> tuple[int, int, str, list[str]]:
     """``(passed, total, why no test reward, failing tests)`` from the untrusted run, counted over the
     pristine collection: a pristine test the report lacks has failed."""
     expected = collected["items"]
@@ -714,7 +991,9 @@ def _tally(run, nonce: str, collected: dict) -> tuple[int, int, str, list[str]]:
         return 0, total, f"harness integrity check failed: {what}", []
     if (run.returncode == 0) == rep.any_failed:
         return 0, total, f"test report inconsistent with pytest's exit status {run.returncode}", []
-    failing = [f"{c}::{n}" for c, n in expected if not rep.outcomes.get((c, n), False)]
+    nodeids = collected.get("nodeids") or [""] * len(expected)
+    failing = [f"{c}::{n}" for (c, n), nid in zip(expected, nodeids)
+               if not (rep.outcomes.get((c, n), False) and _outside_ok(outside, nid))]
     passed = len(expected) - len(failing)
     total = len(expected)
     for prefix in open_prefixes:  # files that did not collect on the snapshot: their tests as reported now

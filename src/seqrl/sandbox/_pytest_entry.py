@@ -1,10 +1,14 @@
 """Start of a sandboxed pytest run (stdlib + pytest only; no seqrl imports).
 
 Run by `seqrl.rewards.code_agent` inside the sandbox, as the unprivileged uid, as
-``python -I -S -B _pytest_entry.py CONFIG_JSON PYTEST_ARGS...`` with the repository copy as the
-working directory and a report pipe on fd 3. ``CONFIG_JSON`` holds ``mode`` (``collect`` or
-``run``), ``paths`` (directories holding pytest and its dependencies, appended to ``sys.path``),
-``nonce`` and ``conftests`` (the snapshot's own conftest files, relative paths).
+``python -I -S -B _pytest_entry.py CONFIG PYTEST_ARGS...`` with the repository copy as the
+working directory and a report pipe on fd 3. ``CONFIG`` is JSON, or ``@FILE`` (run mode: read and
+unlinked before any project code is imported, so the nonce is never in argv) holding ``mode``
+(``collect`` or ``run``), ``paths`` (the staged harness: first on ``sys.path``, and the only
+directories harness modules may come from), ``nonce``, ``conftests`` (the snapshot's own conftest
+files, relative paths) and ``observe`` (where ``__seqrl_observe__`` appends observed values).
+pytest, its plugins and the stdlib modules it uses are imported before the work tree is appended
+to ``sys.path`` (last).
 
 - ``collect``: ``pytest --collect-only`` on the *pristine* snapshot; writes one JSON object to fd 3:
   the collected node ids with their JUnit ``(classname, name)`` and the node ids that failed to
@@ -32,7 +36,7 @@ import os
 import sys
 
 REPORT = "/dev/fd/3"
-WATCHED_PREFIXES = ("_pytest", "pluggy")  # every loaded module of these packages is watched
+WATCHED_PREFIXES = ("pytest", "_pytest", "pluggy")  # every loaded module of these packages is watched
 WATCHED_EXTRA = ("xml.etree.ElementTree",)
 RESULT_HOOKS = (
     "pytest_runtest_protocol", "pytest_runtest_makereport", "pytest_runtest_logreport",
@@ -87,11 +91,53 @@ def snapshot() -> dict:
     return table
 
 
-def _harness_dirs() -> tuple[str, ...]:
-    import _pytest
-    import pluggy
+HARNESS_DIRS: tuple[str, ...] = ()  # set by main() from the trusted config, never from module attributes
+# stdlib modules pytest imports lazily (debugging, doctest, unittest support, config files): imported
+# before the work tree is on sys.path, so a same-named file in the patch can never be the one loaded
+PREIMPORT = ("argparse", "atexit", "bdb", "code", "codeop", "collections.abc", "contextlib", "dataclasses",
+             "datetime", "decimal", "difflib", "doctest", "enum", "errno", "faulthandler", "fnmatch",
+             "functools", "gc", "getpass", "glob", "hashlib", "importlib.machinery", "importlib.metadata",
+             "importlib.util", "inspect", "io", "itertools", "json", "linecache", "locale", "logging", "math",
+             "numbers", "pdb", "pkgutil", "platform", "posixpath", "pprint", "re", "shlex", "shutil", "signal",
+             "stat", "string", "subprocess", "tempfile", "textwrap", "threading", "time", "tokenize",
+             "tomllib", "traceback", "tracemalloc", "types", "unittest", "unittest.mock", "uuid", "warnings",
+             "weakref", "xml.etree.ElementTree")
+HARNESS_TOP = ("pytest", "_pytest", "pluggy", "iniconfig", "packaging", "pygments", "py", "exceptiongroup", "tomli")
 
-    return tuple(os.path.realpath(os.path.dirname(m.__file__)) + os.sep for m in (_pytest, pluggy))
+
+def _harness_dirs() -> tuple[str, ...]:
+    return HARNESS_DIRS
+
+
+def preimport() -> None:
+    for name in PREIMPORT:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            pass
+
+
+def foreign_modules(root: str) -> list[str]:
+    """Loaded stdlib / harness modules whose file is not where the trusted interpreter and the staged
+    harness keep them (e.g. a ``textwrap.py`` or ``_pytest/`` from the work tree)."""
+    names = set(getattr(sys, "stdlib_module_names", ())) | set(HARNESS_TOP)
+    root = os.path.realpath(root) + os.sep
+    out = []
+    for name, mod in list(sys.modules.items()):
+        if name.split(".")[0] not in names or mod is None:
+            continue
+        f = getattr(mod, "__file__", None)
+        spec = getattr(mod, "__spec__", None)
+        origin = getattr(spec, "origin", None)
+        for path in (f, origin):
+            if isinstance(path, str) and os.path.isabs(path) and os.path.realpath(path).startswith(root):
+                out.append(f"module {name} loaded from the work tree")
+                break
+        else:
+            if name.split(".")[0] in HARNESS_TOP and isinstance(f, str) \
+                    and not os.path.realpath(f).startswith(HARNESS_DIRS):
+                out.append(f"module {name} loaded from outside the harness")
+    return out
 
 
 def _harness_owned(obj, dirs: tuple[str, ...]) -> bool:
@@ -135,31 +181,82 @@ _MISSING = object()
 class Guard:
     """The pytest plugin that checks the harness at session finish and stamps the report."""
 
-    def __init__(self, nonce: str, conftests: list[str], table: dict):
+    def __init__(self, nonce: str, conftests: list[str], table: dict, root: str = ""):
         self.nonce, self.table = nonce, table
-        root = os.getcwd()
-        self.conftests = {os.path.realpath(os.path.join(root, c)) for c in conftests}
+        self.root = root or os.getcwd()
+        self.conftests = {os.path.realpath(os.path.join(self.root, c)) for c in conftests}
         self.codes = {id(code) for _, code in table.values() if code is not None}
+        self.modules = {id(obj) for (kind, _), (obj, _) in table.items() if kind == "module"}
+        self.classes = {id(obj) for (kind, _), (obj, _) in table.items() if kind != "builtins" and isinstance(obj, type)}
+        self.meta_path, self.path_hooks = list(sys.meta_path), list(sys.path_hooks)
+        self.items: dict[str, tuple] = {}
 
     def _allowed_plugin(self, plugin) -> bool:
+        """The guard, a pytest/pluggy module recorded before any project code ran, an instance of a
+        class recorded then, or one of the snapshot's own conftest modules."""
         if plugin is self:
             return True
-        modname = plugin.__name__ if isinstance(plugin, type(sys)) else type(plugin).__module__
-        if isinstance(modname, str) and (modname.startswith("_pytest.") or modname in ("pytest", "_pytest")):
-            return True
-        f = getattr(plugin, "__file__", None) if isinstance(plugin, type(sys)) else None
-        return isinstance(f, str) and os.path.realpath(f) in self.conftests
+        if isinstance(plugin, type(sys)):
+            return id(plugin) in self.modules or self._is_conftest(plugin)
+        return id(type(plugin)) in self.classes
+
+    def _hooks_changed(self) -> list[str]:
+        from _pytest.assertion.rewrite import AssertionRewritingHook
+
+        out = []
+        base = {id(f) for f in self.meta_path}
+        for f in sys.meta_path:
+            if id(f) not in base and not (type(f) is AssertionRewritingHook and id(type(f)) in self.classes):
+                out.append(f"sys.meta_path gained {type(f).__name__}")
+        if [id(h) for h in sys.path_hooks] != [id(h) for h in self.path_hooks]:
+            out.append("sys.path_hooks changed")
+        return out
+
+    def pytest_collection_finish(self, session):
+        for it in session.items:
+            self.items[it.nodeid] = self._item_identity(it)
+
+    def _item_identity(self, item):
+        fn = getattr(item, "obj", None)
+        fn = getattr(fn, "__func__", fn)
+        code = getattr(fn, "__code__", None)
+        return fn, code
+
+    def _items_changed(self, session) -> list[str]:
+        from _pytest.python import Function
+
+        out = []
+        for it in session.items:
+            if not isinstance(it, Function):  # other items come from the snapshot's own conftests
+                continue
+            fn, code = self._item_identity(it)
+            shadowed = [k for k, v in vars(it).items() if callable(v) and callable(getattr(type(it), k, None))]
+            if shadowed:
+                out.append(f"test {it.nodeid}: {', '.join(shadowed[:3])} overridden on the item")
+            path = os.path.realpath(str(getattr(it, "path", "")))
+            if code is None or os.path.realpath(code.co_filename) != path:
+                out.append(f"test {it.nodeid}: function not defined in its test file")
+            elif (fn, code) != self.items.get(it.nodeid, (fn, code)):
+                out.append(f"test {it.nodeid}: function replaced after collection")
+            elif code.co_name != getattr(it, "originalname", code.co_name):
+                out.append(f"test {it.nodeid}: function renamed")
+        return out
 
     def check(self, session) -> list[str]:
         problems = changed(self.table)
+        problems += foreign_modules(self.root)
+        problems += self._hooks_changed()
+        problems += self._items_changed(session)
         pm = session.config.pluginmanager
         import pluggy._callers as callers
 
         if getattr(pm, "_inner_hookexec", None) is not callers._multicall:
             problems.append("pluginmanager._inner_hookexec")
-        for name in RESULT_HOOKS:
-            hook = getattr(pm.hook, name, None)
-            if hook is None:
+        for plugin in pm.get_plugins():
+            if not self._allowed_plugin(plugin):
+                problems.append(f"plugin {pm.get_name(plugin)!r} registered")
+        for name, hook in list(vars(pm.hook).items()):
+            if not hasattr(hook, "get_hookimpls"):
                 continue
             for impl in hook.get_hookimpls():
                 fn = getattr(impl.function, "__func__", impl.function)
@@ -213,12 +310,75 @@ def _junit_names(nodeid: str) -> tuple[str, str]:
     return bin_xml_escape(".".join(names[:-1])), bin_xml_escape(names[-1])
 
 
+def _plain(x, depth: int = 0):
+    """A plain copy of an observed value, else TypeError. Subclasses of the plain types (enums,
+    named tuples, numpy numbers) are converted to their base type, as ``==`` would mostly treat
+    them: whatever a conversion returns, only the expected value — which is not here — can make it
+    count."""
+    import numbers
+
+    if depth > 100:
+        raise TypeError("too deep")
+    t = type(x)
+    if x is None or t in (bool, int, float, complex, str, bytes):
+        return x
+    for base in (bool, str, bytes):
+        if isinstance(x, base):
+            return base(x) if base is not str else str.__str__(x)
+    for base in (list, tuple, set, frozenset):
+        if isinstance(x, base):  # a frozenset as a set: equal values, and its repr is a literal
+            return (set if base is frozenset else base)(_plain(v, depth + 1) for v in x)
+    if isinstance(x, dict):
+        return {_plain(k, depth + 1): _plain(v, depth + 1) for k, v in x.items()}
+    if isinstance(x, numbers.Integral):
+        return int(x)
+    if isinstance(x, numbers.Real):
+        return float(x)
+    if isinstance(x, numbers.Complex):
+        return complex(x)
+    raise TypeError(t.__name__)
+
+
+def install_observer(path: str) -> None:
+    """``__seqrl_observe__(k, value)`` (the rewritten test files call it): one ``K<TAB>repr`` line per
+    observation, appended to a file the parent reads and compares with the literals it kept."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
+
+    def __seqrl_observe__(k, value):
+        try:
+            text = repr(_plain(value))
+        except Exception:  # noqa: BLE001 — an unrepresentable value equals nothing
+            text = "!"
+        os.write(fd, f"{int(k)}\t{text}\n".encode("utf-8", "backslashreplace"))
+
+    builtins.__seqrl_observe__ = __seqrl_observe__
+
+
+def read_config(arg: str) -> dict:
+    """The run's configuration: inline JSON (collect mode) or ``@FILE``, a file the sandbox uid owns,
+    read and unlinked here before any project code is imported (so the nonce is not in argv)."""
+    if not arg.startswith("@"):
+        return json.loads(arg)
+    with open(arg[1:], encoding="utf-8") as f:
+        cfg = json.load(f)
+    os.unlink(arg[1:])
+    return cfg
+
+
 def main(argv: list[str]) -> int:
-    cfg = json.loads(argv[1])
+    global HARNESS_DIRS
+    cfg = read_config(argv[1])
+    argv[1] = "@"
     args = argv[2:]
-    sys.path[:0] = [os.getcwd()]  # as `python -m pytest`: the repository root first
-    sys.path.extend(cfg["paths"])
+    HARNESS_DIRS = tuple(os.path.realpath(p) + os.sep for p in cfg["paths"])
+    sys.path[:0] = list(cfg["paths"])  # the harness before anything else
     import pytest
+
+    preimport()
+    watched_modules()
+    if cfg.get("observe"):
+        install_observer(cfg["observe"])
+    sys.path.append(os.getcwd())  # the work tree last: it can add modules, never shadow one
 
     if cfg["mode"] == "collect":
         col = Collector()
@@ -228,7 +388,9 @@ def main(argv: list[str]) -> int:
         return int(rc)
     table = snapshot()  # before pytest imports any conftest or test module (and so the code under test)
     Guard.pytest_sessionfinish = pytest.hookimpl(tryfirst=True)(Guard.pytest_sessionfinish)
+    Guard.pytest_collection_finish = pytest.hookimpl(tryfirst=True)(Guard.pytest_collection_finish)
     guard = Guard(cfg["nonce"], cfg.get("conftests", []), table)
+    del cfg
     return int(pytest.main([*args, f"--junitxml={REPORT}"], plugins=[guard]))
 
 
