@@ -61,7 +61,7 @@ def normalise(text: str) -> str:
     ('-5', '12', '3')
     """
     text = unicodedata.normalize("NFKC", str(text)).translate(_DASHES)
-    text = text.replace("$", "").strip()
+    text = text.replace("$", "").replace("{,}", ",").strip()
     return text[:-1].rstrip() if text.endswith(".") else text
 
 
@@ -149,9 +149,20 @@ def _equation_side(answer: str, gold: str) -> tuple[str | None, str]:
     return rhs.strip(), ""
 
 
+def _math_verify():
+    """math-verify's parse and verify, with its one-time "timeout is disabled" warning marked as
+    shown: the time limit is the caller's (a per-call limit around every reward), not a signal."""
+    import math_verify.grader
+    import math_verify.parser
+
+    math_verify.parser.TIMEOUT_WARNING_SHOWN = True
+    math_verify.grader.TIMEOUT_WARNING_SHOWN = True
+    return math_verify.parse, math_verify.verify
+
+
 def _parse(answer: str):
     """math-verify's parse (``$…$`` first, then bare); empty unless a sympy object came out."""
-    from math_verify import parse
+    parse, _ = _math_verify()
 
     candidates = [f"${answer}$", answer]
     for candidate in candidates:
@@ -214,8 +225,7 @@ def _equal(gold: str, pred: str) -> tuple[bool, str]:
     if _WORD_RE.fullmatch(gold):  # "Paris" would parse as the product P·a·r·i·s: text compares as text
         return False, "not equivalent (as text)"
     try:
-        from math_verify import verify
-
+        _, verify = _math_verify()
         gold_parsed = _parse(gold)
         if not gold_parsed:
             return False, "not equivalent (gold unparseable)"
