@@ -19,6 +19,7 @@ import re
 from seqrl.data.base import Problem, Task, extract_answer
 from seqrl.data.registry import sample_split
 from seqrl.rewards.base import RewardResult
+from seqrl.rewards.compare import normalise, verdict
 
 SYMBOLS = {"add": "+", "sub": "-", "mul": "*"}
 MAX_ANSWER_CHARS = 50
@@ -86,7 +87,7 @@ def parse_int_answer(text: str) -> tuple[int | None, str]:
     >>> parse_int_answer("3.5")
     (None, "not an integer: '3.5'")
     """
-    text = text.strip()
+    text = normalise(text)
     if len(text) > MAX_ANSWER_CHARS:
         return None, "answer too long"
     if not _INT_RE.fullmatch(text):
@@ -139,7 +140,9 @@ class ArithmeticTask(Task):
         )
 
     def verify(self, problem: Problem, completion: str) -> RewardResult:
-        """1.0 when the ``<answer>`` is the integer result; else 0.0 with the reason.
+        """1.0 when the ``<answer>`` equals the integer result by the shared comparison
+        (`seqrl.rewards.compare.compare_answers`: ``132.0``, ``−5`` and full-width digits count;
+        hedges such as ``131 or 132`` do not); else 0.0 with the reason.
 
         >>> task = ArithmeticTask()
         >>> p = Problem("47+85=", "132")
@@ -151,9 +154,4 @@ class ArithmeticTask(Task):
         answer = extract_answer(completion)
         if answer is None:
             return RewardResult(0.0, "no answer found")
-        value, reason = parse_int_answer(answer)
-        if value is None:
-            return RewardResult(0.0, reason)
-        if value != int(problem.answer):
-            return RewardResult(0.0, f"not equal: {value} vs {problem.answer}")
-        return RewardResult(1.0)
+        return verdict(problem.answer, answer, MAX_ANSWER_CHARS)

@@ -54,6 +54,28 @@ _BIG_ARG_RE = re.compile(r"(?:\\binom|\\dbinom|\\tbinom|\\choose)\s*\{?[^}]*?(\d
 _INT_RE = re.compile(r"\d+")
 
 
+def verdict(gold: str, answer: str, max_chars: int = MAX_ANSWER_CHARS):
+    """A task verifier's `RewardResult` for an extracted answer: 1.0 when `compare_answers` says
+    equal, else 0.0 with ``answer too long``, ``hedged: …``, ``unparseable answer (…)`` or
+    ``not equal: <answer> vs <gold>``.
+
+    >>> verdict("132", "132.0").score, verdict("132", "131").reason, verdict("4", "3 or 4").reason
+    (1.0, 'not equal: 131 vs 132', 'hedged: or')
+    """
+    from seqrl.rewards.base import RewardResult
+
+    if len(answer) > max_chars:
+        return RewardResult(0.0, "answer too long")
+    equal, why = compare_answers(gold, answer)
+    if equal:
+        return RewardResult(1.0)
+    if why.startswith("not equivalent"):
+        why = f"not equal: {answer[:60]} vs {str(gold)[:60]}"
+    elif why.startswith("unparseable answer"):
+        why = f"unparseable answer: {answer[:60]}{why[len('unparseable answer'):]}"
+    return RewardResult(0.0, why)
+
+
 def normalise(text: str) -> str:
     """NFKC, one kind of minus, no ``$``, no trailing period, stripped.
 
@@ -80,6 +102,8 @@ def guard(answer: str) -> str:
             deepest = max(deepest, depth)
         elif ch in "})]":
             depth -= 1
+    if depth != 0:
+        return "unbalanced brackets"
     if deepest > MAX_NESTING:
         return f"nested too deep ({deepest} > {MAX_NESTING})"
     for m in _EXPONENT_RE.finditer(answer):
@@ -176,7 +200,7 @@ _WORD_RE = re.compile(r"[^\W\d_]{2,}(?:[ '-][^\W\d_]+)*")  # "Paris", "New York"
 
 
 def _key(text: str) -> str:
-    return re.sub(r"\s+", "", text).casefold()
+    return " ".join(text.split()).casefold()
 
 
 def compare_answers(gold: str, pred: str) -> tuple[bool, str]:
