@@ -75,7 +75,9 @@ def test_gsm_verifier_shares_the_comparison(answer, gold, equal):
     ("9^{9^{9^{9}}}", "exponent tower"), ("9^9^9", "exponent tower"), ("2**2**100", "exponent tower"),
     ("(1+x)^{100000}", "exponent too large"), ("\\binom{10^{7}}{5000000}", "too large"),
     ("100000!", "too large"), ("{" * 40 + "1" + "}" * 40, "nested too deep"), ("1" * 600, "too long"),
-    ("\\frac{1}{2", "unbalanced"),
+    ("\\frac{1}{2", "unbalanced"), ("(10^{999})^{999}", "too large together"), ("(100!)!", "factorial of an expression"),
+    ("(1+x)^{1000}", "bracketed"), ("(a+b+c)^{30}", "bracketed"), ("(a+b)^{6}\\cdot(a+b)^{6}", "bracketed"),
+    ("\\sum_{k=1}^{100000} k", "too large"), ("\\sum_{k=1}^{5} 5000k", "bound too large"), ("\\binom{5000}{2}", "too large"),
 ])
 def test_guards_refuse_costly_answers_before_parsing(answer, why):
     assert why in guard(answer)

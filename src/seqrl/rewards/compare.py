@@ -7,7 +7,7 @@
    ``$`` and a trailing period dropped, spaces trimmed.
 2. **Guards** before any parsing: at most `MAX_ANSWER_CHARS` characters, brace/paren nesting at
    most `MAX_NESTING`, no exponent tower (an exponent inside an exponent), no integer literal above
-   `MAX_EXPONENT` in an exponent, a factorial or a binomial.
+   `MAX_EXPONENT` in an exponent, a factorial or a binomial, and no product of exponents above it, no exponent above `MAX_GROUP_EXPONENT` on a bracketed base.
 3. **Hedges** score 0 unless the gold answer has the same form: ``or``/``\\lor``/``\\vee``,
    ``\\pm``/``\\mp``/``±``, ``\\neq``/``≠``, negations (``not``, ``\\neg``), sets (``\\{…\\}``),
    several values (a comma or ``;`` outside a valid thousands group, ``and``).
@@ -34,6 +34,8 @@ MAX_NESTING = 12
 """Deeper ``{``/``(``/``[`` nesting is refused before parsing (sympy recursion, parse time)."""
 MAX_EXPONENT = 1000
 """Largest integer literal allowed in an exponent, a factorial or a binomial."""
+MAX_GROUP_EXPONENT = 6
+"""Largest exponent on a bracketed base: sympy expands ``(a+b+c)^{30}`` (5 s) and ``(a+b+c+d+e)^{12}`` (13 s)."""
 
 _DASHES = dict.fromkeys(map(ord, "\u2212\u2012\u2013\u2014\ufe63\uff0d"), "-")
 _NUMBER_RE = re.compile(r"[+-]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?|[+-]?\.\d+")
@@ -49,7 +51,7 @@ _HEDGES = (
     (re.compile(r"\band\b|\\land\b|\\wedge\b|;", re.I), "several values"),
 )
 _LIST_COMMA_RE = re.compile(r"(?<!\d),|,(?!\d{3}(?!\d))|(?<=\d{4}),")
-_EXPONENT_RE = re.compile(r"\^\s*(\{[^{}]*\}|\d+)")
+_EXPONENT_RE = re.compile(r"(?:\^|\*\*)\s*(\{[^{}]*\}|\d+)")
 _BIG_ARG_RE = re.compile(r"(?:\\binom|\\dbinom|\\tbinom|\\choose)\s*\{?[^}]*?(\d+)|(\d+)\s*!")
 _INT_RE = re.compile(r"\d+")
 
@@ -112,17 +114,44 @@ def guard(answer: str) -> str:
             return "exponent tower"
     if re.search(r"\^\s*\{[^}]*\^", answer) or re.search(r"\^[^{]\s*\^|\*\*[^*]*\*\*", answer):
         return "exponent tower"
+    power = 1  # exponents multiply through brackets: (10^{999})^{999} is 10^998001
     for m in _EXPONENT_RE.finditer(answer):
         for n in _INT_RE.findall(m.group(1)):
-            if int(n) > MAX_EXPONENT:
-                return f"exponent too large: {n}"
+            power *= max(int(n), 1)
+            if power > MAX_EXPONENT:
+                return f"exponent too large: {n}" if int(n) > MAX_EXPONENT else "exponents too large together"
+    group_power = 1  # powers of bracketed bases expand: their exponents multiply too
+    for m in _EXPONENT_RE.finditer(answer):
+        i = m.start() - 1
+        while i >= 0 and answer[i].isspace():
+            i -= 1
+        if i >= 0 and answer[i] in ")}]" and not _closes_subscript(answer, i):
+            for n in _INT_RE.findall(m.group(1)):
+                group_power *= max(int(n), 1)
+                if group_power > MAX_GROUP_EXPONENT:
+                    return f"powers of bracketed expressions above {MAX_GROUP_EXPONENT}"
+    if re.search(r"[)}\]]\s*!", answer):
+        return "factorial of an expression"
     for m in _BIG_ARG_RE.finditer(answer):
         n = m.group(1) or m.group(2)
         if int(n) > MAX_EXPONENT:
             return f"factorial/binomial too large: {n}"
-    if "\\binom" in answer and any(int(n) > MAX_EXPONENT for n in _INT_RE.findall(answer)):
-        return "factorial/binomial too large"
+    if re.search(r"\\(?:binom|dbinom|tbinom|choose|sum|prod|int)", answer) and any(
+            int(n) > MAX_EXPONENT for n in _INT_RE.findall(answer)):
+        return "sum/product/binomial with a bound too large"
     return ""
+
+
+def _closes_subscript(answer: str, close: int) -> bool:
+    """Whether the bracket at `close` ends a subscript ``_{…}`` (a bound, as in ``\\sum_{k=1}^{n}``)."""
+    depth, i = 0, close
+    while i >= 0:
+        depth += answer[i] in ")}]"
+        depth -= answer[i] in "({["
+        if depth == 0:
+            return i > 0 and answer[i - 1] == "_"
+        i -= 1
+    return False
 
 
 def hedge(answer: str, gold: str) -> str:
