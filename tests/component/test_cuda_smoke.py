@@ -66,7 +66,8 @@ def test_a_grpo_step_on_cuda_moves_the_weights(bf16):
 
 
 def test_a_dt_run_on_cuda(tmp_path):
-    from seqrl.algos.dt import DataConfig, DTConfig, DTEvalConfig, DTModelConfig, load_policy_checkpoint, train
+    from seqrl.algos.dt import DataConfig, DTConfig, DTEvalConfig, DTModelConfig, train
+    from seqrl.models.loading import load_policy_checkpoint
 
     cfg = DTConfig(run=RunConfig(name="d", out_dir=str(tmp_path), seed=1, log_every=1, progress=False, device="cuda"),
                    data=DataConfig(dataset="quick:medium-replay", quick_steps=400),

@@ -11,7 +11,8 @@ import torch
 import torch.multiprocessing as mp
 
 from seqrl.algos.common import OptimConfig, RunConfig, TaskConfig
-from seqrl.algos.dt import DataConfig, DTConfig, DTEvalConfig, DTModelConfig, load_policy_checkpoint
+from seqrl.algos.dt import DataConfig, DTConfig, DTEvalConfig, DTModelConfig
+from seqrl.models.loading import load_policy_checkpoint
 from seqrl.algos.sft import EvalConfig, SFTConfig
 from seqrl.models import ModelConfig, load_policy
 from seqrl.utils.metrics import read_metrics

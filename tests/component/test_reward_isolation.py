@@ -125,14 +125,18 @@ def test_a_program_over_the_size_cap_is_not_parsed():
 def test_code_reward_extraction_runs_bounded_in_a_worker():
     from seqrl.rewards.code import MAX_COMPLETION_CHARS, CodeExecutionReward, CodeTests
 
+    spec = CodeTests(io_cases=[[[1, 2], 3]], entry_point="add")
     reward = CodeExecutionReward(static_timeout_s=0.3)
-    texts = ["```" * 30_000,  # the fence regex rescans: seconds
+    texts = ["```" * 30_000,  # 90 KB of fences: linear extraction, no program
              "x" * (MAX_COMPLETION_CHARS + 1),
              "```python\ndef add(a, b):\n    return a + b\n```"]
-    slow, huge, good = reward.score_many(texts, [CodeTests(io_cases=[[[1, 2], 3]], entry_point="add")] * 3)
-    assert slow.score == 0.0 and slow.reason.startswith("timeout")
+    fences, huge, good = reward.score_many(texts, [spec] * 3)
+    assert fences.score == 0.0 and not fences.reason.startswith("timeout")
     assert huge.score == 0.0 and "completion too long" in huge.reason
     assert good.score == 1.0
+    # past its limit, extraction + parsing is a timeout (a worker round trip alone takes over 1 ms)
+    (late,) = CodeExecutionReward(static_timeout_s=1e-3).score_many(["x = 1\n" * 30_000], [spec])
+    assert late.score == 0.0 and late.reason.startswith("timeout")
 
 
 def test_a_worker_that_cannot_be_restarted_leaves_a_slot_that_restarts_later(pool, monkeypatch):

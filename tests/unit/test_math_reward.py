@@ -30,10 +30,12 @@ CASES = [
     ("<answer>\\frac{1}{3}</answer>", "0.5", "strict", "answer_tag", 0.0, "not equivalent"),
     ("<answer>3.140</answer>", "3.14", "strict", "answer_tag", 1.0, ""),
     ("<answer>0.333333</answer>", "\\frac{1}{3}", "strict", "answer_tag", 1.0, ""),  # 6-digit float rounding
-    # percents: math-verify treats "50%" as equal to both 0.5 and 50
-    ("<answer>50%</answer>", "0.5", "strict", "answer_tag", 1.0, ""),
+    # percents: the percent sign is a unit label ("50%" is 50, not 0.5; "5000%" is not 50)
+    ("<answer>50%</answer>", "0.5", "strict", "answer_tag", 0.0, "not equivalent"),
     ("<answer>50\\%</answer>", "50", "strict", "answer_tag", 1.0, ""),
-    ("<answer>0.5</answer>", "50\\%", "strict", "answer_tag", 1.0, ""),
+    ("<answer>50</answer>", "50\\%", "strict", "answer_tag", 1.0, ""),
+    ("<answer>0.5</answer>", "50\\%", "strict", "answer_tag", 0.0, "not equivalent"),
+    ("<answer>5000\\%</answer>", "50", "strict", "answer_tag", 0.0, "not equivalent"),
     ("<answer>40%</answer>", "0.5", "strict", "answer_tag", 0.0, "not equivalent: 40% vs 0.5"),
     # sets, tuples, intervals
     ("<answer>\\{2, 1\\}</answer>", "\\{1,2\\}", "strict", "answer_tag", 1.0, ""),
@@ -75,8 +77,8 @@ CASES = [
     ("<answer></answer>", "1", "strict", "answer_tag", 0.0, "no answer found"),
     ("∑∂ƒ©˙∆˚¬ 🙃 \x00\ufffd", "1", "lenient", "answer_tag", 0.0, "no answer found"),
     ("<answer>🙃</answer>", "1", "strict", "answer_tag", 0.0, "unparseable answer: 🙃"),
-    (f"{B}{{\\frac{{1}}{{2}}", "0.5", "strict", "boxed", 0.0, "no answer found"),  # unbalanced: no box
-    (f"{B}{{\\frac{{1}}{{2}}", "2", "lenient", "answer_tag", 1.0, ""),  # ... lenient falls back to the last number
+    (f"{B}{{\\frac{{1}}{{2}}", "0.5", "strict", "boxed", 0.0, "malformed: unclosed"),  # unbalanced: nothing
+    (f"{B}{{\\frac{{1}}{{2}}", "2", "lenient", "answer_tag", 0.0, "malformed: unclosed"),  # ... no last-number fallback
     ("<answer>}}{{(</answer>", "1", "strict", "answer_tag", 0.0, "unparseable answer"),
     ("<answer>" + "1" * (MAX_ANSWER_CHARS + 1) + "</answer>", "1", "strict", "answer_tag", 0.0, "too long"),
     # words as gold (math-verify cannot parse them): compared as text
@@ -95,7 +97,7 @@ def test_math_reward_table(pred, gold, mode, where, score, reason):
     else:
         assert r.reason == ""
     assert r.parts["equivalent"] == score
-    assert r.parts["extracted"] == (0.0 if "no answer" in r.reason or "hedged" in r.reason else 1.0)
+    assert r.parts["extracted"] == (0.0 if "no answer" in r.reason or r.reason.startswith(("hedged", "malformed")) else 1.0)
 
 
 def test_table_has_at_least_40_cases():

@@ -174,9 +174,10 @@ GSM = Problem("Ann buys 3 pens at $4 each and pays $20. How much change?", "8")
         ("<answer>131</answer>", 0.0, "not equal: 131 vs 132"),
         ("<answer>-132</answer>", 0.0, "not equal: -132 vs 132"),
         ("132", 0.0, "no answer found"),
-        ("<answer>132.0</answer>", 0.0, "not an integer: '132.0'"),
-        ("<answer>13 2</answer>", 0.0, "not an integer: '13 2'"),
-        ("<answer>\uff11\uff13\uff12</answer>", 0.0, "not an integer: '\uff11\uff13\uff12'"),
+        ("<answer>132.0</answer>", 1.0, ""),  # the value, as the math reward reads it
+        ("<answer>13 2</answer>", 0.0, "not equal: 13 2 vs 132"),
+        ("<answer>\uff11\uff13\uff12</answer>", 1.0, ""),  # full-width digits are normalised
+        ("<answer>131 or 132</answer>", 0.0, "hedged: or"),
         ("<answer>" + "9" * 60 + "</answer>", 0.0, "answer too long"),
     ],
 )
@@ -221,7 +222,7 @@ def test_countdown_at_most_once_option():
         ("<answer>$8</answer>", 1.0, ""),
         ("<answer>8.0</answer>", 1.0, ""),
         ("<answer>9</answer>", 0.0, "not equal: 9 vs 8"),
-        ("<answer>eight</answer>", 0.0, "not a number: 'eight'"),
+        ("<answer>eight</answer>", 0.0, "unparseable answer: eight"),
         ("<answer>" + "8" * 60 + "</answer>", 0.0, "answer too long"),
         ("8", 0.0, "no answer found"),
     ],

@@ -16,6 +16,7 @@ from __future__ import annotations
 import random
 import re
 
+from seqrl.answers import normalise, verdict
 from seqrl.data.splits import sample_split
 from seqrl.types import Problem, RewardResult, Task, extract_answer
 
@@ -85,7 +86,7 @@ def parse_int_answer(text: str) -> tuple[int | None, str]:
     >>> parse_int_answer("3.5")
     (None, "not an integer: '3.5'")
     """
-    text = text.strip()
+    text = normalise(text)
     if len(text) > MAX_ANSWER_CHARS:
         return None, "answer too long"
     if not _INT_RE.fullmatch(text):
@@ -138,7 +139,9 @@ class ArithmeticTask(Task):
         )
 
     def verify(self, problem: Problem, completion: str) -> RewardResult:
-        """1.0 when the ``<answer>`` is the integer result; else 0.0 with the reason.
+        """1.0 when the ``<answer>`` equals the integer result by the shared comparison
+        (`seqrl.answers.compare_answers`: ``132.0``, ``−5`` and full-width digits count;
+        hedges such as ``131 or 132`` do not); else 0.0 with the reason.
 
         >>> task = ArithmeticTask()
         >>> p = Problem("47+85=", "132")
@@ -150,9 +153,4 @@ class ArithmeticTask(Task):
         answer = extract_answer(completion)
         if answer is None:
             return RewardResult(0.0, "no answer found")
-        value, reason = parse_int_answer(answer)
-        if value is None:
-            return RewardResult(0.0, reason)
-        if value != int(problem.answer):
-            return RewardResult(0.0, f"not equal: {value} vs {problem.answer}")
-        return RewardResult(1.0)
+        return verdict(problem.answer, answer, MAX_ANSWER_CHARS)

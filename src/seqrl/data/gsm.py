@@ -9,33 +9,34 @@ equations, e.g. ``Ann buys 3 pens at $4 each and pays $20. How much change?`` â†
 from __future__ import annotations
 
 import random
-import re
 from collections.abc import Callable
 from fractions import Fraction
 
+from seqrl.answers import normalise, plain_number, verdict
 from seqrl.data.splits import sample_split
 from seqrl.types import Problem, RewardResult, Task, extract_answer
 
 MAX_ANSWER_CHARS = 50
 NAMES = ("Ann", "Ben", "Mia", "Tom", "Sam", "Zoe", "Max", "Lily")
-_NUMBER_RE = re.compile(r"[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)")
 
 # A template: rng -> (numbers that define the problem, prompt with {name}, steps, answer).
 Template = Callable[[random.Random], tuple[tuple[int, ...], str, list[str], int]]
 
 
 def parse_number(text: str) -> Fraction | None:
-    """The number `text` writes (commas, a leading ``$`` and surrounding spaces allowed), else None.
+    """The number `text` writes (thousands groups, a leading ``$``, a Unicode minus and
+    surrounding spaces allowed), else None.
 
     >>> parse_number("$1,000"), parse_number("12.0"), parse_number("twelve")
     (Fraction(1000, 1), Fraction(12, 1), None)
     """
-    text = text.strip().replace(",", "")
+    text = text.strip()
     if text.startswith("$"):
-        text = text[1:].strip()
-    if len(text) > MAX_ANSWER_CHARS or not _NUMBER_RE.fullmatch(text):
+        text = text[1:]
+    text = normalise(text)
+    if len(text) > MAX_ANSWER_CHARS or "/" in text:
         return None
-    return Fraction(text)
+    return plain_number(text)
 
 
 def _shopping(rng: random.Random):
@@ -156,22 +157,18 @@ class GSMTask(Task):
         return key, build
 
     def verify(self, problem: Problem, completion: str) -> RewardResult:
-        """1.0 when the ``<answer>`` is numerically equal to the gold answer.
+        """1.0 when the ``<answer>`` equals the gold answer by the shared comparison
+        (`seqrl.answers.compare_answers`).
 
         >>> p = Problem("...", "1000")
         >>> GSMTask().verify(p, "<answer>1,000.0</answer>").score
         1.0
         >>> GSMTask().verify(p, "<answer>about 1000</answer>").reason
-        "not a number: 'about 1000'"
+        'not equal: about 1000 vs 1000'
+        >>> GSMTask().verify(p, "<answer>999 or 1000</answer>").reason
+        'hedged: or'
         """
         answer = extract_answer(completion)
         if answer is None:
             return RewardResult(0.0, "no answer found")
-        if len(answer) > MAX_ANSWER_CHARS:
-            return RewardResult(0.0, "answer too long")
-        value = parse_number(answer)
-        if value is None:
-            return RewardResult(0.0, f"not a number: {answer!r}")
-        if value != parse_number(problem.answer):
-            return RewardResult(0.0, f"not equal: {answer} vs {problem.answer}")
-        return RewardResult(1.0)
+        return verdict(problem.answer, answer, MAX_ANSWER_CHARS)

@@ -18,7 +18,7 @@ import json
 import re
 from pathlib import Path
 
-from seqrl.data.gsm import parse_number
+from seqrl.answers import compare_answers, verdict
 from seqrl.data.splits import check_split, seeded_rng, split_of
 from seqrl.types import Problem, RewardResult, Task, extract_answer
 
@@ -47,28 +47,14 @@ def parse_gsm8k_answer(text: str) -> tuple[str, tuple[str, ...]]:
 
 
 def answers_match(gold: str, pred: str) -> bool:
-    """Numbers compare by value (commas and ``$`` allowed), other text after normalising case and
-    spaces; failing both, math-verify decides (``verify(parse(gold), parse(pred))``).
+    """Whether `pred` states the gold answer: the comparison the math reward uses
+    (`seqrl.answers.compare_answers`: exact numbers, text for words, math-verify otherwise;
+    hedges and bare equations never match).
 
     >>> answers_match("1,000", "1000.0"), answers_match("Paris", " paris "), answers_match("3", "4")
     (True, True, False)
     """
-    gold_value, pred_value = parse_number(gold), parse_number(pred)
-    if gold_value is not None and pred_value is not None:
-        if gold_value == pred_value:
-            return True
-    elif _normalise(gold) == _normalise(pred):
-        return True
-    try:
-        from math_verify import parse, verify
-
-        return bool(verify(parse(gold), parse(pred)))
-    except Exception:  # math-verify may fail on odd input or outside the main thread: not a match
-        return False
-
-
-def _normalise(text: str) -> str:
-    return " ".join(text.casefold().split()).rstrip(".")
+    return compare_answers(gold, pred)[0]
 
 
 class JsonlTask(Task):
@@ -152,11 +138,7 @@ class JsonlTask(Task):
         answer = extract_answer(completion)
         if answer is None:
             return RewardResult(0.0, "no answer found")
-        if len(answer) > MAX_ANSWER_CHARS:
-            return RewardResult(0.0, "answer too long")
-        if not answers_match(problem.answer, answer):
-            return RewardResult(0.0, f"not equal: {answer[:60]} vs {problem.answer[:60]}")
-        return RewardResult(1.0)
+        return verdict(problem.answer, answer, MAX_ANSWER_CHARS)
 
 
 def _field(row: dict, field: str, where: str, types: tuple[type, ...]):

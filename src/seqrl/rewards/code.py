@@ -44,8 +44,7 @@ from dataclasses import dataclass, field
 from seqrl.sandbox import Limits, SandboxResult, run_many, stdio_pairs
 from seqrl.types import ANSWER_CLOSE, ANSWER_OPEN, THINK_CLOSE, THINK_OPEN, Problem, RewardResult
 
-_FENCE_RE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[^\n]*\n(.*?)```", re.S)
-_OPEN_FENCE_RE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[^\n]*\n")
+_FENCE_LANG_RE = re.compile(r"[ \t]*([A-Za-z0-9_+-]*)")
 _PY_LANGS = ("python", "py", "python3", "py3")
 RUFF_TIMEOUT_S = 10.0
 MAX_CODE_CHARS = 200_000
@@ -66,16 +65,13 @@ def extract_code(text: str) -> tuple[str, str]:
     """
     if not isinstance(text, str):
         return "", "none"
-    blocks = [(m.group(1).lower(), m.group(2)) for m in _FENCE_RE.finditer(text)]
+    blocks, unclosed = _fences(text)
     python = [body for lang, body in blocks if lang in _PY_LANGS]
     if python or blocks:
         return (python or [body for _, body in blocks])[-1], "fence"
     # A truncated generation: an opening fence with no closing one runs to the end of the text.
-    last_open = None
-    for last_open in _OPEN_FENCE_RE.finditer(text):
-        pass
-    if last_open is not None and (last_open.group(1).lower() in _PY_LANGS or not last_open.group(1)):
-        return text[last_open.end():], "fence"
+    if unclosed is not None and (unclosed[0] in _PY_LANGS or not unclosed[0]):
+        return text[unclosed[1]:], "fence"
     close = text.rfind(ANSWER_CLOSE)
     start = text.rfind(ANSWER_OPEN, 0, close) if close >= 0 else -1
     if start >= 0:
@@ -84,6 +80,24 @@ def extract_code(text: str) -> tuple[str, str]:
     if text.lstrip().startswith(THINK_OPEN) and end >= 0:
         text = text[end + len(THINK_CLOSE):]
     return text, "text"
+
+
+def _fences(text: str) -> tuple[list[tuple[str, str]], tuple[str, int] | None]:
+    """The closed fenced blocks ``(lang, body)`` in order, and ``(lang, body start)`` of an opening
+    fence that never closes (None when there is none). One left-to-right pass with ``str.find``:
+    a fence regex with a lazy body rescans the rest of the text from every unclosed fence."""
+    blocks, pos = [], 0
+    while (start := text.find("```", pos)) >= 0:
+        newline = text.find("\n", start + 3)
+        if newline < 0:
+            break
+        lang = _FENCE_LANG_RE.match(text, start + 3).group(1).lower()
+        close = text.find("```", newline + 1)
+        if close < 0:
+            return blocks, (lang, newline + 1)
+        blocks.append((lang, text[newline + 1:close]))
+        pos = close + 3
+    return blocks, None
 
 
 def check_static(code: str) -> tuple[float, float, str]:

@@ -7,11 +7,20 @@ import re
 from seqrl.rewards.math import find_boxed
 from seqrl.types import ANSWER_CLOSE, ANSWER_OPEN, THINK_CLOSE, THINK_OPEN, Problem, RewardResult
 
-_R1 = re.compile(
-    r"^\s*" + re.escape(THINK_OPEN) + r"(?P<think>.*?)" + re.escape(THINK_CLOSE) + r"\s*"
-    + re.escape(ANSWER_OPEN) + r"(?P<answer>.*?)" + re.escape(ANSWER_CLOSE) + r"\s*$",
-    re.S,
-)
+_THINK_THEN_ANSWER = re.compile(re.escape(THINK_CLOSE) + r"\s*" + re.escape(ANSWER_OPEN))
+
+
+def _r1_shape(completion: str) -> bool:
+    """Whether the text is ``<think>…</think>`` then ``<answer>…</answer>`` (spaces around), the
+    bodies being anything. Linear: the regex with two lazy bodies backtracks over repeated tags."""
+    start = len(completion) - len(completion.lstrip())
+    if not completion.startswith(THINK_OPEN, start):
+        return False
+    end = len(completion.rstrip()) - len(ANSWER_CLOSE)
+    if end < start or not completion.startswith(ANSWER_CLOSE, end):
+        return False
+    m = _THINK_THEN_ANSWER.search(completion, start + len(THINK_OPEN))
+    return m is not None and m.end() <= end
 
 
 def think_answer_format(completion: str) -> RewardResult:
@@ -25,10 +34,10 @@ def think_answer_format(completion: str) -> RewardResult:
     'each tag must appear exactly once'
     """
     if any(completion.count(tag) != 1 for tag in (THINK_OPEN, THINK_CLOSE, ANSWER_OPEN, ANSWER_CLOSE)):
-        if _R1.match(completion):
+        if _r1_shape(completion):
             return RewardResult(0.0, "each tag must appear exactly once")
         return RewardResult(0.0, "expected <think>…</think><answer>…</answer>")
-    if not _R1.match(completion):
+    if not _r1_shape(completion):
         return RewardResult(0.0, "expected <think>…</think><answer>…</answer>")
     return RewardResult(1.0)
 

@@ -1,40 +1,34 @@
 """Math answer reward: find the final answer in a completion, check it with math-verify.
 
-Extraction (`extract_final_answer`) looks, in order of priority, for
+Extraction (`extract_final_answer`) looks for
 
-1. ``\\boxed{…}`` / ``\\fbox{…}`` (a brace counter handles nested and escaped braces; the last one),
+1. ``\\boxed{…}`` / ``\\fbox{…}`` (a brace counter handles nested and escaped braces; a box
+   inside a box is one answer; any unclosed box makes the answer malformed: it earns nothing),
 2. ``<answer>…</answer>`` (the last block),
 3. GSM8K's ``#### x`` (the last one),
 4. "the answer is x" (case-insensitive, the last one, trailing period stripped),
-5. the last number in the text — lenient mode only.
+5. the last number in the text — lenient mode only, and only when 1–4 found nothing.
 
-Strict mode takes only the place the prompt asked for (``where="answer_tag"`` or ``"boxed"``), with
-no fallbacks. Hedging is never rewarded: several *different* boxed answers (or several different
-``<answer>`` blocks) score 0 with ``"hedged: 3 different boxed answers"``; repeating the same
-answer is fine. "Different" compares the text with spaces, ``$`` and a trailing period removed.
+In lenient mode, when several of 1–4 are present, the one stated last wins (a text that states an
+answer and then corrects it is scored on the correction). Strict mode takes only the place the
+prompt asked for (``where="answer_tag"`` or ``"boxed"``), with no fallbacks. Hedging is never
+rewarded: several *different* boxed answers (or several different ``<answer>`` blocks) score 0
+with ``"hedged: 3 different boxed answers"``; repeating the same answer is fine. "Different"
+compares the text with spaces, ``$`` and a trailing period removed. All extraction is linear in
+the text.
 
-Verification is ``verify(parse(gold), parse(pred))`` (gold first: math-verify is not symmetric).
-A bare answer is wrapped in ``$…$`` before parsing, so LaTeX such as ``\\frac{1}{2}``, ``2\\pi``
-or ``10^{3}`` parses as LaTeX (bare, math-verify reads ``2\\pi`` as 2 and ``10^{3}`` as 10).
-
-Threads: math-verify times out parse/verify with ``signal.alarm``, which only works in the main
-thread (elsewhere it raises ValueError). Called from another thread, we pass
-``parsing_timeout=None`` / ``timeout_seconds=None`` (no timeout at all) and rely on the
-`MAX_ANSWER_CHARS` cap to keep parsing short; if you need a hard limit there, score in worker
-processes. In the main thread, a SIGALRM timer the caller had set (pytest-timeout's signal method,
-say) is re-armed after each call, since math-verify's ``alarm(0)`` would otherwise cancel it.
+Comparison is `seqrl.answers.compare_answers` (shared with the task verifiers): guards
+before parsing, hedges and equations, then exact numbers or math-verify with its signal timeouts
+off, so the verdict is the same in any thread.
 """
 
 from __future__ import annotations
 
 import re
-import signal
-import threading
-import time
 from collections.abc import Callable
-from contextlib import contextmanager
 from typing import Literal
 
+from seqrl.answers import MAX_ANSWER_CHARS, compare_answers  # noqa: F401 — MAX_ANSWER_CHARS re-exported
 from seqrl.types import ANSWER_CLOSE, ANSWER_OPEN, Problem, RewardResult
 
 Mode = Literal["strict", "lenient"]
@@ -42,29 +36,56 @@ Where = Literal["answer_tag", "boxed"]
 MODES = ("strict", "lenient")
 WHERES = ("answer_tag", "boxed")
 
-MAX_ANSWER_CHARS = 500
-"""Longer extracted answers are not parsed (math-verify's parser slows with size and nesting)."""
-
 _BOXED_RE = re.compile(r"\\(?:boxed|fbox)\s*\{")
 _BOXED_BARE_RE = re.compile(r"\\boxed +([^\s${}]+)")  # MATH-style "\boxed 5"
 _GSM8K_RE = re.compile(r"####[ \t]*([^\n]*)")
-_ANSWER_IS_RE = re.compile(r"the\s+(?:final\s+)?answer\s+is\s*:?[ \t]*([^\n]{0,200})", re.I)
-_WORD_RE = re.compile(r"[^\W\d_]{2,}(?:[ '-][^\W\d_]+)*")  # "Paris", "New York": text, not maths
+_ANSWER_IS_RE = re.compile(r"the[ \t]+(?:final[ \t]+)?answer[ \t]+is[ \t]*:?[ \t]*", re.I)
 _NUMBER_RE = re.compile(r"-?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:/\d+)?")
 
 
 def find_boxed(text: str) -> list[str]:
-    """Contents of every ``\\boxed{…}`` / ``\\fbox{…}`` with balanced braces, in order.
+    """Contents of every outermost ``\\boxed{…}`` / ``\\fbox{…}`` with balanced braces, in order.
 
-    ``\\{`` and ``\\}`` inside count as text, not braces; an unclosed box is skipped.
+    A box inside a box is one answer (``\\boxed{\\boxed{x}}`` → ``x``); ``\\{`` and ``\\}``
+    count as text, not braces; an unclosed box is skipped (see `has_unclosed_box`). One pass over
+    the text: nested boxes are not copied out one by one.
 
     >>> find_boxed(r"so \\boxed{\\frac{a}{b}} and \\fbox{\\{1,2\\}} but \\boxed{oops")
     ['\\\\frac{a}{b}', '\\\\{1,2\\\\}']
+    >>> find_boxed(r"\\boxed{ \\boxed{\\boxed{7}} }")
+    ['7']
     """
     close = _matching_braces(text)
-    found = [text[m.end():close[m.end() - 1]].strip() for m in _BOXED_RE.finditer(text) if m.end() - 1 in close]
-    found += [m.group(1) for m in _BOXED_BARE_RE.finditer(text)] if not found else []
+    found, after = [], 0
+    for m in _BOXED_RE.finditer(text):
+        if m.start() < after or m.end() - 1 not in close:
+            continue  # inside an earlier box, or unclosed
+        start, end = m.end(), close[m.end() - 1]
+        after = end
+        while True:  # unwrap boxes that are the whole content: \boxed{\boxed{x}} is x
+            while start < end and text[start].isspace():
+                start += 1
+            inner = _BOXED_RE.match(text, start)
+            stop = end
+            while stop > start and text[stop - 1].isspace():
+                stop -= 1
+            if not inner or close.get(inner.end() - 1) != stop - 1:
+                break
+            start, end = inner.end(), stop - 1
+        found.append(text[start:end].strip())
+    if not found and not has_unclosed_box(text, close):
+        found = [m.group(1) for m in _BOXED_BARE_RE.finditer(text)]
     return found
+
+
+def has_unclosed_box(text: str, close: dict[int, int] | None = None) -> bool:
+    """Whether some ``\\boxed{`` / ``\\fbox{`` never closes (a malformed answer).
+
+    >>> has_unclosed_box(r"\\boxed{5"), has_unclosed_box(r"\\boxed{5}")
+    (True, False)
+    """
+    close = _matching_braces(text) if close is None else close
+    return any(m.end() - 1 not in close for m in _BOXED_RE.finditer(text))
 
 
 def _matching_braces(text: str) -> dict[int, int]:
@@ -135,30 +156,60 @@ def extract_final_answer(text: str, mode: Mode = "lenient", where: Where = "answ
     if where not in WHERES:
         raise ValueError(f"math reward where must be one of {WHERES} (got {where!r})")
     strict = mode == "strict"
+    found: list[tuple[int, str, str]] = []  # (where the statement ends, answer, source)
     if not strict or where == "boxed":
+        close = _matching_braces(text)
+        if has_unclosed_box(text, close):
+            return None, "malformed: unclosed \\boxed{"
         boxed = [b for b in find_boxed(text) if b]
         if boxed:
             answer, hedge = _pick(boxed, "boxed answers")
-            return (answer, "boxed") if answer is not None else (None, hedge)
+            if answer is None:
+                return None, hedge
+            found.append((_last_box_end(text), answer, "boxed"))
     if not strict or where == "answer_tag":
         tagged = [a.strip() for a in _answer_blocks(text)]
         tagged = [a for a in tagged if a]
         if tagged:
             answer, hedge = _pick(tagged, "<answer> blocks")
-            return (answer, "answer_tag") if answer is not None else (None, hedge)
-    if strict:
-        return None, "none"
-    gsm = [g.strip() for g in _GSM8K_RE.findall(text) if g.strip()]
-    if gsm:
-        return gsm[-1], "gsm8k"
-    said = [_answer_is(s) for s in _ANSWER_IS_RE.findall(text)]
-    said = [s for s in said if s]
-    if said:
-        return said[-1], "answer_is"
-    numbers = _NUMBER_RE.findall(text)
-    if numbers:
-        return numbers[-1], "last_number"
+            if answer is None:
+                return None, hedge
+            found.append((text.rfind(ANSWER_CLOSE), answer, "answer_tag"))
+    if not strict:
+        gsm = [(m.start(), m.group(1).strip()) for m in _GSM8K_RE.finditer(text) if m.group(1).strip()]
+        if gsm:
+            found.append((*gsm[-1], "gsm8k"))
+        said = _last_answer_is(text)
+        if said is not None:
+            found.append((*said, "answer_is"))
+    if found:  # a text that states an answer and later corrects it is scored on the last statement
+        _, answer, source = max(found, key=lambda f: f[0])
+        return answer, source
+    if not strict:
+        last = None
+        for last in _NUMBER_RE.finditer(text):
+            pass
+        if last is not None:
+            return last.group(0), "last_number"
     return None, "none"
+
+
+def _last_box_end(text: str) -> int:
+    last = None
+    for last in _BOXED_RE.finditer(text):
+        pass
+    return last.start() if last is not None else -1
+
+
+def _last_answer_is(text: str) -> tuple[int, str] | None:
+    """Position and sentence of the last "the answer is …" (the anchor is found in one pass)."""
+    last = None
+    for last in _ANSWER_IS_RE.finditer(text):
+        pass
+    if last is None:
+        return None
+    answer = _answer_is(text[last.end():last.end() + 200].split("\n", 1)[0])
+    return (last.start(), answer) if answer else None
 
 
 def _answer_is(rest: str) -> str:
@@ -167,50 +218,16 @@ def _answer_is(rest: str) -> str:
     return rest[:-1].rstrip() if rest.endswith(".") else rest
 
 
-def _in_main_thread() -> bool:
-    return threading.current_thread() is threading.main_thread()
-
-
-@contextmanager
-def _keep_outer_alarm():
-    """Re-arm a SIGALRM interval timer the caller had set; math-verify's ``alarm(0)`` cancels it."""
-    remaining, interval = signal.getitimer(signal.ITIMER_REAL)
-    start = time.monotonic()
-    try:
-        yield
-    finally:
-        if remaining > 0 and signal.getitimer(signal.ITIMER_REAL)[0] == 0:
-            left = max(remaining - (time.monotonic() - start), 1e-3)
-            signal.setitimer(signal.ITIMER_REAL, left, interval)
-
-
-def _parse(answer: str, timeout_s: int | None):
-    """math-verify's parse of an answer, wrapped in ``$…$`` first when it has no ``$``.
-
-    Empty unless something parsed to a sympy object (math-verify also returns the raw matched
-    string as a fallback, which would make any junk "parse").
-    """
-    from math_verify import parse
-
-    candidates = [answer, f"${answer.replace('$', '')}$"] if "$" in answer else [f"${answer}$", answer]
-    for candidate in candidates:
-        parsed = parse(candidate, parsing_timeout=timeout_s)
-        if any(not isinstance(p, str) for p in parsed):
-            return parsed
-    return []
-
-
 def _short(text: str, limit: int = 60) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def math_reward(pred_text: str, gold: str, mode: Mode = "lenient", where: Where = "answer_tag",
-                timeout_s: int = 5) -> RewardResult:
-    """1.0 when the completion's final answer equals ``gold`` by math-verify, else 0.0 with a reason.
+def math_reward(pred_text: str, gold: str, mode: Mode = "lenient", where: Where = "answer_tag") -> RewardResult:
+    """1.0 when the completion's final answer equals ``gold`` (`compare_answers`), else 0.0 with a reason.
 
-    ``timeout_s`` is math-verify's per-call limit in the main thread (no limit in other threads,
-    see the module docstring). ``parts``: ``extracted`` (1.0 when an answer was found) and
-    ``equivalent`` (1.0 when it matched). Never raises on model output.
+    ``parts``: ``extracted`` (1.0 when an answer was found) and ``equivalent`` (1.0 when it
+    matched). Never raises on model output; no signal timers (same verdict in any thread): cost is
+    bounded by the guards in `seqrl.answers` and by the caller's per-call time limit.
 
     >>> math_reward(r"<think>half</think><answer>\\frac{1}{2}</answer>", "0.5")
     RewardResult(score=1.0, reason='', parts={'extracted': 1.0, 'equivalent': 1.0})
@@ -223,39 +240,17 @@ def math_reward(pred_text: str, gold: str, mode: Mode = "lenient", where: Where 
     """
     answer, source = extract_final_answer(pred_text, mode, where)
     if answer is None:
-        reason = source if source.startswith("hedged") else "no answer found"
+        reason = source if source.startswith(("hedged", "malformed")) else "no answer found"
         return RewardResult(0.0, reason, {"extracted": 0.0, "equivalent": 0.0})
     parts = {"extracted": 1.0, "equivalent": 0.0}
-    if len(answer) > MAX_ANSWER_CHARS:
-        return RewardResult(0.0, f"unparseable answer: too long ({len(answer)} chars > {MAX_ANSWER_CHARS})", parts)
-    gold = str(gold).strip()
-    timeout = timeout_s if _in_main_thread() and timeout_s and timeout_s > 0 else None
-    try:
-        from math_verify import verify
-
-        with _keep_outer_alarm() if timeout else _no_op():
-            gold_parsed = [] if _WORD_RE.fullmatch(gold) else _parse(gold, timeout)
-            pred_parsed = _parse(answer, timeout) if gold_parsed else []
-            if not gold_parsed:  # words ("Paris" would parse as the product P·a·r·i·s) or junk: compare text
-                equal = _key(gold).casefold() == _key(answer).casefold()
-                if not equal:
-                    return RewardResult(0.0, f"not equivalent: {_short(answer)} vs {_short(gold)} (as text)", parts)
-            elif not pred_parsed:
-                return RewardResult(0.0, f"unparseable answer: {_short(answer)}", parts)
-            else:
-                equal = bool(verify(gold_parsed, pred_parsed, timeout_seconds=timeout))
-    except BaseException as e:  # noqa: BLE001 — math-verify's own timeout, sympy recursion, anything
-        if isinstance(e, (KeyboardInterrupt, SystemExit)):
-            raise
-        return RewardResult(0.0, f"unparseable answer: {_short(answer)} ({type(e).__name__})", parts)
+    equal, why = compare_answers(str(gold), answer)
     if not equal:
-        return RewardResult(0.0, f"not equivalent: {_short(answer)} vs {_short(gold)}", parts)
+        for head in ("not equivalent", "unparseable answer"):
+            if why.startswith(head):
+                detail = f" vs {_short(str(gold).strip())}" if head == "not equivalent" else ""
+                why = f"{head}: {_short(answer)}{detail}{why[len(head):]}"
+        return RewardResult(0.0, why, parts)
     return RewardResult(1.0, "", {"extracted": 1.0, "equivalent": 1.0})
-
-
-@contextmanager
-def _no_op():
-    yield
 
 
 def make_math_reward(mode: Mode = "strict", where: Where = "answer_tag") -> Callable[[list[Problem], list[str]], list[RewardResult]]:

@@ -1,0 +1,293 @@
+"""One comparison of a final answer with a gold answer, shared by the math reward and the task verifiers.
+
+`compare_answers(gold, pred)` returns ``(equal, reason)``. Rules, in order (docs/rewards.md,
+"Verdict rules"):
+
+1. **Normalise**: Unicode NFKC (full-width digits → ASCII), U+2212 and other dashes → ``-``,
+   ``$`` and a trailing period dropped, spaces trimmed.
+2. **Guards** before any parsing: at most `MAX_ANSWER_CHARS` characters, brace/paren nesting at
+   most `MAX_NESTING`, no exponent tower (an exponent inside an exponent), no integer literal above
+   `MAX_EXPONENT` in an exponent, a factorial or a binomial, and no product of exponents above it, no exponent above `MAX_GROUP_EXPONENT` on a bracketed base.
+3. **Hedges** score 0 unless the gold answer has the same form: ``or``/``\\lor``/``\\vee``,
+   ``\\pm``/``\\mp``/``±``, ``\\neq``/``≠``, negations (``not``, ``\\neg``), sets (``\\{…\\}``),
+   several values (a comma or ``;`` outside a valid thousands group, ``and``).
+4. **Equations**: ``variable = answer`` compares ``answer``; any other equation (``3=5``) scores 0
+   unless the gold is an equation too.
+5. **Percent**: a trailing ``%`` / ``\\%`` is a unit label, dropped from both sides: ``50\\%``
+   equals 50 (and not 0.5), ``5000\\%`` does not equal 50 (it would as a fraction, 5000/100).
+   Gold answers of percentage questions are written in percent, as the question asks.
+6. **Plain numbers** (integers, decimals, ``a/b``, thousands groups ``1,234``) compare exactly as
+   fractions; otherwise math-verify decides, ``verify(parse(gold), parse(pred))`` with its signal
+   timeouts off (they only work in the main thread) and ``raise_on_error=True`` so its errors
+   become the reason instead of log lines on stderr.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from fractions import Fraction
+
+MAX_ANSWER_CHARS = 500
+"""Longer answers are not parsed (math-verify's parser slows with size)."""
+MAX_NESTING = 12
+"""Deeper ``{``/``(``/``[`` nesting is refused before parsing (sympy recursion, parse time)."""
+MAX_EXPONENT = 1000
+"""Largest integer literal allowed in an exponent, a factorial or a binomial."""
+MAX_GROUP_EXPONENT = 6
+"""Largest exponent on a bracketed base: sympy expands ``(a+b+c)^{30}`` (5 s) and ``(a+b+c+d+e)^{12}`` (13 s)."""
+
+_DASHES = dict.fromkeys(map(ord, "\u2212\u2012\u2013\u2014\ufe63\uff0d"), "-")
+_NUMBER_RE = re.compile(r"[+-]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?|[+-]?\.\d+")
+_FRACTION_RE = re.compile(r"([+-]?\d+)\s*/\s*(\d+)")
+_PERCENT_RE = re.compile(r"\s*\\?%$")
+_VARIABLE_RE = re.compile(r"(?:[A-Za-z]|\\[A-Za-z]+)(?:_\{?[A-Za-z0-9]+\}?)?")
+_HEDGES = (
+    (re.compile(r"\bor\b|\\lor\b|\\vee\b|∨", re.I), "or"),
+    (re.compile(r"\\pm\b|\\mp\b|±|∓"), "\\pm"),
+    (re.compile(r"\\neq?\b|≠|\\not\b|!="), "\\neq"),
+    (re.compile(r"\bnot\b|\\neg\b|\\lnot\b|¬", re.I), "negation"),
+    (re.compile(r"\\\{|\\lbrace\b|\\set\b"), "set"),
+    (re.compile(r"\band\b|\\land\b|\\wedge\b|;", re.I), "several values"),
+)
+_LIST_COMMA_RE = re.compile(r"(?<!\d),|,(?!\d{3}(?!\d))|(?<=\d{4}),")
+_EXPONENT_RE = re.compile(r"(?:\^|\*\*)\s*(\{[^{}]*\}|\d+)")
+_BIG_ARG_RE = re.compile(r"(?:\\binom|\\dbinom|\\tbinom|\\choose)\s*\{?[^}]*?(\d+)|(\d+)\s*!")
+_INT_RE = re.compile(r"\d+")
+
+
+def verdict(gold: str, answer: str, max_chars: int = MAX_ANSWER_CHARS):
+    """A task verifier's `RewardResult` for an extracted answer: 1.0 when `compare_answers` says
+    equal, else 0.0 with ``answer too long``, ``hedged: …``, ``unparseable answer (…)`` or
+    ``not equal: <answer> vs <gold>``.
+
+    >>> verdict("132", "132.0").score, verdict("132", "131").reason, verdict("4", "3 or 4").reason
+    (1.0, 'not equal: 131 vs 132', 'hedged: or')
+    """
+    from seqrl.types import RewardResult
+
+    if len(answer) > max_chars:
+        return RewardResult(0.0, "answer too long")
+    equal, why = compare_answers(gold, answer)
+    if equal:
+        return RewardResult(1.0)
+    if why.startswith("not equivalent"):
+        why = f"not equal: {answer[:60]} vs {str(gold)[:60]}"
+    elif why.startswith("unparseable answer"):
+        why = f"unparseable answer: {answer[:60]}{why[len('unparseable answer'):]}"
+    return RewardResult(0.0, why)
+
+
+def normalise(text: str) -> str:
+    """NFKC, one kind of minus, no ``$``, no trailing period, stripped.
+
+    >>> normalise("\u22125"), normalise("\uff11\uff12"), normalise(" $3$. ")
+    ('-5', '12', '3')
+    """
+    text = unicodedata.normalize("NFKC", str(text)).translate(_DASHES)
+    text = text.replace("$", "").replace("{,}", ",").strip()
+    return text[:-1].rstrip() if text.endswith(".") else text
+
+
+def guard(answer: str) -> str:
+    """Why `answer` is too costly to parse ("" when it is fine). Linear in the answer.
+
+    >>> guard("10^{3}"), guard("9^{9^{9}}"), guard("(1+x)^{100000}")
+    ('', 'exponent tower', 'exponent too large: 100000')
+    """
+    if len(answer) > MAX_ANSWER_CHARS:
+        return f"too long ({len(answer)} chars > {MAX_ANSWER_CHARS})"
+    depth = deepest = 0
+    for ch in answer:
+        if ch in "{([":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif ch in "})]":
+            depth -= 1
+    if depth != 0:
+        return "unbalanced brackets"
+    if deepest > MAX_NESTING:
+        return f"nested too deep ({deepest} > {MAX_NESTING})"
+    for m in _EXPONENT_RE.finditer(answer):
+        rest = answer[m.end():m.end() + 1]
+        if rest == "^" or "^" in m.group(1):
+            return "exponent tower"
+    if re.search(r"\^\s*\{[^}]*\^", answer) or re.search(r"\^[^{]\s*\^|\*\*[^*]*\*\*", answer):
+        return "exponent tower"
+    power = 1  # exponents multiply through brackets: (10^{999})^{999} is 10^998001
+    for m in _EXPONENT_RE.finditer(answer):
+        for n in _INT_RE.findall(m.group(1)):
+            power *= max(int(n), 1)
+            if power > MAX_EXPONENT:
+                return f"exponent too large: {n}" if int(n) > MAX_EXPONENT else "exponents too large together"
+    group_power = 1  # powers of bracketed bases expand: their exponents multiply too
+    for m in _EXPONENT_RE.finditer(answer):
+        i = m.start() - 1
+        while i >= 0 and answer[i].isspace():
+            i -= 1
+        if i >= 0 and answer[i] in ")}]" and not _closes_subscript(answer, i):
+            for n in _INT_RE.findall(m.group(1)):
+                group_power *= max(int(n), 1)
+                if group_power > MAX_GROUP_EXPONENT:
+                    return f"powers of bracketed expressions above {MAX_GROUP_EXPONENT}"
+    if re.search(r"[)}\]]\s*!", answer):
+        return "factorial of an expression"
+    for m in _BIG_ARG_RE.finditer(answer):
+        n = m.group(1) or m.group(2)
+        if int(n) > MAX_EXPONENT:
+            return f"factorial/binomial too large: {n}"
+    if re.search(r"\\(?:binom|dbinom|tbinom|choose|sum|prod|int)", answer) and any(
+            int(n) > MAX_EXPONENT for n in _INT_RE.findall(answer)):
+        return "sum/product/binomial with a bound too large"
+    return ""
+
+
+def _closes_subscript(answer: str, close: int) -> bool:
+    """Whether the bracket at `close` ends a subscript ``_{…}`` (a bound, as in ``\\sum_{k=1}^{n}``)."""
+    depth, i = 0, close
+    while i >= 0:
+        depth += answer[i] in ")}]"
+        depth -= answer[i] in "({["
+        if depth == 0:
+            return i > 0 and answer[i - 1] == "_"
+        i -= 1
+    return False
+
+
+def hedge(answer: str, gold: str) -> str:
+    """The hedge `answer` makes that `gold` does not ("" when none).
+
+    >>> hedge("3 or 4", "4"), hedge("\\\\pm 2", "\\\\pm 2"), hedge("1,234", "1234"), hedge("3,4", "34")
+    ('or', '', '', 'several values')
+    """
+    for pattern, name in _HEDGES:
+        if pattern.search(answer) and not pattern.search(gold):
+            return name
+    if _LIST_COMMA_RE.search(answer) and not _LIST_COMMA_RE.search(gold):
+        return "several values"
+    return ""
+
+
+def _strip_percent(text: str) -> str:
+    return _PERCENT_RE.sub("", text)
+
+
+def _strip_text(text: str) -> str:
+    r"""``\text{5}`` → ``5`` (also ``\mathrm``, ``\textbf``, ``\mbox``) when the content is a plain number."""
+    return re.sub(r"\\(?:text|textbf|mathrm|mbox|mathbf)\s*\{\s*([0-9.,/+-]+)\s*\}", r"\1", text)
+
+
+def plain_number(text: str) -> Fraction | None:
+    """The exact value of a plain number (``12``, ``-0.5``, ``1,234``, ``3/4``), else None.
+
+    >>> plain_number("1,234"), plain_number("3,4"), plain_number("-3/4")
+    (Fraction(1234, 1), None, Fraction(-3, 4))
+    """
+    text = text.strip().replace("{,}", ",")
+    if _NUMBER_RE.fullmatch(text):
+        return Fraction(text.replace(",", ""))
+    m = _FRACTION_RE.fullmatch(text)
+    if m and int(m.group(2)) != 0:
+        return Fraction(int(m.group(1)), int(m.group(2)))
+    return None
+
+
+def _equation_side(answer: str, gold: str) -> tuple[str | None, str]:
+    """``x = 5`` → ``5``; (None, reason) for an equation that is not ``variable = answer``."""
+    if "=" not in answer or "=" in gold:
+        return answer, ""
+    lhs, _, rhs = answer.partition("=")
+    if "=" in rhs or not _VARIABLE_RE.fullmatch(lhs.strip()) or not rhs.strip():
+        return None, "equation that is not variable = answer"
+    return rhs.strip(), ""
+
+
+def _math_verify():
+    """math-verify's parse and verify, with its one-time "timeout is disabled" warning marked as
+    shown: the time limit is the caller's (a per-call limit around every reward), not a signal."""
+    import math_verify.grader
+    import math_verify.parser
+
+    math_verify.parser.TIMEOUT_WARNING_SHOWN = True
+    math_verify.grader.TIMEOUT_WARNING_SHOWN = True
+    return math_verify.parse, math_verify.verify
+
+
+def _parse(answer: str):
+    """math-verify's parse (``$…$`` first, then bare); empty unless a sympy object came out."""
+    parse, _ = _math_verify()
+
+    candidates = [f"${answer}$", answer]
+    for candidate in candidates:
+        parsed = parse(candidate, parsing_timeout=None, raise_on_error=True)
+        if any(not isinstance(p, str) for p in parsed):
+            return parsed
+    return []
+
+
+_WORD_RE = re.compile(r"[^\W\d_]{2,}(?:[ '-][^\W\d_]+)*")  # "Paris", "New York": text, not maths
+
+
+def _key(text: str) -> str:
+    return " ".join(text.split()).casefold()
+
+
+def compare_answers(gold: str, pred: str) -> tuple[bool, str]:
+    """``(equal, reason)``: whether `pred` states the gold answer (rules in the module docstring).
+
+    >>> compare_answers("5", "\\\\sqrt{25}"), compare_answers("5", "3=5"), compare_answers("4", "x = 4")
+    ((True, ''), (False, 'equation that is not variable = answer'), (True, ''))
+    >>> compare_answers("50", "5000\\\\%")[0], compare_answers("50", "50\\\\%")[0], compare_answers("4", "3 or 4")
+    (False, True, (False, 'hedged: or'))
+    """
+    gold, pred = normalise(gold), normalise(pred)
+    if not pred:
+        return False, "empty answer"
+    why = guard(pred)
+    if why:
+        return False, f"unparseable answer ({why})"
+    why = hedge(pred, gold)
+    if why:
+        return False, f"hedged: {why}"
+    pred, why = _equation_side(pred, gold)
+    if pred is None:
+        return False, why
+    golds, preds = _percent_forms(_strip_text(gold)), _percent_forms(_strip_text(pred))
+    reason = "not equivalent"
+    for g in golds:
+        for p in preds:
+            equal, why = _equal(g, p)
+            if equal:
+                return True, ""
+            reason = why if why != "not equivalent" and reason == "not equivalent" else reason
+    return False, reason
+
+
+def _percent_forms(text: str) -> list[str]:
+    """The readings of an answer: ``x%`` is read as ``x`` (the percent sign is a unit label)."""
+    return [_strip_percent(text)]
+
+
+def _equal(gold: str, pred: str) -> tuple[bool, str]:
+    """Exact fractions for plain numbers, text for words, else math-verify."""
+    gold_value, pred_value = plain_number(gold), plain_number(pred)
+    if gold_value is not None and pred_value is not None:
+        return (True, "") if gold_value == pred_value else (False, "not equivalent")
+    if _key(gold) == _key(pred):
+        return True, ""
+    if _WORD_RE.fullmatch(gold):  # "Paris" would parse as the product P·a·r·i·s: text compares as text
+        return False, "not equivalent (as text)"
+    try:
+        _, verify = _math_verify()
+        gold_parsed = _parse(gold)
+        if not gold_parsed:
+            return False, "not equivalent (gold unparseable)"
+        pred_parsed = _parse(pred)
+        if not pred_parsed:
+            return False, "unparseable answer"
+        equal = bool(verify(gold_parsed, pred_parsed, timeout_seconds=None, raise_on_error=True))
+    except RecursionError:
+        return False, "unparseable answer (RecursionError)"
+    except Exception as e:  # noqa: BLE001 — math-verify/sympy errors on model output are a verdict, not a crash
+        return False, f"unparseable answer ({type(e).__name__}: {str(e)[:80]})"
+    return (True, "") if equal else (False, "not equivalent")
