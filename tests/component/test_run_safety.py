@@ -26,9 +26,10 @@ def test_resume_applies_a_longer_run_and_refuses_a_changed_lr(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "optim.lr: cannot change on --resume" in err and err.count("\n") == 1
     assert (tmp_path / "r" / "config.yaml").read_text() == saved  # the file still says what was trained
-    assert main(_sft(tmp_path, "--steps=3", "--run.log_every=5", "--resume")) == 0
+    assert main(_sft(tmp_path, "--steps=3", "--run.log_every=5", "--run.device=cpu", "--resume")) == 0
     out = capsys.readouterr().out
     assert "applying changed" in out and "steps: 2 -> 3" in out and "run.log_every: 10 -> 5" in out
+    assert "run.device: 'auto' -> 'cpu'" in out  # a run may continue on another device
     cfg = yaml.safe_load((tmp_path / "r" / "config.yaml").read_text())
     assert cfg["steps"] == 3 and cfg["run"]["log_every"] == 5 and cfg["optim"]["lr"] == 3e-3
     assert (tmp_path / "r" / "checkpoint-3").is_dir()

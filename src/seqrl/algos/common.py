@@ -23,9 +23,9 @@ from seqrl.utils import dist
 from seqrl.utils.checkpoint import CheckpointError, clean_stale_tmp, latest_checkpoint, list_checkpoints
 
 RESUMABLE_CHANGES = ("steps", "eval.every", "run.log_every", "run.save_every", "run.keep_last", "run.progress",
-                     "run.threads", "run.resume", "run.on_nonfinite", "online.iterations")
-"""Fields a resumed run may change from its saved config.yaml (length, intervals, display); any
-other change is refused, so the run folder's config always says what was trained."""
+                     "run.threads", "run.resume", "run.on_nonfinite", "online.iterations", "run.device")
+"""Fields a resumed run may change from its saved config.yaml (length, intervals, display, the device
+it continues on); any other change is refused, so the run folder's config always says what was trained."""
 
 
 class NonFiniteError(ValueError):
