@@ -228,9 +228,6 @@ def train(cfg: DTConfig, dataset: OfflineDataset | None = None, env=None) -> dic
                 if world > 1:
                     loss = loss * share
                     loss.backward()
-                    for p in policy.parameters():
-                        if p.requires_grad and p.grad is None:
-                            p.grad = torch.zeros_like(p)
                     dist.all_reduce_grads(policy)  # Σ_r share_r · loss_r = the global batch's loss
                     loss = dist.all_reduce_sum(loss.detach().reshape(1))[0]
                 else:

@@ -511,9 +511,8 @@ def train(cfg: ODTConfig, dataset: OfflineDataset | None = None, env=None) -> di
         b = {k: v.to(device) for k, v in b.items()}
         out = _update(policy, log_temperature, b, cfg, target_entropy, share)
         if world > 1:
-            for p in [*policy.parameters(), log_temperature]:
-                if p.requires_grad and p.grad is None:
-                    p.grad = torch.zeros_like(p)
+            if log_temperature.grad is None:
+                log_temperature.grad = torch.zeros_like(log_temperature)
             dist.all_reduce_grads(policy)
             dist.all_reduce_sum(log_temperature.grad)
             out = {k: dist.all_reduce_sum(v.detach().reshape(1) * share)[0] for k, v in out.items()}

@@ -176,9 +176,6 @@ def train(cfg: SFTConfig) -> dict[str, float]:
                     [float(sum(int((c["labels"][:, 1:] != IGNORE_INDEX).sum()) for c in chunks))]))[0])
                 loss_sum, n_tokens = accumulate_gradients(model, chunks, cfg.run.use_bf16, device.type, n_tokens)
                 if world > 1:
-                    for p in model.parameters():
-                        if p.requires_grad and p.grad is None:
-                            p.grad = torch.zeros_like(p)
                     dist.all_reduce_grads(model)  # Σ over processes: each loss used the global token count
                     loss_sum = float(dist.all_reduce_sum(torch.tensor([loss_sum], dtype=torch.float64))[0])
                 grad_norm = torch.nn.utils.clip_grad_norm_(

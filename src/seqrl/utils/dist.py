@@ -179,14 +179,15 @@ def all_gather_objects(obj) -> list:
 def all_reduce_grads(model: torch.nn.Module) -> None:
     """Sum the gradients of `model` over processes, in one flat buffer (a no-op for one process).
 
-    Every parameter that requires grad must have a ``.grad`` on every process (zeros where it got
-    no gradient), so each process reduces the same tensors in the same order.
+    A parameter that requires grad but got none on this process gets a zero ``.grad`` first, so every
+    process reduces the same tensors in the same order.
     """
     if not _check_initialized("all_reduce_grads"):
         return
+    for p in model.parameters():
+        if p.requires_grad and p.grad is None:
+            p.grad = torch.zeros_like(p)
     grads = [p.grad for p in model.parameters() if p.requires_grad]
-    if any(g is None for g in grads):
-        raise RuntimeError("all_reduce_grads: a parameter has no .grad (fill zeros before reducing)")
     flat = torch.cat([g.reshape(-1) for g in grads])
     torch_dist.all_reduce(flat, op=torch_dist.ReduceOp.SUM)
     offset = 0
