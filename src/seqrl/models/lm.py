@@ -134,6 +134,16 @@ def _load_policy(cfg: ModelConfig) -> Policy:
         ) from e
 
 
+def load_tokenizer(cfg: ModelConfig) -> PreTrainedTokenizerBase:
+    """The tokenizer `load_policy` would give, without loading the model's weights."""
+    if cfg.path is None:
+        return build_char_tokenizer()
+    try:
+        return AutoTokenizer.from_pretrained(cfg.path)
+    except OSError as e:
+        raise ValueError(f"model.path {cfg.path!r}: no tokenizer could be loaded ({e})") from e
+
+
 def load_pretrained(path: str | Path, attn_implementation: str = "sdpa") -> Policy:
     """Any `AutoModelForCausalLM` directory or hub id plus its tokenizer, in float32.
 
