@@ -574,7 +574,7 @@ def _reduce_metrics(per_rank: list[dict[str, float]]) -> dict[str, float]:
     out: dict[str, float] = {}
     for key in dict.fromkeys(k for m in per_rank for k in m):
         values = [m[key] for m in per_rank if key in m]
-        if key == "perf/gen_tokens" or key.endswith("/errors") or key == "stats/groups_kept":
+        if key == "perf/gen_tokens" or key.endswith(("/errors", "/not_applicable")) or key == "stats/groups_kept":
             out[key] = float(sum(values))
         elif key.endswith("_max") or key.endswith("_s") or key == "stats/sampling_rounds":
             out[key] = float(max(values))
