@@ -111,6 +111,20 @@ def test_none_scores_are_left_out_of_the_sum_and_counted():
     assert batch.errors["half"] == 0 and batch.reasons["half"][1] == "not applicable"
 
 
+def test_a_conversational_row_gives_trl_functions_messages_as_trl_does():
+    seen = {}
+
+    def fn(prompts, completions, **kw):
+        seen.update(prompts=prompts, completions=completions)
+        return [float(c[0]["content"] == "4") if isinstance(c, list) else 0.0 for c in completions]
+
+    chat = Problem("2+2=", "4", messages=({"role": "user", "content": "2+2="},))
+    out = UserReward(fn, "fn")([chat, Problem("2+2=", "4")], ["4", "4"])
+    assert [r.score for r in out] == [1.0, 0.0]
+    assert seen["prompts"] == [[{"role": "user", "content": "2+2="}], "2+2="]
+    assert seen["completions"] == [[{"role": "assistant", "content": "4"}], "4"]
+
+
 def test_a_callable_passed_to_train_is_a_reward(workdir):
     seen = []
 

@@ -5,10 +5,10 @@ Two signatures, told apart by inspection when the reward is built:
 - **seqrl**: ``fn(problems, completions, **kwargs) -> list[RewardResult | float | None]`` — the
   `Problem`s (question, gold answer, the row's columns in ``problem.metadata``) and the completion texts;
 - **TRL**: ``fn(completions, **kwargs) -> list[float | None]`` (TRL's ``reward_funcs``), called with
-  keywords: ``prompts`` (the row's prompt: text, or its messages for a conversational row),
-  ``completions`` (texts), ``answer`` (the gold answer) and every column of the rows under its own
-  name (one list entry per completion), so a function written for TRL runs unchanged. Without
-  ``**kwargs`` it gets only the keywords it names.
+  keywords: ``prompts`` and ``completions`` as TRL gives them (text for a text row; for a
+  conversational row its messages and ``[{"role": "assistant", "content": text}]``), ``answer``
+  (the gold answer) and every column of the rows under its own name (one list entry per completion),
+  so a function written for TRL runs unchanged. Without ``**kwargs`` it gets only the keywords it names.
 
 ``None`` means "does not apply to this sample": it is left out of the weighted sum (TRL's rule) and
 counted. The spec's ``kwargs`` are passed to every call. User functions run in the trainer process
@@ -89,7 +89,8 @@ class UserReward:
             return self.fn(problems, completions, **self.kwargs)
         keywords: dict[str, Any] = {
             "prompts": [list(p.messages) if p.messages else p.prompt for p in problems],
-            "completions": list(completions),
+            "completions": [[{"role": "assistant", "content": c}] if p.messages else c
+                            for p, c in zip(problems, completions)],
             "answer": [p.answer for p in problems],
         }
         for col in _columns(problems):
