@@ -93,6 +93,44 @@ def producing_command(model_path: str) -> str | None:
     return None
 
 
+ENV_OVERRIDES = "SEQRL_OVERRIDES"
+
+
+def env_overrides(algo: str) -> list[str]:
+    """Overrides from ``$SEQRL_OVERRIDES`` for ``seqrl train ALGO``, applied after the command line's.
+
+    Shell words ``--KEY=VALUE``; ``--ALGO.KEY=VALUE`` applies only to that algorithm
+    (``--grpo.sampling.max_new_tokens=4``), any other entry to every one. Meant for a quick check that
+    a whole script of commands runs (fewer steps, smaller batches and data, whatever the script's own
+    overrides say); each run's config.yaml records what it ran with.
+
+    >>> os.environ["SEQRL_OVERRIDES"] = "--batch_size=8 --grpo.group_size=4 --sft.steps=2"
+    >>> env_overrides("grpo")
+    ['--batch_size=8', '--group_size=4']
+    >>> del os.environ["SEQRL_OVERRIDES"]
+    """
+    import shlex
+
+    text = os.environ.get(ENV_OVERRIDES, "")
+    try:
+        words = shlex.split(text)
+    except ValueError as e:
+        raise ConfigError(f"${ENV_OVERRIDES} {text!r}: {e}") from e
+    out = []
+    for word in words:
+        head = word.removeprefix("--").split(".", 1)
+        if len(head) == 2 and head[0] in ALGOS:
+            if head[0] == algo:
+                out.append("--" + head[1])
+        else:
+            out.append(word)
+    try:
+        parse_overrides(out)
+    except ConfigError as e:
+        raise ConfigError(f"${ENV_OVERRIDES}: {e}") from e
+    return out
+
+
 def cmd_train(args: argparse.Namespace, overrides: list[str]) -> int:
     if args.algo in PLANNED:
         raise ConfigError(f"seqrl train {args.algo} is not implemented yet; implemented: {', '.join(ALGOS)}")
@@ -100,6 +138,9 @@ def cmd_train(args: argparse.Namespace, overrides: list[str]) -> int:
         raise ConfigError(f"unknown algorithm {args.algo!r}; implemented: {', '.join(ALGOS)}")
     config_path = resolve_config(args.config, args.algo)
     parse_overrides(overrides)  # syntax errors before torch is imported (seconds)
+    if from_env := env_overrides(args.algo):
+        print(f"seqrl: ${ENV_OVERRIDES} applies {' '.join(from_env)}", file=sys.stderr)
+        overrides = [*overrides, *from_env]
     cls, train = _config_class(args.algo)
     if args.resume:
         overrides = [*overrides, "--run.resume=true"]
@@ -149,23 +190,38 @@ def cmd_eval(args: argparse.Namespace, overrides: list[str]) -> int:
         task = get_task(args.task, **task_kwargs)
     except TypeError as e:  # an argument the task does not take
         raise ConfigError(f"--task-kwargs {args.task_kwargs!r}: {e}") from e
+    checkpoint = run_folder_checkpoint(args.checkpoint)
     try:
-        policy = load_policy(ModelConfig(path=args.checkpoint))
+        policy = load_policy(ModelConfig(path=checkpoint))
     except (ValueError, FileNotFoundError):
         raise
     except Exception as e:  # safetensors / torch raise their own types for cut-short or garbage files
-        raise ConfigError(f"checkpoint {args.checkpoint}: cannot load the model: {type(e).__name__}: "
+        raise ConfigError(f"checkpoint {checkpoint}: cannot load the model: {type(e).__name__}: "
                           f"{str(e).splitlines()[0] if str(e) else ''}") from e
-    out = eval_output(args.out, args.checkpoint, f"{args.task}-{args.split}-{args.metrics}")
+    out = eval_output(args.out, checkpoint, f"{args.task}-{args.split}-{args.metrics}")
     problems = task.problems(args.split, args.n, args.seed)
     result = evaluate(policy, task, problems, greedy=greedy, pass_k=pass_k, maj_k=maj_k,
                       n_samples=args.samples, temperature=args.temperature,
                       max_new_tokens=args.max_new_tokens, seed=args.seed)
-    _print_table(f"{args.checkpoint} on {args.task}/{args.split} ({len(problems)} problems)", result.metrics)
-    out = _write_new(out, {"checkpoint": args.checkpoint, "task": args.task, "split": args.split,
+    _print_table(f"{checkpoint} on {args.task}/{args.split} ({len(problems)} problems)", result.metrics)
+    out = _write_new(out, {"checkpoint": checkpoint, "task": args.task, "split": args.split,
                            "metrics": result.metrics, "records": result.records})
     print(f"wrote {out}")
     return 0
+
+
+def run_folder_checkpoint(path: str) -> str:
+    """A run folder (``runs/<name>``, holding ``checkpoint-<step>`` folders) → its last complete
+    checkpoint; anything else (a checkpoint, a model folder, a hub id) unchanged."""
+    folder = Path(path)
+    if not folder.is_dir() or (folder / "config.json").is_file() or not any(folder.glob("checkpoint-*")):
+        return path
+    from seqrl.utils.checkpoint import latest_checkpoint
+
+    last = latest_checkpoint(folder)
+    if last is None:
+        raise ConfigError(f"{path}: a run folder without a complete checkpoint")
+    return str(last)
 
 
 def _check_threads(threads: int) -> None:
@@ -454,7 +510,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     ev = sub.add_parser("eval", help="evaluate a checkpoint (any HF causal-LM folder) on a task split; "
                                      "seqrl eval dt --checkpoint DIR --target-returns 3600,1800 for DT/BC/ODT")
-    ev.add_argument("checkpoint")
+    ev.add_argument("checkpoint", help="runs/<name>/checkpoint-<step>, a run folder (its last checkpoint), "
+                    "any HF causal-LM folder or hub id")
     ev.add_argument("--task", default="arith")
     ev.add_argument("--task-kwargs", default="{}", help='JSON, e.g. \'{"digits": 3}\'')
     ev.add_argument("--split", default="test", choices=("train", "test"))
