@@ -56,24 +56,32 @@ def resolve_config(name: str | None, algo: str) -> Path | None:
     raise ConfigError(f"--config {name!r}: no such file or preset; presets: {', '.join(list_presets()) or 'none'}")
 
 
-def _config_class(algo: str):
+def _config_class(algo: str) -> type:
+    """The algorithm's config class, from its torch-free ``algos/<algo>_config.py``."""
     if algo == "sft":
-        from seqrl.algos.sft import SFTConfig, train
+        from seqrl.algos.sft_config import SFTConfig
 
-        return SFTConfig, train
+        return SFTConfig
     if algo == "grpo":
-        from seqrl.algos.grpo import GRPOConfig, train
+        from seqrl.algos.grpo_config import GRPOConfig
 
-        return GRPOConfig, train
+        return GRPOConfig
     if algo in ("dt", "bc"):
-        from seqrl.algos.dt import BCConfig, DTConfig, train
+        from seqrl.algos.dt_config import BCConfig, DTConfig
 
-        return (DTConfig if algo == "dt" else BCConfig), train
+        return DTConfig if algo == "dt" else BCConfig
     if algo == "odt":
-        from seqrl.algos.odt import ODTConfig, train
+        from seqrl.algos.odt_config import ODTConfig
 
-        return ODTConfig, train
+        return ODTConfig
     raise ConfigError(f"unknown algorithm {algo!r}; implemented: {', '.join(ALGOS)}")
+
+
+def _trainer(algo: str):
+    """The algorithm's `train` function (imports torch: only after the config was checked)."""
+    from importlib import import_module
+
+    return import_module(f"seqrl.algos.{'dt' if algo == 'bc' else algo}").train
 
 
 def producing_command(model_path: str) -> str | None:
@@ -137,11 +145,11 @@ def cmd_train(args: argparse.Namespace, overrides: list[str]) -> int:
     if args.algo not in ALGOS:
         raise ConfigError(f"unknown algorithm {args.algo!r}; implemented: {', '.join(ALGOS)}")
     config_path = resolve_config(args.config, args.algo)
-    parse_overrides(overrides)  # syntax errors before torch is imported (seconds)
+    parse_overrides(overrides)  # syntax errors first
     if from_env := env_overrides(args.algo):
         print(f"seqrl: ${ENV_OVERRIDES} applies {' '.join(from_env)}", file=sys.stderr)
         overrides = [*overrides, *from_env]
-    cls, train = _config_class(args.algo)
+    cls = _config_class(args.algo)  # the whole config is built and checked before torch is imported (seconds)
     if args.resume:
         overrides = [*overrides, "--run.resume=true"]
     cfg = load_config(cls, config_path, overrides, root=args.algo)
@@ -158,6 +166,7 @@ def cmd_train(args: argparse.Namespace, overrides: list[str]) -> int:
 
         print(yaml.safe_dump(to_dict(cfg), sort_keys=False), end="")
         return 0
+    train = _trainer(args.algo)
     _quiet_hf()
     metrics = train(cfg)
     _print_table(f"{args.algo} {cfg.run.name}: final metrics", metrics)
