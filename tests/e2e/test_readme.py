@@ -54,7 +54,9 @@ def test_readme_block_runs_in_an_empty_folder(tmp_path):
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, f"exit {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
     runs = work / "runs"
-    for name in ("sft_arith_tiny", "sft_lr1e-3", "sft_arith_tiny_short", "grpo_arith_tiny", "dapo_arith_tiny"):
+    for name in ("sft_arith_tiny", "sft_arith_tiny_short", "grpo_arith_tiny", "dapo_arith_tiny"):
         assert (runs / name / "config.yaml").is_file(), f"{name}: no run folder"
     assert len(list((runs / "sft_arith_tiny" / "evals").glob("*.json"))) == 1
+    assert "lr: 0.001" in proc.stdout and "name: sft_lr1e-3" in proc.stdout  # the printed config
+    assert (runs / "dapo_arith_tiny" / "checkpoint-2" / "adapter_config.json").is_file()  # LoRA
     assert "score=1.0" in proc.stdout  # the math reward line
