@@ -510,7 +510,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"seqrl {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    train = sub.add_parser("train", help="train a policy; extra --key.sub=value arguments override the config")
+    train = sub.add_parser("train", help="train a policy; extra --key.sub=value arguments override the config",
+                           description="Extra --key.sub=value arguments override the config; so does "
+                                       f"${ENV_OVERRIDES} (shell words, applied last; --ALGO.key=value for one algorithm).")
     train.add_argument("algo", help=f"one of {', '.join(ALGOS)}")
     train.add_argument("--config", help="a YAML file or preset name (seqrl configs ls)")
     train.add_argument("--resume", action="store_true", help="continue from the run folder's last checkpoint")
