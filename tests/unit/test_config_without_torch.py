@@ -66,3 +66,11 @@ def test_run_config_checks_a_cuda_device_at_config_time(monkeypatch):
         RunConfig(device="gpu")
     with pytest.raises(ValueError, match="run.bf16 must be true, false or auto"):
         RunConfig(bf16="yes")
+
+
+@pytest.mark.parametrize("spec", ["gpu", "cuda:", "cuda:x", "cpu:0", ""])
+def test_a_malformed_device_is_refused_without_torch(spec):
+    code = ("from seqrl.algos.config import RunConfig\ntry:\n"
+            f"    RunConfig(device={spec!r})\nexcept ValueError as e:\n    assert 'run.device must be' in str(e)\n"
+            "else:\n    raise AssertionError('accepted')")
+    assert _heavy_modules_after(code) == []

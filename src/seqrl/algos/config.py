@@ -62,10 +62,14 @@ class RunConfig:
             raise ValueError(f"run.name must be a non-empty folder name (got {self.name!r})")
         if self.bf16 != "auto" and not isinstance(self.bf16, bool):
             raise ValueError(f"run.bf16 must be true, false or auto (got {self.bf16!r})")
-        if str(self.device).strip().lower() not in ("auto", "cpu"):
-            from seqrl.utils import dist  # torch, only for a run that names another device
+        spec = str(self.device).strip().lower()
+        if spec not in ("auto", "cpu"):
+            kind, colon, index = spec.partition(":")
+            if kind != "cuda" or (colon and not index.isdigit()):
+                raise ValueError(f"run.device must be auto, cpu, cuda or cuda:N (got {self.device!r})")
+            from seqrl.utils import dist  # torch, only for a run that asks for CUDA
 
-            dist.resolve_device(self.device)  # a malformed spec or CUDA without CUDA fails at config time
+            dist.resolve_device(self.device)  # CUDA without CUDA fails at config time
 
     @property
     def torch_device(self) -> torch.device:
