@@ -17,9 +17,14 @@
    equals 50 (and not 0.5), ``5000\\%`` does not equal 50 (it would as a fraction, 5000/100).
    Gold answers of percentage questions are written in percent, as the question asks.
 6. **Plain numbers** (integers, decimals, ``a/b``, thousands groups ``1,234``) compare exactly as
-   fractions; otherwise math-verify decides, ``verify(parse(gold), parse(pred))`` with its signal
-   timeouts off (they only work in the main thread) and ``raise_on_error=True`` so its errors
-   become the reason instead of log lines on stderr.
+   fractions. A LaTeX fraction of integers (``\\frac{1}{2}``, ``-\\dfrac{3}{4}``, ``\\frac12``) against a
+   number is decided without math-verify where math-verify's answer is certain: equal when the exact
+   values are equal; not equal when they differ by more than `NUMERIC_GAP` and both are below
+   `NUMERIC_MAX` (math-verify rounds floats to 6 decimals, with 15 significant digits). Otherwise
+   math-verify decides, ``verify(parse(gold), parse(pred))`` with its signal timeouts off (they only
+   work in the main thread) and ``raise_on_error=True`` so its errors become the reason instead of
+   log lines on stderr. Importing it (sympy) takes about a second, so the shortcuts matter for the
+   one-shot ``seqrl reward math`` command.
 """
 
 from __future__ import annotations
@@ -37,9 +42,16 @@ MAX_EXPONENT = 1000
 MAX_GROUP_EXPONENT = 6
 """Largest exponent on a bracketed base: sympy expands ``(a+b+c)^{30}`` (5 s) and ``(a+b+c+d+e)^{12}`` (13 s)."""
 
+NUMERIC_GAP = Fraction(1, 10**5)
+"""Exact values further apart than this are unequal for math-verify too (it rounds floats to 6 decimals)."""
+NUMERIC_MAX = 10**8
+"""…as long as both are smaller than this in magnitude (15 significant digits leave 7 decimals)."""
+
 _DASHES = dict.fromkeys(map(ord, "\u2212\u2012\u2013\u2014\ufe63\uff0d"), "-")
 _NUMBER_RE = re.compile(r"[+-]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?|[+-]?\.\d+")
 _FRACTION_RE = re.compile(r"([+-]?\d+)\s*/\s*(\d+)")
+_LATEX_FRACTION_RE = re.compile(
+    r"([+-]?)\s*\\[dt]?frac\s*(?:\{\s*([+-]?\d+)\s*\}|(\d))\s*(?:\{\s*([+-]?\d+)\s*\}|(\d))")
 _PERCENT_RE = re.compile(r"\s*\\?%$")
 _VARIABLE_RE = re.compile(r"(?:[A-Za-z]|\\[A-Za-z]+)(?:_\{?[A-Za-z0-9]+\}?)?")
 _HEDGES = (
@@ -192,6 +204,22 @@ def plain_number(text: str) -> Fraction | None:
     return None
 
 
+def latex_fraction(text: str) -> Fraction | None:
+    r"""The exact value of ``\frac{a}{b}`` (also ``\dfrac``, ``\tfrac``, ``\frac12``, a sign before) with
+    integers a, b ≠ 0, else None.
+
+    >>> latex_fraction("\\frac{1}{2}"), latex_fraction("-\\dfrac{6}{4}"), latex_fraction("\\frac12"), latex_fraction("\\frac{x}{2}")
+    (Fraction(1, 2), Fraction(-3, 2), Fraction(1, 2), None)
+    """
+    m = _LATEX_FRACTION_RE.fullmatch(text.strip())
+    if not m:
+        return None
+    num, den = int(m.group(2) or m.group(3)), int(m.group(4) or m.group(5))
+    if den == 0:
+        return None
+    return Fraction(-num if m.group(1) == "-" else num, den)
+
+
 def _equation_side(answer: str, gold: str) -> tuple[str | None, str]:
     """``x = 5`` → ``5``; (None, reason) for an equation that is not ``variable = answer``."""
     if "=" not in answer or "=" in gold:
@@ -273,6 +301,13 @@ def _equal(gold: str, pred: str) -> tuple[bool, str]:
     gold_value, pred_value = plain_number(gold), plain_number(pred)
     if gold_value is not None and pred_value is not None:
         return (True, "") if gold_value == pred_value else (False, "not equivalent")
+    gold_value = gold_value if gold_value is not None else latex_fraction(gold)
+    pred_value = pred_value if pred_value is not None else latex_fraction(pred)
+    if gold_value is not None and pred_value is not None:  # a LaTeX fraction and a number
+        if gold_value == pred_value:
+            return True, ""
+        if abs(gold_value - pred_value) > NUMERIC_GAP and max(abs(gold_value), abs(pred_value)) < NUMERIC_MAX:
+            return False, "not equivalent"
     if _key(gold) == _key(pred):
         return True, ""
     if _WORD_RE.fullmatch(gold):  # "Paris" would parse as the product P·a·r·i·s: text compares as text

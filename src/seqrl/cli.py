@@ -56,24 +56,32 @@ def resolve_config(name: str | None, algo: str) -> Path | None:
     raise ConfigError(f"--config {name!r}: no such file or preset; presets: {', '.join(list_presets()) or 'none'}")
 
 
-def _config_class(algo: str):
+def _config_class(algo: str) -> type:
+    """The algorithm's config class, from its torch-free ``algos/<algo>_config.py``."""
     if algo == "sft":
-        from seqrl.algos.sft import SFTConfig, train
+        from seqrl.algos.sft_config import SFTConfig
 
-        return SFTConfig, train
+        return SFTConfig
     if algo == "grpo":
-        from seqrl.algos.grpo import GRPOConfig, train
+        from seqrl.algos.grpo_config import GRPOConfig
 
-        return GRPOConfig, train
+        return GRPOConfig
     if algo in ("dt", "bc"):
-        from seqrl.algos.dt import BCConfig, DTConfig, train
+        from seqrl.algos.dt_config import BCConfig, DTConfig
 
-        return (DTConfig if algo == "dt" else BCConfig), train
+        return DTConfig if algo == "dt" else BCConfig
     if algo == "odt":
-        from seqrl.algos.odt import ODTConfig, train
+        from seqrl.algos.odt_config import ODTConfig
 
-        return ODTConfig, train
+        return ODTConfig
     raise ConfigError(f"unknown algorithm {algo!r}; implemented: {', '.join(ALGOS)}")
+
+
+def _trainer(algo: str):
+    """The algorithm's `train` function (imports torch: only after the config was checked)."""
+    from importlib import import_module
+
+    return import_module(f"seqrl.algos.{'dt' if algo == 'bc' else algo}").train
 
 
 def producing_command(model_path: str) -> str | None:
@@ -118,7 +126,7 @@ def cmd_prompt(args: argparse.Namespace, overrides: list[str]) -> int:
         raise ConfigError(f"--algo {algo!r}: prompts are rendered by sft and grpo")
     config_path = resolve_config(args.config, algo)
     parse_overrides(overrides)
-    cls, _ = _config_class(algo)
+    cls = _config_class(algo)
     cfg = load_config(cls, config_path, overrides, root=algo)
     from seqrl.models.lm import load_tokenizer
     from seqrl.prompts import check_template, render_prompt
@@ -136,14 +144,55 @@ def cmd_prompt(args: argparse.Namespace, overrides: list[str]) -> int:
     return 0
 
 
+ENV_OVERRIDES = "SEQRL_OVERRIDES"
+
+
+def env_overrides(algo: str) -> list[str]:
+    """Overrides from ``$SEQRL_OVERRIDES`` for ``seqrl train ALGO``, applied after the command line's.
+
+    Shell words ``--KEY=VALUE``; ``--ALGO.KEY=VALUE`` applies only to that algorithm
+    (``--grpo.sampling.max_new_tokens=4``), any other entry to every one. Meant for a quick check that
+    a whole script of commands runs (fewer steps, smaller batches and data, whatever the script's own
+    overrides say); each run's config.yaml records what it ran with.
+
+    >>> os.environ["SEQRL_OVERRIDES"] = "--batch_size=8 --grpo.group_size=4 --sft.steps=2"
+    >>> env_overrides("grpo")
+    ['--batch_size=8', '--group_size=4']
+    >>> del os.environ["SEQRL_OVERRIDES"]
+    """
+    import shlex
+
+    text = os.environ.get(ENV_OVERRIDES, "")
+    try:
+        words = shlex.split(text)
+    except ValueError as e:
+        raise ConfigError(f"${ENV_OVERRIDES} {text!r}: {e}") from e
+    out = []
+    for word in words:
+        head = word.removeprefix("--").split(".", 1)
+        if len(head) == 2 and head[0] in ALGOS:
+            if head[0] == algo:
+                out.append("--" + head[1])
+        else:
+            out.append(word)
+    try:
+        parse_overrides(out)
+    except ConfigError as e:
+        raise ConfigError(f"${ENV_OVERRIDES}: {e}") from e
+    return out
+
+
 def cmd_train(args: argparse.Namespace, overrides: list[str]) -> int:
     if args.algo in PLANNED:
         raise ConfigError(f"seqrl train {args.algo} is not implemented yet; implemented: {', '.join(ALGOS)}")
     if args.algo not in ALGOS:
         raise ConfigError(f"unknown algorithm {args.algo!r}; implemented: {', '.join(ALGOS)}")
     config_path = resolve_config(args.config, args.algo)
-    parse_overrides(overrides)  # syntax errors before torch is imported (seconds)
-    cls, train = _config_class(args.algo)
+    parse_overrides(overrides)  # syntax errors first
+    if from_env := env_overrides(args.algo):
+        print(f"seqrl: ${ENV_OVERRIDES} applies {' '.join(from_env)}", file=sys.stderr)
+        overrides = [*overrides, *from_env]
+    cls = _config_class(args.algo)  # the whole config is built and checked before torch is imported (seconds)
     if args.resume:
         overrides = [*overrides, "--run.resume=true"]
     cfg = load_config(cls, config_path, overrides, root=args.algo)
@@ -156,6 +205,7 @@ def cmd_train(args: argparse.Namespace, overrides: list[str]) -> int:
 
         print(yaml.safe_dump(to_dict(cfg), sort_keys=False), end="")
         return 0
+    train = _trainer(args.algo)
     _quiet_hf()
     metrics = train(cfg)
     _print_table(f"{args.algo} {cfg.run.name}: final metrics", metrics)
@@ -175,7 +225,8 @@ def cmd_eval(args: argparse.Namespace, overrides: list[str]) -> int:
         raise ConfigError(f"--task-kwargs {args.task_kwargs!r}: not valid JSON: {e}") from e
     if not isinstance(task_kwargs, dict):
         raise ConfigError(f"--task-kwargs {args.task_kwargs!r}: expected a JSON object, e.g. '{{\"digits\": 3}}'")
-    prompt, stop = eval_prompt(args)
+    checkpoint = run_folder_checkpoint(args.checkpoint)
+    prompt, stop = eval_prompt(args, checkpoint)
     import torch
 
     from seqrl.data import get_task
@@ -191,27 +242,27 @@ def cmd_eval(args: argparse.Namespace, overrides: list[str]) -> int:
     except TypeError as e:  # an argument the task does not take
         raise ConfigError(f"--task-kwargs {args.task_kwargs!r}: {e}") from e
     try:
-        policy = load_policy(ModelConfig(path=args.checkpoint))
+        policy = load_policy(ModelConfig(path=checkpoint))
     except (ValueError, FileNotFoundError):
         raise
     except Exception as e:  # safetensors / torch raise their own types for cut-short or garbage files
-        raise ConfigError(f"checkpoint {args.checkpoint}: cannot load the model: {type(e).__name__}: "
+        raise ConfigError(f"checkpoint {checkpoint}: cannot load the model: {type(e).__name__}: "
                           f"{str(e).splitlines()[0] if str(e) else ''}") from e
-    out = eval_output(args.out, args.checkpoint, f"{args.task}-{args.split}-{args.metrics}")
+    out = eval_output(args.out, checkpoint, f"{args.task}-{args.split}-{args.metrics}")
     problems = task.problems(args.split, args.n, args.seed)
     check_template(prompt, problems)
     policy.prompt = prompt
     result = evaluate(policy, task, problems, greedy=greedy, pass_k=pass_k, maj_k=maj_k,
                       n_samples=args.samples, temperature=args.temperature,
                       max_new_tokens=args.max_new_tokens, seed=args.seed, stop=stop)
-    _print_table(f"{args.checkpoint} on {args.task}/{args.split} ({len(problems)} problems)", result.metrics)
-    out = _write_new(out, {"checkpoint": args.checkpoint, "task": args.task, "split": args.split,
+    _print_table(f"{checkpoint} on {args.task}/{args.split} ({len(problems)} problems)", result.metrics)
+    out = _write_new(out, {"checkpoint": checkpoint, "task": args.task, "split": args.split,
                            "metrics": result.metrics, "records": result.records})
     print(f"wrote {out}")
     return 0
 
 
-def eval_prompt(args: argparse.Namespace):
+def eval_prompt(args: argparse.Namespace, checkpoint: str):
     """The prompt rendering and stop strings of `seqrl eval`: those of the run that wrote the
     checkpoint (its folder's config.yaml: ``prompt``, ``sampling.stop``), each replaced by a flag given."""
     import yaml
@@ -219,7 +270,7 @@ def eval_prompt(args: argparse.Namespace):
     from seqrl.prompts import PromptConfig
 
     prompt, stop = {}, []
-    run_config = Path(args.checkpoint).parent / "config.yaml"
+    run_config = Path(checkpoint).parent / "config.yaml"
     if run_config.is_file():
         try:
             saved = yaml.safe_load(run_config.read_text(encoding="utf-8")) or {}
@@ -241,6 +292,20 @@ def eval_prompt(args: argparse.Namespace):
     if any(not isinstance(x, str) or not x for x in stop):
         raise ConfigError(f"stop strings must be non-empty text (got {stop!r})")
     return cfg, stop
+
+
+def run_folder_checkpoint(path: str) -> str:
+    """A run folder (``runs/<name>``, holding ``checkpoint-<step>`` folders) → its last complete
+    checkpoint; anything else (a checkpoint, a model folder, a hub id) unchanged."""
+    folder = Path(path)
+    if not folder.is_dir() or (folder / "config.json").is_file() or not any(folder.glob("checkpoint-*")):
+        return path
+    from seqrl.utils.checkpoint import latest_checkpoint
+
+    last = latest_checkpoint(folder)
+    if last is None:
+        raise ConfigError(f"{path}: a run folder without a complete checkpoint")
+    return str(last)
 
 
 def _check_threads(threads: int) -> None:
@@ -520,7 +585,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"seqrl {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    train = sub.add_parser("train", help="train a policy; extra --key.sub=value arguments override the config")
+    train = sub.add_parser("train", help="train a policy; extra --key.sub=value arguments override the config",
+                           description="Extra --key.sub=value arguments override the config; so does "
+                                       f"${ENV_OVERRIDES} (shell words, applied last; --ALGO.key=value for one algorithm).")
     train.add_argument("algo", help=f"one of {', '.join(ALGOS)}")
     train.add_argument("--config", help="a YAML file or preset name (seqrl configs ls)")
     train.add_argument("--resume", action="store_true", help="continue from the run folder's last checkpoint")
@@ -529,7 +596,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     ev = sub.add_parser("eval", help="evaluate a checkpoint (any HF causal-LM folder) on a task split; "
                                      "seqrl eval dt --checkpoint DIR --target-returns 3600,1800 for DT/BC/ODT")
-    ev.add_argument("checkpoint")
+    ev.add_argument("checkpoint", help="runs/<name>/checkpoint-<step>, a run folder (its last checkpoint), "
+                    "any HF causal-LM folder or hub id")
     ev.add_argument("--task", default="arith")
     ev.add_argument("--task-kwargs", default="{}", help='JSON, e.g. \'{"digits": 3}\'')
     ev.add_argument("--split", default="test", choices=("train", "test"))

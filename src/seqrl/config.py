@@ -1,7 +1,9 @@
 """Strict dataclass configs: YAML files + dotted command-line overrides, errors that name the field.
 
-Configs are plain (nested) ``@dataclass`` classes defined next to the code that uses them (e.g.
-``SFTConfig`` at the top of ``algos/sft.py``). This module only turns untrusted input into them:
+Configs are plain (nested) ``@dataclass`` classes defined beside the code that uses them, in modules
+that do not import torch (``algos/sft_config.py`` for ``algos/sft.py``, ``models/config.py``, …), so
+the command line builds and checks a whole config in a fraction of a second and only then loads torch
+(seconds). This module only turns untrusted input into them:
 
 * `from_dict` builds a config from a mapping and rejects anything it does not expect: unknown keys
   (with the valid ones and a did-you-mean), wrong types, missing required fields, and the

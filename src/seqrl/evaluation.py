@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from seqrl.core.metrics import majority_vote, pass_at_k
-from seqrl.models.lm import Policy
-from seqrl.rollout import SamplingParams, generate
 from seqrl.types import Problem, Task
+
+if TYPE_CHECKING:  # torch loads with the first evaluation, not with `EvalConfig` (a config is checked first)
+    from seqrl.models.lm import Policy
 
 _METRIC_RE = re.compile(r"^(greedy|pass@(\d+)|maj@(\d+))$")
 
@@ -70,6 +72,8 @@ def evaluate(
 ) -> EvalResult:
     """Evaluate `policy` on `problems` (metrics namespaced ``eval/…``); prompts rendered by the
     policy (`Policy.prompt`); `stop`: stop strings of every generation."""
+    from seqrl.rollout import SamplingParams, generate
+
     if not problems:
         raise ValueError("evaluate() needs at least one problem")
     want = max([*pass_k, *maj_k], default=0)

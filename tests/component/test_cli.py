@@ -79,6 +79,33 @@ def test_eval_results_sit_beside_the_checkpoints_one_file_per_evaluation(tmp_pat
     assert len(list(folder.glob("*.json"))) == 1
 
 
+def test_eval_of_a_run_folder_evaluates_its_last_complete_checkpoint(tmp_path, capsys):
+    torch.manual_seed(0)
+    run = tmp_path / "run"
+    for step in (2, 10):
+        load_policy(ModelConfig(preset="tiny", max_seq_len=64)).save(run / f"checkpoint-{step}")
+        (run / f"checkpoint-{step}" / "trainer_state.json").write_text("{}")
+    load_policy(ModelConfig(preset="tiny", max_seq_len=64)).save(run / "checkpoint-30")  # incomplete: no state
+    assert main(["eval", str(run), "--task", "arith", "--n", "2", "--max-new-tokens", "4"]) == 0
+    (written,) = (run / "evals").glob("*.json")
+    assert written.name.startswith("checkpoint-10-")
+    assert json.loads(written.read_text())["checkpoint"] == str(run / "checkpoint-10")
+
+
+def test_seqrl_overrides_apply_after_the_command_line_per_algorithm(capsys, monkeypatch):
+    monkeypatch.setenv("SEQRL_OVERRIDES", "--steps=7 --sft.batch_size=4 --grpo.group_size=2")
+    assert main(["train", "sft", "--config", "arith_tiny", "--steps=600", "--print-config"]) == 0
+    captured = capsys.readouterr()
+    assert "steps: 7\n" in captured.out and "batch_size: 4\n" in captured.out  # the environment wins
+    assert "$SEQRL_OVERRIDES applies --steps=7 --batch_size=4" in captured.err and "group_size" not in captured.err
+    monkeypatch.setenv("SEQRL_OVERRIDES", "--sft.optim.lrr=1")
+    assert main(["train", "sft", "--config", "arith_tiny", "--print-config"]) == 2
+    assert "optim.lrr: unknown key" in capsys.readouterr().err
+    monkeypatch.setenv("SEQRL_OVERRIDES", "oops")
+    assert main(["train", "sft", "--config", "arith_tiny", "--print-config"]) == 2
+    assert capsys.readouterr().err.startswith("seqrl: error: $SEQRL_OVERRIDES: override 'oops'")
+
+
 def test_eval_refuses_an_existing_out_file_before_evaluating(tmp_path, capsys):
     torch.manual_seed(0)
     load_policy(ModelConfig(preset="tiny", max_seq_len=64)).save(tmp_path / "m")

@@ -101,7 +101,7 @@ def test_an_unchanged_preset_resumes_without_a_reported_change(tmp_path, algo, p
     from seqrl.cli import _config_class, resolve_config
     from seqrl.config import dump_yaml, load_config
 
-    cls, _ = _config_class(algo)
+    cls = _config_class(algo)
     cfg = load_config(cls, resolve_config(preset, algo), [], root=algo)
     dump_yaml(cfg, tmp_path / "config.yaml")
     assert check_resume_changes(tmp_path / "config.yaml", cfg) == []

@@ -33,7 +33,6 @@ from __future__ import annotations
 import copy
 import time
 from dataclasses import dataclass, field
-from typing import Literal
 
 import torch
 
@@ -48,6 +47,7 @@ from seqrl.algos.common import (
     set_threads,
     stream_indices,
 )
+from seqrl.algos.grpo_config import VERIFIER_KEYS, VERIFIER_REWARDS, DAPOConfig, GRPOConfig, LossConfig, SamplingConfig
 from seqrl.core.advantages import (
     group_advantages,
     reinforce_pp_advantages,
@@ -55,12 +55,12 @@ from seqrl.core.advantages import (
     rloo_advantages,
     zero_variance_groups,
 )
-from seqrl.core.policy_loss import AGG_MODES, grpo_loss
+from seqrl.core.policy_loss import grpo_loss
 from seqrl.core.shaping import soft_overlong_penalty
 from seqrl.evaluation import EvalConfig, run_evaluation
 from seqrl.models.lm import ModelConfig, Policy, load_policy, num_parameters
 from seqrl.models.lora import LoRAConfig, adapter_disabled, apply_lora, is_lora
-from seqrl.prompts import PromptConfig, check_template
+from seqrl.prompts import check_template
 from seqrl.rewards.combine import RewardFn, RewardSpec, build_reward, score_completions
 from seqrl.rewards.user import UserReward
 from seqrl.rollout import SamplingParams, generate, sequence_logprobs
@@ -71,178 +71,6 @@ from seqrl.utils.metrics import MetricsLogger, read_metrics
 from seqrl.utils.plots import plot_metrics
 from seqrl.utils.progress import progress_bar
 from seqrl.utils.seeding import seed_everything
-
-
-@dataclass
-class SamplingConfig:
-    """How completions are sampled for training."""
-
-    temperature: float = 1.0
-    """Sampling temperature (log-probs are taken at the same temperature)."""
-    top_p: float = 1.0
-    """Nucleus sampling threshold."""
-    top_k: int = 0
-    """Top-k truncation (0: none)."""
-    max_new_tokens: int = 64
-    """Completion cap (L_max of DAPO's overlong shaping)."""
-    stop: list[str] = field(default_factory=list)
-    """Stop strings (e.g. ["</answer>"]): a completion ends after the token that completes one, so a
-    model that rambles after its answer costs no decode steps. Also used by the evaluation."""
-
-    def __post_init__(self) -> None:
-        if any(not isinstance(x, str) or not x for x in self.stop):
-            raise ValueError(f"sampling.stop must be a list of non-empty strings (got {self.stop!r})")
-
-
-VERIFIER_REWARDS = ("task", "math", "code")
-"""Rewards that say whether the answer is right (DAPO's dynamic sampling filters on these)."""
-VERIFIER_KEYS = ("accuracy", "math", "code")
-"""Their metric names (`RewardSpec.key`)."""
-
-
-@dataclass
-class LossConfig:
-    """Advantage estimator and policy loss."""
-
-    advantage: Literal["grpo", "rloo", "reinforce_pp"] = "grpo"
-    """grpo: group-relative (r − mean_g) / std; rloo: leave-one-out baseline; reinforce_pp: batch-normalised."""
-    reinforce_pp_level: Literal["token", "sequence"] = "token"
-    """REINFORCE++ whitening over every trained token of the batch, so longer completions weigh more
-    (verl, OpenRLHF), or over one reward per completion."""
-    scale_rewards: Literal["group", "batch", "none"] = "group"
-    """Std used by the grpo advantage: the group's, the batch's, or none (Dr. GRPO)."""
-    clip_eps_low: float = 0.2
-    """ε_low: ratio floor 1 − ε_low."""
-    clip_eps_high: float = 0.2
-    """ε_high: ratio ceiling 1 + ε_high (DAPO clip-higher: 0.28)."""
-    beta: float = 0.0
-    """β: KL coefficient against a frozen reference policy (DeepSeekMath: 0.04); 0 = no reference model."""
-    kl_kind: Literal["k1", "k2", "k3", "k3_ratio"] = "k3"
-    """KL estimator in the loss (`seqrl.core.policy_loss.kl_penalty`): k3 (GRPO; its gradient is the
-    forward KL's, KL(π_ref‖π)), k2 (the reverse KL's gradient), k3_ratio (k3 weighted by π/π_old:
-    the reverse KL's gradient, also for off-policy minibatches). k1 has zero expected gradient and is
-    refused with β > 0."""
-    ratio_level: Literal["token", "sequence"] = "token"
-    """Importance ratio per token, or per sequence (π/π_old)^(1/|o|) (GSPO)."""
-    agg: Literal["seq_mean_token_mean", "token_mean", "seq_mean_token_sum_norm", "seq_mean_token_sum"] = (
-        "seq_mean_token_mean"
-    )
-    """Loss aggregation: GRPO paper, DAPO token-level, Dr. GRPO constant normaliser, plain sum."""
-    max_tokens: int = 0
-    """Dr. GRPO's constant normaliser (0: sampling.max_new_tokens)."""
-    ref_sync_every: int = 0
-    """Copy the policy into the reference model every N steps (0: never)."""
-
-    def __post_init__(self) -> None:
-        if not 0 <= self.clip_eps_low < 1 or self.clip_eps_high < 0:
-            raise ValueError(f"loss.clip_eps_low must be in [0, 1) and loss.clip_eps_high >= 0 "
-                             f"(got {self.clip_eps_low}, {self.clip_eps_high})")
-        if self.beta < 0:
-            raise ValueError(f"loss.beta must be >= 0 (got {self.beta})")
-        if self.kl_kind == "k1" and self.beta > 0:
-            raise ValueError("loss.kl_kind k1 with loss.beta > 0: k1's expected gradient is zero, so the KL term "
-                             "would add noise and no regularisation; use k3 (GRPO), k2 or k3_ratio")
-        if self.agg not in AGG_MODES:
-            raise ValueError(f"loss.agg must be one of {AGG_MODES} (got {self.agg!r})")
-
-
-@dataclass
-class DAPOConfig:
-    """DAPO's additions (Yu et al. 2025); all off by default."""
-
-    dynamic_sampling: bool = False
-    """Drop groups whose rewards are all equal; draw more prompts until the batch is full."""
-    max_sampling_rounds: int = 4
-    """Cap on sampling rounds per step with dynamic sampling (the batch may stay short; logged)."""
-    filter_key: Literal["accuracy", "reward"] = "accuracy"
-    """What must vary within a group for dynamic sampling to keep it: accuracy — the verifier rewards
-    (task, math, code; weighted) without format shaping or the overlong penalty, as DAPO filters
-    (§3.2) — or reward, the total reward with every term."""
-    mask_truncated: bool = False
-    """Overlong filtering: truncated completions get no loss."""
-    soft_overlong_cache: int = 0
-    """L_cache of the soft overlong punishment added to the reward (0: off)."""
-
-
-@dataclass
-class GRPOConfig:
-    run: RunConfig = field(default_factory=lambda: RunConfig(name="grpo"))
-    model: ModelConfig = field(default_factory=ModelConfig)
-    task: TaskConfig = field(default_factory=TaskConfig)
-    optim: OptimConfig = field(default_factory=lambda: OptimConfig(lr=1e-4, warmup_steps=0, schedule="constant"))
-    eval: EvalConfig = field(default_factory=EvalConfig)
-    sampling: SamplingConfig = field(default_factory=SamplingConfig)
-    prompt: PromptConfig = field(default_factory=PromptConfig)
-    loss: LossConfig = field(default_factory=LossConfig)
-    dapo: DAPOConfig = field(default_factory=DAPOConfig)
-    rewards: list[RewardSpec] = field(default_factory=lambda: [RewardSpec("task", 1.0)])
-    """Weighted reward functions; the total reward is Σ weight · score."""
-    reward_budget_s: float = 300.0
-    """Wall-clock budget for scoring one batch; completions not scored by then get 0 ("batch budget")."""
-    steps: int = 50
-    """Sampling-and-update steps."""
-    batch_size: int = 128
-    """Completions per step (prompts per step = batch_size / group_size)."""
-    group_size: int = 8
-    """G: completions per prompt."""
-    num_iterations: int = 1
-    """μ: passes over each batch."""
-    minibatches: int = 1
-    """Optimizer steps per pass (the batch split into this many minibatches)."""
-    micro_batch_size: int = 64
-    """Completions per forward/backward (memory only: the gradient does not depend on it)."""
-    skip_zero_advantage: bool = True
-    """With β = 0, skip the forward/backward of completions whose advantage is exactly 0 (a group
-    with equal rewards): their loss and gradient are exactly 0, so the update is unchanged (tested);
-    `stats/entropy` and `stats/sampler_logprob_gap` then cover the completions trained on."""
-    lora: LoRAConfig = field(default_factory=LoRAConfig)
-    """LoRA adapters (`lora.r` > 0) instead of full fine-tuning; needs `model.path` (a trained base)."""
-
-    def __post_init__(self) -> None:
-        if self.lora.r and self.model.path is None:
-            raise ValueError("lora.r > 0 needs model.path: adapters train on top of a trained base model "
-                             "(a preset built from scratch has no saved base weights to reload)")
-        if self.lora.r and self.loss.ref_sync_every:
-            raise ValueError("loss.ref_sync_every must be 0 with lora: the reference is the frozen base "
-                             "(the adapter switched off)")
-        if self.group_size < 2:
-            raise ValueError(f"group_size must be >= 2 (got {self.group_size}): a group of one has no baseline")
-        if self.batch_size % self.group_size:
-            raise ValueError(f"batch_size ({self.batch_size}) must be divisible by group_size ({self.group_size})")
-        if self.batch_size % self.minibatches:
-            raise ValueError(f"batch_size ({self.batch_size}) must be divisible by minibatches ({self.minibatches})")
-        for name in ("steps", "num_iterations", "minibatches", "micro_batch_size"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1 (got {getattr(self, name)})")
-        if not self.rewards:
-            raise ValueError("rewards must name at least one reward function")
-        keys = [spec.key for spec in self.rewards]
-        if len(set(keys)) != len(keys):
-            dup = next(k for k in keys if keys.count(k) > 1)
-            raise ValueError(f"rewards: two reward functions log as {dup!r}; each may appear once")
-        if self.loss.ref_sync_every and self.run.save_every and self.run.save_every % self.loss.ref_sync_every:
-            raise ValueError(f"run.save_every ({self.run.save_every}) must be a multiple of loss.ref_sync_every "
-                             f"({self.loss.ref_sync_every}) so a checkpoint holds the reference policy too")
-        if (self.dapo.dynamic_sampling and self.dapo.filter_key == "accuracy"
-                and not any(spec.name in VERIFIER_REWARDS for spec in self.rewards)):
-            raise ValueError(f"dapo.filter_key accuracy needs a verifier reward ({', '.join(VERIFIER_REWARDS)}) in "
-                             f"rewards; add one or set dapo.filter_key=reward")
-        if self.dapo.soft_overlong_cache > self.sampling.max_new_tokens:
-            raise ValueError("dapo.soft_overlong_cache must be <= sampling.max_new_tokens")
-
-    @property
-    def prompts_per_step(self) -> int:
-        """Prompts per step over all processes."""
-        return self.batch_size // self.group_size
-
-    @property
-    def local_prompts_per_step(self) -> int:
-        """Prompts per step of this process (torchrun: the step's prompts split evenly over processes)."""
-        world = dist.world_size()
-        if self.prompts_per_step % world:
-            raise ValueError(f"batch_size / group_size = {self.prompts_per_step} prompts per step must be "
-                             f"divisible by the number of processes ({world})")
-        return self.prompts_per_step // world
 
 
 @dataclass

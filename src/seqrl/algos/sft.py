@@ -10,7 +10,6 @@ the checkpoint, a resumed run therefore repeats an uninterrupted one exactly.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
 import torch
 
 from seqrl.algos.common import (
@@ -24,10 +23,11 @@ from seqrl.algos.common import (
     prepare_run_dir,
     set_threads,
 )
+from seqrl.algos.sft_config import SFTConfig
 from seqrl.core.losses import IGNORE_INDEX, token_nll_sum
 from seqrl.evaluation import EvalConfig, run_evaluation
 from seqrl.models.lm import ModelConfig, Policy, check_on_device, load_policy, model_device, num_parameters
-from seqrl.prompts import PromptConfig, check_template
+from seqrl.prompts import check_template
 from seqrl.types import Problem
 from seqrl.utils import dist
 from seqrl.utils.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
@@ -35,31 +35,6 @@ from seqrl.utils.metrics import MetricsLogger, read_metrics
 from seqrl.utils.plots import plot_metrics
 from seqrl.utils.progress import progress_bar
 from seqrl.utils.seeding import seed_everything
-
-
-@dataclass
-class SFTConfig:
-    run: RunConfig = field(default_factory=lambda: RunConfig(name="sft"))
-    model: ModelConfig = field(default_factory=ModelConfig)
-    task: TaskConfig = field(default_factory=TaskConfig)
-    optim: OptimConfig = field(default_factory=OptimConfig)
-    eval: EvalConfig = field(default_factory=EvalConfig)
-    prompt: PromptConfig = field(default_factory=PromptConfig)
-    """How problems are rendered; the same rendering trains and evaluates."""
-    steps: int = 1000
-    """Optimizer steps."""
-    batch_size: int = 64
-    """Sequences per optimizer step."""
-    grad_accum: int = 1
-    """Micro-batches per step (batch_size / grad_accum sequences each)."""
-
-    def __post_init__(self) -> None:
-        if self.steps < 1 or self.batch_size < 1 or self.grad_accum < 1:
-            raise ValueError("steps, batch_size and grad_accum must be >= 1")
-        if self.batch_size % self.grad_accum:
-            raise ValueError(
-                f"batch_size ({self.batch_size}) must be divisible by grad_accum ({self.grad_accum})"
-            )
 
 
 def encode_examples(policy: Policy, problems: list[Problem]) -> list[tuple[list[int], list[int]]]:

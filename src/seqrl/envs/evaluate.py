@@ -19,13 +19,14 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import gymnasium as gym
 import numpy as np
 import torch
 
 from seqrl.data.offline import Episode, normalized_score
+from seqrl.envs.config import DTEvalConfig
 from seqrl.envs.make import make_env
 from seqrl.envs.rollout import episode_rngs
 
@@ -246,29 +247,6 @@ def evaluate_policy(
         raise ValueError("evaluate_policy: the environment returned a non-finite reward")
     return EvalResult(targets=list(target_returns), returns=returns.reshape(n_targets, episodes),
                       lengths=h.lengths.reshape(n_targets, episodes))
-
-
-@dataclass
-class DTEvalConfig:
-    """Evaluation rollouts in the dataset's environment."""
-
-    every: int = 0
-    """Steps between evaluations (0: only after the last step)."""
-    episodes: int = 10
-    """Episodes per target return (0: no evaluation)."""
-    target_returns: list[float] = field(default_factory=lambda: [3600.0, 1800.0])
-    """Raw target returns R̂_0 the DT is conditioned on (paper: hopper 3600/1800, halfcheetah
-    12000/6000, walker 5000/2500); ignored by BC."""
-    max_steps: int = 0
-    """Stop episodes after this many steps (0: the environment's time limit)."""
-    seed: int = 100
-    """Seed of the evaluation episodes (the same start states for every run and target)."""
-
-    def __post_init__(self) -> None:
-        if self.every < 0 or self.episodes < 0 or self.max_steps < 0:
-            raise ValueError("eval.every, eval.episodes and eval.max_steps must be >= 0")
-        if not self.target_returns:
-            raise ValueError("eval.target_returns must hold at least one target return")
 
 
 def run_evaluation(policy: torch.nn.Module, info: dict, targets: list[float], episodes: int, seed: int,

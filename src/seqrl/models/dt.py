@@ -24,7 +24,6 @@ state-token features, so other heads (Online DT's squashed Gaussian) sit on the 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
@@ -33,6 +32,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from seqrl.core.sequences import causal_attention_mask, deinterleave, interleave, interleave_mask
+from seqrl.models.config import DTModelConfig
 
 __all__ = ["ACTION_HEADS", "DTModelConfig", "DecisionTransformer", "MLPPolicy"]
 
@@ -380,35 +380,3 @@ class MLPPolicy(nn.Module):
         return out.argmax(dim=-1) if self.discrete else out
 
 
-@dataclass
-class DTModelConfig:
-    """The Decision Transformer (paper: d 128, 3 layers, 1 head, K 20, dropout 0.1)."""
-
-    hidden_size: int = 128
-    """d, the token width."""
-    n_layer: int = 3
-    """Transformer blocks."""
-    n_head: int = 1
-    """Attention heads (hidden_size must be divisible by it)."""
-    context_len: int = 20
-    """K, steps per context window (3K tokens)."""
-    max_ep_len: int = 1000
-    """Size of the timestep embedding; must cover the longest episode of the dataset."""
-    dropout: float = 0.1
-    """Dropout on embeddings, attention weights and residuals."""
-    activation: Literal["relu", "gelu"] = "relu"
-    """MLP non-linearity (the official gym code uses relu)."""
-    embed_init: Literal["gpt2", "pytorch"] = "gpt2"
-    """Init of the linear R̂/state/action embeddings: GPT-2's N(0, 0.02) like every other layer, or
-    PyTorch's default as in the official code and d3rlpy. Measured (docs/algorithms/dt.md): "pytorch"
-    +17 points on quick Pendulum, the same on Hopper-medium; the Walker2d-medium DT with an action
-    history falls under either init. Default gpt2: every MuJoCo result was measured with it."""
-
-    def __post_init__(self) -> None:
-        for name in ("hidden_size", "n_layer", "n_head", "context_len", "max_ep_len"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"model.{name} must be >= 1 (got {getattr(self, name)})")
-        if self.hidden_size % self.n_head:
-            raise ValueError(f"model.hidden_size ({self.hidden_size}) must be divisible by model.n_head ({self.n_head})")
-        if not 0 <= self.dropout < 1:
-            raise ValueError(f"model.dropout must be in [0, 1) (got {self.dropout})")

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
 
 import torch
 from transformers import (
@@ -21,37 +20,10 @@ from transformers import (
     Qwen2Config,
 )
 
+from seqrl.models.config import PRESETS, ModelConfig
 from seqrl.models.tokenizer import build_char_tokenizer
 from seqrl.prompts import PromptConfig, render_prompt
 from seqrl.types import Problem
-
-# name -> (hidden, layers, heads, intermediate)
-PRESETS: dict[str, tuple[int, int, int, int]] = {
-    "tiny": (128, 4, 4, 384),  # ≈ 0.8M parameters
-    "small": (384, 6, 6, 1024),  # ≈ 10.7M parameters
-}
-
-
-@dataclass
-class ModelConfig:
-    """Which policy to build or load."""
-
-    preset: str = "tiny"
-    """A preset name (tiny, small) trained from scratch; ignored when `path` is set."""
-    path: str | None = None
-    """Any Hugging Face causal-LM directory or hub id (loaded with its own tokenizer)."""
-    arch: Literal["llama", "qwen2"] = "llama"
-    """Architecture of a preset."""
-    max_seq_len: int = 256
-    """Context length of a preset (prompt + completion)."""
-    attn_implementation: Literal["sdpa", "eager"] = "sdpa"
-    """Attention kernel."""
-
-    def __post_init__(self) -> None:
-        if self.path is None and self.preset not in PRESETS:
-            raise ValueError(f"model.preset must be one of {sorted(PRESETS)} (got {self.preset!r})")
-        if self.max_seq_len < 8:
-            raise ValueError(f"model.max_seq_len must be >= 8 (got {self.max_seq_len})")
 
 
 @dataclass

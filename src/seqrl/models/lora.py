@@ -11,35 +11,12 @@ from __future__ import annotations
 
 import contextlib
 from pathlib import Path
-from dataclasses import dataclass, field
 
 import torch
 
+from seqrl.models.config import LoRAConfig
+
 __all__ = ["LoRAConfig", "adapter_disabled", "apply_lora", "is_lora"]
-
-
-@dataclass
-class LoRAConfig:
-    """Low-rank adapters on the attention (and optionally MLP) projections; r = 0 trains every weight."""
-
-    r: int = 0
-    """Rank of the update (0: no LoRA, full fine-tuning)."""
-    alpha: float = 16.0
-    """Scale: the update is (alpha / r) · B·A."""
-    dropout: float = 0.0
-    """Dropout on the adapter's input (0 keeps training deterministic)."""
-    target_modules: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])
-    """Names of the linear layers that get adapters (Llama/Qwen2 names; add gate_proj, up_proj, down_proj for the MLP)."""
-
-    def __post_init__(self) -> None:
-        if self.r < 0:
-            raise ValueError(f"lora.r must be >= 0 (got {self.r})")
-        if self.r and self.alpha <= 0:
-            raise ValueError(f"lora.alpha must be > 0 (got {self.alpha})")
-        if not 0 <= self.dropout < 1:
-            raise ValueError(f"lora.dropout must be in [0, 1) (got {self.dropout})")
-        if self.r and not self.target_modules:
-            raise ValueError("lora.target_modules must name at least one module when lora.r > 0")
 
 
 def apply_lora(model: torch.nn.Module, cfg: LoRAConfig) -> torch.nn.Module:

@@ -1,0 +1,157 @@
+"""The config pieces every trainer shares (run, task, optimiser), importable without torch: the command
+line builds and checks a whole config before it loads torch (seconds). `seqrl.algos.common` re-exports
+them; each algorithm's own config lives in ``algos/<algorithm>_config.py`` beside its trainer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from seqrl.config import ConfigError
+from seqrl.types import Task
+
+if TYPE_CHECKING:
+    import torch
+
+__all__ = ["OptimConfig", "RunConfig", "TaskConfig"]
+
+
+@dataclass
+class RunConfig:
+    """Where a run writes and how it behaves on this machine."""
+
+    name: str = "run"
+    """Run folder name: everything goes to `<out_dir>/<name>/`."""
+    out_dir: str = "runs"
+    """Parent folder of run folders."""
+    seed: int = 0
+    """Seed of weights, data order and sampling."""
+    resume: bool = False
+    """Continue from the run folder's last checkpoint (an error when there is none)."""
+    threads: int = 1
+    """torch intra-op threads (two threads under contention ran 3× slower than one here)."""
+    device: str = "auto"
+    """Where models, batches, caches and optimizer state live: auto (CUDA when available), cpu, cuda
+    or cuda:N. Under torchrun, auto and cuda give each process GPU LOCAL_RANK."""
+    bf16: bool | Literal["auto"] = False
+    """bf16 autocast for forward passes; master weights stay fp32. auto: on where the device runs bf16
+    fast (a CUDA GPU with bf16, a CPU with AVX-512 BF16 or AMX-BF16); on AVX2-only CPUs a step ran
+    ~12× slower. The default stays false so that seeded CPU runs keep their fp32 numbers."""
+    save_every: int = 0
+    """Steps between checkpoints (0: only the final one)."""
+    keep_last: int = 2
+    """Checkpoints kept on disk."""
+    log_every: int = 10
+    """Steps between metric records."""
+    progress: bool = True
+    """Show a progress bar."""
+    on_nonfinite: Literal["stop", "warn"] = "stop"
+    """A non-finite loss or gradient norm: stop the run naming the step, or warn and go on."""
+
+    def __post_init__(self) -> None:
+        for name in ("threads", "keep_last", "log_every"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"run.{name} must be >= 1 (got {getattr(self, name)})")
+        if self.save_every < 0:
+            raise ValueError(f"run.save_every must be >= 0 (got {self.save_every})")
+        if self.on_nonfinite not in ("stop", "warn"):
+            raise ValueError(f"run.on_nonfinite must be 'stop' or 'warn' (got {self.on_nonfinite!r})")
+        if not self.name or "/" in self.name:
+            raise ValueError(f"run.name must be a non-empty folder name (got {self.name!r})")
+        if self.bf16 != "auto" and not isinstance(self.bf16, bool):
+            raise ValueError(f"run.bf16 must be true, false or auto (got {self.bf16!r})")
+        spec = str(self.device).strip().lower()
+        if spec not in ("auto", "cpu"):
+            kind, colon, index = spec.partition(":")
+            if kind != "cuda" or (colon and not index.isdigit()):
+                raise ValueError(f"run.device must be auto, cpu, cuda or cuda:N (got {self.device!r})")
+            from seqrl.utils import dist  # torch, only for a run that asks for CUDA
+
+            dist.resolve_device(self.device)  # CUDA without CUDA fails at config time
+
+    @property
+    def torch_device(self) -> torch.device:
+        """The resolved `device` (`seqrl.utils.dist.resolve_device`)."""
+        from seqrl.utils import dist
+
+        return dist.resolve_device(self.device)
+
+    @property
+    def use_bf16(self) -> bool:
+        """The resolved `bf16`: true/false as given, auto → whether `torch_device` runs bf16 fast."""
+        from seqrl.utils import dist
+
+        return dist.resolve_bf16(self.bf16, self.torch_device)
+
+    def announce(self) -> dict[str, Any]:
+        """Print the chosen device and precision once (rank 0) and return them as metrics for step 0."""
+        from seqrl.utils import dist
+
+        device, bf16 = self.torch_device, self.use_bf16
+        if dist.is_main():
+            print(f"device: {device} ({dist.world_size()} process(es)), precision: "
+                  f"{'bf16 autocast, fp32 master weights' if bf16 else 'fp32'} (run.device={self.device}, run.bf16={self.bf16})")
+        return {"run/device": str(device), "run/bf16": float(bf16)}
+
+    @property
+    def dir(self) -> Path:
+        return Path(self.out_dir) / self.name
+
+
+@dataclass
+class TaskConfig:
+    """Which task and how many problems."""
+
+    name: str = "arith"
+    """A task spec: arith, arith_add, arith_sub, arith_mul, arith_mixed, countdown, gsm, rg:<name>, jsonl:<path>."""
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    """Keyword arguments of the task (e.g. digits: 3)."""
+    n_train: int = 20000
+    """Training problems drawn from the train split (-1: every row of a file task)."""
+    n_test: int = 200
+    """Held-out problems drawn from the test split (-1: every row of a file task)."""
+    seed: int = 0
+    """Seed of the problem draw (independent of the run seed)."""
+
+    def __post_init__(self) -> None:
+        for name in ("n_train", "n_test"):
+            if getattr(self, name) < 1 and getattr(self, name) != -1:
+                raise ValueError(f"task.{name} must be >= 1, or -1 for every row (got {getattr(self, name)})")
+
+    def build(self) -> Task:
+        try:
+            from seqrl.data import get_task
+
+            return get_task(self.name, **self.kwargs)
+        except TypeError as e:  # a keyword the task does not take
+            if "argument" not in str(e):
+                raise
+            raise ConfigError(f"task.kwargs {self.kwargs}: {e} (task {self.name!r})") from e
+
+
+@dataclass
+class OptimConfig:
+    """AdamW with linear warm-up and cosine (or constant) decay."""
+
+    lr: float = 1e-3
+    """Peak learning rate."""
+    weight_decay: float = 0.01
+    """Decoupled weight decay (AdamW)."""
+    betas: tuple[float, float] = (0.9, 0.95)
+    """Adam β1, β2."""
+    warmup_steps: int = 50
+    """Linear warm-up steps from 0 to lr."""
+    schedule: Literal["cosine", "constant"] = "cosine"
+    """Decay after warm-up."""
+    min_lr_ratio: float = 0.1
+    """Cosine floor as a fraction of lr."""
+    grad_clip: float = 1.0
+    """Max global gradient norm (0: no clipping)."""
+
+    def __post_init__(self) -> None:
+        if self.lr <= 0:
+            raise ValueError(f"optim.lr must be > 0 (got {self.lr})")
+        if self.warmup_steps < 0 or self.grad_clip < 0 or not 0 <= self.min_lr_ratio <= 1:
+            raise ValueError("optim.warmup_steps and optim.grad_clip must be >= 0, optim.min_lr_ratio in [0, 1]")

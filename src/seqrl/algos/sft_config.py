@@ -1,0 +1,37 @@
+"""`SFTConfig`, importable without torch (the command line checks a config before it loads torch)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from seqrl.algos.config import OptimConfig, RunConfig, TaskConfig
+from seqrl.evaluation import EvalConfig
+from seqrl.models.config import ModelConfig
+from seqrl.prompts import PromptConfig
+
+__all__ = ["SFTConfig"]
+
+
+@dataclass
+class SFTConfig:
+    run: RunConfig = field(default_factory=lambda: RunConfig(name="sft"))
+    model: ModelConfig = field(default_factory=ModelConfig)
+    task: TaskConfig = field(default_factory=TaskConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    prompt: PromptConfig = field(default_factory=PromptConfig)
+    """How problems are rendered; the same rendering trains and evaluates."""
+    steps: int = 1000
+    """Optimizer steps."""
+    batch_size: int = 64
+    """Sequences per optimizer step."""
+    grad_accum: int = 1
+    """Micro-batches per step (batch_size / grad_accum sequences each)."""
+
+    def __post_init__(self) -> None:
+        if self.steps < 1 or self.batch_size < 1 or self.grad_accum < 1:
+            raise ValueError("steps, batch_size and grad_accum must be >= 1")
+        if self.batch_size % self.grad_accum:
+            raise ValueError(
+                f"batch_size ({self.batch_size}) must be divisible by grad_accum ({self.grad_accum})"
+            )
