@@ -1,9 +1,9 @@
 """The `seqrl` command.
 
-    seqrl train sft --config configs/sft/arith_tiny.yaml [--optim.lr=3e-4 ...] [--resume] [--print-config]
+    seqrl train sft --config arith_tiny [--optim.lr=3e-4 ...] [--resume] [--print-config]
     seqrl eval runs/x/checkpoint-400 --task arith --metrics greedy,pass@8,maj@8
-    seqrl train dt|bc --config configs/dt/pendulum_medium_replay.yaml [--data.top_fraction=0.1]
-    seqrl train odt --config configs/odt/pendulum_medium.yaml [--online.iterations=40]
+    seqrl train dt|bc --config pendulum_medium_replay [--data.top_fraction=0.1]
+    seqrl train odt --config pendulum_medium [--online.iterations=40]
     seqrl eval dt --checkpoint runs/x/checkpoint-3000 --target-returns=-150,-600 [--episodes 10]   # DT, BC or ODT
     seqrl configs ls | show NAME
     seqrl reward math --pred '<answer>\\frac{1}{2}</answer>' --gold 0.5 [--mode strict|lenient] [--json]
