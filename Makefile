@@ -11,7 +11,7 @@ STAMP := $(VENV)/.installed
 
 $(STAMP): pyproject.toml constraints.txt Makefile
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
-	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q --upgrade -c constraints.txt pip
 	$(BIN)/pip install -q -c constraints.txt torch
 	$(BIN)/pip install -q -c constraints.txt -e '.[test]'
 	touch $(STAMP)
