@@ -5,7 +5,7 @@
     seqrl train dt|bc --config pendulum_medium_replay [--data.top_fraction=0.1]
     seqrl train odt --config pendulum_medium [--online.iterations=40]
     seqrl eval dt --checkpoint runs/x/checkpoint-3000 --target-returns=-150,-600 [--episodes 10]   # DT, BC or ODT
-    seqrl configs ls | show NAME
+    seqrl configs ls | show NAME [> mine.yaml]                    # then: --config mine.yaml
     seqrl reward math --pred '<answer>\\frac{1}{2}</answer>' --gold 0.5 [--mode strict|lenient] [--json]
     seqrl reward code-agent --repo DIR --patch FILE --test-cmd 'pytest -q' [--actions N] [--json]
     seqrl sandbox run SOLUTION.py --tests TESTS.py | --io CASES.json --entry-point NAME | --stdio CASES.json
@@ -500,9 +500,10 @@ def build_parser() -> argparse.ArgumentParser:
                     "one new file per evaluation, never overwritten)")
     ev.set_defaults(func=cmd_eval)
 
-    cfg = sub.add_parser("configs", help="list or show config presets")
-    cfg.add_argument("action", choices=("ls", "show"))
-    cfg.add_argument("name", nargs="?")
+    about = "list the config presets, or print one (`seqrl configs show arith_tiny > mine.yaml` starts your own config)"
+    cfg = sub.add_parser("configs", help=about, description=about)
+    cfg.add_argument("action", choices=("ls", "show"), help="ls: every preset with a one-line description; show: its YAML")
+    cfg.add_argument("name", nargs="?", help="show: a preset, e.g. arith_tiny or dt/hopper_medium")
     cfg.set_defaults(func=cmd_configs)
 
     rw = sub.add_parser("reward", help="score one prediction against a gold answer, or a code-agent patch")
