@@ -500,10 +500,9 @@ def build_parser() -> argparse.ArgumentParser:
                     "one new file per evaluation, never overwritten)")
     ev.set_defaults(func=cmd_eval)
 
-    about = "list the config presets, or print one (`seqrl configs show arith_tiny > mine.yaml` starts your own config)"
-    cfg = sub.add_parser("configs", help=about, description=about)
-    cfg.add_argument("action", choices=("ls", "show"), help="ls: every preset with a one-line description; show: its YAML")
-    cfg.add_argument("name", nargs="?", help="show: a preset, e.g. arith_tiny or dt/hopper_medium")
+    cfg = sub.add_parser("configs", help="list or show config presets")
+    cfg.add_argument("action", choices=("ls", "show"))
+    cfg.add_argument("name", nargs="?")
     cfg.set_defaults(func=cmd_configs)
 
     rw = sub.add_parser("reward", help="score one prediction against a gold answer, or a code-agent patch")
