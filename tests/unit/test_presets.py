@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import fnmatch
 import tomllib
 from pathlib import Path
 
@@ -23,11 +22,12 @@ def test_presets_live_in_the_package_and_cover_every_algorithm():
 
 
 def test_every_preset_is_shipped_by_the_package_data_globs():
-    """A preset the wheel leaves out exists in a checkout only; the globs are setuptools' (fnmatch)."""
+    """A preset the wheel leaves out exists in a checkout only (setuptools expands the globs as glob does)."""
     pyproject = tomllib.loads((Path(__file__).parents[2] / "pyproject.toml").read_text())
-    globs = pyproject["tool"]["setuptools"]["package-data"]["seqrl"]
+    package = Path(seqrl.__file__).parent
+    shipped = {f for g in pyproject["tool"]["setuptools"]["package-data"]["seqrl"] for f in package.glob(g)}
     for preset in list_presets():
-        assert any(fnmatch.fnmatch(f"configs/{preset}.yaml", g) for g in globs), preset
+        assert package / "configs" / f"{preset}.yaml" in shipped, preset
 
 
 @pytest.mark.parametrize("preset", list_presets())
