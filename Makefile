@@ -1,5 +1,7 @@
 # The two commands a fresh machine needs: `make demo` and `make test`.
-# Both create or refresh .venv themselves (torch first, pinned to the CPU wheel, then the project).
+# Both create or refresh .venv themselves (torch first, then the project), at the exact versions of
+# constraints.txt; pyproject.toml states only ranges. torch==2.13.0 there is the CPU wheel where pip's
+# find-links provide it (pip config), as a plain `pip install torch==2.13.0` would pick.
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -7,11 +9,11 @@ STAMP := $(VENV)/.installed
 
 .PHONY: demo test venv bench clean
 
-$(STAMP): pyproject.toml Makefile
+$(STAMP): pyproject.toml constraints.txt Makefile
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
-	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q -e '.[test]'
+	$(BIN)/pip install -q --upgrade -c constraints.txt pip
+	$(BIN)/pip install -q -c constraints.txt torch
+	$(BIN)/pip install -q -c constraints.txt -e '.[test]'
 	touch $(STAMP)
 
 venv: $(STAMP)

@@ -105,7 +105,7 @@ ROOT = Path(__file__).resolve().parents[1]
 OUT_DIR = ROOT / "runs" / "bench_dt"
 
 PRESETS = {
-    # the seqrl Pendulum preset's model (configs/dt/pendulum_medium_expert.yaml)
+    # the seqrl Pendulum preset's model (preset dt/pendulum_medium_expert)
     "pendulum": dict(hidden=64, layers=2, heads=1, context=5, batch=32, lr=1e-3, warmup=50),
     # the paper's model (Chen et al. 2021): d 128, 3 layers, 1 head, K 20, batch 64, lr 1e-4
     "paper": dict(hidden=128, layers=3, heads=1, context=20, batch=64, lr=1e-4, warmup=50),

@@ -81,11 +81,11 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 PRESETS = ("tiny", "small")
 FRAMEWORKS = ("ours", "trl")
-# Warm starts: the recipe of configs/sft/arith_tiny_short.yaml (batch 32, lr 3e-3, 2-digit addition).
+# Warm starts: the recipe of preset sft/arith_tiny_short (batch 32, lr 3e-3, 2-digit addition).
 # tiny: 200 steps, as the GRPO presets' warm start (held-out greedy accuracy ≈ 0.9, sampled ≈ 0.5).
 # small: a short SFT (its steps cost ≈ 8× the tiny's) that learns the answer format and stops at EOS
 # but not the sums yet (accuracy ≈ 0: on small only time and memory are compared, not reward).
-SFT_CONFIG = ROOT / "configs" / "sft" / "arith_tiny_short.yaml"
+SFT_CONFIG = ROOT / "src" / "seqrl" / "configs" / "sft" / "arith_tiny_short.yaml"
 SFT_STEPS = {"tiny": 200, "small": 40}
 N_TRAIN = 5000  # training problems of the GRPO runs (task seed 0)
 EVENT = "@@grpo_vs_trl "  # prefix of the worker's machine-readable stdout lines

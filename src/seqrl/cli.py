@@ -1,11 +1,11 @@
 """The `seqrl` command.
 
-    seqrl train sft --config configs/sft/arith_tiny.yaml [--optim.lr=3e-4 ...] [--resume] [--print-config]
+    seqrl train sft --config arith_tiny [--optim.lr=3e-4 ...] [--resume] [--print-config]
     seqrl eval runs/x/checkpoint-400 --task arith --metrics greedy,pass@8,maj@8
-    seqrl train dt|bc --config configs/dt/pendulum_medium_replay.yaml [--data.top_fraction=0.1]
-    seqrl train odt --config configs/odt/pendulum_medium.yaml [--online.iterations=40]
+    seqrl train dt|bc --config pendulum_medium_replay [--data.top_fraction=0.1]
+    seqrl train odt --config pendulum_medium [--online.iterations=40]
     seqrl eval dt --checkpoint runs/x/checkpoint-3000 --target-returns=-150,-600 [--episodes 10]   # DT, BC or ODT
-    seqrl configs ls | show NAME
+    seqrl configs ls | show NAME [> mine.yaml]                    # then: --config mine.yaml
     seqrl reward math --pred '<answer>\\frac{1}{2}</answer>' --gold 0.5 [--mode strict|lenient] [--json]
     seqrl reward code-agent --repo DIR --patch FILE --test-cmd 'pytest -q' [--actions N] [--json]
     seqrl sandbox run SOLUTION.py --tests TESTS.py | --io CASES.json --entry-point NAME | --stdio CASES.json
@@ -17,11 +17,13 @@
 from __future__ import annotations
 
 import argparse
+import importlib.resources
 import json
 import os
 import re
 import sys
 import time
+from importlib.resources.abc import Traversable
 from pathlib import Path
 
 from seqrl.config import ConfigError, load_config, parse_overrides
@@ -30,30 +32,56 @@ ALGOS = ("sft", "grpo", "dt", "bc", "odt")
 PLANNED = ("ppo", "rm", "prm", "star", "vla")
 
 
-def configs_root() -> Path:
-    """`./configs` when it exists (a checkout), else the `configs/` beside the installed package."""
-    local = Path("configs")
-    return local if local.is_dir() else Path(__file__).resolve().parents[2] / "configs"
+def configs_root() -> Traversable:
+    """The presets: package data `seqrl/configs/<algo>/<name>.yaml`, the same in a checkout and a pip install.
+
+    A folder named `configs` in the working directory is not consulted: a user's own YAML is passed
+    by path (`--config my/run.yaml`)."""
+    return importlib.resources.files("seqrl") / "configs"
 
 
 def list_presets() -> list[str]:
+    """`algo/name` of every preset, sorted."""
     root = configs_root()
-    return sorted(str(p.relative_to(root).with_suffix("")) for p in root.glob("*/*.yaml"))
+    if not root.is_dir():
+        return []
+    return sorted(f"{algo.name}/{f.name[:-5]}" for algo in root.iterdir() if algo.is_dir()
+                  for f in algo.iterdir() if f.name.endswith(".yaml") and f.is_file())
 
 
-def resolve_config(name: str | None, algo: str) -> Path | None:
-    """A config path, or a preset name (``arith_tiny`` or ``sft/arith_tiny``); unknown → error listing them."""
+def preset_file(preset: str) -> Traversable:
+    """The YAML of preset `algo/name`."""
+    algo, name = preset.split("/", 1)
+    return configs_root() / algo / f"{name}.yaml"
+
+
+def preset_description(preset: str) -> str:
+    """The first line of the preset's leading comment: what it trains, on what."""
+    for line in preset_file(preset).read_text(encoding="utf-8").splitlines():
+        if not line.startswith("#"):
+            break
+        if text := line.lstrip("#").strip():
+            return text.rstrip(":")
+    return ""
+
+
+def resolve_config(name: str | None, algo: str) -> Path | Traversable | None:
+    """A YAML path, or a preset name (``arith_tiny`` or ``sft/arith_tiny``; `bc` reads the `dt` presets);
+    unknown → error listing them. ``configs/<algo>/<name>.yaml`` not found as a file means that preset
+    (the presets' path in the repository before they moved into the package)."""
     if name is None:
         return None
     path = Path(name)
     if path.is_file():
         return path
-    if path.parts[:1] == ("configs",) and (configs_root().joinpath(*path.parts[1:])).is_file():
-        return configs_root().joinpath(*path.parts[1:])  # a repository path, used outside the repository
-    for candidate in (configs_root() / f"{name}.yaml", configs_root() / algo / f"{name}.yaml"):
-        if candidate.is_file():
-            return candidate
-    raise ConfigError(f"--config {name!r}: no such file or preset; presets: {', '.join(list_presets()) or 'none'}")
+    presets = list_presets()
+    preset = name
+    if path.parts[:1] == ("configs",) and len(path.parts) == 3 and path.suffix == ".yaml":
+        preset = f"{path.parts[1]}/{path.stem}"
+    for candidate in (preset, f"{'dt' if algo == 'bc' else algo}/{preset}"):
+        if candidate in presets:
+            return preset_file(candidate)
+    raise ConfigError(f"--config {name!r}: no such file or preset; presets: {', '.join(presets) or 'none'}")
 
 
 def _config_class(algo: str) -> type:
@@ -91,7 +119,7 @@ def producing_command(model_path: str) -> str | None:
     parts = Path(model_path).parts
     for preset in list_presets():
         try:
-            data = yaml.safe_load((configs_root() / f"{preset}.yaml").read_text()) or {}
+            data = yaml.safe_load(preset_file(preset).read_text(encoding="utf-8")) or {}
         except (OSError, yaml.YAMLError):
             continue
         run = data.get("run") or {}
@@ -403,17 +431,20 @@ def cmd_eval_dt(argv: list[str]) -> int:
 
 
 def cmd_configs(args: argparse.Namespace, overrides: list[str]) -> int:
+    presets = list_presets()
+    if not presets:
+        raise ConfigError(f"seqrl configs: no presets found in {configs_root()} (a broken install?)")
     if args.action == "ls":
-        print("\n".join(list_presets()))
+        width = max(map(len, presets))
+        print("\n".join(f"{p:<{width}}  {preset_description(p)}".rstrip() for p in presets))
         return 0
     if not args.name:
         raise ConfigError("seqrl configs show NAME: give a preset name (see `seqrl configs ls`)")
-    found = sorted(configs_root().glob(f"*/{args.name}.yaml")) if "/" not in args.name else []
+    found = [p for p in presets if p.split("/", 1)[1] == args.name]
     if len(found) > 1:
-        raise ConfigError(f"seqrl configs show {args.name}: ambiguous; one of "
-                          + ", ".join(str(p.relative_to(configs_root()).with_suffix("")) for p in found))
-    path = found[0] if found else resolve_config(args.name, args.name.split("/")[0])
-    print(path.read_text(), end="")
+        raise ConfigError(f"seqrl configs show {args.name}: ambiguous; one of " + ", ".join(found))
+    path = preset_file(found[0]) if found else resolve_config(args.name, args.name.split("/")[0])
+    print(path.read_text(encoding="utf-8"), end="")
     return 0
 
 

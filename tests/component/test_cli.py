@@ -12,7 +12,7 @@ from seqrl.models import ModelConfig, load_policy
 
 
 def test_print_config_applies_overrides(capsys):
-    assert main(["train", "sft", "--config", "configs/sft/arith_tiny.yaml", "--optim.lr=3e-4", "--print-config"]) == 0
+    assert main(["train", "sft", "--config", "src/seqrl/configs/sft/arith_tiny.yaml", "--optim.lr=3e-4", "--print-config"]) == 0
     out = capsys.readouterr().out
     assert "lr: 0.0003" in out and "preset: tiny" in out
 
@@ -203,12 +203,8 @@ def test_run_files_follow_the_umask(tmp_path):
 
 
 def test_grpo_without_its_sft_checkpoint_names_the_command_that_creates_it(tmp_path, capsys, monkeypatch):
-    from seqrl.cli import configs_root
-
-    root = configs_root().resolve()
-    monkeypatch.chdir(tmp_path)  # outside the repository: repository paths of presets still resolve
-    monkeypatch.setattr("seqrl.cli.configs_root", lambda: root)
-    assert main(["train", "grpo", "--config", "configs/grpo/arith_tiny_grpo.yaml"]) == 2
+    monkeypatch.chdir(tmp_path)  # any folder: presets are package data
+    assert main(["train", "grpo", "--config", "arith_tiny_grpo"]) == 2
     err = capsys.readouterr().err
     assert "`seqrl train sft --config arith_tiny_short` creates it" in err and err.count("\n") == 1
 

@@ -574,7 +574,7 @@ def test_cli_train_dt_and_bc_then_eval_dt(tmp_path, capsys):
     path = write_minari("test/level-v0", level_dataset(n_episodes=16).episodes, ENV_ID, root=tmp_path / "minari",
                         ref_min_score=-float(H), ref_max_score=float(H), algorithm_name="levels",
                         description="constant-level episodes of the test env")
-    common = ["--config", "configs/dt/pendulum_medium_replay.yaml", f"--data.dataset={path}",
+    common = ["--config", "dt/pendulum_medium_replay", f"--data.dataset={path}",
               f"--run.out_dir={tmp_path}", "--run.progress=false", "--steps=4", "--batch_size=4",
               "--model.hidden_size=16", "--model.n_layer=1", "--model.context_len=3", "--model.max_ep_len=16",
               "--bc.hidden_size=16", "--eval.episodes=1", "--eval.target_returns=[5.0]", "--optim.warmup_steps=1"]
@@ -595,7 +595,7 @@ def test_cli_train_dt_and_bc_then_eval_dt(tmp_path, capsys):
     assert "model.context_len must be >= 1" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("path", sorted(__import__("pathlib").Path("configs/dt").glob("*.yaml")), ids=lambda p: p.stem)
+@pytest.mark.parametrize("path", sorted(__import__("importlib.resources").resources.files("seqrl").joinpath("configs/dt").glob("*.yaml")), ids=lambda p: p.stem)
 def test_every_dt_preset_loads_for_dt_and_bc(path):
     from seqrl.algos.dt import BCConfig, DTConfig
     from seqrl.config import load_config

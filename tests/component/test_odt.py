@@ -284,7 +284,7 @@ def test_config_errors_name_the_field(data, match):
         from_dict(ODTConfig, data, path="odt")
 
 
-@pytest.mark.parametrize("path", sorted(__import__("pathlib").Path("configs/odt").glob("*.yaml")), ids=lambda p: p.stem)
+@pytest.mark.parametrize("path", sorted(__import__("importlib.resources").resources.files("seqrl").joinpath("configs/odt").glob("*.yaml")), ids=lambda p: p.stem)
 def test_every_odt_preset_loads(path):
     from seqrl.algos.odt import ODTConfig
     from seqrl.config import load_config
@@ -300,7 +300,7 @@ def test_cli_train_odt_then_eval_dt_on_its_checkpoint(tmp_path, capsys, drift):
     path = write_minari("test/drift-v0", drift.dataset(16).episodes, drift.env_id, root=tmp_path / "minari",
                         ref_min_score=-float(drift.H), ref_max_score=float(drift.H), algorithm_name="levels",
                         description="constant-level episodes of the drift test env")
-    args = ["train", "odt", "--config", "configs/odt/pendulum_medium.yaml", f"--data.dataset={path}",
+    args = ["train", "odt", "--config", "odt/pendulum_medium", f"--data.dataset={path}",
             f"--run.out_dir={tmp_path}", "--run.progress=false", "--pretrain_steps=3", "--batch_size=4",
             "--model.hidden_size=16", "--model.n_layer=1", "--model.context_len=3", "--model.max_ep_len=16",
             "--online.iterations=2", "--online.rollouts=1", "--online.updates=2", "--online.target_return=8",

@@ -1,7 +1,7 @@
 """Decision Transformer, behaviour cloning and %BC on offline trajectory datasets.
 
-    seqrl train dt --config configs/dt/pendulum_medium_replay.yaml [--steps=3000 ...] [--resume]
-    seqrl train bc --config configs/dt/pendulum_medium_replay.yaml [--data.top_fraction=0.1]   # BC / %BC
+    seqrl train dt --config pendulum_medium_replay [--steps=3000 ...] [--resume]
+    seqrl train bc --config pendulum_medium_replay [--data.top_fraction=0.1]   # BC / %BC
     seqrl eval dt --checkpoint runs/<name>/checkpoint-3000 --target-returns=-150,-600
 
 Decision Transformer (Chen et al. 2021, official code): batches of B windows of K consecutive steps,

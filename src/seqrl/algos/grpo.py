@@ -1,6 +1,6 @@
 """The GRPO family in one loop: GRPO, Dr. GRPO, DAPO, GSPO and RLOO are settings of this file.
 
-    seqrl train grpo --config configs/grpo/arith_tiny_grpo.yaml [--loss.beta=0.04 ...] [--resume]
+    seqrl train grpo --config arith_tiny_grpo [--loss.beta=0.04 ...] [--resume]
 
 One step:
   1. draw `batch_size / group_size` prompts and sample G completions each (`seqrl.rollout`);

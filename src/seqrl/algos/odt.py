@@ -1,7 +1,7 @@
 """Online Decision Transformer (Zheng et al. 2022): offline pre-training, then online fine-tuning.
 
-    seqrl train odt --config configs/odt/pendulum_medium.yaml [--online.iterations=40 ...] [--resume]
-    seqrl train odt --config configs/odt/hopper_medium.yaml       # after: seqrl data minari hopper medium
+    seqrl train odt --config pendulum_medium [--online.iterations=40 ...] [--resume]
+    seqrl train odt --config hopper_medium       # after: seqrl data minari hopper medium
 
 1. Offline pre-training: `pretrain_steps` updates on the whole offline dataset, with windows drawn as
    the Decision Transformer's (`seqrl.data.offline.Trajectories`: episodes ∝ length, start uniform,

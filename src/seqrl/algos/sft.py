@@ -1,6 +1,6 @@
 """Supervised fine-tuning on a task's worked solutions (prompt tokens masked out).
 
-    seqrl train sft --config configs/sft/arith_tiny.yaml [--optim.lr=3e-4 ...] [--resume]
+    seqrl train sft --config arith_tiny [--optim.lr=3e-4 ...] [--resume]
 
 The data order is a pure function of (seed, step): batch `s` holds positions s·B … s·B+B−1 of a
 per-epoch permutation of the training problems. With optimizer, scheduler and RNG restored from
