@@ -118,7 +118,14 @@ def cmd_train(args: argparse.Namespace, overrides: list[str]) -> int:
         print(yaml.safe_dump(to_dict(cfg), sort_keys=False), end="")
         return 0
     _quiet_hf()
-    metrics = train(cfg)
+    try:
+        metrics = train(cfg)
+    except OSError as e:  # a full, read-only or forbidden disk: one line naming the path and newest checkpoint
+        from seqrl.algos.common import DISK_ERRNOS, write_error
+
+        if e.errno not in DISK_ERRNOS:
+            raise
+        raise write_error(e, cfg.run.dir) from e
     _print_table(f"{args.algo} {cfg.run.name}: final metrics", metrics)
     print(f"run folder: {cfg.run.dir}")
     return 0
@@ -149,6 +156,10 @@ def cmd_eval(args: argparse.Namespace, overrides: list[str]) -> int:
         task = get_task(args.task, **task_kwargs)
     except TypeError as e:  # an argument the task does not take
         raise ConfigError(f"--task-kwargs {args.task_kwargs!r}: {e}") from e
+    from seqrl.utils.checkpoint import STATE_FILE, verify_checkpoint
+
+    if (Path(args.checkpoint) / STATE_FILE).is_file():
+        verify_checkpoint(args.checkpoint)  # a file changed since the save: CheckpointError naming it
     try:
         policy = load_policy(ModelConfig(path=args.checkpoint))
     except (ValueError, FileNotFoundError):
@@ -531,7 +542,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 USER_ERRORS = ("ConfigError", "CheckpointError", "DatasetError", "DatasetFormatError", "EnvError", "NonFiniteError",
-               "CountdownParseError")
+               "CountdownParseError", "RunFolderError")
 """Exception classes that describe bad input (or a diverged run), reported as one line."""
 
 
@@ -562,8 +573,10 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"seqrl: error: {e}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        return 130
+    except KeyboardInterrupt as e:  # a run stopped by SIGTERM/SIGINT says which checkpoint holds its work
+        if getattr(e, "message", None):
+            print(f"seqrl: {e.message}", file=sys.stderr)
+        return getattr(e, "exit_code", 130)
 
 
 if __name__ == "__main__":

@@ -154,8 +154,10 @@ def _check_finite_state(final: Path, weights: dict[str, torch.Tensor], optim_sta
     """`NonFiniteWeightsError` naming `final` when a floating tensor of the weights or optimizer state
     holds NaN or infinity: a diverged run must not replace its finite checkpoints."""
     bad = total = 0
+    seen = set()
     for tensor in weights.values():
-        if tensor.is_floating_point():
+        if tensor.is_floating_point() and (tensor.data_ptr(), tensor.shape) not in seen:  # tied weights once
+            seen.add((tensor.data_ptr(), tensor.shape))
             total += tensor.numel()
             bad += tensor.numel() - int(torch.isfinite(tensor).sum())
     if bad:
