@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import os
 import re
@@ -227,6 +228,9 @@ def _write_new(path: Path, payload: dict) -> Path:
             return target
         except FileExistsError:
             continue
+        except OSError as e:  # a full disk: no empty file left behind, and the error names it
+            target.unlink(missing_ok=True)
+            raise OSError(e.errno, e.strerror, str(target)) from e
     raise FileExistsError(f"{path}: too many evaluations with this name")
 
 
@@ -572,6 +576,11 @@ def main(argv: list[str] | None = None) -> int:
         if not _is_user_error(e):
             raise
         print(f"seqrl: error: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:  # a full or read-only disk outside a training run (e.g. an evaluation's output)
+        if e.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EROFS):
+            raise
+        print(f"seqrl: error: {e.filename or 'output'}: cannot write: {e.strerror}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as e:  # a run stopped by SIGTERM/SIGINT says which checkpoint holds its work
         if getattr(e, "message", None):

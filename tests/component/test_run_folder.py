@@ -36,6 +36,10 @@ def _argv(algo: str, out, *extra: str) -> list[str]:
         return ["train", "grpo", "--config", "arith_tiny_grpo", "--model.path=null", *common, "--task.n_train=32",
                 "--task.n_test=2", "--eval.every=0", "--eval.samples=0", "--eval.max_new_tokens=2",
                 "--sampling.max_new_tokens=4", "--batch_size=8", "--micro_batch_size=8", "--group_size=4", *extra]
+    if algo == "odt":
+        return ["train", "odt", "--config", "pendulum_medium", "--data.quick_steps=2000", *common, "--batch_size=4",
+                "--model.hidden_size=16", "--model.n_layer=1", "--eval.episodes=0", "--pretrain_steps=2",
+                "--online.rollouts=1", "--online.updates=2", "--online.max_steps=20", *extra]
     assert algo == "dt"
     return ["train", "dt", "--config", "pendulum_medium_expert", "--data.quick_steps=2000", *common, "--batch_size=4",
             "--model.hidden_size=16", "--model.n_layer=1", "--eval.episodes=0", *extra]
@@ -201,6 +205,33 @@ def test_a_signal_saves_the_step_reached_and_resume_repeats_an_uninterrupted_run
     assert _losses(run) == _losses(tmp_path / "whole" / "r") and len(_losses(run)) == 4
 
 
+def test_a_signal_during_online_odt_saves_after_that_iteration_and_resume_repeats_the_run(tmp_path, capsys,
+                                                                                         monkeypatch):
+    import seqrl.algos.odt as odt
+
+    steps = ["--online.iterations=3", "--run.save_every=0", "--run.log_every=1"]
+    assert main(_argv("odt", tmp_path / "whole", *steps)) == 0
+    real, calls = odt.collect_rollouts, []
+
+    def hooked(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:  # during online iteration 2: it finishes (step 2 + 2·2), then the run stops
+            os.kill(os.getpid(), signal.SIGTERM)
+        return real(*args, **kwargs)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(odt, "collect_rollouts", hooked)
+        capsys.readouterr()
+        assert main(_argv("odt", tmp_path / "cut", *steps)) == 143
+    run = tmp_path / "cut" / "r"
+    assert f"stopped by SIGTERM after step 6; newest complete checkpoint: {run / 'checkpoint-6'}" in _one_line(
+        capsys.readouterr().err)
+    assert main(_argv("odt", tmp_path / "cut", *steps, "--resume")) == 0
+    whole, resumed = _weights(tmp_path / "whole" / "r" / "checkpoint-8"), _weights(run / "checkpoint-8")
+    assert all(torch.equal(whole[k], resumed[k]) for k in whole)
+    assert _losses(run) == _losses(tmp_path / "whole" / "r")
+
+
 def test_a_second_signal_stops_at_once_and_says_no_checkpoint_exists(tmp_path, capsys, monkeypatch):
     _signal_at(monkeypatch, "sft", 2, signal.SIGTERM, signal.SIGTERM)
     assert main(_argv("sft", tmp_path, "--steps=4", "--run.save_every=0")) == 143
@@ -299,15 +330,27 @@ def test_a_read_only_or_unusable_output_folder_is_one_line(tmp_path, tmpfs, caps
     assert "cannot write: not a directory" in _one_line(capsys.readouterr().err)
 
 
+def test_an_evaluation_onto_a_full_disk_is_one_line(tmp_path, tmpfs, capsys):
+    assert main(_argv("sft", tmp_path, "--steps=1")) == 0
+    mnt = tmpfs("size=64k")
+    with open(mnt / "filler", "wb", buffering=0) as f, pytest.raises(OSError):
+        while True:
+            f.write(b"\0" * 4096)
+    capsys.readouterr()
+    argv = ["eval", str(tmp_path / "r" / "checkpoint-1"), "--task", "arith", "--n", "2", "--max-new-tokens", "2"]
+    assert main([*argv, "--out", str(mnt / "e.json")]) == 2
+    assert f"{mnt / 'e.json'}: cannot write: No space left on device" in _one_line(capsys.readouterr().err)
+    assert not (mnt / "e.json").exists()  # no empty file left behind
+
+
 def test_the_metrics_logger_names_its_file_on_a_full_disk(tmpfs):
     from seqrl.utils.metrics import MetricsLogger
 
     mnt = tmpfs("size=1m")
     logger = MetricsLogger(mnt / "metrics.jsonl")
-    with open(mnt / "filler", "wb") as f, pytest.raises(OSError):
+    with open(mnt / "filler", "wb", buffering=0) as f, pytest.raises(OSError):
         while True:
             f.write(b"\0" * 65536)
-            f.flush()
     with pytest.raises(OSError) as raised:
         for step in range(10_000):
             logger.log(step, {"loss": 1.0})
