@@ -7,6 +7,7 @@ process, so the real handlers run); only the lock test starts a second process.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import signal
@@ -122,6 +123,27 @@ def test_skip_step_skips_the_update_and_counts_it(tmp_path, monkeypatch):
     first, second = _weights(run / "checkpoint-1"), _weights(run / "checkpoint-2")
     assert all(torch.equal(first[k], second[k]) for k in first)  # the skipped update changed nothing
     assert json.loads((run / "checkpoint-3" / "trainer_state.json").read_text())["skipped_updates"] == 1
+
+
+def test_grpo_skip_step_skips_the_update_and_counts_it(tmp_path, monkeypatch):
+    import seqrl.algos.grpo as grpo
+
+    real, calls = grpo.grpo_loss, []
+
+    def nan_on_second(*args, **kwargs):
+        loss, stats = real(*args, **kwargs)
+        calls.append(1)
+        return (loss * float("nan"), stats) if len(calls) == 2 else (loss, stats)
+
+    monkeypatch.setattr(grpo, "grpo_loss", nan_on_second)
+    assert main(_argv("grpo", tmp_path, "--steps=3", "--run.on_nonfinite=skip_step", "--run.log_every=1")) == 0
+    assert len(calls) == 3  # one update per step here
+    run = tmp_path / "r"
+    skipped = {r["step"]: r["stats/skipped_updates"] for r in read_metrics(run / "metrics.jsonl") if "stats/skipped_updates" in r}
+    assert skipped == {1: 0, 2: 1, 3: 1}
+    first, second, third = (_weights(run / f"checkpoint-{s}") for s in (1, 2, 3))
+    assert all(torch.equal(first[k], second[k]) for k in first)  # the skipped update changed nothing
+    assert not all(torch.equal(second[k], third[k]) for k in first)  # the next one did
 
 
 def test_warn_is_refused_naming_its_replacement(tmp_path, capsys):
@@ -369,6 +391,8 @@ def test_a_failed_resume_leaves_config_yaml_unchanged_and_a_good_one_keeps_the_p
     assert main(_argv("sft", tmp_path, "--steps=3", "--resume")) == 2
     assert "no checkpoint could be loaded" in _one_line(capsys.readouterr().err)
     assert (run / "config.yaml").read_text() == saved and not list(run.glob("config.*.yaml"))
+    with open(run / "run.lock") as f:  # the failed run released the folder (flock conflicts across descriptors)
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
 
     assert main(_argv("sft", tmp_path / "b", "--steps=2")) == 0
     run = tmp_path / "b" / "r"

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import functools
 import math
 import os
 import shutil
@@ -227,9 +228,9 @@ def prepare_run_dir(run: RunConfig, cfg: Any) -> Path | None:
     """Lock and create the run folder, write the resolved config; return the checkpoint to resume from.
 
     A second process on the same folder is refused (`RunFolderError` naming the holder's PID): the
-    folder is locked until `RunGuard` leaves or the process ends. A fresh run refuses a folder that
-    already holds checkpoints (pass run.resume=true or a new run.name) so earlier work is never
-    overwritten. A resumed run writes its config.yaml only once its state has loaded
+    folder stays locked until the trainer's `train` returns or raises (`releases_run_folder`) or the
+    process ends. A fresh run refuses a folder that already holds checkpoints (pass run.resume=true
+    or a new run.name) so earlier work is never overwritten. A resumed run writes its config.yaml only once its state has loaded
     (`load_resume_checkpoint`), so a failed resume leaves the folder as it was.
     """
     try:
@@ -277,6 +278,22 @@ def lock_run_dir(run_dir: Path) -> None:
     os.ftruncate(fd, 0)
     os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
     _locks[key] = fd
+
+
+def releases_run_folder(train: Any) -> Any:
+    """Decorate a trainer's ``train(cfg, ...)``: the run folder's lock (taken by `prepare_run_dir`) is
+    released when it returns or raises, set-up errors included, so a long-lived process (a notebook)
+    never keeps a folder it no longer trains in."""
+
+    @functools.wraps(train)
+    def wrapper(cfg: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return train(cfg, *args, **kwargs)
+        finally:
+            unlock_run_dir(cfg.run.dir)
+            _pending_configs.pop(str(cfg.run.dir.resolve()), None)
+
+    return wrapper
 
 
 def unlock_run_dir(run_dir: Path) -> None:
@@ -418,7 +435,7 @@ class RunGuard:
       checkpoint state as ``skipped_updates``).
     * A `NonFiniteError` or `NonFiniteWeightsError` leaving the block gains the newest checkpoint's name.
     * Before the loop, on the main process: refuses a disk without room for one checkpoint of `model`
-      (weights + Adam's two moments). On leaving: releases the run folder's lock.
+      (weights + Adam's two moments).
     """
 
     def __init__(self, run: RunConfig, model: torch.nn.Module | None = None, skipped: int = 0) -> None:
@@ -440,7 +457,6 @@ class RunGuard:
             signal.signal(signum, handler)
         self._previous.clear()
         if dist.is_main():
-            unlock_run_dir(self.dir)
             if isinstance(exc, (NonFiniteError, NonFiniteWeightsError)) and exc.args:
                 exc.args = (f"{exc.args[0]}; {newest_checkpoint_text(self.dir)}", *exc.args[1:])
 

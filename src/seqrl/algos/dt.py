@@ -38,6 +38,7 @@ from seqrl.algos.common import (
     load_resume_checkpoint,
     make_optimizer,
     prepare_run_dir,
+    releases_run_folder,
     set_threads,
 )
 from seqrl.core.losses import action_loss
@@ -151,6 +152,7 @@ def policy_info(cfg: DTConfig, dataset: OfflineDataset, data: Trajectories, poli
 # Training
 
 
+@releases_run_folder
 def train(cfg: DTConfig, dataset: OfflineDataset | None = None, env=None) -> dict[str, float]:
     """Train a DT (or BC / %BC) on `dataset` (default: the one `cfg.data` names); returns the final metrics.
 

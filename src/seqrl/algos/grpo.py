@@ -48,6 +48,7 @@ from seqrl.algos.common import (
     load_resume_checkpoint,
     make_optimizer,
     prepare_run_dir,
+    releases_run_folder,
     set_threads,
     stream_indices,
 )
@@ -576,6 +577,7 @@ def _reduce_metrics(per_rank: list[dict[str, float]]) -> dict[str, float]:
     return out
 
 
+@releases_run_folder
 def train(cfg: GRPOConfig) -> dict[str, float]:
     """Run GRPO-family training; returns the last logged metrics (held-out accuracy among them).
 

@@ -54,6 +54,7 @@ from seqrl.algos.common import (
     load_resume_checkpoint,
     make_optimizer,
     prepare_run_dir,
+    releases_run_folder,
     set_threads,
 )
 from seqrl.core.odt import (
@@ -416,6 +417,7 @@ def _update(policy: OnlineDecisionTransformer, log_temperature: torch.nn.Paramet
     return {"loss": loss, "ll": ll, "entropy": h, "t_loss": t_loss, "alpha": alpha}
 
 
+@releases_run_folder
 def train(cfg: ODTConfig, dataset: OfflineDataset | None = None, env=None) -> dict[str, float]:
     """Pre-train an Online DT on `dataset` (default: the one `cfg.data` names), fine-tune it online;
     returns the final metrics plus ``offline/eval/…``: the evaluation right after pre-training.

@@ -22,6 +22,7 @@ from seqrl.algos.common import (
     load_resume_checkpoint,
     make_optimizer,
     prepare_run_dir,
+    releases_run_folder,
     set_threads,
 )
 from seqrl.core.losses import IGNORE_INDEX, token_nll_sum
@@ -113,6 +114,7 @@ def accumulate_gradients(model, chunks: list[dict[str, torch.Tensor]], bf16: boo
     return loss_sum, n_tokens
 
 
+@releases_run_folder
 def train(cfg: SFTConfig) -> dict[str, float]:
     """Run SFT; returns the final metrics (held-out greedy accuracy among them)."""
     device = cfg.run.torch_device
