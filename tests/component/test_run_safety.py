@@ -62,6 +62,10 @@ def test_non_finite_stops_or_skips():
     with pytest.raises(NonFiniteError, match="step 7: non-finite loss = nan"):
         check_finite(7, "stop", loss=float("nan"), grad_norm=1.0)
     assert not check_finite(7, "skip_step", loss=1.0, grad_norm=float("inf"))
+    from seqrl.algos.common import RunConfig
+
+    with pytest.raises(ValueError, match="'stop' or 'skip_step' \\(got 'warn'\\) \\(warn was removed"):
+        RunConfig(on_nonfinite="warn")
 
 
 def test_a_value_error_inside_a_training_loop_keeps_its_traceback(tmp_path, monkeypatch):

@@ -230,8 +230,8 @@ def prepare_run_dir(run: RunConfig, cfg: Any) -> Path | None:
     A second process on the same folder is refused (`RunFolderError` naming the holder's PID): the
     folder stays locked until the trainer's `train` returns or raises (`releases_run_folder`) or the
     process ends. A fresh run refuses a folder that already holds checkpoints (pass run.resume=true
-    or a new run.name) so earlier work is never overwritten. A resumed run writes its config.yaml only once its state has loaded
-    (`load_resume_checkpoint`), so a failed resume leaves the folder as it was.
+    or a new run.name) so earlier work is never overwritten. A resumed run writes its config.yaml
+    only once its state has loaded (`load_resume_checkpoint`), so a failed resume leaves it as it was.
     """
     try:
         run.dir.mkdir(parents=True, exist_ok=True)
@@ -333,14 +333,15 @@ def commit_resumed_config(run_dir: Path, resumed_from: Path) -> None:
     cfg = _pending_configs.pop(str(run_dir.resolve()), None)
     if cfg is None:
         return
-    path = run_dir / "config.yaml"
+    path, new = run_dir / "config.yaml", run_dir / f".config.new-{os.getpid()}.yaml"
     try:
         old = path.read_text(encoding="utf-8") if path.is_file() else None
-        new = dump_yaml(cfg, run_dir / f".config.new-{os.getpid()}.yaml")
+        dump_yaml(cfg, new)
         if old is not None and new.read_text(encoding="utf-8") != old:
             (run_dir / f"config.until-{resumed_from.name}.yaml").write_text(old, encoding="utf-8")
         os.replace(new, path)
     except OSError as e:
+        new.unlink(missing_ok=True)
         raise write_error(e, run_dir) from e
 
 
