@@ -254,6 +254,51 @@ def test_a_signal_during_online_odt_saves_after_that_iteration_and_resume_repeat
     assert _losses(run) == _losses(tmp_path / "whole" / "r")
 
 
+def _stop_worker(rank: int, world: int, port: int, out: str) -> None:
+    """One torchrun-like process of a 4-step SFT run; only rank 1 gets SIGTERM, during step 2."""
+    import seqrl.algos.sft as sft
+    from seqrl.algos.common import OptimConfig, RunConfig, RunInterrupted, TaskConfig
+    from seqrl.models import ModelConfig
+
+    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1",
+                      MASTER_PORT=str(port))
+    torch.set_num_threads(1)
+    real, calls = sft.accumulate_gradients, []
+
+    def hooked(*args, **kwargs):
+        calls.append(1)
+        if rank == 1 and len(calls) == 2:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return real(*args, **kwargs)
+
+    sft.accumulate_gradients = hooked
+    cfg = sft.SFTConfig(run=RunConfig(name="r", out_dir=out, progress=False, device="cpu"),
+                        model=ModelConfig(preset="tiny", max_seq_len=64), task=TaskConfig(n_train=32, n_test=2),
+                        optim=OptimConfig(warmup_steps=0), eval=sft.EvalConfig(max_new_tokens=2), steps=4, batch_size=4)
+    try:
+        sft.train(cfg)
+        result = "finished"
+    except RunInterrupted as e:
+        result = f"{e.exit_code} {e.message}"
+    Path(out, f"rank{rank}.txt").write_text(result)
+
+
+def test_under_torchrun_a_signal_to_one_process_stops_every_process_at_the_same_step(tmp_path):
+    import socket
+
+    import torch.multiprocessing as mp
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    mp.spawn(_stop_worker, args=(2, port, str(tmp_path)), nprocs=2, join=True)
+    results = [(tmp_path / f"rank{r}.txt").read_text() for r in (0, 1)]
+    for result in results:
+        assert result.startswith("143 stopped by SIGTERM after step 2; newest complete checkpoint:"), results
+    assert [s for s, _ in list_checkpoints(tmp_path / "r")] == [2]
+    verify_checkpoint(tmp_path / "r" / "checkpoint-2")
+
+
 def test_a_second_signal_stops_at_once_and_says_no_checkpoint_exists(tmp_path, capsys, monkeypatch):
     _signal_at(monkeypatch, "sft", 2, signal.SIGTERM, signal.SIGTERM)
     assert main(_argv("sft", tmp_path, "--steps=4", "--run.save_every=0")) == 143
