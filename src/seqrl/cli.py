@@ -111,6 +111,11 @@ def cmd_train(args: argparse.Namespace, overrides: list[str]) -> int:
         producer = producing_command(model_path)
         raise ConfigError(f"model.path {model_path!r}: not found" + (
             f"; `{producer}` creates it (run it first, from this folder)" if producer else ""))
+    if looks_local and not args.print_config:
+        from seqrl.utils.checkpoint import STATE_FILE, verify_checkpoint
+
+        if (Path(model_path) / STATE_FILE).is_file():
+            verify_checkpoint(model_path)  # starting from a checkpoint whose files changed: named, exit 2
     if args.print_config:
         import yaml
 

@@ -329,6 +329,17 @@ def test_flipped_bytes_are_detected_on_resume_and_on_eval(tmp_path, capsys):
     assert "skipping checkpoint-2" in out and "checksum mismatch" in out and "checkpoint-1 at step 1" in out
 
 
+def test_a_run_starting_from_a_changed_checkpoint_is_refused(tmp_path, capsys):
+    assert main(_argv("sft", tmp_path / "sft", "--steps=1")) == 0
+    checkpoint = tmp_path / "sft" / "r" / "checkpoint-1"
+    _flip(checkpoint / "model.safetensors")
+    capsys.readouterr()
+    argv = _argv("grpo", tmp_path / "grpo", "--steps=1")
+    argv[argv.index("--model.path=null")] = f"--model.path={checkpoint}"
+    assert main(argv) == 2
+    assert "checkpoint-1/model.safetensors: checksum mismatch" in _one_line(capsys.readouterr().err)
+
+
 def test_flipped_bytes_in_a_dt_checkpoint_are_detected_on_eval(tmp_path, capsys):
     assert main(_argv("dt", tmp_path, "--steps=1")) == 0
     checkpoint = tmp_path / "r" / "checkpoint-1"
