@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib.resources
 import json
 import os
@@ -130,13 +131,19 @@ def producing_command(model_path: str) -> str | None:
 
 
 def check_model_path(cfg) -> None:
-    """A local model.path that does not exist is an error naming the command that creates it."""
+    """A local model.path that does not exist is an error naming the command that creates it; a
+    checkpoint whose files changed since it was written is an error naming the file."""
     model_path = getattr(getattr(cfg, "model", None), "path", None)
     looks_local = bool(model_path) and (model_path.startswith((".", "/", "~")) or model_path.count("/") > 1)
     if looks_local and not Path(model_path).exists():  # not a hub id
         producer = producing_command(model_path)
         raise ConfigError(f"model.path {model_path!r}: not found" + (
             f"; `{producer}` creates it (run it first, from this folder)" if producer else ""))
+    if looks_local:
+        from seqrl.utils.checkpoint import STATE_FILE, verify_checkpoint
+
+        if (Path(model_path) / STATE_FILE).is_file():
+            verify_checkpoint(model_path)
 
 
 def cmd_prompt(args: argparse.Namespace, overrides: list[str]) -> int:
@@ -235,7 +242,14 @@ def cmd_train(args: argparse.Namespace, overrides: list[str]) -> int:
         return 0
     train = _trainer(args.algo)
     _quiet_hf()
-    metrics = train(cfg)
+    try:
+        metrics = train(cfg)
+    except OSError as e:  # a full, read-only or forbidden disk: one line naming the path and newest checkpoint
+        from seqrl.algos.common import DISK_ERRNOS, write_error
+
+        if e.errno not in DISK_ERRNOS:
+            raise
+        raise write_error(e, cfg.run.dir) from e
     _print_table(f"{args.algo} {cfg.run.name}: final metrics", metrics)
     print(f"run folder: {cfg.run.dir}")
     return 0
@@ -269,6 +283,10 @@ def cmd_eval(args: argparse.Namespace, overrides: list[str]) -> int:
         task = get_task(args.task, **task_kwargs)
     except TypeError as e:  # an argument the task does not take
         raise ConfigError(f"--task-kwargs {args.task_kwargs!r}: {e}") from e
+    from seqrl.utils.checkpoint import STATE_FILE, verify_checkpoint
+
+    if (Path(args.checkpoint) / STATE_FILE).is_file():
+        verify_checkpoint(args.checkpoint)  # a file changed since the save: CheckpointError naming it
     try:
         policy = load_policy(ModelConfig(path=checkpoint))
     except (ValueError, FileNotFoundError):
@@ -384,6 +402,9 @@ def _write_new(path: Path, payload: dict) -> Path:
             return target
         except FileExistsError:
             continue
+        except OSError as e:  # a full disk: no empty file left behind, and the error names it
+            target.unlink(missing_ok=True)
+            raise OSError(e.errno, e.strerror, str(target)) from e
     raise FileExistsError(f"{path}: too many evaluations with this name")
 
 
@@ -719,7 +740,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 USER_ERRORS = ("ConfigError", "CheckpointError", "DatasetError", "DatasetFormatError", "EnvError", "NonFiniteError",
-               "CountdownParseError")
+               "CountdownParseError", "RunFolderError")
 """Exception classes that describe bad input (or a diverged run), reported as one line."""
 
 
@@ -750,8 +771,15 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"seqrl: error: {e}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        return 130
+    except OSError as e:  # a full or read-only disk outside a training run (e.g. an evaluation's output)
+        if e.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EROFS):
+            raise
+        print(f"seqrl: error: {e.filename or 'output'}: cannot write: {e.strerror}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt as e:  # a run stopped by SIGTERM/SIGINT says which checkpoint holds its work
+        if getattr(e, "message", None):
+            print(f"seqrl: {e.message}", file=sys.stderr)
+        return getattr(e, "exit_code", 130)
 
 
 if __name__ == "__main__":

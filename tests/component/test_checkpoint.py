@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import random
@@ -14,11 +15,13 @@ from torch import nn
 
 from seqrl.utils.checkpoint import (
     CheckpointError,
+    NonFiniteWeightsError,
     clean_stale_tmp,
     latest_checkpoint,
     list_checkpoints,
     load_checkpoint,
     save_checkpoint,
+    verify_checkpoint,
 )
 from seqrl.utils.seeding import get_rng_state, seed_everything, set_rng_state
 
@@ -78,7 +81,10 @@ def test_save_load_round_trip_is_exact(tmp_path, tie):
     )
     assert path == tmp_path / "checkpoint-2"
     saved_state = json.loads((path / "trainer_state.json").read_text())
+    digests = saved_state.pop("sha256")
     assert saved_state == {"step": 2, "tokens_seen": 32, "best": 0.5}
+    assert sorted(digests) == ["config.json", "generation_config.json", "model.safetensors", "optimizer.pt", "rng.pt"]
+    assert digests["rng.pt"] == hashlib.sha256((path / "rng.pt").read_bytes()).hexdigest()
     expected_draws = (random.random(), float(np.random.rand()), torch.rand(3))
 
     seed_everything(99)  # move every RNG away from the saved state
@@ -266,6 +272,11 @@ def test_corrupt_or_mismatched_checkpoints_name_the_path(tmp_path):
 
     weights = path / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[:100])
+    with pytest.raises(CheckpointError, match=r"checkpoint-1/model\.safetensors: checksum mismatch"):
+        load_checkpoint(path, model)
+    state = json.loads((path / "trainer_state.json").read_text())
+    del state["sha256"]  # a checkpoint without digests: the weights reader still names the file
+    (path / "trainer_state.json").write_text(json.dumps(state))
     with pytest.raises(CheckpointError, match=r"checkpoint-1/model\.safetensors: cannot read weights"):
         load_checkpoint(path, model)
     (path / "trainer_state.json").write_text("{not json")
@@ -282,6 +293,8 @@ def test_shape_mismatch_and_bad_arguments(tmp_path):
         load_checkpoint(tmp_path / "checkpoint-1", nn.Linear(2, 3))
     with pytest.raises(ValueError, match="must not contain 'step'"):
         save_checkpoint(tmp_path, 2, nn.Linear(2, 2), state={"step": 3})
+    with pytest.raises(ValueError, match="must not contain 'sha256'"):
+        save_checkpoint(tmp_path, 2, nn.Linear(2, 2), state={"sha256": {}})
     with pytest.raises(ValueError, match="step must be an int"):
         save_checkpoint(tmp_path, -1, nn.Linear(2, 2))
 
@@ -295,3 +308,40 @@ def test_rng_state_round_trip_through_torch_load(tmp_path):
     assert got[:2] == expected[:2] and torch.equal(got[2], expected[2])
     with pytest.raises(ValueError, match="seed must be"):
         seed_everything(-1)
+
+
+def test_flipped_bytes_in_any_file_are_named_and_an_unchanged_checkpoint_verifies(tmp_path):
+    model = tiny_llama(tie=True, seed=0)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    path = save_checkpoint(tmp_path, 1, model, optimizer=optimizer)
+    assert verify_checkpoint(path)["step"] == 1 and "sha256" not in verify_checkpoint(path)
+    for name in ("model.safetensors", "optimizer.pt", "rng.pt"):
+        file = path / name
+        original = file.read_bytes()
+        middle = len(original) // 2
+        file.write_bytes(original[:middle] + bytes(b ^ 0xFF for b in original[middle:middle + 4096]) + original[middle + 4096:])
+        with pytest.raises(CheckpointError, match=rf"checkpoint-1/{name}: checksum mismatch"):
+            load_checkpoint(path, model, optimizer)
+        file.write_bytes(original)
+    (path / "rng.pt").unlink()
+    with pytest.raises(CheckpointError, match=r"rng\.pt: missing"):
+        verify_checkpoint(path)
+
+
+def test_non_finite_weights_or_optimizer_state_are_never_written_and_never_prune(tmp_path):
+    model = nn.Linear(3, 2)
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.1)
+    model(torch.ones(1, 3)).sum().backward()
+    optimizer.step()
+    save_checkpoint(tmp_path, 1, model, optimizer=optimizer, keep_last=1)
+    with torch.no_grad():
+        model.weight[0, 0] = float("nan")
+    with pytest.raises(NonFiniteWeightsError, match=r"checkpoint-2 not written: 1 of 8 weights are NaN"):
+        save_checkpoint(tmp_path, 2, model, optimizer=optimizer, keep_last=1)
+    with torch.no_grad():
+        model.weight[0, 0] = 1.0
+    optimizer.state[model.weight]["exp_avg"][0, 0] = float("inf")
+    with pytest.raises(NonFiniteWeightsError, match="optimizer state holds NaN or infinity"):
+        save_checkpoint(tmp_path, 2, model, optimizer=optimizer, keep_last=1)
+    assert [s for s, _ in list_checkpoints(tmp_path)] == [1]  # the finite one stays, nothing half-written
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint-1"]

@@ -55,19 +55,17 @@ def test_resume_with_every_checkpoint_corrupted_is_a_one_line_error(tmp_path, ca
     assert "no checkpoint could be loaded" in capsys.readouterr().err
 
 
-def test_a_diverging_run_stops_naming_the_step(tmp_path, capsys):
-    assert main(_sft(tmp_path, "--steps=6", "--optim.lr=1e6", "--optim.grad_clip=0", "--run.save_every=0")) == 2
-    err = capsys.readouterr().err
-    assert "non-finite" in err and "step " in err and "run.on_nonfinite=warn" in err
-
-
-def test_non_finite_can_warn_instead():
+def test_non_finite_stops_or_skips():
     from seqrl.algos.common import NonFiniteError, check_finite
 
     assert check_finite(3, "stop", loss=1.0, grad_norm=2.0)
     with pytest.raises(NonFiniteError, match="step 7: non-finite loss = nan"):
         check_finite(7, "stop", loss=float("nan"), grad_norm=1.0)
-    assert not check_finite(7, "warn", loss=1.0, grad_norm=float("inf"))
+    assert not check_finite(7, "skip_step", loss=1.0, grad_norm=float("inf"))
+    from seqrl.algos.common import RunConfig
+
+    with pytest.raises(ValueError, match="'stop' or 'skip_step' \\(got 'warn'\\) \\(warn was removed"):
+        RunConfig(on_nonfinite="warn")
 
 
 def test_a_value_error_inside_a_training_loop_keeps_its_traceback(tmp_path, monkeypatch):

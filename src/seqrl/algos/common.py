@@ -6,9 +6,15 @@ Only plumbing lives here; the loops themselves stay readable top to bottom in th
 
 from __future__ import annotations
 
+import errno
+import fcntl
+import functools
 import math
 import os
+import shutil
+import signal
 import sys
+import threading
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -18,7 +24,14 @@ import yaml
 
 from seqrl.algos.config import OptimConfig, RunConfig, TaskConfig
 from seqrl.config import ConfigError, dump_yaml, to_dict
-from seqrl.utils.checkpoint import CheckpointError, clean_stale_tmp, latest_checkpoint, list_checkpoints
+from seqrl.utils import dist
+from seqrl.utils.checkpoint import (
+    CheckpointError,
+    NonFiniteWeightsError,
+    clean_stale_tmp,
+    latest_checkpoint,
+    list_checkpoints,
+)
 
 RESUMABLE_CHANGES = ("steps", "eval.every", "run.log_every", "run.save_every", "run.keep_last", "run.progress",
                      "run.threads", "run.resume", "run.on_nonfinite", "online.iterations", "run.device")
@@ -28,6 +41,19 @@ it continues on); any other change is refused, so the run folder's config always
 
 class NonFiniteError(ValueError):
     """A training loss or gradient norm became NaN or infinite (run.on_nonfinite: stop)."""
+
+
+class RunFolderError(RuntimeError):
+    """The run folder cannot be used: another process holds it, it is not writable, or its disk is full."""
+
+
+class RunInterrupted(KeyboardInterrupt):
+    """SIGTERM or SIGINT stopped a run; `message` says which checkpoint holds its work, `exit_code`
+    is 128 + the signal number (143 for SIGTERM, 130 for SIGINT)."""
+
+    def __init__(self, signum: int, message: str) -> None:
+        super().__init__(message)
+        self.signum, self.message, self.exit_code = signum, message, 128 + signum
 
 
 def make_optimizer(model: torch.nn.Module, cfg: OptimConfig, total_steps: int, fused: bool = False):
@@ -64,13 +90,27 @@ def make_optimizer(model: torch.nn.Module, cfg: OptimConfig, total_steps: int, f
     return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
 
 
-def prepare_run_dir(run: RunConfig, cfg: Any) -> Path | None:
-    """Create the run folder, write the resolved config; return the checkpoint to resume from.
+LOCK_FILE = "run.lock"
+DISK_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EFBIG, errno.ENOTDIR)
+"""OSError numbers that mean the run folder cannot take the run's writes: reported as one line."""
+_locks: dict[str, int] = {}  # resolved run folder → descriptor of its locked run.lock (this process)
+_pending_configs: dict[str, Any] = {}  # resolved run folder → config a resume writes once its state loaded
 
-    A fresh run refuses a folder that already holds checkpoints (pass run.resume=true or a new
-    run.name) so earlier work is never overwritten.
+
+def prepare_run_dir(run: RunConfig, cfg: Any) -> Path | None:
+    """Lock and create the run folder, write the resolved config; return the checkpoint to resume from.
+
+    A second process on the same folder is refused (`RunFolderError` naming the holder's PID): the
+    folder stays locked until the trainer's `train` returns or raises (`releases_run_folder`) or the
+    process ends. A fresh run refuses a folder that already holds checkpoints (pass run.resume=true
+    or a new run.name) so earlier work is never overwritten. A resumed run writes its config.yaml
+    only once its state has loaded (`load_resume_checkpoint`), so a failed resume leaves it as it was.
     """
-    run.dir.mkdir(parents=True, exist_ok=True)
+    try:
+        run.dir.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise write_error(e, run.dir) from e
+    lock_run_dir(run.dir)
     clean_stale_tmp(run.dir)
     last = latest_checkpoint(run.dir)
     if run.resume and last is None:
@@ -82,8 +122,100 @@ def prepare_run_dir(run: RunConfig, cfg: Any) -> Path | None:
         )
     if run.resume:
         check_resume_changes(run.dir / "config.yaml", cfg)
-    dump_yaml(cfg, run.dir / "config.yaml")
-    return last if run.resume else None
+        _pending_configs[str(run.dir.resolve())] = cfg
+        check_free_space(run.dir, sum(f.stat().st_size for f in last.rglob("*") if f.is_file()))
+        return last
+    try:
+        dump_yaml(cfg, run.dir / "config.yaml")
+    except OSError as e:
+        raise write_error(e, run.dir) from e
+    return None
+
+
+def lock_run_dir(run_dir: Path) -> None:
+    """Hold an exclusive advisory lock on `run_dir/run.lock` (flock: the OS drops it when the process
+    dies, SIGKILL included); `RunFolderError` naming the holder's PID when another process has it."""
+    key = str(run_dir.resolve())
+    unlock_run_dir(run_dir)  # an earlier run of this folder in this process has ended
+    try:
+        fd = os.open(run_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as e:
+        raise write_error(e, run_dir) from e
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+        os.close(fd)
+        raise RunFolderError(f"{run_dir}: in use by another run (process {holder} holds {run_dir / LOCK_FILE}); "
+                             "wait for it to end or choose another --run.name") from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    _locks[key] = fd
+
+
+def releases_run_folder(train: Any) -> Any:
+    """Decorate a trainer's ``train(cfg, ...)``: the run folder's lock (taken by `prepare_run_dir`) is
+    released when it returns or raises, set-up errors included, so a long-lived process (a notebook)
+    never keeps a folder it no longer trains in."""
+
+    @functools.wraps(train)
+    def wrapper(cfg: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return train(cfg, *args, **kwargs)
+        finally:
+            unlock_run_dir(cfg.run.dir)
+            _pending_configs.pop(str(cfg.run.dir.resolve()), None)
+
+    return wrapper
+
+
+def unlock_run_dir(run_dir: Path) -> None:
+    """Release this process's lock on `run_dir` (no-op when it holds none)."""
+    fd = _locks.pop(str(run_dir.resolve()), None)
+    if fd is not None:
+        os.close(fd)
+
+
+def newest_checkpoint_text(run_dir: Path) -> str:
+    """'newest complete checkpoint: <path>', or that there is none: the truth for a stopping message."""
+    last = latest_checkpoint(run_dir)
+    return f"newest complete checkpoint: {last}" if last else f"no complete checkpoint in {run_dir}"
+
+
+def write_error(e: OSError, run_dir: Path) -> RunFolderError:
+    """A `RunFolderError` saying in one line which path could not be written, why, and which checkpoint
+    is the newest complete one."""
+    cause = {errno.ENOSPC: "no space left on device", errno.EDQUOT: "disk quota exceeded",
+             errno.EROFS: "read-only file system", errno.EFBIG: "file too large"}.get(
+        e.errno, (e.strerror or str(e)).lower())
+    return RunFolderError(f"{e.filename or run_dir}: cannot write: {cause}; {newest_checkpoint_text(run_dir)}")
+
+
+def check_free_space(run_dir: Path, need: int) -> None:
+    """`RunFolderError` before any work when `run_dir`'s disk has less than `need` bytes free (the size
+    of one checkpoint): the run could never save."""
+    free = shutil.disk_usage(run_dir).free
+    if free < need:
+        raise RunFolderError(f"{run_dir}: {free / 2**20:.1f} MiB free, a checkpoint needs about "
+                             f"{need / 2**20:.1f} MiB; free space or choose another --run.out_dir")
+
+
+def commit_resumed_config(run_dir: Path, resumed_from: Path) -> None:
+    """Write the resumed run's config.yaml now that its state has loaded; a changed one keeps the
+    previous beside it as ``config.until-<checkpoint>.yaml``."""
+    cfg = _pending_configs.pop(str(run_dir.resolve()), None)
+    if cfg is None:
+        return
+    path, new = run_dir / "config.yaml", run_dir / f".config.new-{os.getpid()}.yaml"
+    try:
+        old = path.read_text(encoding="utf-8") if path.is_file() else None
+        dump_yaml(cfg, new)
+        if old is not None and new.read_text(encoding="utf-8") != old:
+            (run_dir / f"config.until-{resumed_from.name}.yaml").write_text(old, encoding="utf-8")
+        os.replace(new, path)
+    except OSError as e:
+        new.unlink(missing_ok=True)
+        raise write_error(e, run_dir) from e
 
 
 def _flatten(data: Any, prefix: str = "") -> dict[str, Any]:
@@ -99,13 +231,22 @@ def check_resume_changes(saved_file: Path, cfg: Any) -> list[str]:
     """Compare a resumed run's config with the one it was trained with; return the applied changes.
 
     Changes to `RESUMABLE_CHANGES` are applied and printed; any other changed field raises a
-    `ConfigError` naming it (start a new run for that). A run folder without config.yaml passes.
+    `ConfigError` naming it (start a new run for that). A run folder without config.yaml passes; one
+    that is not a YAML mapping is an error naming it (never silently replaced).
     """
     from seqrl.config import _Dumper, _yaml_load  # the same YAML schema config.yaml was written with
 
     if not saved_file.is_file():
         return []
-    saved = _flatten(_yaml_load(saved_file.read_text(encoding="utf-8")) or {})
+    try:
+        loaded = _yaml_load(saved_file.read_text(encoding="utf-8"))
+    except (yaml.YAMLError, UnicodeDecodeError) as e:
+        raise ConfigError(f"{saved_file}: not a readable config ({type(e).__name__}); restore it or "
+                          "delete it to resume without the check") from e
+    if not isinstance(loaded, dict):
+        raise ConfigError(f"{saved_file}: not a config (expected a YAML mapping, got {type(loaded).__name__}); "
+                          "restore it or delete it to resume without the check")
+    saved = _flatten(loaded)
     now = _flatten(_yaml_load(yaml.dump(to_dict(cfg), Dumper=_Dumper, sort_keys=False)))
     changed = sorted(k for k in saved.keys() | now.keys() if saved.get(k, "<absent>") != now.get(k, "<absent>"))
     refused = [k for k in changed if k not in RESUMABLE_CHANGES]
@@ -137,21 +278,91 @@ def load_resume_checkpoint(run_dir: Path, load: Any) -> tuple[Path, Any]:
             continue
         if errors:
             print(f"resume: fell back to {path.name}")
+        commit_resumed_config(run_dir, path)
         return path, result
     raise CheckpointError(f"{run_dir}: no checkpoint could be loaded ({'; '.join(errors) or 'none found'})")
 
 
 def check_finite(step: int, on_nonfinite: str, **values: float) -> bool:
-    """True when every value is finite; else raise `NonFiniteError` naming the step (or warn)."""
-    bad = {k: v for k, v in values.items() if not math.isfinite(float(v))}
+    """True when every value is finite. Else, with ``stop``, raise `NonFiniteError` naming the step;
+    with ``skip_step``, print a warning and return False: the caller skips the optimizer update."""
+    bad = {k: float(v) for k, v in values.items() if not math.isfinite(float(v))}
     if not bad:
         return True
     what = ", ".join(f"{k} = {v}" for k, v in bad.items())
-    message = (f"step {step}: non-finite {what} (diverged; lower optim.lr, or run.on_nonfinite=warn to continue)")
     if on_nonfinite == "stop":
-        raise NonFiniteError(message)
-    print(f"WARNING: {message}", file=sys.stderr)
+        raise NonFiniteError(f"step {step}: non-finite {what} (the run diverged; lower optim.lr, or set "
+                             "run.on_nonfinite=skip_step to skip such updates)")
+    if dist.is_main():
+        print(f"WARNING: step {step}: non-finite {what}; update skipped (run.on_nonfinite=skip_step)", file=sys.stderr)
     return False
+
+
+class RunGuard:
+    """What a training loop does on signals and bad steps, around its step loop (every process).
+
+    * SIGTERM / SIGINT: the first asks the loop to stop after the current step; `stop_requested` (called
+      once per step on every process, so all of them agree) turns true, the loop saves and calls
+      `stop`, which raises `RunInterrupted` naming the checkpoint (exit 143 / 130). A second signal stops
+      at once, naming the newest complete checkpoint (an interrupted save leaves none half-written).
+    * `check_finite` counts the updates `run.on_nonfinite=skip_step` skipped (`skipped`, saved in the
+      checkpoint state as ``skipped_updates``).
+    * A `NonFiniteError` or `NonFiniteWeightsError` leaving the block gains the newest checkpoint's name.
+    * Before the loop, on the main process: refuses a disk without room for one checkpoint of `model`
+      (weights + Adam's two moments).
+    """
+
+    def __init__(self, run: RunConfig, model: torch.nn.Module | None = None, skipped: int = 0) -> None:
+        self.run, self.dir, self.model, self.skipped = run, run.dir, model, int(skipped)
+        self.signum: int | None = None
+        self._previous: dict[int, Any] = {}
+
+    def __enter__(self) -> RunGuard:
+        if dist.is_main() and self.model is not None:
+            trainable = sum(p.numel() * p.element_size() for p in self.model.parameters() if p.requires_grad)
+            check_free_space(self.dir, 3 * trainable)
+        if threading.current_thread() is threading.main_thread():
+            for signum in (signal.SIGTERM, signal.SIGINT):
+                self._previous[signum] = signal.signal(signum, self._on_signal)
+        return self
+
+    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
+        self._previous.clear()
+        if dist.is_main():
+            if isinstance(exc, (NonFiniteError, NonFiniteWeightsError)) and exc.args:
+                exc.args = (f"{exc.args[0]}; {newest_checkpoint_text(self.dir)}", *exc.args[1:])
+
+    def _on_signal(self, signum: int, frame: Any) -> None:
+        name = signal.Signals(signum).name
+        if self.signum is not None:
+            raise RunInterrupted(signum, f"stopped at once by a second {name}; {newest_checkpoint_text(self.dir)}")
+        self.signum = signum
+        if dist.is_main():
+            print(f"\n{name}: stopping after the current step and saving a checkpoint "
+                  f"(send it again to stop at once)", file=sys.stderr, flush=True)
+
+    def stop_requested(self) -> bool:
+        """Whether a signal asked to stop, agreed over processes; call once per step on every process."""
+        signum = self.signum or 0
+        if dist.world_size() > 1:  # any process's signal stops all of them at the same step
+            flags = dist.all_gather_objects(signum)
+            signum = max(flags)
+            self.signum = signum or None
+        return bool(signum)
+
+    def stop(self, step: int) -> None:
+        """Raise `RunInterrupted` after the loop saved step `step`."""
+        signum = self.signum or signal.SIGTERM
+        raise RunInterrupted(signum, f"stopped by {signal.Signals(signum).name} after step {step}; "
+                                     f"{newest_checkpoint_text(self.dir)} (resume with --resume)")
+
+    def check_finite(self, step: int, **values: float) -> bool:
+        """`check_finite` with the run's `on_nonfinite`; a skipped update is counted in `skipped`."""
+        ok = check_finite(step, self.run.on_nonfinite, **values)
+        self.skipped += not ok
+        return ok
 
 
 def set_threads(n: int) -> None:

@@ -47,8 +47,10 @@ class RunConfig:
     """Steps between metric records."""
     progress: bool = True
     """Show a progress bar."""
-    on_nonfinite: Literal["stop", "warn"] = "stop"
-    """A non-finite loss or gradient norm: stop the run naming the step, or warn and go on."""
+    on_nonfinite: Literal["stop", "skip_step"] = "stop"
+    """A non-finite loss or gradient norm: stop the run naming the step and the newest checkpoint, or
+    skip that optimizer update (weights and optimizer state unchanged; counted as
+    `stats/skipped_updates`) and go on."""
 
     def __post_init__(self) -> None:
         for name in ("threads", "keep_last", "log_every"):
@@ -56,8 +58,9 @@ class RunConfig:
                 raise ValueError(f"run.{name} must be >= 1 (got {getattr(self, name)})")
         if self.save_every < 0:
             raise ValueError(f"run.save_every must be >= 0 (got {self.save_every})")
-        if self.on_nonfinite not in ("stop", "warn"):
-            raise ValueError(f"run.on_nonfinite must be 'stop' or 'warn' (got {self.on_nonfinite!r})")
+        if self.on_nonfinite not in ("stop", "skip_step"):
+            hint = " (warn was removed: the update it let through made every weight NaN)" if self.on_nonfinite == "warn" else ""
+            raise ValueError(f"run.on_nonfinite must be 'stop' or 'skip_step' (got {self.on_nonfinite!r}){hint}")
         if not self.name or "/" in self.name:
             raise ValueError(f"run.name must be a non-empty folder name (got {self.name!r})")
         if self.bf16 != "auto" and not isinstance(self.bf16, bool):

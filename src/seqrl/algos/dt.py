@@ -31,10 +31,11 @@ import torch
 from seqrl.algos.common import (
     OptimConfig,
     RunConfig,
-    check_finite,
+    RunGuard,
     load_resume_checkpoint,
     make_optimizer,
     prepare_run_dir,
+    releases_run_folder,
     set_threads,
 )
 from seqrl.algos.dt_config import BCConfig, BCModelConfig, DTConfig
@@ -89,6 +90,7 @@ def policy_info(cfg: DTConfig, dataset: OfflineDataset, data: Trajectories, poli
 # Training
 
 
+@releases_run_folder
 def train(cfg: DTConfig, dataset: OfflineDataset | None = None, env=None) -> dict[str, float]:
     """Train a DT (or BC / %BC) on `dataset` (default: the one `cfg.data` names); returns the final metrics.
 
@@ -118,7 +120,7 @@ def train(cfg: DTConfig, dataset: OfflineDataset | None = None, env=None) -> dic
         warn_far_targets(cfg.eval.target_returns, dataset.returns, f"{prefix}.eval.target_returns")
     optimizer, scheduler = make_optimizer(policy, cfg.optim, cfg.steps, fused=True)
 
-    start = 0
+    start, state = 0, {}
     if resume_from is not None:
         resume_from, state = load_resume_checkpoint(run_dir, lambda p: load_checkpoint(p, policy, optimizer, scheduler))
         start = state["step"]
@@ -146,7 +148,8 @@ def train(cfg: DTConfig, dataset: OfflineDataset | None = None, env=None) -> dic
     window_s, window_steps = 0.0, 0
     policy.train()
     rows, world = dist.shard(cfg.batch_size), dist.world_size()
-    with progress_bar(cfg.steps, f"{prefix} {cfg.run.name}", disable=not (cfg.run.progress and main)) as bar:
+    guard = RunGuard(cfg.run, policy, state.get("skipped_updates", 0))
+    with progress_bar(cfg.steps, f"{prefix} {cfg.run.name}", disable=not (cfg.run.progress and main)) as bar, guard:
         bar.advance(start)
         try:
             for step in range(start, cfg.steps):
@@ -171,9 +174,9 @@ def train(cfg: DTConfig, dataset: OfflineDataset | None = None, env=None) -> dic
                 else:
                     loss.backward()
                 grad_norm = torch.nn.utils.clip_grad_norm_(policy.parameters(), clip)
-                check_finite(step + 1, cfg.run.on_nonfinite, loss=loss.item(), grad_norm=grad_norm)
                 lr = scheduler.get_last_lr()[0]
-                optimizer.step()
+                if guard.check_finite(step + 1, loss=loss.item(), grad_norm=grad_norm):
+                    optimizer.step()
                 scheduler.step()
                 optimizer.zero_grad(set_to_none=True)
                 done = step + 1
@@ -182,7 +185,7 @@ def train(cfg: DTConfig, dataset: OfflineDataset | None = None, env=None) -> dic
                 metrics: dict[str, float] = {}
                 if done % cfg.run.log_every == 0 or done == cfg.steps:
                     metrics = {"loss/action": loss.item(), "stats/grad_norm": float(grad_norm), "stats/lr": lr,
-                               "perf/steps_per_s": window_steps / window_s}
+                               "stats/skipped_updates": guard.skipped, "perf/steps_per_s": window_steps / window_s}
                     window_s, window_steps = 0.0, 0
                 if cfg.eval.episodes and ((cfg.eval.every and done % cfg.eval.every == 0) or done == cfg.steps):
                     metrics.update(run_eval())
@@ -190,17 +193,17 @@ def train(cfg: DTConfig, dataset: OfflineDataset | None = None, env=None) -> dic
                     if main:
                         logger.log(done, metrics)
                     final.update(metrics)
-                if (cfg.run.save_every and done % cfg.run.save_every == 0) or done == cfg.steps:
+                stopping = guard.stop_requested() and done < cfg.steps
+                if (cfg.run.save_every and done % cfg.run.save_every == 0) or done == cfg.steps or stopping:
                     if main:
                         save_checkpoint(run_dir, done, policy, optimizer=optimizer, scheduler=scheduler,
-                                        state={"policy": info}, keep_last=cfg.run.keep_last)
+                                        state={"policy": info, "skipped_updates": guard.skipped},
+                                        keep_last=cfg.run.keep_last)
                     dist.barrier()
+                if stopping:
+                    guard.stop(done)
                 shown = {k: v for k, v in final.items() if k.startswith("eval/return") and "std" not in k}
                 bar.advance(1, loss=loss.item(), **{k.split("/", 1)[1]: v for k, v in list(shown.items())[:2]})
-        except KeyboardInterrupt:
-            if main:
-                print(f"\ninterrupted; checkpoints in {run_dir} are intact (resume with --resume)")
-            raise
         finally:
             if logger is not None:
                 logger.close()

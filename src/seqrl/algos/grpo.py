@@ -31,6 +31,7 @@ Log-probs are those of the sampling distribution, log_softmax(logits / temperatu
 from __future__ import annotations
 
 import copy
+import sys
 import time
 from dataclasses import dataclass, field
 
@@ -40,10 +41,13 @@ from seqrl.algos.common import (
     OptimConfig,
     RunConfig,
     TaskConfig,
+    RunGuard,
     check_finite,
+    commit_resumed_config,
     load_resume_checkpoint,
     make_optimizer,
     prepare_run_dir,
+    releases_run_folder,
     set_threads,
     stream_indices,
 )
@@ -119,6 +123,7 @@ class GRPOTrainer:
         # Position in this process's share of the endless prompt stream: with W processes, process r
         # reads the global positions r, r + W, r + 2W, … so the shares never overlap.
         self.prompt_cursor = 0
+        self.skipped_updates = 0  # optimizer updates run.on_nonfinite=skip_step skipped
 
     # -- sampling -------------------------------------------------------------------------------
     def _sampling(self, seed: int) -> SamplingParams:
@@ -340,6 +345,7 @@ class GRPOTrainer:
                                                           dtype=torch.float64))
                 num_tokens, num_seqs = float(counts[0].clamp(min=1)), int(counts[1])
                 trained = mb[active[mb]]
+                mb_loss = 0.0
                 for rows in trained.split(cfg.micro_batch_size) if len(trained) else ():
                     logp, entropy = self._logprobs(model, batch, rows, with_entropy=True)  # (m, T)
                     mask = batch.loss_mask[rows]  # (m, T)
@@ -353,6 +359,7 @@ class GRPOTrainer:
                     loss.backward()
                     tokens = float(mask.sum())
                     add("loss/policy", loss.item(), 1.0)
+                    mb_loss += loss.item()
                     for key, value in stats.items():
                         add(f"stats/{key}", float(value), tokens)
                     full = batch.completion_mask[rows]
@@ -367,13 +374,19 @@ class GRPOTrainer:
                     model.parameters(), cfg.optim.grad_clip if cfg.optim.grad_clip > 0 else float("inf"))
                 add("stats/grad_norm", float(grad_norm), 1.0)
                 add("stats/lr", self.scheduler.get_last_lr()[0], 1.0)
-                self.optimizer.step()
+                mb_loss = float(dist.all_reduce_sum(torch.tensor([mb_loss], dtype=torch.float64))[0])  # every process decides alike
+                step = int(self.scheduler.last_epoch) // (cfg.num_iterations * cfg.minibatches) + 1
+                if check_finite(step, cfg.run.on_nonfinite, loss=mb_loss, grad_norm=grad_norm):
+                    self.optimizer.step()
+                else:
+                    self.skipped_updates += 1
                 self.scheduler.step()
                 self.optimizer.zero_grad(set_to_none=True)
         metrics = {key: sums[key] / max(weights[key], 1e-12) for key in sums}
         # loss/policy: sum over micro-batches is the minibatch loss; report the mean per optimizer step
         metrics["loss/policy"] = sums.get("loss/policy", 0.0) / (cfg.num_iterations * cfg.minibatches)
         metrics["stats/skipped_rows_frac"] = 1.0 - float(active.float().mean())
+        metrics["stats/skipped_updates"] = float(self.skipped_updates)
         metrics["perf/train_s"] = time.perf_counter() - t0
         return metrics
 
@@ -423,6 +436,7 @@ def build_rewards(cfg: GRPOConfig, task: Task, extra: dict | None = None) -> dic
     return fns
 
 
+@releases_run_folder
 def train(cfg: GRPOConfig, rewards: dict | None = None) -> dict[str, float]:
     """Run GRPO-family training; returns the last logged metrics (held-out accuracy among them).
 
@@ -466,7 +480,10 @@ def train(cfg: GRPOConfig, rewards: dict | None = None) -> dict[str, float]:
             resume_from, state = load_resume_checkpoint(run_dir, load)
         else:  # every process must load the same one
             state = load(resume_from)
+            if main:
+                commit_resumed_config(run_dir, resume_from)
         start, cursors = state["step"], state["prompt_cursor"]
+        trainer.skipped_updates = state.get("skipped_updates", 0)
         cursors = cursors if isinstance(cursors, list) else [cursors]
         if len(cursors) != dist.world_size():
             raise ValueError(f"{resume_from} was written by {len(cursors)} process(es); resume it with "
@@ -501,15 +518,14 @@ def train(cfg: GRPOConfig, rewards: dict | None = None) -> dict[str, float]:
         final = {"model/parameters": float(num_parameters(policy.model)), **run_eval()}
         if main:
             logger.log(0, {**final, **placement})
-    with progress_bar(cfg.steps, f"grpo {cfg.run.name}", disable=not (cfg.run.progress and main)) as bar:
+    guard = RunGuard(cfg.run, policy.model)
+    with progress_bar(cfg.steps, f"grpo {cfg.run.name}", disable=not (cfg.run.progress and main)) as bar, guard:
         bar.advance(start)
         try:
             for step in range(start, cfg.steps):
                 batch = trainer.collect(step)
                 metrics = _reduce_metrics(dist.all_gather_objects({**batch.metrics, **trainer.train_step(batch)}))
                 done = step + 1
-                check_finite(done, cfg.run.on_nonfinite, loss=metrics.get("loss/policy", 0.0),
-                             grad_norm=metrics.get("stats/grad_norm", 0.0))
                 metrics["perf/tokens_per_s"] = metrics["perf/gen_tokens"] / (metrics["perf/gen_s"] + metrics["perf/train_s"])
                 if cfg.loss.ref_sync_every and done % cfg.loss.ref_sync_every == 0:
                     trainer.sync_reference()
@@ -518,19 +534,23 @@ def train(cfg: GRPOConfig, rewards: dict | None = None) -> dict[str, float]:
                 if main and (done % cfg.run.log_every == 0 or done == cfg.steps or "eval/accuracy" in metrics):
                     logger.log(done, metrics)
                 final.update(metrics)
-                if (cfg.run.save_every and done % cfg.run.save_every == 0) or done == cfg.steps:
+                stopping = guard.stop_requested() and done < cfg.steps
+                if (cfg.run.save_every and done % cfg.run.save_every == 0) or done == cfg.steps or stopping:
                     cursors = dist.all_gather_objects(trainer.prompt_cursor)
                     if main:
                         save_checkpoint(run_dir, done, policy.model, policy.tokenizer, trainer.optimizer,
                                         trainer.scheduler, keep_last=cfg.run.keep_last,
-                                        state={"prompt_cursor": cursors if len(cursors) > 1 else cursors[0]})
+                                        state={"prompt_cursor": cursors if len(cursors) > 1 else cursors[0],
+                                               "skipped_updates": trainer.skipped_updates})
                     dist.barrier()
+                if stopping:
+                    if main and trainer.ref is not None and cfg.loss.ref_sync_every and done % cfg.loss.ref_sync_every:
+                        print(f"note: step {done} is not a reference sync step (loss.ref_sync_every="
+                              f"{cfg.loss.ref_sync_every}); a run resumed from it re-syncs the reference there",
+                              file=sys.stderr)
+                    guard.stop(done)
                 bar.advance(1, reward=metrics["reward/total/mean"],
                             **({"acc": final["eval/accuracy"]} if "eval/accuracy" in final else {}))
-        except KeyboardInterrupt:
-            if main:
-                print(f"\ninterrupted; checkpoints in {run_dir} are intact (resume with --resume)")
-            raise
         finally:
             if logger is not None:
                 logger.close()

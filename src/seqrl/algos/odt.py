@@ -47,10 +47,11 @@ import torch
 from seqrl.algos.common import (
     OptimConfig,
     RunConfig,
-    check_finite,
+    RunGuard,
     load_resume_checkpoint,
     make_optimizer,
     prepare_run_dir,
+    releases_run_folder,
     set_threads,
 )
 from seqrl.algos.odt_config import ODTConfig, ODTEvalConfig, ODTModelConfig, OnlineConfig
@@ -289,6 +290,7 @@ def _update(policy: OnlineDecisionTransformer, log_temperature: torch.nn.Paramet
     return {"loss": loss, "ll": ll, "entropy": h, "t_loss": t_loss, "alpha": alpha}
 
 
+@releases_run_folder
 def train(cfg: ODTConfig, dataset: OfflineDataset | None = None, env=None) -> dict[str, float]:
     """Pre-train an Online DT on `dataset` (default: the one `cfg.data` names), fine-tune it online;
     returns the final metrics plus ``offline/eval/…``: the evaluation right after pre-training.
@@ -330,7 +332,7 @@ def train(cfg: ODTConfig, dataset: OfflineDataset | None = None, env=None) -> di
     optimizers = _Optimizers(policy_opt, torch.optim.Adam([log_temperature], lr=cfg.temperature_lr, betas=(0.9, 0.999)))
     buffer = ReplayBuffer(cfg.online.buffer_size, [ep for ep in dataset.episodes if len(ep) <= cfg.model.max_ep_len])
 
-    start, iteration, offline_eval = 0, 0, {}
+    start, iteration, offline_eval, skipped = 0, 0, {}, 0
     if resume_from is not None:
         def load(path):
             state = load_checkpoint(path, policy, optimizers, scheduler)
@@ -338,6 +340,7 @@ def train(cfg: ODTConfig, dataset: OfflineDataset | None = None, env=None) -> di
 
         resume_from, (state, saved_buffer) = load_resume_checkpoint(run_dir, load)
         start, iteration, offline_eval = state["step"], state["online_iteration"], state["offline_eval"]
+        skipped = state.get("skipped_updates", 0)
         with torch.no_grad():
             log_temperature.copy_(torch.tensor(state["log_temperature"], dtype=torch.float32))
         buffer = saved_buffer if saved_buffer is not None else buffer
@@ -366,7 +369,7 @@ def train(cfg: ODTConfig, dataset: OfflineDataset | None = None, env=None) -> di
 
     def save(step: int, phase: str) -> None:
         state = {"policy": info, "phase": phase, "online_iteration": iteration, "offline_eval": offline_eval,
-                 "log_temperature": float(log_temperature.detach())}
+                 "log_temperature": float(log_temperature.detach()), "skipped_updates": guard.skipped}
         if main:
             save_checkpoint(run_dir, step, policy, tokenizer=buffer if phase == "online" else None,
                             optimizer=optimizers, scheduler=scheduler, state=state, keep_last=cfg.run.keep_last)
@@ -390,10 +393,10 @@ def train(cfg: ODTConfig, dataset: OfflineDataset | None = None, env=None) -> di
             dist.all_reduce_sum(log_temperature.grad)
             out = {k: dist.all_reduce_sum(v.detach().reshape(1) * share)[0] for k, v in out.items()}
         grad_norm = torch.nn.utils.clip_grad_norm_(policy.parameters(), clip)
-        check_finite(step + 1, cfg.run.on_nonfinite, loss=out["loss"].item(), grad_norm=grad_norm)
         lr = scheduler.get_last_lr()[0]
-        optimizers.policy.step()
-        optimizers.temperature.step()
+        if guard.check_finite(step + 1, loss=out["loss"].item(), grad_norm=grad_norm):
+            optimizers.policy.step()
+            optimizers.temperature.step()
         scheduler.step()
         optimizers.policy.zero_grad(set_to_none=True)
         optimizers.temperature.zero_grad(set_to_none=True)
@@ -405,12 +408,13 @@ def train(cfg: ODTConfig, dataset: OfflineDataset | None = None, env=None) -> di
         metrics = {"loss/action": -out["ll"].item(), "loss/policy": out["loss"].item(),
                    "loss/temperature": out["t_loss"].item(), "stats/entropy": out["entropy"].item(),
                    "stats/temperature": float(log_temperature.detach().exp()), "stats/grad_norm": float(grad_norm),
-                   "stats/lr": lr, "perf/steps_per_s": window["n"] / window["s"]}
+                   "stats/lr": lr, "stats/skipped_updates": guard.skipped, "perf/steps_per_s": window["n"] / window["s"]}
         window.update(s=0.0, n=0)
         return metrics
 
     policy.train()
-    with progress_bar(cfg.total_steps, f"odt {cfg.run.name}", disable=not (cfg.run.progress and main)) as bar:
+    guard = RunGuard(cfg.run, policy, skipped)
+    with progress_bar(cfg.total_steps, f"odt {cfg.run.name}", disable=not (cfg.run.progress and main)) as bar, guard:
         bar.advance(start)
         try:
             # 1. offline pre-training
@@ -423,8 +427,11 @@ def train(cfg: ODTConfig, dataset: OfflineDataset | None = None, env=None) -> di
                 if metrics:
                     logger.log(done, metrics)
                     final.update(metrics)
-                if (cfg.run.save_every and done % cfg.run.save_every == 0) or done == cfg.pretrain_steps:
+                stopping = guard.stop_requested() and done < cfg.total_steps
+                if (cfg.run.save_every and done % cfg.run.save_every == 0) or done == cfg.pretrain_steps or stopping:
                     save(done, "pretrain")
+                if stopping:
+                    guard.stop(done)
                 bar.advance(1, phase="offline", loss=final.get("loss/action", float("nan")))
             # 2. online fine-tuning
             step = max(start, cfg.pretrain_steps)
@@ -455,14 +462,13 @@ def train(cfg: ODTConfig, dataset: OfflineDataset | None = None, env=None) -> di
                     metrics.update(run_eval())
                 logger.log(step, metrics)
                 final.update(metrics)
-                if last or (cfg.run.save_every and step // cfg.run.save_every
-                            > (step - cfg.online.updates) // cfg.run.save_every):
+                stopping = guard.stop_requested() and not last
+                if last or stopping or (cfg.run.save_every and step // cfg.run.save_every
+                                        > (step - cfg.online.updates) // cfg.run.save_every):
                     save(step, "online")
+                if stopping:
+                    guard.stop(step)
                 bar.advance(cfg.online.updates, phase=f"online {iteration}", ret=metrics["online/return"])
-        except KeyboardInterrupt:
-            if main:
-                print(f"\ninterrupted; checkpoints in {run_dir} are intact (resume with --resume)")
-            raise
         finally:
             logger.close()
     final.update(offline_eval)

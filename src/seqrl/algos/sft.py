@@ -15,12 +15,13 @@ import torch
 from seqrl.algos.common import (
     OptimConfig,
     RunConfig,
+    RunGuard,
     TaskConfig,
     batch_indices,
-    check_finite,
     load_resume_checkpoint,
     make_optimizer,
     prepare_run_dir,
+    releases_run_folder,
     set_threads,
 )
 from seqrl.algos.sft_config import SFTConfig
@@ -91,6 +92,7 @@ def accumulate_gradients(model, chunks: list[dict[str, torch.Tensor]], bf16: boo
     return loss_sum, n_tokens
 
 
+@releases_run_folder
 def train(cfg: SFTConfig) -> dict[str, float]:
     """Run SFT; returns the final metrics (held-out greedy accuracy among them)."""
     device = cfg.run.torch_device
@@ -118,7 +120,7 @@ def train(cfg: SFTConfig) -> dict[str, float]:
     examples = encode_examples(policy, train_problems)
     optimizer, scheduler = make_optimizer(model, cfg.optim, cfg.steps)
 
-    start = 0
+    start, state = 0, {}
     if resume_from is not None:
         resume_from, state = load_resume_checkpoint(run_dir, lambda p: load_checkpoint(p, model, optimizer, scheduler))
         start = state["step"]
@@ -135,13 +137,15 @@ def train(cfg: SFTConfig) -> dict[str, float]:
 
     def save(step: int) -> None:
         if main:
-            save_checkpoint(run_dir, step, model, tok, optimizer, scheduler, keep_last=cfg.run.keep_last)
+            save_checkpoint(run_dir, step, model, tok, optimizer, scheduler, keep_last=cfg.run.keep_last,
+                            state={"skipped_updates": guard.skipped})
         dist.barrier()
 
     micro = cfg.batch_size // cfg.grad_accum // world  # torchrun: each process takes 1/world of every batch
     final: dict[str, float] = {}
     model.train()
-    with progress_bar(cfg.steps, f"sft {cfg.run.name}", disable=not (cfg.run.progress and main)) as bar:
+    guard = RunGuard(cfg.run, model, state.get("skipped_updates", 0))
+    with progress_bar(cfg.steps, f"sft {cfg.run.name}", disable=not (cfg.run.progress and main)) as bar, guard:
         bar.advance(start)
         try:
             for step in range(start, cfg.steps):
@@ -161,9 +165,9 @@ def train(cfg: SFTConfig) -> dict[str, float]:
                 grad_norm = torch.nn.utils.clip_grad_norm_(
                     model.parameters(), cfg.optim.grad_clip if cfg.optim.grad_clip > 0 else float("inf")
                 )
-                check_finite(step + 1, cfg.run.on_nonfinite, loss=loss_sum / max(n_tokens, 1), grad_norm=grad_norm)
                 lr = scheduler.get_last_lr()[0]
-                optimizer.step()
+                if guard.check_finite(step + 1, loss=loss_sum / max(n_tokens, 1), grad_norm=grad_norm):
+                    optimizer.step()
                 scheduler.step()
                 optimizer.zero_grad(set_to_none=True)
                 done = step + 1
@@ -171,7 +175,8 @@ def train(cfg: SFTConfig) -> dict[str, float]:
                 metrics = {}
                 if done % cfg.run.log_every == 0 or done == cfg.steps:
                     metrics = {"loss/sft": loss_sum / n_tokens, "stats/grad_norm": float(grad_norm),
-                               "stats/lr": lr, "perf/step_s": step_s, "perf/tokens_per_s": n_tokens / step_s}
+                               "stats/lr": lr, "stats/skipped_updates": guard.skipped, "perf/step_s": step_s,
+                               "perf/tokens_per_s": n_tokens / step_s}
                 if (cfg.eval.every and done % cfg.eval.every == 0) or done == cfg.steps:
                     metrics.update(run_eval())
                     model.train()
@@ -179,13 +184,13 @@ def train(cfg: SFTConfig) -> dict[str, float]:
                     if main:
                         logger.log(done, metrics)
                     final.update(metrics)
-                if (cfg.run.save_every and done % cfg.run.save_every == 0) or done == cfg.steps:
+                scheduled = (cfg.run.save_every and done % cfg.run.save_every == 0) or done == cfg.steps
+                stopping = guard.stop_requested() and done < cfg.steps
+                if scheduled or stopping:
                     save(done)
+                if stopping:
+                    guard.stop(done)
                 bar.advance(1, loss=loss_sum / n_tokens, **({"acc": final["eval/accuracy"]} if "eval/accuracy" in final else {}))
-        except KeyboardInterrupt:
-            if main:
-                print(f"\ninterrupted; checkpoints in {run_dir} are intact (resume with --resume)")
-            raise
         finally:
             if logger is not None:
                 logger.close()

@@ -11,8 +11,14 @@ A checkpoint directory holds:
 * the tokenizer files when a tokenizer is given;
 * ``optimizer.pt`` — ``{"optimizer": state_dict | None, "scheduler": state_dict | None}``;
 * ``rng.pt`` — `seqrl.utils.seeding.get_rng_state` of the saving process;
-* ``trainer_state.json`` — ``{"step": step, **state}``, written last: a directory without it is
-  not a checkpoint.
+* ``trainer_state.json`` — ``{"step": step, **state, "sha256": {file: digest}}``, written last: a
+  directory without it is not a checkpoint. The digests cover every other file; `load_checkpoint`
+  and `verify_checkpoint` recompute them, so bytes changed after the save (a flipped bit, a file
+  overwritten in part) are a `CheckpointError` naming the file, not a model that loads silently.
+
+A checkpoint is written only when every floating tensor of the model and optimizer state is finite
+(`NonFiniteWeightsError` otherwise), so pruning, which runs only after a successful save, never
+removes the last finite checkpoint in favour of a diverged one.
 
 Everything is written into a sibling ``checkpoint-<step>.tmp-<pid>-<random>`` directory, fsynced and
 then renamed into place, so a crash never leaves a half-written ``checkpoint-<step>``. Call these on
@@ -21,6 +27,8 @@ the main process only (``seqrl.utils.dist.is_main``) and pass the unwrapped mode
 
 from __future__ import annotations
 
+import errno
+import hashlib
 import json
 import os
 import re
@@ -39,11 +47,13 @@ from seqrl.utils.seeding import get_rng_state, set_rng_state
 
 __all__ = [
     "CheckpointError",
+    "NonFiniteWeightsError",
     "clean_stale_tmp",
     "latest_checkpoint",
     "list_checkpoints",
     "load_checkpoint",
     "save_checkpoint",
+    "verify_checkpoint",
 ]
 
 _FINAL_RE = re.compile(r"^checkpoint-(\d+)$")
@@ -55,10 +65,16 @@ WEIGHTS_INDEX_FILE = "model.safetensors.index.json"
 ADAPTER_FILE = "adapter_model.safetensors"
 OPTIMIZER_FILE = "optimizer.pt"
 RNG_FILE = "rng.pt"
+CHECKSUM_KEY = "sha256"
+_FULL_DISK_BYTES = 1 << 20  # a write failed and less than this is free: the disk is full
 
 
 class CheckpointError(RuntimeError):
     """A checkpoint is missing, incomplete, corrupt or does not fit the model; names the path."""
+
+
+class NonFiniteWeightsError(CheckpointError):
+    """A checkpoint was not written because weights or optimizer state hold NaN or infinity."""
 
 
 def save_checkpoint(
@@ -83,13 +99,19 @@ def save_checkpoint(
     if keep_last is not None and keep_last < 1:
         raise ValueError(f"save_checkpoint: keep_last must be >= 1 or None (got {keep_last})")
     state = dict(state or {})
-    if "step" in state:
-        raise ValueError("save_checkpoint: state must not contain 'step' (it is the step argument)")
-    trainer_state = json.dumps({"step": step, **state}, indent=2)
+    for key in ("step", CHECKSUM_KEY):
+        if key in state:
+            raise ValueError(f"save_checkpoint: state must not contain {key!r} (the checkpoint writes it)")
+    json.dumps(state)  # not serialisable: fail before writing anything
 
     run_dir = Path(run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
     final = run_dir / f"checkpoint-{step}"
+    optim_state = None
+    if optimizer is not None or scheduler is not None:
+        optim_state = {"optimizer": None if optimizer is None else optimizer.state_dict(),
+                       "scheduler": None if scheduler is None else scheduler.state_dict()}
+    _check_finite_state(final, model.state_dict(), optim_state)
+    run_dir.mkdir(parents=True, exist_ok=True)
     tmp = run_dir / f"checkpoint-{step}.tmp-{os.getpid()}-{secrets.token_hex(4)}"
     tmp.mkdir()
     try:
@@ -103,18 +125,20 @@ def save_checkpoint(
             safetensors.torch.save_model(model, str(tmp / WEIGHTS_FILE))
         if tokenizer is not None:
             tokenizer.save_pretrained(tmp)
-        if optimizer is not None or scheduler is not None:
-            torch.save(
-                {
-                    "optimizer": None if optimizer is None else optimizer.state_dict(),
-                    "scheduler": None if scheduler is None else scheduler.state_dict(),
-                },
-                tmp / OPTIMIZER_FILE,
-            )
+        if optim_state is not None:
+            torch.save(optim_state, tmp / OPTIMIZER_FILE)
         torch.save(get_rng_state(), tmp / RNG_FILE)
+        digests = {str(f.relative_to(tmp)): _sha256(f) for f in sorted(tmp.rglob("*")) if f.is_file()}
+        trainer_state = json.dumps({"step": step, **state, CHECKSUM_KEY: digests}, indent=2)
         (tmp / STATE_FILE).write_text(trainer_state, encoding="utf-8")
         _fsync_tree(tmp)
         _move_into_place(tmp, final)
+    except Exception as e:
+        disk = None if isinstance(e, OSError) else _disk_failure(run_dir, final)
+        shutil.rmtree(tmp, ignore_errors=True)
+        if disk is not None:  # safetensors and torch report a full disk as their own error types
+            raise disk from e
+        raise
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -124,6 +148,53 @@ def save_checkpoint(
         for path in others[: max(0, len(others) - (keep_last - 1))]:
             shutil.rmtree(path)
     return final
+
+
+def _check_finite_state(final: Path, weights: dict[str, torch.Tensor], optim_state: Any) -> None:
+    """`NonFiniteWeightsError` naming `final` when a floating tensor of the weights or optimizer state
+    holds NaN or infinity: a diverged run must not replace its finite checkpoints."""
+    bad = total = 0
+    seen = set()
+    for tensor in weights.values():
+        if tensor.is_floating_point() and (tensor.data_ptr(), tensor.shape) not in seen:  # tied weights once
+            seen.add((tensor.data_ptr(), tensor.shape))
+            total += tensor.numel()
+            bad += tensor.numel() - int(torch.isfinite(tensor).sum())
+    if bad:
+        raise NonFiniteWeightsError(f"{final} not written: {bad:,} of {total:,} weights are NaN or infinite "
+                                    "(the run diverged)")
+    stack = [optim_state]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, torch.Tensor):
+            if item.is_floating_point() and not bool(torch.isfinite(item).all()):
+                raise NonFiniteWeightsError(f"{final} not written: the optimizer state holds NaN or infinity "
+                                            "(the run diverged)")
+        elif isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, (list, tuple)):
+            stack.extend(item)
+
+
+def _sha256(file: Path) -> str:
+    digest = hashlib.sha256()
+    with open(file, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _disk_failure(run_dir: Path, final: Path) -> OSError | None:
+    """The OSError a failed write means when `run_dir` is read-only or (nearly) full, else None."""
+    try:
+        stats = os.statvfs(run_dir)
+    except OSError:
+        return None
+    if stats.f_flag & os.ST_RDONLY:
+        return OSError(errno.EROFS, os.strerror(errno.EROFS), str(final))
+    if stats.f_bavail * stats.f_frsize < _FULL_DISK_BYTES:
+        return OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(final))
+    return None
 
 
 def _fsync_dir(path: Path) -> None:
@@ -211,19 +282,12 @@ def clean_stale_tmp(run_dir: str | os.PathLike) -> list[Path]:
     return removed
 
 
-def load_checkpoint(
-    path: str | os.PathLike,
-    model: nn.Module,
-    optimizer: torch.optim.Optimizer | None = None,
-    scheduler: torch.optim.lr_scheduler.LRScheduler | None = None,
-    restore_rng: bool = True,
-) -> dict[str, Any]:
-    """Load checkpoint `path` into `model` (exactly, every key) and optionally the optimizer,
-    scheduler and global RNGs; return the trainer state (``{"step": ..., **state}``).
+def verify_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
+    """Check checkpoint `path` against the sha256 digests its ``trainer_state.json`` recorded; return
+    the trainer state (without the digests).
 
-    Weights tied to another parameter (``lm_head.weight`` ↔ ``embed_tokens.weight``) may be absent
-    from the file: they are filled through the tie. Any other missing or unexpected key, a shape
-    mismatch, or a missing/corrupt file raises `CheckpointError` naming the path.
+    A missing or changed file raises `CheckpointError` naming it. A checkpoint written before digests
+    were recorded passes unchecked.
     """
     path = Path(path)
     if not path.is_dir():
@@ -237,7 +301,38 @@ def load_checkpoint(
         raise CheckpointError(f"{state_file}: corrupt trainer state: {e}") from e
     if not isinstance(trainer_state, dict) or not isinstance(trainer_state.get("step"), int):
         raise CheckpointError(f"{state_file}: expected an object with an integer 'step'")
+    digests = trainer_state.pop(CHECKSUM_KEY, None)
+    if digests is None:
+        return trainer_state
+    if not isinstance(digests, dict):
+        raise CheckpointError(f"{state_file}: corrupt {CHECKSUM_KEY!r} record")
+    for name, expected in sorted(digests.items()):
+        file = path / name
+        if not file.is_file():
+            raise CheckpointError(f"{file}: missing (the checkpoint recorded it)")
+        if _sha256(file) != expected:
+            raise CheckpointError(f"{file}: checksum mismatch (sha256 differs from the one recorded at save): "
+                                  "the file changed after it was written")
+    return trainer_state
 
+
+def load_checkpoint(
+    path: str | os.PathLike,
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer | None = None,
+    scheduler: torch.optim.lr_scheduler.LRScheduler | None = None,
+    restore_rng: bool = True,
+) -> dict[str, Any]:
+    """Load checkpoint `path` into `model` (exactly, every key) and optionally the optimizer,
+    scheduler and global RNGs; return the trainer state (``{"step": ..., **state}``).
+
+    Weights tied to another parameter (``lm_head.weight`` ↔ ``embed_tokens.weight``) may be absent
+    from the file: they are filled through the tie. Any other missing or unexpected key, a shape
+    mismatch, a missing/corrupt file, or a file whose checksum differs from the recorded one
+    (`verify_checkpoint`) raises `CheckpointError` naming the path.
+    """
+    path = Path(path)
+    trainer_state = verify_checkpoint(path)
     _load_weights(path, model)
     if optimizer is not None or scheduler is not None:
         saved = _torch_load(path / OPTIMIZER_FILE)

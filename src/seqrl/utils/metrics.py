@@ -57,6 +57,7 @@ class MetricsLogger:
 
     def __init__(self, path: str | os.PathLike, resume_step: int | None = None) -> None:
         self.path = Path(path)
+        self._failed = False
         self.path.parent.mkdir(parents=True, exist_ok=True)
         if resume_step is None:
             self._file = open(self.path, "w", encoding="utf-8")
@@ -87,12 +88,21 @@ class MetricsLogger:
             raise ValueError(f"MetricsLogger.log: metric names {sorted(clash)} are reserved")
         record = {"step": step, "time": time.time()}
         record.update((key, _json_scalar(key, value)) for key, value in metrics.items())
-        self._file.write(json.dumps(record, allow_nan=False) + "\n")
-        self._file.flush()
+        try:
+            self._file.write(json.dumps(record, allow_nan=False) + "\n")
+            self._file.flush()
+        except OSError as e:  # a full disk: name the file (a flush error carries no file name)
+            self._failed = True
+            raise OSError(e.errno, e.strerror, str(self.path)) from e
 
     def close(self) -> None:
-        """Close the file (idempotent)."""
-        self._file.close()
+        """Close the file (idempotent). After a failed write the unwritten rest is dropped: the error
+        was raised by `log` already, and a torn last line is skipped by `read_metrics`."""
+        try:
+            self._file.close()
+        except OSError:
+            if not self._failed:
+                raise
 
     def __enter__(self) -> MetricsLogger:
         return self
