@@ -26,8 +26,8 @@ from pathlib import Path
 
 from seqrl.config import ConfigError, load_config, parse_overrides
 
-ALGOS = ("sft", "grpo", "dt", "bc", "odt")
-PLANNED = ("ppo", "rm", "prm", "star", "vla")
+ALGOS = ("sft", "grpo", "dt", "bc", "odt", "prm", "orm")
+PLANNED = ("ppo", "rm", "star", "vla")
 
 
 def configs_root() -> Path:
@@ -73,6 +73,10 @@ def _config_class(algo: str):
         from seqrl.algos.odt import ODTConfig, train
 
         return ODTConfig, train
+    if algo in ("prm", "orm"):
+        from seqrl.algos.prm import PRMConfig, train
+
+        return PRMConfig, train
     raise ConfigError(f"unknown algorithm {algo!r}; implemented: {', '.join(ALGOS)}")
 
 
@@ -98,11 +102,13 @@ def cmd_train(args: argparse.Namespace, overrides: list[str]) -> int:
         raise ConfigError(f"seqrl train {args.algo} is not implemented yet; implemented: {', '.join(ALGOS)}")
     if args.algo not in ALGOS:
         raise ConfigError(f"unknown algorithm {args.algo!r}; implemented: {', '.join(ALGOS)}")
-    config_path = resolve_config(args.config, args.algo)
+    config_path = resolve_config(args.config, "prm" if args.algo == "orm" else args.algo)  # one preset folder
     parse_overrides(overrides)  # syntax errors before torch is imported (seconds)
     cls, train = _config_class(args.algo)
     if args.resume:
         overrides = [*overrides, "--run.resume=true"]
+    if args.algo in ("prm", "orm"):  # one trainer, the kind named by the command
+        overrides = [*overrides, f"--kind={args.algo}"]
     cfg = load_config(cls, config_path, overrides, root=args.algo)
     model_path = getattr(getattr(cfg, "model", None), "path", None)
     looks_local = bool(model_path) and (model_path.startswith((".", "/", "~")) or model_path.count("/") > 1)

@@ -48,3 +48,20 @@ def test_auc_hand_values():
     # positives 0.8, 0.3; negatives 0.5, 0.1: pairs (0.8>0.5, 0.8>0.1, 0.3<0.5, 0.3>0.1) → 3/4
     assert binary_auc([0.8, 0.5, 0.3, 0.1], [True, False, True, False]) == 0.75
     assert math.isnan(binary_auc([0.1, 0.2], [True, True]))
+
+
+def test_step_label_loss_hand_values():
+    import torch
+
+    from seqrl.core.search import step_label_loss
+
+    # 2class: logits (0, ln 3) → p1 = 3/4; y = 1 → −ln 3/4; y = 0.5 → −½(ln ¾ + ln ¼)
+    logits = torch.tensor([[0.0, math.log(3.0)], [0.0, math.log(3.0)]], dtype=torch.float64)
+    got = step_label_loss(logits, torch.tensor([1.0, 0.5]), "2class")
+    want = (-math.log(0.75) - 0.5 * (math.log(0.75) + math.log(0.25))) / 2
+    assert float(got) == pytest.approx(want, abs=1e-6)
+    # scalar: logit ln 3 → p = 3/4; y = 0 → −ln ¼
+    assert float(step_label_loss(torch.tensor([[math.log(3.0)]]), torch.tensor([0.0]), "scalar")) == pytest.approx(
+        -math.log(0.25), abs=1e-6)
+    empty = step_label_loss(torch.zeros((0, 2), requires_grad=True), torch.zeros(0), "2class")
+    assert float(empty) == 0.0 and empty.requires_grad

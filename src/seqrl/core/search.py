@@ -89,3 +89,24 @@ def binary_auc(scores: Sequence[float], labels: Sequence[bool]) -> float:
         return float("nan")
     rank_sum = math.fsum(r for r, y in zip(ranks, labels) if y)
     return (rank_sum - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg)
+
+
+def step_label_loss(logits, targets, head: str):
+    """Mean cross-entropy of step scores against (possibly soft) labels y ∈ [0, 1].
+
+    2class: logits (N, 2), p = softmax(logits)₁, loss = −[y·log p₁ + (1−y)·log p₀]
+    scalar: logits (N, 1), p = σ(logit),        loss = −[y·log p + (1−y)·log(1−p)]  (BCE with logits)
+    targets: (N,) floats. An empty batch (N = 0) gives 0 with a gradient path, not NaN.
+    """
+    import torch
+    import torch.nn.functional as F
+
+    if logits.shape[0] == 0:
+        return logits.sum() * 0.0
+    y = targets.to(torch.float32)  # (N,)
+    if head == "2class":
+        logp = logits.float().log_softmax(-1)  # (N, 2)
+        return -(y * logp[:, 1] + (1 - y) * logp[:, 0]).mean()
+    if head == "scalar":
+        return F.binary_cross_entropy_with_logits(logits.float()[:, 0], y)
+    raise ValueError(f"head must be '2class' or 'scalar' (got {head!r})")

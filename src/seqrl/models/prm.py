@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from transformers import AutoModelForTokenClassification, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+from transformers import AutoConfig, AutoModelForTokenClassification, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from seqrl.data.stepwise import split_steps
 from seqrl.models.lm import ModelConfig, Policy, load_policy, model_device
@@ -85,9 +85,10 @@ class ProcessRewardModel:
             model.model.load_state_dict(policy.model.model.state_dict())
             tokenizer = policy.tokenizer
         else:
+            config = AutoConfig.from_pretrained(backbone.path)
+            config.num_labels, config.classifier_dropout = num_labels, 0.0
             model = AutoModelForTokenClassification.from_pretrained(
-                backbone.path, num_labels=num_labels, classifier_dropout=0.0, dtype=torch.float32,
-                attn_implementation=backbone.attn_implementation)
+                backbone.path, config=config, dtype=torch.float32, attn_implementation=backbone.attn_implementation)
             tokenizer = _load_tokenizer(backbone.path)
         if device is not None:
             model.to(device)
