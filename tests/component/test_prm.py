@@ -134,3 +134,19 @@ def test_train_from_a_stepwise_file_orm(tmp_path):
     path = write_stepwise(tmp_path / "rows.jsonl", rows)
     out = train(_cfg(tmp_path, 2, kind="orm", data=PRMDataConfig(path=str(path), test_fraction=0.2)))
     assert "loss/orm" in out and out["eval/label_balance"] == 1.0  # the ORM sees only the last labels
+
+
+def test_best_of_n_with_a_policy_and_a_prm(tiny_policy, prm):
+    from seqrl.data import ArithmeticTask
+    from seqrl.rollout import SamplingParams
+    from seqrl.search import best_of_n
+
+    task = ArithmeticTask(digits=2)
+    problems = task.problems("test", 3, seed=0)
+    # a random policy rarely writes a step; give the PRM a context long enough for anything it writes
+    prm_long = ProcessRewardModel.build(ModelConfig(preset="tiny", max_seq_len=96))
+    out = best_of_n(problems, tiny_policy, 4, prm_long, select="weighted", task=task,
+                    params=SamplingParams(temperature=1.0, max_new_tokens=24, seed=0))
+    assert [len(c) for c in out.candidates] == [4, 4, 4] and len(out.chosen) == 3
+    assert 0 < out.account.generated_tokens <= 3 * 4 * 24
+    assert out.account.scorer_tokens >= 0 and out.account.total_s > 0 and len(out.correct) == 3
