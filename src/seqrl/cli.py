@@ -11,6 +11,7 @@
     seqrl sandbox run SOLUTION.py --tests TESTS.py | --io CASES.json --entry-point NAME | --stdio CASES.json
                       [--timeout S] [--case-timeout S] [--memory MB] [--tree-memory MB] [--json]
     seqrl data minari hopper medium [--steps N] [--seed S] [--out DIR] [--force]   # LEVEL all: every level
+    seqrl data prm-labels --policy CKPT --task arith --n 4 --rollouts 8 --out labels.jsonl
     seqrl demo
 """
 
@@ -423,6 +424,13 @@ def cmd_data(args: argparse.Namespace, overrides: list[str]) -> int:
     return 0
 
 
+def _prm_labels(argv: list[str]) -> int:
+    from seqrl.search.labels import cli_main
+
+    _quiet_hf()
+    return cli_main(argv)
+
+
 def format_value(value: object) -> str:
     """Counts in full with thousands separators (866,700, not 8.667e+05); other floats to 4 digits."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -559,6 +567,8 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:2] == ["eval", "dt"]:  # its own options and --help
         args, extra = argparse.Namespace(func=lambda a, rest: cmd_eval_dt(rest)), argv[2:]
+    elif argv[:2] == ["data", "prm-labels"]:  # its own options and --help
+        args, extra = argparse.Namespace(func=lambda a, rest: _prm_labels(rest)), argv[2:]
     else:
         args, extra = build_parser().parse_known_args(argv)
     try:
