@@ -150,3 +150,24 @@ def test_best_of_n_with_a_policy_and_a_prm(tiny_policy, prm):
     assert [len(c) for c in out.candidates] == [4, 4, 4] and len(out.chosen) == 3
     assert 0 < out.account.generated_tokens <= 3 * 4 * 24
     assert out.account.scorer_tokens >= 0 and out.account.total_s > 0 and len(out.correct) == 3
+
+
+def test_prm_as_a_reward_function(tmp_path, prm):
+    from seqrl.data import ArithmeticTask
+    from seqrl.rewards.combine import RewardSpec, build_reward, score_completions
+    from seqrl.types import Problem
+
+    prm.save(tmp_path / "m")
+    with pytest.raises(ValueError, match="reward 'prm' needs path"):
+        RewardSpec(name="prm")
+    fn = build_reward(RewardSpec(name="prm", path=str(tmp_path / "m"), aggregation="min"), ArithmeticTask())
+    p = Problem("12+34=", "46")
+    good = "<think>2+4=6\n\n1+3=4</think><answer>46</answer>"
+    long = "<think>" + "\n\n".join(["1+1=2"] * 12) + "</think><answer>2</answer>"
+    results = fn([p, p, p], [good, "no steps at all", long])
+    assert results[0].score == pytest.approx(min(prm.score_steps(p.prompt, ["2+4=6", "1+3=4", "<answer>46</answer>"])))
+    assert 0 < results[0].score < 1 and "min over 3 step(s)" in results[0].reason
+    assert (results[1].score, results[1].reason) == (0.0, "no steps")
+    assert results[2].score == 0.0 and "too long" in results[2].reason
+    batch = score_completions({"prm": (fn, 2.0)}, [p], [good])  # the GRPO path: weighted, never raising
+    assert batch.total == [pytest.approx(2 * results[0].score)] and batch.errors["prm"] == 0

@@ -27,8 +27,8 @@ from seqrl.types import Problem, RewardResult, Task
 
 RewardFn = Callable[[list[Problem], list[str]], list[RewardResult]]
 
-BUILTIN_REWARDS = ("task", "format", "math", "format_partial", "code")
-DEFAULT_TIMEOUT_S = {"task": 2.0, "format": 1.0, "math": 1.0, "format_partial": 1.0, "code": 2.0}
+BUILTIN_REWARDS = ("task", "format", "math", "format_partial", "code", "prm", "orm")
+DEFAULT_TIMEOUT_S = {"task": 2.0, "format": 1.0, "math": 1.0, "format_partial": 1.0, "code": 2.0, "prm": 60.0, "orm": 60.0}
 DEFAULT_BATCH_BUDGET_S = 300.0
 
 
@@ -39,14 +39,22 @@ class RewardSpec:
     name: str = "task"
     """task (the task's verifier), format (R1-style think/answer format), math (math-verify on the
     ``<answer>`` tag against problem.answer, strict), format_partial (+0.1 think pair, +0.1 boxed) or
-    code (`CodeExecutionReward` with default weights: sandboxed tests from problem.metadata)."""
+    code (`CodeExecutionReward` with default weights: sandboxed tests from problem.metadata), prm or orm
+    (a `seqrl train prm|orm` checkpoint at `path`: aggregated step scores in [0, 1], in this process)."""
     weight: float = 1.0
     """Weight in the total reward."""
     timeout_s: float | None = None
     """Time limit of one completion's score (None: the default of the name, `DEFAULT_TIMEOUT_S`:
     task 2, math 1, format 1, format_partial 1 s; for code, the sandbox's limit per program)."""
 
+    path: str | None = None
+    """prm/orm: the reward model's checkpoint folder."""
+    aggregation: str = "min"
+    """prm/orm: how step scores become one reward (min, last, prod, mean)."""
+
     def __post_init__(self) -> None:
+        if self.name in ("prm", "orm") and not self.path:
+            raise ValueError(f"reward {self.name!r} needs path: the checkpoint folder of `seqrl train {self.name}`")
         if self.name not in BUILTIN_REWARDS:
             raise ValueError(f"reward name must be one of {BUILTIN_REWARDS} (got {self.name!r})")
         if self.timeout_s is None:
@@ -122,6 +130,10 @@ class BoundedReward:
 
 def build_reward(spec: RewardSpec, task: Task) -> RewardFn:
     """The spec's reward function, bounded (see the module docstring)."""
+    if spec.name in ("prm", "orm"):
+        from seqrl.rewards.learned import LearnedStepReward  # torch model: scored in this process
+
+        return LearnedStepReward(spec.path, spec.aggregation)
     if spec.name == "code":
         from seqrl.rewards.code import CodeExecutionReward  # the sandbox only when asked for
 
