@@ -112,6 +112,8 @@ def cmd_train(args: argparse.Namespace, overrides: list[str]) -> int:
     if args.algo in ("prm", "orm"):  # one trainer, the kind named by the command
         overrides = [*overrides, f"--kind={args.algo}"]
     cfg = load_config(cls, config_path, overrides, root=args.algo)
+    if args.algo == "orm" and cfg.run.name.startswith("prm") and not any(o.startswith("--run.name") for o in overrides):
+        cfg.run.name = "orm" + cfg.run.name[3:]  # a prm preset's run folder stays the PRM's
     model_path = getattr(getattr(cfg, "model", None), "path", None)
     looks_local = bool(model_path) and (model_path.startswith((".", "/", "~")) or model_path.count("/") > 1)
     if looks_local and not args.print_config and not Path(model_path).exists():  # not a hub id

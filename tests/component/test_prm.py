@@ -175,3 +175,14 @@ def test_prm_as_a_reward_function(tmp_path, prm):
     assert results[2].score == 0.0 and "too long" in results[2].reason
     batch = score_completions({"prm": (fn, 2.0)}, [p], [good])  # the GRPO path: weighted, never raising
     assert batch.total == [pytest.approx(2 * results[0].score)] and batch.errors["prm"] == 0
+
+
+def test_cli_train_orm_uses_the_prm_presets_with_its_own_run_folder(capsys):
+    from seqrl.cli import main
+
+    assert main(["train", "orm", "--config", "arith_tiny", "--print-config"]) == 0
+    text = capsys.readouterr().out
+    assert "name: orm_arith_tiny" in text and "kind: orm" in text
+    assert main(["train", "prm", "--config", "arith_tiny", "--print-config", "--run.name=x"]) == 0
+    text = capsys.readouterr().out
+    assert "name: x" in text and "kind: prm" in text
