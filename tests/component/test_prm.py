@@ -180,9 +180,9 @@ def test_prm_as_a_reward_function(tmp_path, prm):
 def test_cli_train_orm_uses_the_prm_presets_with_its_own_run_folder(capsys):
     from seqrl.cli import main
 
-    assert main(["train", "orm", "--config", "arith_tiny", "--print-config"]) == 0
+    assert main(["train", "orm", "--config", "arith_tiny_prm", "--print-config"]) == 0
     text = capsys.readouterr().out
     assert "name: orm_arith_tiny" in text and "kind: orm" in text
-    assert main(["train", "prm", "--config", "arith_tiny", "--print-config", "--run.name=x"]) == 0
+    assert main(["train", "prm", "--config", "arith_tiny_prm", "--print-config", "--run.name=x"]) == 0
     text = capsys.readouterr().out
     assert "name: x" in text and "kind: prm" in text

@@ -1,7 +1,7 @@
 """Training process (PRM) and outcome (ORM) reward models on step-labelled solutions.
 
-    seqrl train prm --config configs/prm/arith_tiny.yaml [--data.path=labels.jsonl] [--resume]
-    seqrl train orm --config configs/prm/arith_tiny.yaml
+    seqrl train prm --config configs/prm/arith_tiny_prm.yaml [--data.path=labels.jsonl] [--resume]
+    seqrl train orm --config configs/prm/arith_tiny_prm.yaml
 
 Data: a stepwise file (TRL's ``{"prompt", "completions", "labels"}``, e.g. from
 ``seqrl data prm-labels``) split into train/held-out rows by a seeded permutation, or, without a
