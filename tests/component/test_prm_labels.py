@@ -114,3 +114,22 @@ def test_search_bon_cli_writes_json_table_and_plot(tmp_path, capsys):
     assert res["budgets"] == [1, 4] and len(res["accuracy_per_seed"]["first"]) == 2
     assert (tmp_path / "bon" / "bon.png").is_file()
     assert main(["search", "bon", "--policy", "simulated", "--scorer", "what", "--out", str(tmp_path / "x")]) == 2
+
+
+def test_simulated_policy_errors():
+    task = ArithmeticTask(digits=3)
+    problems = task.problems("test", 20, seed=0)
+    clean, _ = NoisyArithmeticPolicy(step_error=0.0, answer_error=0.0).sample(problems, 2)
+    assert all(t == p.target for p, ts in zip(problems, clean) for t in ts)
+    slips, tokens = NoisyArithmeticPolicy(step_error=1.0, error="carry").sample(problems, 1, seed=3)
+    assert tokens == sum(len(t[0]) for t in slips)
+    from seqrl.data.stepwise import arith_step_truth, split_steps
+
+    for p, (text,) in zip(problems, slips):
+        steps = split_steps(text)
+        assert not any(arith_step_truth(p, steps))  # every column slipped, and so did the answer
+        for step in steps[:-1]:  # … yet each column's sum is right for its own terms
+            lhs, _, value = step.rpartition("=")
+            assert sum(int(x) for x in lhs.split("+")) == int(value)
+    with pytest.raises(ValueError, match="must be 'value' or 'carry'"):
+        NoisyArithmeticPolicy(error="typo")
