@@ -71,6 +71,7 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="fewer problems, steps and seeds' problems")
     ap.add_argument("--policy", help="a policy checkpoint (default: the simulated noisy policy)")
     ap.add_argument("--step-error", type=float, default=0.3, help="simulated policy: step error rate")
+    ap.add_argument("--error", default="value", choices=("value", "carry"), help="simulated policy: kind of step error")
     ap.add_argument("--backbone", help="PRM/ORM backbone checkpoint (default: the tiny preset from scratch)")
     ap.add_argument("--digits", type=int, default=2)
     ap.add_argument("--rollouts", type=int, default=4)
@@ -90,7 +91,7 @@ def main() -> None:
         labeller = policy
         make_sampler = lambda seed: PolicySampler(policy, SamplingParams(temperature=1.0, max_new_tokens=64, seed=seed))  # noqa: E731
     else:
-        sim = NoisyArithmeticPolicy(step_error=args.step_error)
+        sim = NoisyArithmeticPolicy(step_error=args.step_error, error=args.error)
         labeller = sim
         make_sampler = lambda seed: Seeded(sim, seed)  # noqa: E731
     stats = label_problems(labeller, task, task.problems("train", n_label, 0),
@@ -114,7 +115,7 @@ def main() -> None:
     budgets = [1, 2, 4, 8, 16, 32, 64]
     problems = task.problems("test", n_eval, 0)
     curves = bon_curves(problems, make_sampler, models, task, budgets, seeds, aggregation="min")
-    curves.update(policy=args.policy or f"simulated:{args.step_error}", backbone=args.backbone or "tiny preset")
+    curves.update(policy=args.policy or f"simulated:{args.step_error}:{args.error}", backbone=args.backbone or "tiny preset")
     write_outputs(curves, out / "bon", f"best-of-N on arith {args.digits}-digit")
     print((out / "bon" / "bon.md").read_text(), file=sys.stderr)
     acc = curves["accuracy"]
