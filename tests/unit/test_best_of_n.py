@@ -137,3 +137,21 @@ def test_bon_curves_rules_and_costs(tmp_path):
     assert res["cost_at_n"]["gold_tokens"] == [7 * 30 * n for n in (1, 4, 8)]  # GoldScorer: 7 a solution
     write_outputs(res, tmp_path, "t")
     assert (tmp_path / "bon.png").stat().st_size > 0 and "| oracle_weighted |" in (tmp_path / "bon.md").read_text()
+
+
+def test_a_solution_too_long_for_the_scorer_scores_zero_and_is_counted(problems):
+    from seqrl.models.prm import StepsTooLongError
+
+    class Short(GoldScorer):
+        def score(self, problems, solutions):
+            if any(len(s) > 40 for s in solutions):
+                raise StepsTooLongError("solution too long")
+            return super().score(problems, solutions)
+
+    class Mixed:
+        def sample(self, problems, n):
+            return [[f"<think>{'1+1=2' * 10}</think><answer>{p.answer}</answer>", f"<answer>{p.answer}</answer>"]
+                    for p in problems], 0
+
+    out = best_of_n(problems, Mixed(), 2, Short(), select="max")
+    assert out.chosen_index == [1] * 7 and out.account.too_long == 7 and out.account.empty_solutions == 7

@@ -10,7 +10,8 @@ Selection rules (`SELECT`):
 
 Ties go to the earliest sample (for answers: the answer seen first), so a selection depends only on
 the order of the samples. Samples without an answer take no part in votes; with no answer at all, a
-vote falls back to the first sample. A sample with no steps scores 0 (counted).
+vote falls back to the first sample. A sample with no steps, or too long for the scorer's context,
+scores 0 (counted).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from typing import Protocol
 from seqrl.core.metrics import majority_vote
 from seqrl.core.search import AGGREGATIONS, aggregate_step_scores, weighted_vote
 from seqrl.models.lm import Policy
+from seqrl.models.prm import StepsTooLongError
 from seqrl.rollout import SamplingParams, generate
 from seqrl.types import Problem, Task, extract_answer
 
@@ -86,7 +88,9 @@ class Account:
     """Everything else: answer extraction, voting, verification, bookkeeping."""
     total_s: float = 0.0
     empty_solutions: int = 0
-    """Samples with no steps (scored 0)."""
+    """Samples with no steps, or too long for the scorer (scored 0)."""
+    too_long: int = 0
+    """Samples too long for the scorer's context (among `empty_solutions`)."""
 
 
 @dataclass
@@ -108,6 +112,22 @@ class BestOfN:
         if self.correct is None:
             raise ValueError("accuracy needs the task (best_of_n(..., task=...))")
         return sum(self.correct) / max(len(self.correct), 1)
+
+
+def score_safely(scorer: Scorer, problems: Sequence[Problem], solutions: Sequence[str]) -> tuple[list[list[float]], int]:
+    """`scorer.score`, except that a solution too long for a reward model's context scores ``[]``
+    (so it aggregates to 0) instead of stopping the search; returns (scores, how many were too long)."""
+    try:
+        return scorer.score(problems, solutions), 0
+    except StepsTooLongError:
+        out, too_long = [], 0
+        for p, s in zip(problems, solutions):
+            try:
+                out.append(scorer.score([p], [s])[0])
+            except StepsTooLongError:
+                out.append([])
+                too_long += 1
+        return out, too_long
 
 
 def choose(answers: Sequence[str | None], scores: Sequence[float] | None, select: str) -> int:
@@ -168,7 +188,7 @@ def best_of_n(problems: Sequence[Problem], policy: Policy | Sampler, n: int, sco
         t = time.perf_counter()
         before = scorer.tokens_scored
         flat_problems = [p for p in problems for _ in range(n)]  # problem i's n samples, in order
-        step_scores = scorer.score(flat_problems, [s for c in candidates for s in c])
+        step_scores, account.too_long = score_safely(scorer, flat_problems, [s for c in candidates for s in c])
         account.scorer_tokens = scorer.tokens_scored - before
         account.score_s = time.perf_counter() - t
         flat_scores = []

@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from seqrl.core.search import aggregate_step_scores
-from seqrl.search.best_of_n import Sampler, Scorer, best_of_n, choose
+from seqrl.search.best_of_n import Sampler, Scorer, best_of_n, choose, score_safely
 from seqrl.types import Problem, Task
 
 
@@ -46,7 +46,7 @@ def bon_curves(problems: Sequence[Problem], make_sampler: Callable[[int], Sample
         for name, scorer in scorers.items():
             t = time.perf_counter()
             before = scorer.tokens_scored
-            flat = scorer.score([p for p in problems for _ in range(n_max)], [s for c in run.candidates for s in c])
+            flat, _ = score_safely(scorer, [p for p in problems for _ in range(n_max)], [s for c in run.candidates for s in c])
             cost[f"{name}_tokens"].append(scorer.tokens_scored - before)
             values = [aggregate_step_scores(s, aggregation) if s else 0.0 for s in flat]
             scored[name] = [values[i * n_max:(i + 1) * n_max] for i in range(len(problems))]
