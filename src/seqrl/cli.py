@@ -11,6 +11,8 @@
     seqrl sandbox run SOLUTION.py --tests TESTS.py | --io CASES.json --entry-point NAME | --stdio CASES.json
                       [--timeout S] [--case-timeout S] [--memory MB] [--tree-memory MB] [--json]
     seqrl data minari hopper medium [--steps N] [--seed S] [--out DIR] [--force]   # LEVEL all: every level
+    seqrl data prm-labels --policy CKPT --task arith --n 4 --rollouts 8 --out labels.jsonl
+    seqrl search bon --policy CKPT --scorer prm:CKPT,orm:CKPT --task arith --budget 1,4,16,64 --out DIR
     seqrl demo
 """
 
@@ -29,8 +31,8 @@ from pathlib import Path
 
 from seqrl.config import ConfigError, load_config, parse_overrides
 
-ALGOS = ("sft", "grpo", "dt", "bc", "odt")
-PLANNED = ("ppo", "rm", "prm", "star", "vla")
+ALGOS = ("sft", "grpo", "dt", "bc", "odt", "prm", "orm")
+PLANNED = ("ppo", "rm", "star", "vla")
 
 
 def configs_root() -> Traversable:
@@ -103,6 +105,10 @@ def _config_class(algo: str) -> type:
         from seqrl.algos.odt_config import ODTConfig
 
         return ODTConfig
+    if algo in ("prm", "orm"):
+        from seqrl.algos.prm import PRMConfig  # imports torch: its config lives beside its loop
+
+        return PRMConfig
     raise ConfigError(f"unknown algorithm {algo!r}; implemented: {', '.join(ALGOS)}")
 
 
@@ -110,7 +116,7 @@ def _trainer(algo: str):
     """The algorithm's `train` function (imports torch: only after the config was checked)."""
     from importlib import import_module
 
-    return import_module(f"seqrl.algos.{'dt' if algo == 'bc' else algo}").train
+    return import_module(f"seqrl.algos.{ {'bc': 'dt', 'orm': 'prm'}.get(algo, algo)}").train
 
 
 def producing_command(model_path: str) -> str | None:
@@ -222,7 +228,7 @@ def cmd_train(args: argparse.Namespace, overrides: list[str]) -> int:
         raise ConfigError(f"seqrl train {args.algo} is not implemented yet; implemented: {', '.join(ALGOS)}")
     if args.algo not in ALGOS:
         raise ConfigError(f"unknown algorithm {args.algo!r}; implemented: {', '.join(ALGOS)}")
-    config_path = resolve_config(args.config, args.algo)
+    config_path = resolve_config(args.config, "prm" if args.algo == "orm" else args.algo)  # one preset folder
     parse_overrides(overrides)  # syntax errors first
     if from_env := env_overrides(args.algo):
         print(f"seqrl: ${ENV_OVERRIDES} applies {' '.join(from_env)}", file=sys.stderr)
@@ -230,7 +236,11 @@ def cmd_train(args: argparse.Namespace, overrides: list[str]) -> int:
     cls = _config_class(args.algo)  # the whole config is built and checked before torch is imported (seconds)
     if args.resume:
         overrides = [*overrides, "--run.resume=true"]
+    if args.algo in ("prm", "orm"):  # one trainer, the kind named by the command
+        overrides = [*overrides, f"--kind={args.algo}"]
     cfg = load_config(cls, config_path, overrides, root=args.algo)
+    if args.algo == "orm" and cfg.run.name.startswith("prm") and not any(o.startswith("--run.name") for o in overrides):
+        cfg.run.name = "orm" + cfg.run.name[3:]  # a prm preset's run folder stays the PRM's
     if not args.print_config:
         check_model_path(cfg)
     if args.print_config:
@@ -609,6 +619,20 @@ def cmd_data(args: argparse.Namespace, overrides: list[str]) -> int:
     return 0
 
 
+def _prm_labels(argv: list[str]) -> int:
+    from seqrl.search.labels import cli_main
+
+    _quiet_hf()
+    return cli_main(argv)
+
+
+def _search_bon(argv: list[str]) -> int:
+    from seqrl.search.curves import cli_main
+
+    _quiet_hf()
+    return cli_main(argv)
+
+
 def format_value(value: object) -> str:
     """Counts in full with thousands separators (866,700, not 8.667e+05); other floats to 4 digits."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -762,6 +786,10 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:2] == ["eval", "dt"]:  # its own options and --help
         args, extra = argparse.Namespace(func=lambda a, rest: cmd_eval_dt(rest)), argv[2:]
+    elif argv[:2] == ["data", "prm-labels"]:  # its own options and --help
+        args, extra = argparse.Namespace(func=lambda a, rest: _prm_labels(rest)), argv[2:]
+    elif argv[:2] == ["search", "bon"]:
+        args, extra = argparse.Namespace(func=lambda a, rest: _search_bon(rest)), argv[2:]
     else:
         args, extra = build_parser().parse_known_args(argv)
     try:

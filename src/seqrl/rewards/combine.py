@@ -30,8 +30,8 @@ from seqrl.utils.imports import import_object, is_import_path
 
 RewardFn = Callable[[list[Problem], list[str]], list[RewardResult]]
 
-BUILTIN_REWARDS = ("task", "format", "math", "format_partial", "code")
-DEFAULT_TIMEOUT_S = {"task": 2.0, "format": 1.0, "math": 1.0, "format_partial": 1.0, "code": 2.0}
+BUILTIN_REWARDS = ("task", "format", "math", "format_partial", "code", "prm", "orm")
+DEFAULT_TIMEOUT_S = {"task": 2.0, "format": 1.0, "math": 1.0, "format_partial": 1.0, "code": 2.0, "prm": 60.0, "orm": 60.0}
 DEFAULT_BATCH_BUDGET_S = 300.0
 
 
@@ -42,8 +42,9 @@ class RewardSpec:
     name: str = "task"
     """task (the task's verifier), format (R1-style think/answer format), math (math-verify on the
     ``<answer>`` tag against problem.answer, strict), format_partial (+0.1 think pair, +0.1 boxed),
-    code (`CodeExecutionReward` with default weights: sandboxed tests from problem.metadata), or a
-    user's function by import path ``package.module:function`` (seqrl or TRL signature,
+    code (`CodeExecutionReward` with default weights: sandboxed tests from problem.metadata), prm or orm
+    (a `seqrl train prm|orm` checkpoint at `path`: aggregated step scores in [0, 1], in this process),
+    or a user's function by import path ``package.module:function`` (seqrl or TRL signature,
     `seqrl.rewards.user`; the working directory is on the import path)."""
     weight: float = 1.0
     """Weight in the total reward."""
@@ -54,7 +55,14 @@ class RewardSpec:
     kwargs: dict[str, Any] = field(default_factory=dict)
     """Keyword arguments passed to a user's function on every call."""
 
+    path: str | None = None
+    """prm/orm: the reward model's checkpoint folder."""
+    aggregation: str = "min"
+    """prm/orm: how step scores become one reward (min, last, prod, mean)."""
+
     def __post_init__(self) -> None:
+        if self.name in ("prm", "orm") and not self.path:
+            raise ValueError(f"reward {self.name!r} needs path: the checkpoint folder of `seqrl train {self.name}`")
         user = is_import_path(self.name)
         if self.name not in BUILTIN_REWARDS and not user:
             raise ValueError(f"reward name must be one of {BUILTIN_REWARDS} or an import path "
@@ -147,9 +155,14 @@ class BoundedReward:
 
 
 def build_reward(spec: RewardSpec, task: Task) -> RewardFn:
-    """The spec's reward function, bounded (see the module docstring) except a user's own."""
+    """The spec's reward function, bounded (see the module docstring) except a user's own and a
+    learned reward model (torch models, scored in this process)."""
     if is_import_path(spec.name):
         return spec.user_reward()
+    if spec.name in ("prm", "orm"):
+        from seqrl.rewards.learned import LearnedStepReward
+
+        return LearnedStepReward(spec.path, spec.aggregation)
     if spec.name == "code":
         from seqrl.rewards.code import CodeExecutionReward  # the sandbox only when asked for
 

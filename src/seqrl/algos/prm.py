@@ -1,0 +1,278 @@
+"""Training process (PRM) and outcome (ORM) reward models on step-labelled solutions.
+
+    seqrl train prm --config arith_tiny_prm [--data.path=labels.jsonl] [--resume]
+    seqrl train orm --config arith_tiny_prm
+
+Data: a stepwise file (TRL's ``{"prompt", "completions", "labels"}``, e.g. from
+``seqrl data prm-labels``) split into train/held-out rows by a seeded permutation, or, without a
+file, exactly labelled arithmetic solutions (`corrupted_arith_examples`) from the task's train and
+test splits. A PRM learns a label at the last token of every step, an ORM one label (the last
+step's) at the last step's end; the loss is the (soft-label) cross-entropy `step_label_loss`.
+A solution longer than the context loses the steps that do not fit (counted in
+``data/dropped_steps``; an ORM drops the whole solution) or, with ``data.overlong: error``, stops.
+
+The data order is a pure function of (seed, step), so a resumed run repeats an uninterrupted one.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Literal
+
+import torch
+
+from seqrl.algos.common import (
+    OptimConfig,
+    RunConfig,
+    TaskConfig,
+    batch_indices,
+    check_finite,
+    load_resume_checkpoint,
+    make_optimizer,
+    prepare_run_dir,
+    set_threads,
+)
+from seqrl.core.search import binary_auc, step_label_loss
+from seqrl.data.stepwise import StepExample, corrupted_arith_examples, read_stepwise
+from seqrl.models.lm import ModelConfig, num_parameters
+from seqrl.models.prm import ProcessRewardModel, pad_right
+from seqrl.utils.checkpoint import load_checkpoint, save_checkpoint
+from seqrl.utils.metrics import MetricsLogger, read_metrics
+from seqrl.utils.plots import plot_metrics
+from seqrl.utils.progress import progress_bar
+from seqrl.utils.seeding import seed_everything
+
+IGNORE = -1.0  # target of positions without a label
+
+
+@dataclass
+class PRMDataConfig:
+    """Where the step labels come from."""
+
+    path: str | None = None
+    """A stepwise file (.jsonl/.json/.parquet/.csv); None: exactly labelled arithmetic solutions
+    built from `task` (gold steps, one value moved in about two thirds of them)."""
+    test_fraction: float = 0.1
+    """Rows of `path` held out for evaluation (a seeded permutation of the rows)."""
+    overlong: Literal["drop", "error"] = "drop"
+    """A solution longer than the context: drop the steps that do not fit (counted), or stop."""
+
+    def __post_init__(self) -> None:
+        if not 0 < self.test_fraction < 1:
+            raise ValueError(f"data.test_fraction must be in (0, 1) (got {self.test_fraction})")
+        if self.overlong not in ("drop", "error"):
+            raise ValueError(f"data.overlong must be 'drop' or 'error' (got {self.overlong!r})")
+
+
+@dataclass
+class PRMConfig:
+    run: RunConfig = field(default_factory=lambda: RunConfig(name="prm"))
+    model: ModelConfig = field(default_factory=ModelConfig)
+    """The backbone: a preset (fresh weights) or a causal-LM folder such as an SFT checkpoint."""
+    task: TaskConfig = field(default_factory=TaskConfig)
+    """Problems for the built-in arithmetic labels (used when data.path is None)."""
+    data: PRMDataConfig = field(default_factory=PRMDataConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    kind: Literal["prm", "orm"] = "prm"
+    """prm: a label at every step; orm: one label at the last step. `seqrl train orm` sets it."""
+    head: Literal["2class", "scalar"] = "2class"
+    """2class: softmax over (wrong, right); scalar: one logit through a sigmoid."""
+    steps: int = 300
+    """Optimizer steps."""
+    batch_size: int = 32
+    """Solutions per optimizer step."""
+    eval_every: int = 0
+    """Steps between held-out evaluations (0: only after the last step)."""
+    eval_batch_size: int = 64
+    """Solutions per forward pass in evaluation."""
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("prm", "orm"):
+            raise ValueError(f"kind must be 'prm' or 'orm' (got {self.kind!r})")
+        if self.head not in ("2class", "scalar"):
+            raise ValueError(f"head must be '2class' or 'scalar' (got {self.head!r})")
+        for name in ("steps", "batch_size", "eval_batch_size"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1 (got {getattr(self, name)})")
+        if self.eval_every < 0:
+            raise ValueError(f"eval_every must be >= 0 (got {self.eval_every})")
+
+
+@dataclass
+class Example:
+    """One solution laid out for training: token ids, label positions and their targets."""
+
+    ids: list[int]
+    ends: list[int]
+    labels: list[float]
+
+
+def encode_examples(prm: ProcessRewardModel, rows: list[StepExample], overlong: str = "drop",
+                    where: str = "data") -> tuple[list[Example], int]:
+    """Lay out `rows` for `prm`'s kind; returns (examples, steps dropped for the context).
+
+    PRM: a label at each step end; ORM: the last step's label at the last step end. Steps past the
+    context are dropped and counted (an ORM drops the whole solution: its label sits at the end), or
+    raise `StepsTooLongError`-style ValueErrors naming the row with overlong="error".
+    """
+    out, dropped = [], 0
+    limit = prm.max_seq_len
+    prompts: dict[str, list[int]] = {}
+    for i, row in enumerate(rows):
+        if row.prompt not in prompts:
+            prompts[row.prompt] = prm.prompt_ids(row.prompt)
+        enc = prm.encode(row.prompt, row.completions, prompts[row.prompt])
+        fit = sum(e < limit for e in enc.ends)
+        if fit < len(enc.ends):
+            if overlong == "error":
+                raise ValueError(f"{where} row {i + 1}: {len(enc.ids)} tokens with its {len(enc.ends)} steps, more than "
+                                 f"the model's context of {limit} (model.max_seq_len; or data.overlong: drop)")
+            keep = 0 if prm.kind == "orm" else fit
+            dropped += len(enc.ends) - keep
+            if keep == 0:
+                continue
+            enc.ids, enc.ends = enc.ids[: enc.ends[keep - 1] + 1], enc.ends[:keep]
+        labels = list(row.labels[: len(enc.ends)])
+        if prm.kind == "orm":
+            enc.ends, labels = enc.ends[-1:], labels[-1:]
+        out.append(Example(enc.ids, enc.ends, labels))
+    return out, dropped
+
+
+def collate(examples: list[Example], pad_id: int) -> dict[str, torch.Tensor]:
+    """Right-padded ids and mask, and (B, L) targets: the label at each labelled position, `IGNORE` elsewhere."""
+    ids, mask = pad_right([e.ids for e in examples], pad_id)  # (B, L)
+    targets = torch.full(ids.shape, IGNORE, dtype=torch.float32)  # (B, L)
+    for i, e in enumerate(examples):
+        targets[i, e.ends] = torch.tensor(e.labels, dtype=torch.float32)
+    return {"input_ids": ids, "attention_mask": mask, "targets": targets}
+
+
+def batch_loss(prm: ProcessRewardModel, batch: dict[str, torch.Tensor], bf16: bool = False
+               ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(loss, scores at labelled positions (N,), their targets (N,)) of one collated batch."""
+    dev = batch["input_ids"].device
+    with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=bf16):
+        logits = prm.logits(batch["input_ids"], batch["attention_mask"])  # (B, L, C)
+    labelled = batch["targets"] >= 0  # (B, L)
+    picked, y = logits[labelled], batch["targets"][labelled]  # (N, C), (N,)
+    return step_label_loss(picked, y, prm.head), prm.probs(picked.detach()), y
+
+
+@torch.no_grad()
+def evaluate_examples(prm: ProcessRewardModel, examples: list[Example], batch_size: int) -> dict[str, float]:
+    """Held-out loss, step accuracy (score ≥ ½ vs label ≥ ½) and AUC of the scores against the labels."""
+    was_training = prm.model.training
+    prm.model.eval()
+    dev = next(prm.model.parameters()).device
+    pad = prm.tokenizer.pad_token_id or 0
+    scores, labels, loss_sum = [], [], 0.0
+    for start in range(0, len(examples), batch_size):
+        batch = {k: v.to(dev) for k, v in collate(examples[start:start + batch_size], pad).items()}
+        loss, p, y = batch_loss(prm, batch)
+        loss_sum += float(loss) * len(y)
+        scores += p.cpu().tolist()
+        labels += (y >= 0.5).cpu().tolist()
+    if was_training:
+        prm.model.train()
+    n = max(len(scores), 1)
+    return {"eval/loss": loss_sum / n, "eval/step_accuracy": sum((s >= 0.5) == l for s, l in zip(scores, labels)) / n,
+            "eval/auc": binary_auc(scores, labels), "eval/label_balance": sum(labels) / n}
+
+
+def load_rows(cfg: PRMConfig) -> tuple[list[StepExample], list[StepExample], str]:
+    """(train rows, held-out rows, where they came from)."""
+    if cfg.data.path is not None:
+        rows = read_stepwise(cfg.data.path)
+        if len(rows) < 2:
+            raise ValueError(f"data.path {cfg.data.path}: {len(rows)} row(s); need at least 2 for a held-out split")
+        order = torch.randperm(len(rows), generator=torch.Generator().manual_seed(cfg.task.seed)).tolist()
+        n_test = max(1, round(cfg.data.test_fraction * len(rows)))
+        return [rows[i] for i in order[n_test:]], [rows[i] for i in order[:n_test]], cfg.data.path
+    task = cfg.task.build()
+    train = task.problems("train", cfg.task.n_train, cfg.task.seed)
+    test = task.problems("test", cfg.task.n_test, cfg.task.seed)
+    if not all(p.steps for p in train[:10]):
+        raise ValueError(f"task {cfg.task.name!r} has no worked steps; give data.path (a stepwise file)")
+    return (corrupted_arith_examples(train, seed=cfg.task.seed),
+            corrupted_arith_examples(test, seed=cfg.task.seed + 1), f"task {cfg.task.name}")
+
+
+def train(cfg: PRMConfig) -> dict[str, float]:
+    """Train a PRM or ORM; returns the final metrics (held-out AUC and step accuracy among them)."""
+    device = cfg.run.torch_device
+    set_threads(cfg.run.threads)
+    seed_everything(cfg.run.seed)
+    resume_from = prepare_run_dir(cfg.run, cfg)
+    run_dir = cfg.run.dir
+    placement = cfg.run.announce()
+
+    train_rows, test_rows, source = load_rows(cfg)
+    prm = ProcessRewardModel.build(cfg.model, cfg.kind, cfg.head, device)
+    model, tok = prm.model, prm.tokenizer
+    examples, dropped = encode_examples(prm, train_rows, cfg.data.overlong, f"{source} (train)")
+    test_examples, test_dropped = encode_examples(prm, test_rows, cfg.data.overlong, f"{source} (held-out)")
+    if not examples or not test_examples:
+        raise ValueError(f"{source}: no solution fits the context of {prm.max_seq_len} tokens (model.max_seq_len)")
+    optimizer, scheduler = make_optimizer(model, cfg.optim, cfg.steps)
+
+    start = 0
+    if resume_from is not None:
+        resume_from, state = load_resume_checkpoint(run_dir, lambda p: load_checkpoint(p, model, optimizer, scheduler))
+        start = state["step"]
+        print(f"resumed from {resume_from} at step {start}")
+    logger = MetricsLogger(run_dir / "metrics.jsonl", resume_step=start if resume_from else None)
+    if start == 0:
+        labels = [y for e in examples for y in e.labels]
+        logger.log(0, {"model/parameters": num_parameters(model), "data/train_examples": len(examples),
+                       "data/test_examples": len(test_examples), "data/train_steps": len(labels),
+                       "data/dropped_steps": dropped + test_dropped,
+                       "data/label_balance": sum(y >= 0.5 for y in labels) / len(labels), **placement})
+
+    name = cfg.kind
+    final: dict[str, float] = {}
+    model.train()
+    with progress_bar(cfg.steps, f"{name} {cfg.run.name}", disable=not cfg.run.progress) as bar:
+        bar.advance(start)
+        try:
+            for step in range(start, cfg.steps):
+                t0 = time.perf_counter()
+                idx = batch_indices(step, cfg.batch_size, len(examples), cfg.run.seed)
+                batch = {k: v.to(device) for k, v in collate([examples[i] for i in idx], tok.pad_token_id or 0).items()}
+                loss, p, y = batch_loss(prm, batch, cfg.run.use_bf16)
+                loss.backward()
+                loss = loss.detach()
+                grad_norm = torch.nn.utils.clip_grad_norm_(
+                    model.parameters(), cfg.optim.grad_clip if cfg.optim.grad_clip > 0 else float("inf"))
+                check_finite(step + 1, cfg.run.on_nonfinite, loss=float(loss), grad_norm=grad_norm)
+                lr = scheduler.get_last_lr()[0]
+                optimizer.step()
+                scheduler.step()
+                optimizer.zero_grad(set_to_none=True)
+                done = step + 1
+                metrics: dict[str, float] = {}
+                if done % cfg.run.log_every == 0 or done == cfg.steps:
+                    step_s = time.perf_counter() - t0
+                    metrics = {f"loss/{name}": float(loss), "stats/step_accuracy": float(((p >= 0.5) == (y >= 0.5)).float().mean()),
+                               "stats/label_balance": float((y >= 0.5).float().mean()), "stats/grad_norm": float(grad_norm),
+                               "stats/lr": lr, "perf/step_s": step_s,
+                               "perf/tokens_per_s": float(batch["attention_mask"].sum()) / step_s}
+                if (cfg.eval_every and done % cfg.eval_every == 0) or done == cfg.steps:
+                    metrics.update(evaluate_examples(prm, test_examples, cfg.eval_batch_size))
+                if metrics:
+                    logger.log(done, metrics)
+                    final.update(metrics)
+                if (cfg.run.save_every and done % cfg.run.save_every == 0) or done == cfg.steps:
+                    save_checkpoint(run_dir, done, model, tok, optimizer, scheduler,
+                                    state={"prm": {"kind": cfg.kind, "head": cfg.head, "source": source}},
+                                    keep_last=cfg.run.keep_last)
+                bar.advance(1, loss=float(loss), **({"auc": final["eval/auc"]} if "eval/auc" in final else {}))
+        except KeyboardInterrupt:
+            print(f"\ninterrupted; checkpoints in {run_dir} are intact (resume with --resume)")
+            raise
+        finally:
+            logger.close()
+    plot_metrics(read_metrics(run_dir / "metrics.jsonl"), [f"loss/{name}", "stats/step_accuracy", "eval/auc", "eval/loss"],
+                 run_dir / "plots" / f"{name}.png", title=f"{name.upper()} {cfg.run.name}")
+    return final

@@ -1,0 +1,135 @@
+"""Math-Shepherd labels: exact hard/soft values, resume without recomputation, the rollout-engine path, the CLI."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from seqrl.data import ArithmeticTask
+from seqrl.data.stepwise import read_stepwise
+from seqrl.search.labels import LabelConfig, label_problems
+from seqrl.search.simulated import NoisyArithmeticPolicy
+
+
+class Scripted:
+    """Solutions are the gold ones; from a prefix of t steps, (4 − 2t + 1) of 4 continuations are right
+    for t = 1, 2 (3 then 1), the others wrong. Records every question it is asked about."""
+
+    def __init__(self):
+        self.questions = []
+
+    def continue_texts(self, questions, prefixes, n, seed):
+        task = ArithmeticTask(digits=2)
+        self.questions += questions
+        out = []
+        for q, pre in zip(questions, prefixes):
+            gold = NoisyArithmeticPolicy()._problem(q)
+            if not pre:
+                out.append([gold.target] * n)
+                continue
+            t = pre.count("\n\n")  # a prefix of t think steps ends with t separators
+            tail = gold.target[len(pre):]
+            right = 4 - 2 * t + 1 if t <= 2 else n
+            out.append([tail if i < right else tail.replace(f">{gold.answer}<", ">-1<") for i in range(n)])
+            assert task.verify(gold, pre + out[-1][0]).correct
+        return out, 3 * n * len(questions)
+
+
+def test_hard_and_soft_labels_exact(tmp_path):
+    task = ArithmeticTask(digits=2)
+    problems = [p for p in task.problems("train", 20, seed=0) if len(p.steps) == 2][:2]
+    stats = label_problems(Scripted(), task, problems, LabelConfig(n=1, rollouts=4), tmp_path / "l.jsonl", progress=False)
+    rows = [json.loads(x) for x in (tmp_path / "l.jsonl").read_text().splitlines()]
+    assert len(rows) == 2
+    for row in rows:
+        assert row["soft"] == [0.75, 0.25, 1.0] and row["hard"] == [True, True, True]  # answer step: its outcome
+        assert row["labels"] == row["soft"] and row["truth"] == [True, True, True]
+    assert stats.label_acc_hard == 1.0 and stats.label_acc_soft == pytest.approx(4 / 6)  # 0.25 < ½ misses
+    assert read_stepwise(tmp_path / "l.jsonl")[0].labels == (0.75, 0.25, 1.0)  # a valid stepwise file
+
+
+def test_resume_skips_finished_problems_and_matches_an_uninterrupted_run(tmp_path):
+    task = ArithmeticTask(digits=2)
+    problems = task.problems("train", 5, seed=0)
+    cfg = LabelConfig(n=2, rollouts=3, problems_per_round=1)
+    label_problems(NoisyArithmeticPolicy(), task, problems, cfg, tmp_path / "full.jsonl", progress=False)
+    label_problems(NoisyArithmeticPolicy(), task, problems[:3], cfg, tmp_path / "part.jsonl", progress=False)  # "interrupted"
+
+    class Counting(NoisyArithmeticPolicy):
+        asked: list = []
+
+        def continue_texts(self, questions, prefixes, n, seed):
+            self.asked.extend(questions)
+            return super().continue_texts(questions, prefixes, n, seed)
+
+    again = Counting()
+    stats = label_problems(again, task, problems, cfg, tmp_path / "part.jsonl", progress=False)
+    assert set(again.asked) == {problems[3].prompt, problems[4].prompt}  # 0–2 not recomputed
+    assert stats.problems_skipped == 3 and stats.problems_done == 2
+    assert (tmp_path / "part.jsonl").read_text() == (tmp_path / "full.jsonl").read_text()
+    meta = json.loads((tmp_path / "part.jsonl.meta.json").read_text())
+    assert meta["done"] == [0, 1, 2, 3, 4] and meta["generated_tokens"] > 0
+
+
+def test_resume_refuses_another_problem_set(tmp_path):
+    task = ArithmeticTask(digits=2)
+    cfg = LabelConfig(n=1, rollouts=1)
+    label_problems(NoisyArithmeticPolicy(), task, task.problems("train", 2, seed=0), cfg, tmp_path / "l.jsonl", progress=False)
+    with pytest.raises(ValueError, match="does not match this task/split/seed"):
+        label_problems(NoisyArithmeticPolicy(), task, task.problems("train", 2, seed=1), cfg, tmp_path / "l.jsonl", progress=False)
+
+
+def test_label_accuracy_grows_with_rollouts(tmp_path):
+    task = ArithmeticTask(digits=3)
+    problems = task.problems("train", 60, seed=0)
+    acc = {}
+    for k in (1, 8):
+        s = label_problems(NoisyArithmeticPolicy(0.2, 0.05), task, problems, LabelConfig(n=2, rollouts=k),
+                           tmp_path / f"k{k}.jsonl", progress=False)
+        acc[k] = s.label_acc_hard
+    assert acc[8] > acc[1] + 0.03  # one rollout misses prefixes that can still succeed
+
+
+def test_rollout_engine_path_and_cli(tmp_path, tiny_policy, capsys):
+    from seqrl.cli import main
+
+    tiny_policy.save(tmp_path / "policy")
+    rc = main(["data", "prm-labels", "--policy", str(tmp_path / "policy"), "--task", "arith", "--problems", "2",
+               "--n", "2", "--rollouts", "2", "--max-new-tokens", "12", "--out", str(tmp_path / "l.jsonl")])
+    assert rc == 0
+    line = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert line["problems_done"] == 2 and line["generated_tokens"] > 0
+    meta = json.loads((tmp_path / "l.jsonl.meta.json").read_text())
+    assert meta["done"] == [0, 1]
+
+
+def test_search_bon_cli_writes_json_table_and_plot(tmp_path, capsys):
+    from seqrl.cli import main
+
+    rc = main(["search", "bon", "--policy", "simulated:0.3", "--scorer", "oracle", "--task", "arith",
+               "--problems", "10", "--budget", "1,4", "--seeds", "0,1", "--out", str(tmp_path / "bon")])
+    assert rc == 0 and "| majority |" in capsys.readouterr().out
+    res = json.loads((tmp_path / "bon" / "bon.json").read_text())
+    assert res["budgets"] == [1, 4] and len(res["accuracy_per_seed"]["first"]) == 2
+    assert (tmp_path / "bon" / "bon.png").is_file()
+    assert main(["search", "bon", "--policy", "simulated", "--scorer", "what", "--out", str(tmp_path / "x")]) == 2
+
+
+def test_simulated_policy_errors():
+    task = ArithmeticTask(digits=3)
+    problems = task.problems("test", 20, seed=0)
+    clean, _ = NoisyArithmeticPolicy(step_error=0.0, answer_error=0.0).sample(problems, 2)
+    assert all(t == p.target for p, ts in zip(problems, clean) for t in ts)
+    slips, tokens = NoisyArithmeticPolicy(step_error=1.0, error="carry").sample(problems, 1, seed=3)
+    assert tokens == sum(len(t[0]) for t in slips)
+    from seqrl.data.stepwise import arith_step_truth, split_steps
+
+    for p, (text,) in zip(problems, slips):
+        steps = split_steps(text)
+        assert not any(arith_step_truth(p, steps))  # every column slipped, and so did the answer
+        for step in steps[:-1]:  # … yet each column's sum is right for its own terms
+            lhs, _, value = step.rpartition("=")
+            assert sum(int(x) for x in lhs.split("+")) == int(value)
+    with pytest.raises(ValueError, match="must be 'value' or 'carry'"):
+        NoisyArithmeticPolicy(error="typo")
