@@ -98,6 +98,49 @@ def producing_command(model_path: str) -> str | None:
     return None
 
 
+def check_model_path(cfg) -> None:
+    """A local model.path that does not exist is an error naming the command that creates it."""
+    model_path = getattr(getattr(cfg, "model", None), "path", None)
+    looks_local = bool(model_path) and (model_path.startswith((".", "/", "~")) or model_path.count("/") > 1)
+    if looks_local and not Path(model_path).exists():  # not a hub id
+        producer = producing_command(model_path)
+        raise ConfigError(f"model.path {model_path!r}: not found" + (
+            f"; `{producer}` creates it (run it first, from this folder)" if producer else ""))
+
+
+def cmd_prompt(args: argparse.Namespace, overrides: list[str]) -> int:
+    """``seqrl prompt show --config X [--n 3]``: the exact text (and token count) the model receives."""
+    if args.n < 1:
+        raise ConfigError(f"--n must be >= 1 (got {args.n})")
+    algo = args.algo
+    if algo is None:
+        path = Path(args.config)
+        algo = path.parent.name if not path.is_file() and path.parent.name in ("sft", "grpo") else None
+        if algo is None:
+            matches = [p.split("/")[0] for p in list_presets() if p.split("/")[-1] == path.name and p.split("/")[0] in ("sft", "grpo")]
+            algo = matches[0] if matches else "grpo"
+    if algo not in ("sft", "grpo"):
+        raise ConfigError(f"--algo {algo!r}: prompts are rendered by sft and grpo")
+    config_path = resolve_config(args.config, algo)
+    parse_overrides(overrides)
+    cls, _ = _config_class(algo)
+    cfg = load_config(cls, config_path, overrides, root=algo)
+    from seqrl.models.lm import load_tokenizer
+    from seqrl.prompts import check_template, render_prompt
+
+    check_model_path(cfg)
+    task = cfg.task.build()
+    problems = task.problems(args.split, args.n if cfg.task.n_train == -1 else min(args.n, cfg.task.n_train), cfg.task.seed)[: args.n]
+    check_template(cfg.prompt, problems)
+    tokenizer = load_tokenizer(cfg.model)
+    for i, problem in enumerate(problems, start=1):
+        text = render_prompt(tokenizer, problem, cfg.prompt)
+        ids = tokenizer.encode(text, add_special_tokens=not tokenizer.chat_template)
+        print(f"--- prompt {i}/{len(problems)}: {problem.uid or task.name} ({len(ids)} tokens) ---")
+        print(text)
+    return 0
+
+
 def cmd_train(args: argparse.Namespace, overrides: list[str]) -> int:
     if args.algo in PLANNED:
         raise ConfigError(f"seqrl train {args.algo} is not implemented yet; implemented: {', '.join(ALGOS)}")
@@ -111,12 +154,8 @@ def cmd_train(args: argparse.Namespace, overrides: list[str]) -> int:
     if args.algo in ("prm", "orm"):  # one trainer, the kind named by the command
         overrides = [*overrides, f"--kind={args.algo}"]
     cfg = load_config(cls, config_path, overrides, root=args.algo)
-    model_path = getattr(getattr(cfg, "model", None), "path", None)
-    looks_local = bool(model_path) and (model_path.startswith((".", "/", "~")) or model_path.count("/") > 1)
-    if looks_local and not args.print_config and not Path(model_path).exists():  # not a hub id
-        producer = producing_command(model_path)
-        raise ConfigError(f"model.path {model_path!r}: not found" + (
-            f"; `{producer}` creates it (run it first, from this folder)" if producer else ""))
+    if not args.print_config:
+        check_model_path(cfg)
     if args.print_config:
         import yaml
 
@@ -143,11 +182,13 @@ def cmd_eval(args: argparse.Namespace, overrides: list[str]) -> int:
         raise ConfigError(f"--task-kwargs {args.task_kwargs!r}: not valid JSON: {e}") from e
     if not isinstance(task_kwargs, dict):
         raise ConfigError(f"--task-kwargs {args.task_kwargs!r}: expected a JSON object, e.g. '{{\"digits\": 3}}'")
+    prompt, stop = eval_prompt(args)
     import torch
 
     from seqrl.data import get_task
     from seqrl.evaluation import evaluate, parse_metrics
     from seqrl.models.lm import ModelConfig, load_policy
+    from seqrl.prompts import check_template
 
     _quiet_hf()
     torch.set_num_threads(args.threads)
@@ -165,14 +206,48 @@ def cmd_eval(args: argparse.Namespace, overrides: list[str]) -> int:
                           f"{str(e).splitlines()[0] if str(e) else ''}") from e
     out = eval_output(args.out, args.checkpoint, f"{args.task}-{args.split}-{args.metrics}")
     problems = task.problems(args.split, args.n, args.seed)
+    check_template(prompt, problems)
+    policy.prompt = prompt
     result = evaluate(policy, task, problems, greedy=greedy, pass_k=pass_k, maj_k=maj_k,
                       n_samples=args.samples, temperature=args.temperature,
-                      max_new_tokens=args.max_new_tokens, seed=args.seed)
+                      max_new_tokens=args.max_new_tokens, seed=args.seed, stop=stop)
     _print_table(f"{args.checkpoint} on {args.task}/{args.split} ({len(problems)} problems)", result.metrics)
     out = _write_new(out, {"checkpoint": args.checkpoint, "task": args.task, "split": args.split,
                            "metrics": result.metrics, "records": result.records})
     print(f"wrote {out}")
     return 0
+
+
+def eval_prompt(args: argparse.Namespace):
+    """The prompt rendering and stop strings of `seqrl eval`: those of the run that wrote the
+    checkpoint (its folder's config.yaml: ``prompt``, ``sampling.stop``), each replaced by a flag given."""
+    import yaml
+
+    from seqrl.prompts import PromptConfig
+
+    prompt, stop = {}, []
+    run_config = Path(args.checkpoint).parent / "config.yaml"
+    if run_config.is_file():
+        try:
+            saved = yaml.safe_load(run_config.read_text(encoding="utf-8")) or {}
+        except (OSError, yaml.YAMLError, UnicodeDecodeError):
+            saved = {}
+        if isinstance(saved, dict):
+            prompt = dict(saved.get("prompt") or {})
+            stop = list((saved.get("sampling") or {}).get("stop") or (saved.get("eval") or {}).get("stop") or [])
+    if args.system is not None:
+        prompt["system"] = args.system or None
+    if args.template is not None:
+        prompt["template"] = args.template or None
+    if args.stop is not None:
+        stop = [x for x in args.stop if x]
+    try:
+        cfg = PromptConfig(**{k: prompt.get(k) for k in ("system", "template")})
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    if any(not isinstance(x, str) or not x for x in stop):
+        raise ConfigError(f"stop strings must be non-empty text (got {stop!r})")
+    return cfg, stop
 
 
 def _check_threads(threads: int) -> None:
@@ -479,9 +554,23 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--max-new-tokens", type=int, default=64)
     ev.add_argument("--seed", type=int, default=0)
     ev.add_argument("--threads", type=int, default=1)
+    ev.add_argument("--system", help="system prompt: text or a preset (r1); '' for none "
+                    "(default: the run's prompt.system from its config.yaml)")
+    ev.add_argument("--template", help="user turn format string over {question} and the row's columns "
+                    "(default: the run's prompt.template)")
+    ev.add_argument("--stop", action="append", help="a stop string (repeatable; default: the run's sampling.stop)")
     ev.add_argument("--out", help="JSON output: a new file, or a folder (default: <run folder>/evals/, "
                     "one new file per evaluation, never overwritten)")
     ev.set_defaults(func=cmd_eval)
+
+    pr = sub.add_parser("prompt", help="show the exact text the model receives (system prompt, template, chat "
+                                       "template); extra --key.sub=value arguments override the config")
+    pr.add_argument("action", choices=("show",))
+    pr.add_argument("--config", required=True, help="a YAML file or preset name (seqrl configs ls)")
+    pr.add_argument("--algo", choices=("sft", "grpo"), help="the config's trainer (default: the preset's folder, else grpo)")
+    pr.add_argument("--n", type=int, default=3, help="prompts to show")
+    pr.add_argument("--split", default="train", choices=("train", "test"))
+    pr.set_defaults(func=cmd_prompt)
 
     cfg = sub.add_parser("configs", help="list or show config presets")
     cfg.add_argument("action", choices=("ls", "show"))

@@ -319,7 +319,9 @@ def parse_overrides(args: list[str]) -> dict[str, Any]:
 
     Each override is ``--KEY=VALUE``, ``KEY=VALUE`` or ``--KEY VALUE`` (two items); KEY is dotted,
     VALUE is read as YAML (``3e-4`` → float, ``true`` → bool, ``[1, 2]`` → list, ``null`` → None;
-    quote to force a string: ``--name='"123"'``). Later overrides win.
+    quote to force a string: ``--name='"123"'``; a value starting with ``{`` that is not YAML, or
+    names only keys, is the text itself: a format string like ``{question} in {unit}``). Later
+    overrides win.
 
     >>> parse_overrides(["--optim.lr=3e-4", "--train.bf16", "true"])
     {'optim': {'lr': 0.0003}, 'train': {'bf16': True}}
@@ -344,7 +346,11 @@ def parse_overrides(args: list[str]) -> dict[str, Any]:
         try:
             value = _yaml_load(text)
         except yaml.YAMLError as e:
-            raise ConfigError(f"override {arg!r}: cannot parse value {text!r} as YAML: {e}") from e
+            if not text.lstrip().startswith("{"):
+                raise ConfigError(f"override {arg!r}: cannot parse value {text!r} as YAML: {e}") from e
+            value = text  # a format string such as "{question} in {unit}"
+        if isinstance(value, dict) and value and all(v is None for v in value.values()) and text.lstrip().startswith("{"):
+            value = text  # "{question}": a format string, not a mapping of empty keys
         node = out
         for depth, part in enumerate(parts[:-1]):
             child = node.setdefault(part, {})

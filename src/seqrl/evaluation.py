@@ -66,19 +66,21 @@ def evaluate(
     max_new_tokens: int = 64,
     batch_size: int = 256,
     seed: int = 0,
+    stop: tuple[str, ...] | list[str] = (),
 ) -> EvalResult:
-    """Evaluate `policy` on `problems` (metrics namespaced ``eval/…``)."""
+    """Evaluate `policy` on `problems` (metrics namespaced ``eval/…``); prompts rendered by the
+    policy (`Policy.prompt`); `stop`: stop strings of every generation."""
     if not problems:
         raise ValueError("evaluate() needs at least one problem")
     want = max([*pass_k, *maj_k], default=0)
     n = max(n_samples, want)
     metrics: dict[str, float] = {}
     records = [{"prompt": p.prompt, "answer": p.answer} for p in problems]
-    prompts = policy.encode_prompts([p.prompt for p in problems])
+    prompts = policy.encode_prompts(problems)
 
     if greedy:
         correct = lengths = truncated = 0
-        params = SamplingParams(temperature=0.0, max_new_tokens=max_new_tokens)
+        params = SamplingParams(temperature=0.0, max_new_tokens=max_new_tokens, stop=tuple(stop))
         for start, chunk in zip(range(0, len(prompts), batch_size), _batched(prompts, batch_size)):
             ro = generate(policy, chunk, 1, params)
             for j, text in enumerate(ro.texts):
@@ -93,7 +95,8 @@ def evaluate(
         metrics["eval/truncated"] = truncated / len(problems)
 
     if n > 0:
-        params = SamplingParams(temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens, seed=seed)
+        params = SamplingParams(temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens, stop=tuple(stop),
+                                seed=seed)
         per_call = max(1, batch_size // n)
         pass_sum = {k: 0.0 for k in pass_k}
         maj_sum = {k: 0.0 for k in maj_k}
@@ -131,10 +134,18 @@ class EvalConfig:
     (the held-out mean sampled reward); 0: greedy only."""
     temperature: float = 1.0
     """Temperature of those samples."""
+    stop: list[str] = field(default_factory=list)
+    """Stop strings (e.g. ["</answer>"]); empty: the trainer's sampling.stop where it has one."""
+
+    def __post_init__(self) -> None:
+        if any(not isinstance(x, str) or not x for x in self.stop):
+            raise ValueError(f"eval.stop must be a list of non-empty strings (got {self.stop!r})")
 
 
-def run_evaluation(policy: Policy, task, problems: list[Problem], cfg: EvalConfig, seed: int) -> dict[str, float]:
-    """Held-out greedy accuracy, plus the mean sampled accuracy (pass@1) when cfg.samples > 0."""
+def run_evaluation(policy: Policy, task, problems: list[Problem], cfg: EvalConfig, seed: int,
+                   stop: list[str] | tuple[str, ...] = ()) -> dict[str, float]:
+    """Held-out greedy accuracy, plus the mean sampled accuracy (pass@1) when cfg.samples > 0.
+    stop: the trainer's sampling stop strings, used when cfg.stop is empty."""
     return evaluate(policy, task, problems, pass_k=[1] if cfg.samples else [], n_samples=cfg.samples,
                     temperature=cfg.temperature, max_new_tokens=cfg.max_new_tokens, batch_size=cfg.batch_size,
-                    seed=seed).metrics
+                    seed=seed, stop=list(cfg.stop) or list(stop)).metrics

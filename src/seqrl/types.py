@@ -51,6 +51,8 @@ class Problem:
     steps:    a worked solution as a list of reasoning steps (empty if the task has none).
     metadata: task-specific facts (operands, numbers, source row ...).
     uid:      a stable identifier, unique within a task and split.
+    messages: a conversational prompt (``{"role", "content"}`` dicts) that goes to the chat template
+              as it is; empty for a text prompt. `prompt` then holds the last user turn.
     """
 
     prompt: str
@@ -58,6 +60,7 @@ class Problem:
     steps: tuple[str, ...] = ()
     metadata: dict = field(default_factory=dict, hash=False, compare=False)
     uid: str = ""
+    messages: tuple[dict, ...] = field(default=(), hash=False, compare=False)
 
     @property
     def target(self) -> str:

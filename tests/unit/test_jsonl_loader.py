@@ -57,7 +57,8 @@ def test_plain_and_numeric_answers(tmp_path):
         ('{"question": "q", "answer": ', "data.jsonl line 3: invalid JSON"),
         ({"question": "q"}, "data.jsonl line 3: missing field 'answer'"),
         ({"answer": "1"}, "data.jsonl line 3: missing field 'question'"),
-        ({"question": ["q"], "answer": "1"}, "line 3: field 'question' must be str (got list)"),
+        ({"question": ["q"], "answer": "1"}, "line 3: field 'question' item 0 must be {'role': str, 'content': str}"),
+        ({"question": {"q": 1}, "answer": "1"}, "line 3: field 'question' must be str or list (got dict)"),
         (
             {"question": "q", "answer": None},
             "data.jsonl line 3: field 'answer' must be str or int or float (got NoneType)",

@@ -60,7 +60,9 @@ from seqrl.core.shaping import soft_overlong_penalty
 from seqrl.evaluation import EvalConfig, run_evaluation
 from seqrl.models.lm import ModelConfig, Policy, load_policy, num_parameters
 from seqrl.models.lora import LoRAConfig, adapter_disabled, apply_lora, is_lora
-from seqrl.rewards.combine import RewardSpec, build_reward, score_completions
+from seqrl.prompts import PromptConfig, check_template
+from seqrl.rewards.combine import RewardFn, RewardSpec, build_reward, score_completions
+from seqrl.rewards.user import UserReward
 from seqrl.rollout import SamplingParams, generate, sequence_logprobs
 from seqrl.types import Problem, Task
 from seqrl.utils import dist
@@ -83,15 +85,19 @@ class SamplingConfig:
     """Top-k truncation (0: none)."""
     max_new_tokens: int = 64
     """Completion cap (L_max of DAPO's overlong shaping)."""
+    stop: list[str] = field(default_factory=list)
+    """Stop strings (e.g. ["</answer>"]): a completion ends after the token that completes one, so a
+    model that rambles after its answer costs no decode steps. Also used by the evaluation."""
+
+    def __post_init__(self) -> None:
+        if any(not isinstance(x, str) or not x for x in self.stop):
+            raise ValueError(f"sampling.stop must be a list of non-empty strings (got {self.stop!r})")
 
 
 VERIFIER_REWARDS = ("task", "math", "code")
 """Rewards that say whether the answer is right (DAPO's dynamic sampling filters on these)."""
-
-
-def _fn_key(name: str) -> str:
-    """Metric key of a reward spec: the task's verifier logs as ``accuracy``."""
-    return "accuracy" if name == "task" else name
+VERIFIER_KEYS = ("accuracy", "math", "code")
+"""Their metric names (`RewardSpec.key`)."""
 
 
 @dataclass
@@ -166,6 +172,7 @@ class GRPOConfig:
     optim: OptimConfig = field(default_factory=lambda: OptimConfig(lr=1e-4, warmup_steps=0, schedule="constant"))
     eval: EvalConfig = field(default_factory=EvalConfig)
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
+    prompt: PromptConfig = field(default_factory=PromptConfig)
     loss: LossConfig = field(default_factory=LossConfig)
     dapo: DAPOConfig = field(default_factory=DAPOConfig)
     rewards: list[RewardSpec] = field(default_factory=lambda: [RewardSpec("task", 1.0)])
@@ -209,6 +216,10 @@ class GRPOConfig:
                 raise ValueError(f"{name} must be >= 1 (got {getattr(self, name)})")
         if not self.rewards:
             raise ValueError("rewards must name at least one reward function")
+        keys = [spec.key for spec in self.rewards]
+        if len(set(keys)) != len(keys):
+            dup = next(k for k in keys if keys.count(k) > 1)
+            raise ValueError(f"rewards: two reward functions log as {dup!r}; each may appear once")
         if self.loss.ref_sync_every and self.run.save_every and self.run.save_every % self.loss.ref_sync_every:
             raise ValueError(f"run.save_every ({self.run.save_every}) must be a multiple of loss.ref_sync_every "
                              f"({self.loss.ref_sync_every}) so a checkpoint holds the reference policy too")
@@ -267,9 +278,10 @@ def _pad_rows(rows: list[torch.Tensor], value: float | int) -> torch.Tensor:
 class GRPOTrainer:
     """Holds the policy, reference model and optimizer; `collect` samples a batch, `train_step` learns from it."""
 
-    def __init__(self, cfg: GRPOConfig, policy: Policy, task: Task, problems: list[Problem]) -> None:
+    def __init__(self, cfg: GRPOConfig, policy: Policy, task: Task, problems: list[Problem],
+                 reward_fns: dict[str, tuple[RewardFn, float]] | None = None) -> None:
         self.cfg, self.policy, self.task, self.problems = cfg, policy, task, problems
-        self.reward_fns = {_fn_key(spec.name): (build_reward(spec, self.task), spec.weight) for spec in cfg.rewards}
+        self.reward_fns = reward_fns if reward_fns is not None else build_rewards(cfg, task)
         self.optimizer, self.scheduler = make_optimizer(policy.model, cfg.optim, cfg.steps * cfg.num_iterations * cfg.minibatches)
         # The reference policy (only when β > 0): a frozen copy, or with LoRA the base model itself
         # (the adapter switched off in `_reference_logprobs`), so no second copy of the weights.
@@ -284,7 +296,7 @@ class GRPOTrainer:
     def _sampling(self, seed: int) -> SamplingParams:
         s = self.cfg.sampling
         return SamplingParams(temperature=s.temperature, top_p=s.top_p, top_k=s.top_k,
-                              max_new_tokens=s.max_new_tokens, seed=seed)
+                              max_new_tokens=s.max_new_tokens, stop=tuple(s.stop), seed=seed)
 
     def _params(self, step: int, round_: int) -> SamplingParams:
         """Training samples: seeded by (run seed, step, round, rank), so a resumed run draws the same."""
@@ -309,12 +321,13 @@ class GRPOTrainer:
         fn_scores: dict[str, list[float]] = {name: [] for name in self.reward_fns}
         fn_errors = dict.fromkeys(self.reward_fns, 0)
         fn_timeouts = dict.fromkeys(self.reward_fns, 0)
+        fn_none = dict.fromkeys(self.reward_fns, 0)
         lengths_all, truncated_all, overlong_all = [], [], []
         want = cfg.local_prompts_per_step
         while len(kept) < want and (rounds == 0 or (cfg.dapo.dynamic_sampling and rounds < cfg.dapo.max_sampling_rounds)):
             need = want - len(kept)
             probs = self._next_prompts(need)
-            ro = generate(self.policy, self.policy.encode_prompts([p.prompt for p in probs]), g, self._params(step, rounds))
+            ro = generate(self.policy, self.policy.encode_prompts(probs), g, self._params(step, rounds))
             rounds += 1
             generated += ro.num_generated_tokens
             row_problems = [probs[i // g] for i in range(len(ro.texts))]
@@ -330,11 +343,12 @@ class GRPOTrainer:
                 fn_scores[name] += scored.scores[name]
                 fn_errors[name] += scored.errors[name]
                 fn_timeouts[name] += scored.timeouts[name] + scored.over_budget[name]
+                fn_none[name] += scored.not_applicable[name]
             lengths_all.append(lengths.float())
             truncated_all.append(truncated.float())
             key = total  # (n·G,)
             verifiers = [(name, w) for name, (_, w) in self.reward_fns.items()
-                         if name in {_fn_key(v) for v in VERIFIER_REWARDS}]
+                         if name in VERIFIER_KEYS]
             if cfg.dapo.dynamic_sampling and cfg.dapo.filter_key == "accuracy" and verifiers:
                 # (the config requires a verifier reward; only reward_fns replaced in code can lack one)
                 key = sum(w * torch.tensor(scored.scores[name], dtype=torch.float32) for name, w in verifiers)  # (n·G,)
@@ -395,11 +409,14 @@ class GRPOTrainer:
             "perf/gen_tokens": float(generated),
         }
         for name, scores in fn_scores.items():
-            t = torch.tensor(scores)
-            metrics[f"reward/{name}/mean"] = float(t.mean())
-            metrics[f"reward/{name}/std"] = float(t.std()) if len(scores) > 1 else 0.0
+            t = torch.tensor(scores, dtype=torch.float64)
+            t = t[~t.isnan()]  # None: does not apply
+            metrics[f"reward/{name}/mean"] = float(t.mean()) if len(t) else 0.0
+            metrics[f"reward/{name}/std"] = float(t.std()) if len(t) > 1 else 0.0
             metrics[f"reward/{name}/errors"] = float(fn_errors[name])
             metrics[f"reward/{name}/timeouts"] = float(fn_timeouts[name])
+            if fn_none[name]:
+                metrics[f"reward/{name}/not_applicable"] = float(fn_none[name])
         if overlong_all:
             metrics["reward/overlong/mean"] = float(torch.cat(overlong_all).mean())
         return GRPOBatch(
@@ -536,11 +553,13 @@ class GRPOTrainer:
     def heldout_reward(self, problems: list[Problem], samples: int, seed: int) -> dict[str, float]:
         """Mean training reward (every function, weighted) of `samples` completions per held-out problem."""
         params = self._sampling(seed)
-        ro = generate(self.policy, self.policy.encode_prompts([p.prompt for p in problems]), samples, params)
+        ro = generate(self.policy, self.policy.encode_prompts(problems), samples, params)
         scored = score_completions(self.reward_fns, [problems[i // samples] for i in range(len(ro.texts))], ro.texts,
                                    self.cfg.reward_budget_s)
         out = {"eval/reward": sum(scored.total) / len(scored.total)}
-        out.update({f"eval/reward/{name}": sum(v) / len(v) for name, v in scored.scores.items()})
+        for name, v in scored.scores.items():
+            applied = [x for x in v if x == x]  # NaN: the function did not apply
+            out[f"eval/reward/{name}"] = sum(applied) / len(applied) if applied else 0.0
         return out
 
     def sync_reference(self) -> None:
@@ -555,7 +574,7 @@ def _reduce_metrics(per_rank: list[dict[str, float]]) -> dict[str, float]:
     out: dict[str, float] = {}
     for key in dict.fromkeys(k for m in per_rank for k in m):
         values = [m[key] for m in per_rank if key in m]
-        if key == "perf/gen_tokens" or key.endswith("/errors") or key == "stats/groups_kept":
+        if key == "perf/gen_tokens" or key.endswith(("/errors", "/not_applicable")) or key == "stats/groups_kept":
             out[key] = float(sum(values))
         elif key.endswith("_max") or key.endswith("_s") or key == "stats/sampling_rounds":
             out[key] = float(max(values))
@@ -564,8 +583,23 @@ def _reduce_metrics(per_rank: list[dict[str, float]]) -> dict[str, float]:
     return out
 
 
-def train(cfg: GRPOConfig) -> dict[str, float]:
+def build_rewards(cfg: GRPOConfig, task: Task, extra: dict | None = None) -> dict[str, tuple[RewardFn, float]]:
+    """The run's reward functions by metric name: the config's specs, plus `extra` callables
+    (``{"name": fn}`` or ``{"name": (fn, weight)}``, weight 1 by default; seqrl or TRL signature)."""
+    fns = {spec.key: (build_reward(spec, task), spec.weight) for spec in cfg.rewards}
+    for name, value in (extra or {}).items():
+        fn, weight = value if isinstance(value, tuple) else (value, 1.0)
+        if name in fns:
+            raise ValueError(f"rewards={{{name!r}: ...}}: the config already has a reward named {name!r}")
+        fns[name] = (UserReward(fn, name, where=f"rewards[{name!r}]"), float(weight))
+    return fns
+
+
+def train(cfg: GRPOConfig, rewards: dict | None = None) -> dict[str, float]:
     """Run GRPO-family training; returns the last logged metrics (held-out accuracy among them).
+
+    rewards: extra reward functions with no import path, ``{"name": fn}`` or ``{"name": (fn, weight)}``
+    (seqrl's or TRL's signature, `seqrl.rewards.user`), added to the config's `rewards`.
 
     Under torchrun (`WORLD_SIZE` > 1) every process samples its share of the step's prompts,
     the loss normalisers and the gradients are summed over processes, and rank 0 evaluates, logs
@@ -585,10 +619,16 @@ def train(cfg: GRPOConfig) -> dict[str, float]:
     task = cfg.task.build()
     problems = task.problems("train", cfg.task.n_train, cfg.task.seed)
     test_problems = task.problems("test", cfg.task.n_test, cfg.task.seed)
+    check_template(cfg.prompt, problems + test_problems)
+    reward_fns = build_rewards(cfg, task, rewards)
+    for fn, _ in reward_fns.values():
+        if isinstance(fn, UserReward):
+            fn.check_columns(problems)
     policy = load_policy(cfg.model, cfg.run.torch_device)
+    policy.prompt = cfg.prompt
     if cfg.lora.r:
         policy.model = apply_lora(policy.model, cfg.lora)
-    trainer = GRPOTrainer(cfg, policy, task, problems)
+    trainer = GRPOTrainer(cfg, policy, task, problems, reward_fns)
     start = 0
     if resume_from is not None:
         def load(path):
@@ -613,7 +653,7 @@ def train(cfg: GRPOConfig) -> dict[str, float]:
     def run_eval() -> dict[str, float]:
         out: dict[str, float] = {}
         if main:
-            out = run_evaluation(policy, task, test_problems, cfg.eval, cfg.run.seed)
+            out = run_evaluation(policy, task, test_problems, cfg.eval, cfg.run.seed, stop=cfg.sampling.stop)
             if cfg.eval.samples:
                 s = cfg.sampling
                 same_sampling = (cfg.eval.temperature, cfg.eval.max_new_tokens, s.top_p, s.top_k) == (

@@ -27,6 +27,7 @@ from seqrl.algos.common import (
 from seqrl.core.losses import IGNORE_INDEX, token_nll_sum
 from seqrl.evaluation import EvalConfig, run_evaluation
 from seqrl.models.lm import ModelConfig, Policy, check_on_device, load_policy, model_device, num_parameters
+from seqrl.prompts import PromptConfig, check_template
 from seqrl.types import Problem
 from seqrl.utils import dist
 from seqrl.utils.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
@@ -43,6 +44,8 @@ class SFTConfig:
     task: TaskConfig = field(default_factory=TaskConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
+    prompt: PromptConfig = field(default_factory=PromptConfig)
+    """How problems are rendered; the same rendering trains and evaluates."""
     steps: int = 1000
     """Optimizer steps."""
     batch_size: int = 64
@@ -62,7 +65,7 @@ class SFTConfig:
 def encode_examples(policy: Policy, problems: list[Problem]) -> list[tuple[list[int], list[int]]]:
     """(prompt ids, completion ids + EOS) per problem; an example longer than the context is an error."""
     tok = policy.tokenizer
-    prompts = policy.encode_prompts([p.prompt for p in problems])
+    prompts = policy.encode_prompts(problems)
     examples = []
     for prob, prompt in zip(problems, prompts):
         completion = tok.encode(prob.target, add_special_tokens=False) + [tok.eos_token_id]
@@ -133,7 +136,9 @@ def train(cfg: SFTConfig) -> dict[str, float]:
     task = cfg.task.build()
     train_problems = task.problems("train", cfg.task.n_train, cfg.task.seed)
     test_problems = task.problems("test", cfg.task.n_test, cfg.task.seed)
+    check_template(cfg.prompt, train_problems + test_problems)
     policy = load_policy(cfg.model, device)
+    policy.prompt = cfg.prompt
     model, tok = policy.model, policy.tokenizer
     examples = encode_examples(policy, train_problems)
     optimizer, scheduler = make_optimizer(model, cfg.optim, cfg.steps)

@@ -8,6 +8,11 @@ dataset folder) goes to ``datasets.load_dataset(path, config_name)``, and its ow
 GSM8K answers (``"Natalia sold 48/2 = <<48/2=24>>24 clips ...\\n#### 72"``) become the gold answer
 after ``####`` and one step per line before it, calculator annotations ``<<...>>`` removed.
 
+Every other column of a row lands in ``problem.metadata`` under its own name (the answer column too,
+as written, so a TRL-style reward gets every column), JSON-serialisable values only; ``source`` says
+where the row came from unless a column has that name. A prompt that is a list of ``{"role",
+"content"}`` messages is a conversational row: the messages go to the chat template as they are.
+
 A malformed row raises `DatasetFormatError` naming the file, the row (1-based line for JSON lines)
 and the field: ``data.jsonl line 3: missing field 'answer'``.
 """
@@ -64,15 +69,17 @@ class JsonlTask(Task):
                  assigns rows to splits (~10% test), so equal prompts share a split.
     config_name: the hub dataset's configuration (e.g. "main" for "openai/gsm8k").
     name:        defaults to the file's stem (or the hub name).
+    answer_field: None for a dataset without gold answers (e.g. code with a ``tests`` column): the
+                 task's verifier then scores 0 ("no gold answer"); rewards read the columns.
 
-    Answer fields may hold strings or numbers; prompts must be strings.
+    Answer fields may hold strings or numbers; prompts are strings or lists of messages.
     """
 
     def __init__(
         self,
         path: str | Path,
         prompt_field: str = "question",
-        answer_field: str = "answer",
+        answer_field: str | None = "answer",
         split_field: str | None = None,
         name: str | None = None,
         config_name: str | None = None,
@@ -104,8 +111,12 @@ class JsonlTask(Task):
         """The problem in `row` (line or row `number`, described by `where`) and its split."""
         if not isinstance(row, dict):
             raise DatasetFormatError(f"{where}: expected an object, got {type(row).__name__}")
-        prompt = _field(row, self.prompt_field, where, (str,))
-        answer = _field(row, self.answer_field, where, (str, int, float))
+        prompt = _field(row, self.prompt_field, where, (str, list))
+        messages: tuple[dict, ...] = ()
+        if isinstance(prompt, list):
+            messages = _messages(prompt, self.prompt_field, where)
+            prompt = next((m["content"] for m in reversed(messages) if m["role"] == "user"), messages[-1]["content"])
+        answer = "" if self.answer_field is None else _field(row, self.answer_field, where, (str, int, float))
         if split is None and self.split_field is not None:
             split = _field(row, self.split_field, where, (str,))
             if split not in ("train", "test"):
@@ -113,7 +124,17 @@ class JsonlTask(Task):
                     f"{where}: field {self.split_field!r} must be 'train' or 'test' (got {split!r})"
                 )
         gold, steps = parse_gsm8k_answer(str(answer))
-        problem = Problem(prompt, gold, steps, {"source": where}, f"{self.name}/{number}")
+        metadata = {"source": where}
+        for column, value in row.items():
+            if column == self.prompt_field or column == self.split_field:
+                continue
+            try:
+                json.dumps(value)
+            except (TypeError, ValueError) as e:
+                raise DatasetFormatError(f"{where}: column {column!r} is not JSON-serialisable "
+                                         f"({type(value).__name__}: {e})") from None
+            metadata[str(column)] = value
+        problem = Problem(prompt, gold, steps, metadata, f"{self.name}/{number}", messages)
         return problem, split or split_of(prompt)
 
     def problems(self, split: str, n: int, seed: int = 0) -> list[Problem]:
@@ -135,6 +156,8 @@ class JsonlTask(Task):
 
     def verify(self, problem: Problem, completion: str) -> RewardResult:
         """1.0 when the ``<answer>`` matches the gold answer (see `answers_match`)."""
+        if self.answer_field is None:
+            return RewardResult(0.0, "no gold answer (task.kwargs.answer_field is null)")
         answer = extract_answer(completion)
         if answer is None:
             return RewardResult(0.0, "no answer found")
@@ -152,6 +175,19 @@ def _field(row: dict, field: str, where: str, types: tuple[type, ...]):
             f"{where}: field {field!r} must be {wanted} (got {type(value).__name__})"
         )
     return value
+
+
+def _messages(value: list, field: str, where: str) -> tuple[dict, ...]:
+    """A conversational prompt checked: non-empty, each item ``{"role": str, "content": str}``."""
+    if not value:
+        raise DatasetFormatError(f"{where}: field {field!r} is an empty list of messages")
+    out = []
+    for i, m in enumerate(value):
+        if not (isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)):
+            raise DatasetFormatError(f"{where}: field {field!r} item {i} must be {{'role': str, 'content': str}} "
+                                     f"(got {str(m)[:80]!r})")
+        out.append({"role": m["role"], "content": m["content"]})
+    return tuple(out)
 
 
 def _read_local(path: Path):

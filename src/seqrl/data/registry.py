@@ -12,9 +12,10 @@ from seqrl.data.gsm import GSMTask
 from seqrl.data.jsonl import JsonlTask
 from seqrl.data.rgym import ReasoningGymTask
 from seqrl.types import Task
+from seqrl.utils.imports import import_object, is_import_path
 
 TASKS = ("arith", "arith_add", "arith_sub", "arith_mul", "arith_mixed", "countdown", "gsm")
-PATTERNS = ("rg:<reasoning_gym_dataset>", "jsonl:<path>")
+PATTERNS = ("rg:<reasoning_gym_dataset>", "jsonl:<path>", "<package.module>:<TaskFactory>")
 
 _ARITH_OPS = {
     "arith": ("add",),
@@ -28,8 +29,10 @@ _ARITH_OPS = {
 def get_task(spec: str, **kwargs) -> Task:
     """Build a task from its name; `kwargs` go to the task's constructor (e.g. ``digits=3``).
 
-    `spec` is one of `TASKS`, ``"rg:<reasoning_gym_dataset>"`` or ``"jsonl:<path>"`` (a local
-    JSONL/JSON/Parquet/CSV file, or a Hugging Face hub dataset name).
+    `spec` is one of `TASKS`, ``"rg:<reasoning_gym_dataset>"``, ``"jsonl:<path>"`` (a local
+    JSONL/JSON/Parquet/CSV file, or a Hugging Face hub dataset name), or a user's task by import path
+    ``"package.module:Factory"`` (a `Task` subclass or a function returning a `Task`, called with
+    `kwargs`; the working directory is on the import path).
     """
     if spec in _ARITH_OPS:
         return ArithmeticTask(**{"ops": _ARITH_OPS[spec], "name": spec, **kwargs})
@@ -42,4 +45,13 @@ def get_task(spec: str, **kwargs) -> Task:
         return ReasoningGymTask(rest, **kwargs)
     if prefix == "jsonl" and rest:
         return JsonlTask(rest, **kwargs)
+    if is_import_path(spec):
+        factory = import_object(spec, "task.name")
+        if not callable(factory):
+            raise ValueError(f"task.name {spec!r} is not a Task class or a function returning one")
+        task = factory(**kwargs)
+        if not isinstance(task, Task):
+            raise ValueError(f"task.name {spec!r} returned {type(task).__name__}, not a seqrl.types.Task "
+                             f"(subclass Task: problems(split, n, seed) and verify(problem, completion))")
+        return task
     raise ValueError(f"unknown task {spec!r}; valid: {', '.join(TASKS + PATTERNS)}")

@@ -7,7 +7,7 @@ directory (or hub id, where the machine has internet) loads through the same `lo
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
@@ -22,6 +22,8 @@ from transformers import (
 )
 
 from seqrl.models.tokenizer import build_char_tokenizer
+from seqrl.prompts import PromptConfig, render_prompt
+from seqrl.types import Problem
 
 # name -> (hidden, layers, heads, intermediate)
 PRESETS: dict[str, tuple[int, int, int, int]] = {
@@ -58,22 +60,20 @@ class Policy:
 
     model: PreTrainedModel
     tokenizer: PreTrainedTokenizerBase
+    prompt: PromptConfig = field(default_factory=PromptConfig)
+    """How problems are rendered (`seqrl.prompts`); trainers set it from their ``prompt`` config."""
 
     @property
     def max_seq_len(self) -> int:
         return int(self.model.config.max_position_embeddings)
 
-    def prompt_text(self, question: str) -> str:
-        """The question wrapped in the tokenizer's chat template (plain text without one)."""
-        if self.tokenizer.chat_template:
-            return self.tokenizer.apply_chat_template(
-                [{"role": "user", "content": question}], tokenize=False, add_generation_prompt=True
-            )
-        return question
+    def prompt_text(self, problem: Problem | str) -> str:
+        """The exact text the model receives for a problem (or a bare question): `seqrl.prompts`."""
+        return render_prompt(self.tokenizer, problem, self.prompt)
 
-    def encode_prompts(self, questions: list[str]) -> list[list[int]]:
-        """Token ids of each templated question (no padding, no special tokens added twice)."""
-        texts = [self.prompt_text(q) for q in questions]
+    def encode_prompts(self, problems: list[Problem] | list[str]) -> list[list[int]]:
+        """Token ids of each rendered prompt (no padding, no special tokens added twice)."""
+        texts = [self.prompt_text(q) for q in problems]
         return [self.tokenizer.encode(t, add_special_tokens=not self.tokenizer.chat_template) for t in texts]
 
     def save(self, path: str | Path) -> None:
@@ -132,6 +132,16 @@ def _load_policy(cfg: ModelConfig) -> Policy:
             f"model.path {cfg.path!r} could not be loaded (not a local model directory; from the hub: {e}); "
             f"presets: {sorted(PRESETS)}"
         ) from e
+
+
+def load_tokenizer(cfg: ModelConfig) -> PreTrainedTokenizerBase:
+    """The tokenizer `load_policy` would give, without loading the model's weights."""
+    if cfg.path is None:
+        return build_char_tokenizer()
+    try:
+        return AutoTokenizer.from_pretrained(cfg.path)
+    except OSError as e:
+        raise ValueError(f"model.path {cfg.path!r}: no tokenizer could be loaded ({e})") from e
 
 
 def load_pretrained(path: str | Path, attn_implementation: str = "sdpa") -> Policy:

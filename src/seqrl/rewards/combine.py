@@ -20,10 +20,13 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from seqrl.rewards.format import format_partial_reward, format_reward
 from seqrl.rewards.math import math_answer_reward
+from seqrl.rewards.user import UserReward
 from seqrl.types import Problem, RewardResult, Task
+from seqrl.utils.imports import import_object, is_import_path
 
 RewardFn = Callable[[list[Problem], list[str]], list[RewardResult]]
 
@@ -38,14 +41,19 @@ class RewardSpec:
 
     name: str = "task"
     """task (the task's verifier), format (R1-style think/answer format), math (math-verify on the
-    ``<answer>`` tag against problem.answer, strict), format_partial (+0.1 think pair, +0.1 boxed) or
+    ``<answer>`` tag against problem.answer, strict), format_partial (+0.1 think pair, +0.1 boxed),
     code (`CodeExecutionReward` with default weights: sandboxed tests from problem.metadata), prm or orm
-    (a `seqrl train prm|orm` checkpoint at `path`: aggregated step scores in [0, 1], in this process)."""
+    (a `seqrl train prm|orm` checkpoint at `path`: aggregated step scores in [0, 1], in this process),
+    or a user's function by import path ``package.module:function`` (seqrl or TRL signature,
+    `seqrl.rewards.user`; the working directory is on the import path)."""
     weight: float = 1.0
     """Weight in the total reward."""
     timeout_s: float | None = None
     """Time limit of one completion's score (None: the default of the name, `DEFAULT_TIMEOUT_S`:
-    task 2, math 1, format 1, format_partial 1 s; for code, the sandbox's limit per program)."""
+    task 2, math 1, format 1, format_partial 1 s; for code, the sandbox's limit per program). User
+    functions run in the trainer process, unbounded."""
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    """Keyword arguments passed to a user's function on every call."""
 
     path: str | None = None
     """prm/orm: the reward model's checkpoint folder."""
@@ -55,12 +63,30 @@ class RewardSpec:
     def __post_init__(self) -> None:
         if self.name in ("prm", "orm") and not self.path:
             raise ValueError(f"reward {self.name!r} needs path: the checkpoint folder of `seqrl train {self.name}`")
-        if self.name not in BUILTIN_REWARDS:
-            raise ValueError(f"reward name must be one of {BUILTIN_REWARDS} (got {self.name!r})")
+        user = is_import_path(self.name)
+        if self.name not in BUILTIN_REWARDS and not user:
+            raise ValueError(f"reward name must be one of {BUILTIN_REWARDS} or an import path "
+                             f"'package.module:function' (got {self.name!r})")
+        if self.kwargs and not user:
+            raise ValueError(f"reward {self.name!r}: kwargs are for a user's function (an import path)")
         if self.timeout_s is None:
-            self.timeout_s = DEFAULT_TIMEOUT_S[self.name]
-        if not (isinstance(self.timeout_s, (int, float)) and math.isfinite(self.timeout_s) and self.timeout_s > 0):
+            self.timeout_s = DEFAULT_TIMEOUT_S.get(self.name, 0.0) or None
+        if user:
+            self.user_reward()  # imports now: a wrong path fails before anything is loaded
+        elif not (isinstance(self.timeout_s, (int, float)) and math.isfinite(self.timeout_s) and self.timeout_s > 0):
             raise ValueError(f"reward {self.name!r}: timeout_s must be a positive number (got {self.timeout_s!r})")
+
+    @property
+    def key(self) -> str:
+        """Metric name: ``accuracy`` for the task's verifier, the function's name for a user's one."""
+        if self.name == "task":
+            return "accuracy"
+        return self.name.rpartition(":")[2].rpartition(".")[2] if is_import_path(self.name) else self.name
+
+    def user_reward(self) -> UserReward:
+        """The user's function this spec names, checked (import, signature, kwargs)."""
+        fn = import_object(self.name, "rewards name")
+        return UserReward(fn, self.key, self.kwargs, where=f"rewards name {self.name!r}")
 
 
 @dataclass
@@ -129,9 +155,12 @@ class BoundedReward:
 
 
 def build_reward(spec: RewardSpec, task: Task) -> RewardFn:
-    """The spec's reward function, bounded (see the module docstring)."""
+    """The spec's reward function, bounded (see the module docstring) except a user's own and a
+    learned reward model (torch models, scored in this process)."""
+    if is_import_path(spec.name):
+        return spec.user_reward()
     if spec.name in ("prm", "orm"):
-        from seqrl.rewards.learned import LearnedStepReward  # torch model: scored in this process
+        from seqrl.rewards.learned import LearnedStepReward
 
         return LearnedStepReward(spec.path, spec.aggregation)
     if spec.name == "code":
@@ -171,9 +200,12 @@ class ScoredBatch:
     """Completions per function scored 0 for passing their time limit."""
     over_budget: dict[str, int] = field(default_factory=dict)
     """Completions per function scored 0 because the batch budget ran out first."""
+    not_applicable: dict[str, int] = field(default_factory=dict)
+    """Completions per function it scored None ("does not apply"): NaN in `scores`, 0 in `total`."""
 
 
-def _safe_results(name: str, fn: RewardFn, problems: list[Problem], completions: list[str]) -> tuple[list[RewardResult], int]:
+def _safe_results(name: str, fn: RewardFn, problems: list[Problem], completions: list[str]
+                  ) -> tuple[list[RewardResult | None], int]:
     try:
         results = list(fn(problems, completions))
     except Exception:  # noqa: BLE001 — isolate the completion(s) that make it raise
@@ -186,8 +218,12 @@ def _safe_results(name: str, fn: RewardFn, problems: list[Problem], completions:
                 results.append(RewardResult(float("nan"), f"error: {type(e).__name__}: {e}"))
     if len(results) != len(completions):
         raise ValueError(f"reward function {name!r} returned {len(results)} results for {len(completions)} completions")
-    clean, errors = [], 0
+    clean: list[RewardResult | None] = []
+    errors = 0
     for r in results:
+        if r is None:  # "does not apply to this sample" (user functions, TRL's rule)
+            clean.append(None)
+            continue
         score = r.score if isinstance(r, RewardResult) else float("nan")
         if not isinstance(score, (int, float)) or not math.isfinite(score):
             errors += 1
@@ -200,7 +236,8 @@ def _safe_results(name: str, fn: RewardFn, problems: list[Problem], completions:
 
 def score_completions(fns: dict[str, tuple[RewardFn, float]], problems: list[Problem], completions: list[str],
                       budget_s: float | None = DEFAULT_BATCH_BUDGET_S) -> ScoredBatch:
-    """Run every reward function; total = Σ weight · score.
+    """Run every reward function; total = Σ weight · score over the functions that apply (a None
+    score is left out, TRL's rule).
 
     budget_s: wall-clock budget of the whole batch (None: unbounded). `BoundedReward` completions not
     started before it runs out, and every completion of a plain function called after it ran out,
@@ -219,11 +256,13 @@ def score_completions(fns: dict[str, tuple[RewardFn, float]], problems: list[Pro
             results, errors = _safe_results(name, lambda p, c, fn=fn: fn.score(p, c, deadline), problems, completions)
         else:
             results, errors = _safe_results(name, fn, problems, completions)
-        batch.timeouts[name] = sum(r.reason.startswith("timeout") for r in results)
-        batch.over_budget[name] = sum(r.reason == "batch budget exhausted" for r in results)
-        batch.scores[name] = [float(r.score) for r in results]
-        batch.reasons[name] = [r.reason for r in results]
+        batch.timeouts[name] = sum(r is not None and r.reason.startswith("timeout") for r in results)
+        batch.over_budget[name] = sum(r is not None and r.reason == "batch budget exhausted" for r in results)
+        batch.not_applicable[name] = sum(r is None for r in results)
+        batch.scores[name] = [float("nan") if r is None else float(r.score) for r in results]
+        batch.reasons[name] = ["not applicable" if r is None else r.reason for r in results]
         batch.errors[name] = errors
         for i, r in enumerate(results):
-            total[i] += weight * float(r.score)
+            if r is not None:
+                total[i] += weight * float(r.score)
     return batch
