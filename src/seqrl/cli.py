@@ -12,6 +12,7 @@
                       [--timeout S] [--case-timeout S] [--memory MB] [--tree-memory MB] [--json]
     seqrl data minari hopper medium [--steps N] [--seed S] [--out DIR] [--force]   # LEVEL all: every level
     seqrl data prm-labels --policy CKPT --task arith --n 4 --rollouts 8 --out labels.jsonl
+    seqrl search bon --policy CKPT --scorer prm:CKPT,orm:CKPT --task arith --budget 1,4,16,64 --out DIR
     seqrl demo
 """
 
@@ -154,6 +155,8 @@ def cmd_train(args: argparse.Namespace, overrides: list[str]) -> int:
     if args.algo in ("prm", "orm"):  # one trainer, the kind named by the command
         overrides = [*overrides, f"--kind={args.algo}"]
     cfg = load_config(cls, config_path, overrides, root=args.algo)
+    if args.algo == "orm" and cfg.run.name.startswith("prm") and not any(o.startswith("--run.name") for o in overrides):
+        cfg.run.name = "orm" + cfg.run.name[3:]  # a prm preset's run folder stays the PRM's
     if not args.print_config:
         check_model_path(cfg)
     if args.print_config:
@@ -506,6 +509,13 @@ def _prm_labels(argv: list[str]) -> int:
     return cli_main(argv)
 
 
+def _search_bon(argv: list[str]) -> int:
+    from seqrl.search.curves import cli_main
+
+    _quiet_hf()
+    return cli_main(argv)
+
+
 def format_value(value: object) -> str:
     """Counts in full with thousands separators (866,700, not 8.667e+05); other floats to 4 digits."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -658,6 +668,8 @@ def main(argv: list[str] | None = None) -> int:
         args, extra = argparse.Namespace(func=lambda a, rest: cmd_eval_dt(rest)), argv[2:]
     elif argv[:2] == ["data", "prm-labels"]:  # its own options and --help
         args, extra = argparse.Namespace(func=lambda a, rest: _prm_labels(rest)), argv[2:]
+    elif argv[:2] == ["search", "bon"]:
+        args, extra = argparse.Namespace(func=lambda a, rest: _search_bon(rest)), argv[2:]
     else:
         args, extra = build_parser().parse_known_args(argv)
     try:

@@ -29,13 +29,14 @@ def test_labels_sit_on_the_last_token_of_each_step(prm):
     tok = prm.tokenizer
     prompt = prm.prompt_ids("12+34=")
     assert ex.ids[: len(prompt)] == prompt
-    sep = tok.encode(STEP_SEP, add_special_tokens=False)
     pieces, start = [], len(prompt)
     for end in ex.ends:
-        assert ex.ids[end - len(sep) + 1 : end + 1] == sep  # the step's last token is its separator
         pieces.append(tok.decode(ex.ids[start:end + 1]))
         start = end + 1
-    assert pieces == ["AAA\n\n", "BBBBB\n\n", "<answer>C</answer>\n\n"]
+    assert start == len(ex.ids)  # the pieces cover the solution
+    assert pieces == ["<think>AAA\n\n", "BBBBB</think>", "<answer>C</answer>"]
+    # the label sits on the step's closing token: the separator, </think>, </answer>
+    assert [tok.convert_ids_to_tokens(ex.ids[e]) for e in ex.ends] == [STEP_SEP, "</think>", "</answer>"]
     batch = collate([ex], tok.pad_token_id)
     targets = batch["targets"][0]
     assert targets[ex.ends].tolist() == [0.25, 0.5, 0.75]
@@ -66,8 +67,11 @@ def test_steps_longer_than_the_context_are_counted_or_refused(prm):
 def test_one_forward_scores_equal_per_prefix_scores(prm):
     steps = ["7+5=12", "4+8+1=13", "<answer>132</answer>"]
     together = prm.score_steps("47+85=", steps)
-    alone = [prm.score_steps("47+85=", steps[: t + 1])[-1] for t in range(len(steps))]
-    assert together == pytest.approx(alone, abs=1e-5)  # causal: a step's score ignores later steps
+    # causal: a step's score ignores later steps (a prefix ending in a think step reads the same
+    # pieces as the full solution up to the last think step, which closes with </think> instead)
+    assert prm.score_steps("47+85=", steps[:1]) == pytest.approx(together[:1], abs=1e-5)
+    longer = prm.score_steps("47+85=", ["7+5=12", "4+8+1=13", "9+9=18", "<answer>1</answer>"])
+    assert longer[:2] == pytest.approx(prm.score_steps("47+85=", steps[:2]), abs=1e-5)
     # batching with other (longer and shorter) solutions changes nothing
     batch = prm.score(["1+1=", "47+85=", "9+9="], [["1+1=2"] * 4, steps, "<answer>18</answer>"], batch_size=3)
     assert batch[1] == pytest.approx(together, abs=1e-5) and len(batch[0]) == 4 and len(batch[2]) == 1
@@ -171,3 +175,14 @@ def test_prm_as_a_reward_function(tmp_path, prm):
     assert results[2].score == 0.0 and "too long" in results[2].reason
     batch = score_completions({"prm": (fn, 2.0)}, [p], [good])  # the GRPO path: weighted, never raising
     assert batch.total == [pytest.approx(2 * results[0].score)] and batch.errors["prm"] == 0
+
+
+def test_cli_train_orm_uses_the_prm_presets_with_its_own_run_folder(capsys):
+    from seqrl.cli import main
+
+    assert main(["train", "orm", "--config", "arith_tiny", "--print-config"]) == 0
+    text = capsys.readouterr().out
+    assert "name: orm_arith_tiny" in text and "kind: orm" in text
+    assert main(["train", "prm", "--config", "arith_tiny", "--print-config", "--run.name=x"]) == 0
+    text = capsys.readouterr().out
+    assert "name: x" in text and "kind: prm" in text

@@ -102,3 +102,15 @@ def test_rollout_engine_path_and_cli(tmp_path, tiny_policy, capsys):
     assert line["problems_done"] == 2 and line["generated_tokens"] > 0
     meta = json.loads((tmp_path / "l.jsonl.meta.json").read_text())
     assert meta["done"] == [0, 1]
+
+
+def test_search_bon_cli_writes_json_table_and_plot(tmp_path, capsys):
+    from seqrl.cli import main
+
+    rc = main(["search", "bon", "--policy", "simulated:0.3", "--scorer", "oracle", "--task", "arith",
+               "--problems", "10", "--budget", "1,4", "--seeds", "0,1", "--out", str(tmp_path / "bon")])
+    assert rc == 0 and "| majority |" in capsys.readouterr().out
+    res = json.loads((tmp_path / "bon" / "bon.json").read_text())
+    assert res["budgets"] == [1, 4] and len(res["accuracy_per_seed"]["first"]) == 2
+    assert (tmp_path / "bon" / "bon.png").is_file()
+    assert main(["search", "bon", "--policy", "simulated", "--scorer", "what", "--out", str(tmp_path / "x")]) == 2

@@ -111,3 +111,29 @@ def test_best_of_n_with_prm_wrapper():
     cands = ["<think>a\n\nb</think><answer>1</answer>", "<answer>2</answer>", "<answer>3</answer>"]
     best, scores = best_of_n_with_prm("q", cands, "min", prm=StepCount())
     assert scores == [pytest.approx(1 / 3), 1.0, 1.0] and best == "<answer>2</answer>"  # tie 1.0 = 1.0: the earliest
+
+
+def test_bon_curves_rules_and_costs(tmp_path):
+    from seqrl.search.curves import bon_curves, write_outputs
+    from seqrl.search.simulated import NoisyArithmeticPolicy
+
+    task = ArithmeticTask(digits=2)
+    problems = task.problems("test", 30, seed=0)
+
+    class Seeded:
+        def __init__(self, seed):
+            self.seed = seed
+
+        def sample(self, problems, n):
+            return NoisyArithmeticPolicy(step_error=0.3).sample(problems, n, seed=self.seed)
+
+    res = bon_curves(problems, Seeded, {"oracle": VerifierScorer(task), "gold": GoldScorer()}, task, [1, 4, 8], [0, 1])
+    acc = res["accuracy"]
+    for rule in ("first", "majority", "oracle", "oracle_max", "oracle_weighted", "gold_max", "gold_weighted"):
+        assert acc[rule][0] == acc["first"][0]  # N = 1: every rule takes the only sample
+    assert acc["oracle"] == acc["oracle_max"]  # a perfect verifier reaches pass@N
+    assert acc["oracle"][-1] >= acc["majority"][-1] and acc["oracle"][-1] > acc["first"][-1]
+    assert all(a <= b for a, b in zip(acc["oracle"], acc["oracle"][1:]))  # nested samples: pass@N grows
+    assert res["cost_at_n"]["gold_tokens"] == [7 * 30 * n for n in (1, 4, 8)]  # GoldScorer: 7 a solution
+    write_outputs(res, tmp_path, "t")
+    assert (tmp_path / "bon.png").stat().st_size > 0 and "| oracle_weighted |" in (tmp_path / "bon.md").read_text()

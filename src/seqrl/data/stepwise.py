@@ -93,6 +93,31 @@ def prefix_text(steps: list[str] | tuple[str, ...]) -> str:
     return f"{THINK_OPEN}{STEP_SEP.join(think)}{STEP_SEP}" if think else THINK_OPEN
 
 
+def step_pieces(steps: list[str] | tuple[str, ...]) -> list[str]:
+    """The text of each step as a reward model reads it: the pieces concatenate to the house-format
+    text of the solution (`prefix_text`), and each piece ends where its step ends — at the separator
+    after a think step, ``</think>`` after the last one, ``</answer>`` after the answer.
+
+    >>> step_pieces(["7+5=12", "4+8+1=13", "<answer>132</answer>"])
+    ['<think>7+5=12\\n\\n', '4+8+1=13</think>', '<answer>132</answer>']
+    >>> step_pieces(["a", "b"])  # no answer step (a prefix, or plain stepwise data)
+    ['<think>a\\n\\n', 'b\\n\\n']
+    >>> "".join(step_pieces(["a", "<answer>1</answer>"])) == prefix_text(["a", "<answer>1</answer>"])
+    True
+    """
+    think = [s for s in steps if not s.startswith(ANSWER_OPEN)]
+    answered = len(think) < len(steps)
+    pieces = []
+    for i, s in enumerate(steps):
+        if s.startswith(ANSWER_OPEN):
+            pieces.append(s)
+            continue
+        k = len(pieces)
+        end = THINK_CLOSE if answered and k == len(think) - 1 else STEP_SEP
+        pieces.append((THINK_OPEN if k == 0 else "") + s + end)
+    return pieces
+
+
 def _where(file: str, line: int) -> str:
     return f"{file} line {line}"
 

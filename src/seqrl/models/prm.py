@@ -1,11 +1,14 @@
 """Process and outcome reward models: a causal-LM backbone with a head read at the last token of each step.
 
-The input of a solution with steps s_1..s_T to question q is (TRL's PRM layout)::
+The input of a solution with steps s_1..s_T to question q is the templated question followed by the
+solution in the house format, tokenised piece by piece (`step_pieces`; TRL's PRM layout with our
+markers)::
 
-    prompt_ids(q) + ids(s_1 + STEP_SEP) + ids(s_2 + STEP_SEP) + … + ids(s_T + STEP_SEP)
+    prompt_ids(q) + ids("<think>" + s_1 + STEP_SEP) + … + ids(s_{T-1} + "</think>") + ids("<answer>a</answer>")
 
-and step t's score is read at the last token of its piece (the separator after it), so one forward
-pass scores every step of a solution (a per-step-prefix scorer needs T passes). A PRM is trained on
+and step t's score is read at the last token of its piece (the separator or closing tag after it),
+so one forward pass scores every step of a solution (a per-step-prefix scorer needs T passes), and a
+policy checkpoint used as the backbone reads text in the format it was trained on. A PRM is trained on
 a label at every step end; an ORM on one label, at the last step's end.
 
 The model is `AutoModelForTokenClassification` of the backbone's architecture (Llama, Qwen2, any
@@ -24,9 +27,9 @@ from pathlib import Path
 import torch
 from transformers import AutoConfig, AutoModelForTokenClassification, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
-from seqrl.data.stepwise import split_steps
+from seqrl.data.stepwise import split_steps, step_pieces
 from seqrl.models.lm import ModelConfig, Policy, load_policy, model_device
-from seqrl.types import STEP_SEP, Problem
+from seqrl.types import Problem
 
 KINDS = ("prm", "orm")
 HEADS = ("2class", "scalar")
@@ -124,8 +127,8 @@ class ProcessRewardModel:
         """The token layout of one solution (see the module docstring); no length check."""
         ids = list(self.prompt_ids(question) if prompt is None else prompt)
         ends = []
-        for s in steps:
-            ids += self.tokenizer.encode(s + STEP_SEP, add_special_tokens=False)
+        for piece in step_pieces(steps):
+            ids += self.tokenizer.encode(piece, add_special_tokens=False)
             ends.append(len(ids) - 1)
         return Encoded(ids, ends)
 
