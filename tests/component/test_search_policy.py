@@ -92,3 +92,27 @@ def test_the_seeds_entry_points_return_a_solution_text():
                  beam_search_with_prm(policy, "1+2=", beam_width=2, max_steps=2, prm=LengthScorer()),
                  monte_carlo_tree_search(policy, "1+2=", num_simulations=2, prm=LengthScorer())):
         assert isinstance(text, str) and text
+
+
+def test_seqrl_search_beam_and_mcts_write_curves_against_generated_tokens(tmp_path, capsys):
+    import json
+
+    from seqrl import cli
+    from seqrl.models.prm import ProcessRewardModel
+
+    policy = _policy()
+    policy.save(tmp_path / "policy")
+    ProcessRewardModel.build(ModelConfig(preset="tiny", max_seq_len=128)).save(tmp_path / "prm")
+    for method in ("beam", "mcts"):
+        out = tmp_path / method
+        rc = cli.main(["search", method, "--policy", str(tmp_path / "policy"), "--scorer", f"prm:{tmp_path / 'prm'}",
+                       "--problems", "3", "--budget", "2,4", "--beam-width", "2", "--seeds", "0", "--max-steps", "2",
+                       "--step-tokens", "6", "--max-new-tokens", "16", "--difficulty-bins", "2", "--out", str(out)])
+        assert rc == 0
+        result = json.loads((out / "search.json").read_text())
+        assert set(result["summary"]) == {method, "bon_weighted", "majority"}
+        assert all(s["generated_tokens"] > 0 for by_n in result["summary"].values() for s in by_n.values())
+        assert (out / "search.png").stat().st_size > 0 and "| method | N |" in (out / "search.md").read_text()
+        assert len(result["difficulty"]["bins"]) == 3
+    assert cli.main(["search", "beam", "--policy", "x", "--scorer", "nope", "--out", str(tmp_path / "z")]) == 2
+    assert "expected prm:CKPT or orm:CKPT" in capsys.readouterr().err
