@@ -365,9 +365,9 @@ def cmd_configs(args: argparse.Namespace, overrides: list[str]) -> int:
 
 def cmd_demo(args: argparse.Namespace, overrides: list[str]) -> int:
     for arg in overrides:
-        if not arg.startswith(("--sft.", "--grpo.")):
+        if not arg.startswith(("--sft.", "--grpo.", "--prm.")):
             raise ConfigError(f"seqrl demo: unknown option {arg.split('=')[0]!r} (options: --out, --quick; "
-                              "overrides must start with sft. or grpo., e.g. --sft.steps=100)")
+                              "overrides must start with sft., grpo. or prm., e.g. --sft.steps=100)")
     from seqrl.demo import run_demo
 
     _quiet_hf()
