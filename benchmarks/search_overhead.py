@@ -95,7 +95,7 @@ def main() -> None:
                 "gen_s": round(acc.gen_s, 3), "score_s": round(acc.score_s, 3), "other_s": round(acc.other_s, 3),
                 "total_s": round(acc.total_s, 3)}
 
-    caps = torch.cpu.get_capabilities() if hasattr(torch.cpu, "get_capabilities") else {}
+    caps = dict(torch.cpu.get_capabilities())
     out = {
         "bench": "search_overhead", "quick": args.quick, "problems": problems_n, "n": args.n, "width": args.width,
         "policy_greedy_accuracy": warm.get("greedy_accuracy"),
@@ -106,12 +106,21 @@ def main() -> None:
         "beam_overhead_frac": round(beam.account.other_s / beam.account.total_s, 4),
         "mcts_overhead_frac": round(tree.account.other_s / tree.account.total_s, 4),
         "beam": split(beam.account), "mcts": split(tree.account),
-        "cpu": platform.processor() or platform.machine(),
-        "avx512_bf16": bool(caps.get("avx512_bf16")) if isinstance(caps, dict) else None,
-        "amx_bf16": bool(caps.get("amx_bf16")) if isinstance(caps, dict) else None,
+        "cpu": _cpu_model(),
+        "avx512_bf16": bool(caps.get("avx512_bf16")), "amx_bf16": bool(caps.get("amx_bf16")),
         "load_avg_1m": round(os.getloadavg()[0], 2),
     }
     print(json.dumps(out))
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
 
 
 if __name__ == "__main__":

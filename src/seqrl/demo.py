@@ -30,6 +30,7 @@ from seqrl.utils.seeding import seed_everything
 
 EVAL_K = 4
 SEARCH_N, SEARCH_WIDTH = 8, 4
+SEARCH_T = 0.8  # sampling temperature of every search method (search-and-learn's)
 MARKER = ".seqrl-demo"  # written into every folder the demo creates; only such folders are ever replaced
 TASK = TaskConfig(name="arith", kwargs={"digits": 2}, n_train=4000, n_test=200)
 MAX_NEW = 48
@@ -160,7 +161,7 @@ maj@{EVAL_K} = majority answer of {EVAL_K} samples.
 ![stages](stages.png)
 
 Test-time search with the GRPO model on the first {search['problems']} held-out problems, N = {SEARCH_N}
-samples or beams (beam width {SEARCH_WIDTH}), scored by a process reward model trained for {prm_cfg.steps}
+samples or beams (beam width {SEARCH_WIDTH}) at temperature {SEARCH_T}, scored by a process reward model trained for {prm_cfg.steps}
 steps on exactly labelled worked solutions (held-out step AUC {search['prm_auc']:.3f}); the gold answer
 is used only to grade the final pick:
 
@@ -191,10 +192,10 @@ def _search_stage(policy, prm_cfg: prm.PRMConfig, task_cfg: TaskConfig, n_proble
     problems = task.problems("test", task_cfg.n_test, task_cfg.seed)[:n_problems]
     scorer = ProcessRewardModel.load(latest_checkpoint(prm_cfg.run.dir))
     greedy = best_of_n(problems, policy, 1, task=task, params=SamplingParams(temperature=0.0, max_new_tokens=MAX_NEW))
-    params = SamplingParams(temperature=1.0, max_new_tokens=MAX_NEW, seed=seed)
+    params = SamplingParams(temperature=SEARCH_T, max_new_tokens=MAX_NEW, seed=seed)
     majority = best_of_n(problems, policy, SEARCH_N, select="majority", task=task, params=params)
     weighted = best_of_n(problems, policy, SEARCH_N, scorer=scorer, select="weighted", task=task, params=params)
-    stepper = PolicyStepper(policy, step_tokens=24, solution_tokens=MAX_NEW, seed=seed)
+    stepper = PolicyStepper(policy, temperature=SEARCH_T, step_tokens=24, solution_tokens=MAX_NEW, seed=seed)
     beam = beam_search(problems, stepper, scorer, n=SEARCH_N, beam_width=SEARCH_WIDTH, max_steps=8, task=task)
     rows = {"greedy": greedy, f"majority@{SEARCH_N}": majority, f"PRM-weighted best-of-{SEARCH_N}": weighted,
             f"PRM beam search (N={SEARCH_N}, M={SEARCH_WIDTH})": beam}
