@@ -13,6 +13,7 @@
     seqrl data minari hopper medium [--steps N] [--seed S] [--out DIR] [--force]   # LEVEL all: every level
     seqrl data prm-labels --policy CKPT --task arith --n 4 --rollouts 8 --out labels.jsonl
     seqrl search bon --policy CKPT --scorer prm:CKPT,orm:CKPT --task arith --budget 1,4,16,64 --out DIR
+    seqrl search beam|dvts|mcts --policy CKPT --scorer prm:CKPT --task arith --budget 4,8,16 --out DIR
     seqrl demo
 """
 
@@ -481,9 +482,9 @@ def cmd_configs(args: argparse.Namespace, overrides: list[str]) -> int:
 
 def cmd_demo(args: argparse.Namespace, overrides: list[str]) -> int:
     for arg in overrides:
-        if not arg.startswith(("--sft.", "--grpo.")):
+        if not arg.startswith(("--sft.", "--grpo.", "--prm.")):
             raise ConfigError(f"seqrl demo: unknown option {arg.split('=')[0]!r} (options: --out, --quick; "
-                              "overrides must start with sft. or grpo., e.g. --sft.steps=100)")
+                              "overrides must start with sft., grpo. or prm., e.g. --sft.steps=100)")
     from seqrl.demo import run_demo
 
     _quiet_hf()
@@ -631,6 +632,13 @@ def _search_bon(argv: list[str]) -> int:
 
     _quiet_hf()
     return cli_main(argv)
+
+
+def _search_steps(method: str, argv: list[str]) -> int:
+    from seqrl.search.compare import cli_main
+
+    _quiet_hf()
+    return cli_main(method, argv)
 
 
 def format_value(value: object) -> str:
@@ -790,6 +798,8 @@ def main(argv: list[str] | None = None) -> int:
         args, extra = argparse.Namespace(func=lambda a, rest: _prm_labels(rest)), argv[2:]
     elif argv[:2] == ["search", "bon"]:
         args, extra = argparse.Namespace(func=lambda a, rest: _search_bon(rest)), argv[2:]
+    elif argv[:1] == ["search"] and argv[1:2] and argv[1] in ("beam", "dvts", "mcts"):
+        args, extra = argparse.Namespace(func=lambda a, rest: _search_steps(argv[1], rest)), argv[2:]
     else:
         args, extra = build_parser().parse_known_args(argv)
     try:

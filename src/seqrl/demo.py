@@ -3,11 +3,13 @@
 1. build the character tokenizer and the tiny preset (fresh weights, seed 0) and evaluate it;
 2. a deliberately short SFT on worked column-wise solutions, then evaluate;
 3. GRPO from that SFT model with the task's verifier as reward, then evaluate;
-4. write `<out>/report.md` with the table and plots.
+4. a process reward model trained on exactly labelled worked solutions, then test-time search with the
+   GRPO model at one budget N: majority vote, PRM-weighted best-of-N and PRM-guided beam search;
+5. write `<out>/report.md` with the tables and plots.
 
 Held-out metrics at each stage: greedy accuracy, mean sampled accuracy (pass@1 at T = 1),
-pass@4 and maj@4 on problems disjoint from training. Later stages (test-time search) join as they land.
-Override any setting with `--sft.<key>=…` or `--grpo.<key>=…`.
+pass@4 and maj@4 on problems disjoint from training. Search never sees the gold answer.
+Override any setting with `--sft.<key>=…`, `--grpo.<key>=…` or `--prm.<key>=…`.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from seqrl.algos import grpo, sft
+from seqrl.algos import grpo, prm, sft
 from seqrl.algos.common import OptimConfig, RunConfig, TaskConfig
 from seqrl.config import ConfigError, from_dict, merge, parse_overrides, to_dict
 from seqrl.evaluation import EvalConfig, evaluate
@@ -27,11 +29,24 @@ from seqrl.utils.plots import plot_bars
 from seqrl.utils.seeding import seed_everything
 
 EVAL_K = 4
+SEARCH_N, SEARCH_WIDTH = 8, 4
+SEARCH_T = 0.8  # sampling temperature of every search method (search-and-learn's)
 MARKER = ".seqrl-demo"  # written into every folder the demo creates; only such folders are ever replaced
 TASK = TaskConfig(name="arith", kwargs={"digits": 2}, n_train=4000, n_test=200)
 MAX_NEW = 48
 QUICK_NOTE = ("\n\n`--quick` checks the pipeline only: its stages are too short to learn the task; "
               "run `seqrl demo` to see SFT and GRPO at work.")
+
+
+def prm_config(out: Path, quick: bool) -> prm.PRMConfig:
+    return prm.PRMConfig(
+        run=RunConfig(name="prm", out_dir=str(out), seed=0, save_every=0, log_every=20),
+        model=ModelConfig(preset="tiny", max_seq_len=128),
+        task=replace(TASK),
+        optim=OptimConfig(lr=2e-3, warmup_steps=30),
+        steps=30 if quick else 300,
+        batch_size=32,
+    )
 
 
 def demo_configs(out: Path, quick: bool) -> tuple[sft.SFTConfig, grpo.GRPOConfig]:
@@ -92,29 +107,35 @@ def run_demo(out: Path, quick: bool = False, overrides: list[str] | None = None)
     metrics per stage. A non-empty folder the demo did not make is refused (`prepare_demo_dir`)."""
     sft_cfg, grpo_cfg = demo_configs(out, quick)
     given = parse_overrides(overrides or [])
-    unknown = set(given) - {"sft", "grpo"}
+    unknown = set(given) - {"sft", "grpo", "prm"}
     if unknown:
-        raise ConfigError(f"demo: overrides must start with sft. or grpo. (got {sorted(unknown)})")
+        raise ConfigError(f"demo: overrides must start with sft., grpo. or prm. (got {sorted(unknown)})")
     sft_cfg, grpo_cfg = _apply(sft_cfg, given.get("sft", {}), "sft"), _apply(grpo_cfg, given.get("grpo", {}), "grpo")
+    prm_cfg = _apply(prm_config(out, quick), given.get("prm", {}), "prm")
     prepare_demo_dir(out)
     t0 = time.perf_counter()
 
     seed_everything(sft_cfg.run.seed)  # the same initialisation SFT starts from
     untrained = load_policy(sft_cfg.model)
     params = num_parameters(untrained.model)
-    print(f"[1/4] untrained {sft_cfg.model.preset} model ({params:,} parameters): evaluating")
+    print(f"[1/5] untrained {sft_cfg.model.preset} model ({params:,} parameters): evaluating")
     stages = {"untrained": _evaluate(untrained, sft_cfg.task, sft_cfg.run.seed)}
 
-    print(f"[2/4] SFT on {sft_cfg.task.name} {sft_cfg.task.kwargs}: {sft_cfg.steps} steps of {sft_cfg.batch_size}")
+    print(f"[2/5] SFT on {sft_cfg.task.name} {sft_cfg.task.kwargs}: {sft_cfg.steps} steps of {sft_cfg.batch_size}")
     sft.train(sft_cfg)
     stages["after SFT"] = _evaluate(load_pretrained(latest_checkpoint(sft_cfg.run.dir)), sft_cfg.task, sft_cfg.run.seed)
 
-    print(f"[3/4] GRPO: {grpo_cfg.steps} steps of {grpo_cfg.batch_size} completions (G = {grpo_cfg.group_size})")
+    print(f"[3/5] GRPO: {grpo_cfg.steps} steps of {grpo_cfg.batch_size} completions (G = {grpo_cfg.group_size})")
     grpo_cfg.model.path = str(latest_checkpoint(sft_cfg.run.dir))
     grpo.train(grpo_cfg)
-    print("[4/4] evaluating the GRPO model")
-    stages["after GRPO"] = _evaluate(load_pretrained(latest_checkpoint(grpo_cfg.run.dir)), sft_cfg.task, sft_cfg.run.seed)
+    print("      evaluating the GRPO model")
+    final_policy = load_pretrained(latest_checkpoint(grpo_cfg.run.dir))
+    stages["after GRPO"] = _evaluate(final_policy, sft_cfg.task, sft_cfg.run.seed)
+    print(f"[4/5] PRM: {prm_cfg.steps} steps on labelled worked solutions; search at N = {SEARCH_N}")
+    prm.train(prm_cfg)
+    search = _search_stage(final_policy, prm_cfg, sft_cfg.task, 20 if quick else 100, sft_cfg.run.seed)
     elapsed = time.perf_counter() - t0
+    print("[5/5] report")
 
     keys = ["eval/accuracy", "eval/pass@1", f"eval/pass@{EVAL_K}", f"eval/maj@{EVAL_K}", "eval/mean_length", "eval/truncated"]
     plot_bars([k.split("/")[1] for k in keys[:4]], {stage: [m[k] for k in keys[:4]] for stage, m in stages.items()},
@@ -139,12 +160,47 @@ maj@{EVAL_K} = majority answer of {EVAL_K} samples.
 
 ![stages](stages.png)
 
+Test-time search with the GRPO model on the first {search['problems']} held-out problems, N = {SEARCH_N}
+samples or beams (beam width {SEARCH_WIDTH}) at temperature {SEARCH_T}, scored by a process reward model trained for {prm_cfg.steps}
+steps on exactly labelled worked solutions (held-out step AUC {search['prm_auc']:.3f}); the gold answer
+is used only to grade the final pick:
+
+| method | accuracy | generated tokens | PRM tokens |
+|---|---|---|---|
+{search['table']}
+
 ![SFT curves](sft/plots/sft.png)
 
 ![GRPO curves](grpo/plots/grpo.png)
 
-Run folders: `{sft_cfg.run.dir}`, `{grpo_cfg.run.dir}` (config.yaml, metrics.jsonl, checkpoints).
+Run folders: `{sft_cfg.run.dir}`, `{grpo_cfg.run.dir}`, `{prm_cfg.run.dir}` (config.yaml, metrics.jsonl, checkpoints).
 """
     (out / "report.md").write_text(report)
     print(report)
+    stages["search"] = search["accuracy"]
     return stages
+
+
+def _search_stage(policy, prm_cfg: prm.PRMConfig, task_cfg: TaskConfig, n_problems: int, seed: int) -> dict:
+    """Greedy, majority@N, PRM-weighted best-of-N@N and PRM beam search (N beams, width M) on held-out problems."""
+    from seqrl.models.prm import ProcessRewardModel
+    from seqrl.rollout import SamplingParams
+    from seqrl.search import PolicyStepper, beam_search, best_of_n
+    from seqrl.utils.metrics import read_metrics
+
+    task = task_cfg.build()
+    problems = task.problems("test", task_cfg.n_test, task_cfg.seed)[:n_problems]
+    scorer = ProcessRewardModel.load(latest_checkpoint(prm_cfg.run.dir))
+    greedy = best_of_n(problems, policy, 1, task=task, params=SamplingParams(temperature=0.0, max_new_tokens=MAX_NEW))
+    params = SamplingParams(temperature=SEARCH_T, max_new_tokens=MAX_NEW, seed=seed)
+    majority = best_of_n(problems, policy, SEARCH_N, select="majority", task=task, params=params)
+    weighted = best_of_n(problems, policy, SEARCH_N, scorer=scorer, select="weighted", task=task, params=params)
+    stepper = PolicyStepper(policy, temperature=SEARCH_T, step_tokens=24, solution_tokens=MAX_NEW, seed=seed)
+    beam = beam_search(problems, stepper, scorer, n=SEARCH_N, beam_width=SEARCH_WIDTH, max_steps=8, task=task)
+    rows = {"greedy": greedy, f"majority@{SEARCH_N}": majority, f"PRM-weighted best-of-{SEARCH_N}": weighted,
+            f"PRM beam search (N={SEARCH_N}, M={SEARCH_WIDTH})": beam}
+    table = "\n".join(f"| {name} | {r.accuracy:.3f} | {r.account.generated_tokens:,} | {r.account.scorer_tokens:,} |"
+                      for name, r in rows.items())
+    auc = [m["eval/auc"] for m in read_metrics(prm_cfg.run.dir / "metrics.jsonl") if "eval/auc" in m]
+    return {"problems": len(problems), "table": table, "prm_auc": auc[-1] if auc else float("nan"),
+            "accuracy": {name: r.accuracy for name, r in rows.items()}}

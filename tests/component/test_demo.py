@@ -7,18 +7,21 @@ def test_demo_runs_every_stage_and_writes_the_report(tmp_path, capsys):
     out = tmp_path / "demo"
     code = main(["demo", "--out", str(out), "--quick", "--sft.steps=3", "--sft.task.n_test=4", "--sft.task.n_train=64",
                  "--grpo.steps=1", "--grpo.batch_size=16", "--grpo.micro_batch_size=16", "--grpo.task.n_train=64",
-                 "--grpo.task.n_test=4", "--grpo.eval.samples=0"])
+                 "--grpo.task.n_test=4", "--grpo.eval.samples=0", "--prm.steps=2", "--prm.task.n_train=64",
+                 "--prm.task.n_test=8"])
     assert code == 0
     report = (out / "report.md").read_text()
     assert "| metric | untrained | after SFT | after GRPO |" in report
+    assert "| PRM-weighted best-of-8 |" in report and "| PRM beam search (N=8, M=4) |" in report
     assert "checks the pipeline only" in report  # --quick says what it is for
-    for name in ("stages.png", "sft/plots/sft.png", "grpo/plots/grpo.png", "sft/config.yaml", "grpo/metrics.jsonl"):
+    for name in ("stages.png", "sft/plots/sft.png", "grpo/plots/grpo.png", "sft/config.yaml", "grpo/metrics.jsonl",
+                 "prm/metrics.jsonl"):
         assert (out / name).is_file(), name
 
 
 def test_demo_rejects_overrides_outside_its_stages(tmp_path, capsys):
     assert main(["demo", "--out", str(tmp_path / "d"), "--steps=3"]) == 2
-    assert "overrides must start with sft. or grpo." in capsys.readouterr().err
+    assert "overrides must start with sft., grpo. or prm." in capsys.readouterr().err
 
 
 def _user_folder(tmp_path):

@@ -110,3 +110,44 @@ def step_label_loss(logits, targets, head: str):
     if head == "scalar":
         return F.binary_cross_entropy_with_logits(logits.float()[:, 0], y)
     raise ValueError(f"head must be '2class' or 'scalar' (got {head!r})")
+
+
+def uct_score(q: float, parent_visits: int, child_visits: int, c: float = 1.0) -> float:
+    """UCT (Kocsis & Szepesvári 2006): Q(s,a) + c·sqrt(ln N(s) / N(s,a)); an unvisited child is +inf.
+
+    >>> round(uct_score(0.5, 10, 2, c=1.0), 6)   # 0.5 + sqrt(ln 10 / 2) = 0.5 + 1.072983
+    1.572983
+    >>> uct_score(0.0, 10, 0)
+    inf
+    """
+    if child_visits == 0:
+        return math.inf
+    return q + c * math.sqrt(math.log(max(parent_visits, 1)) / child_visits)
+
+
+def puct_score(q: float, prior: float, parent_visits: int, child_visits: int,
+               c_init: float = 1.25, c_base: float = 19652.0) -> float:
+    """PUCT as in AlphaZero / MuZero (Schrittwieser et al. 2020, eq. 2):
+
+        Q(s,a) + P(s,a) · sqrt(N(s)) / (1 + N(s,a)) · (c_init + log((N(s) + c_base + 1) / c_base))
+
+    >>> round(puct_score(0.5, 0.25, 16, 3), 6)   # 0.5 + 0.25·4/4·(1.25 + log(19669/19652)) = 0.5 + 0.312716
+    0.812716
+    """
+    c = c_init + math.log((parent_visits + c_base + 1) / c_base)
+    return q + prior * math.sqrt(parent_visits) / (1 + child_visits) * c
+
+
+def softmax_priors(mean_logprobs: Sequence[float]) -> list[float]:
+    """Priors P(s,·) over sibling steps from each step's mean token log-probability: softmax, so a
+    step's prior does not depend on its length.
+
+    >>> [round(p, 6) for p in softmax_priors([math.log(0.2), math.log(0.6)])]
+    [0.25, 0.75]
+    """
+    if not mean_logprobs:
+        return []
+    top = max(mean_logprobs)
+    weights = [math.exp(x - top) for x in mean_logprobs]
+    total = math.fsum(weights)
+    return [w / total for w in weights]

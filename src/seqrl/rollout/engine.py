@@ -75,6 +75,8 @@ class Rollouts:
     """Per row: "stop" (EOS or a stop string) or "length"."""
     texts: list[str]
     """Per row: the decoded completion without special tokens."""
+    ended_by: list[str] = field(default_factory=list)
+    """Per row: "eos", "stop_string" (one of `SamplingParams.stop`) or "length"."""
     num_prompt_tokens: int = 0
     """Prompt tokens run through the model (each distinct prompt once)."""
     stats: dict[str, float] = field(default_factory=dict)
@@ -188,6 +190,7 @@ def generate(
     out_lp = torch.zeros((num, max_new), dtype=torch.float32)  # (N, T)
     lengths = torch.zeros(num, dtype=torch.long)
     reasons = ["length"] * num
+    ended_by = ["length"] * num
     active = torch.arange(num)  # rows still generating, in cache order
     generated: list[list[int]] = [[] for _ in range(num)]
     stop_window = max((len(tok.encode(s, add_special_tokens=False)) for s in params.stop), default=0) + 2
@@ -208,14 +211,17 @@ def generate(
         lengths[active] += 1
 
         done = torch.isin(token, eos).cpu()  # (A,)
+        at_eos = done.clone()
         if params.stop:
             for j, row in enumerate(active.tolist()):
                 generated[row].append(int(token[j]))
                 if not done[j]:
                     tail = tok.decode(generated[row][-stop_window:], skip_special_tokens=False)
                     done[j] = any(s in tail for s in params.stop)
-        for row in active[done].tolist():
+        for j in done.nonzero().flatten().tolist():
+            row = int(active[j])
             reasons[row] = "stop"
+            ended_by[row] = "eos" if at_eos[j] else "stop_string"
         if t == max_new - 1:
             break
         if done.any():
@@ -248,6 +254,7 @@ def generate(
         logprobs=out_lp,
         finish_reasons=reasons,
         texts=texts,
+        ended_by=ended_by,
         num_prompt_tokens=sum(len(p) for p in prompt_ids),
         stats={
             "gen_s": elapsed,

@@ -59,7 +59,7 @@ class PolicySampler:
         tokens = 0
         for start in range(0, len(problems), per_call):
             chunk = problems[start:start + per_call]
-            ro = generate(self.policy, self.policy.encode_prompts([p.prompt for p in chunk]), n, self.params)
+            ro = generate(self.policy, self.policy.encode_prompts(chunk), n, self.params)
             out += [ro.texts[j * n:(j + 1) * n] for j in range(len(chunk))]  # rows grouped by prompt
             tokens += ro.num_generated_tokens
         return out, tokens

@@ -1,0 +1,123 @@
+"""Continuing partial solutions one reasoning step at a time: what beam search, DVTS and MCTS expand.
+
+A partial solution is house-format text (``<think>step one\\n\\nstep two\\n\\n``). `PolicyStepper`
+renders the problem's prompt, appends the partial solution, and samples until the step separator
+(`STEP_SEP`), EOS or the step's token limit, through the rollout engine (each distinct prefix
+prefilled once per call). A step is *terminal* when the solution ends there: at EOS, at the length
+limit of the whole solution, with an answer (``</answer>``), or with an empty step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from seqrl.models.lm import Policy
+from seqrl.rollout import SamplingParams, generate
+from seqrl.types import ANSWER_CLOSE, STEP_SEP, Problem
+
+
+@dataclass(frozen=True)
+class Step:
+    """One sampled continuation of a partial solution."""
+
+    text: str
+    """The step, ending with `STEP_SEP` when more steps follow."""
+    terminal: bool
+    """The solution ends with this step."""
+    ended_by: str
+    """eos, stop_string (the step separator), length (the step's token limit) or solution_limit."""
+    tokens: int
+    """Tokens generated for it."""
+    mean_logprob: float
+    """Mean log-probability of its tokens under the sampling distribution (PUCT priors)."""
+
+
+class Stepper(Protocol):
+    """Samples next steps; `generated_tokens` counts every token it generated (the search budget)."""
+
+    generated_tokens: int
+
+    def next_steps(self, problems: Sequence[Problem], prefixes: Sequence[str], n: int,
+                   greedy: bool = False) -> list[list[Step]]: ...
+
+    def finish(self, problems: Sequence[Problem], prefixes: Sequence[str]) -> list[str]: ...
+
+
+def is_terminal_text(step: str) -> bool:
+    """A step that closes the answer or has no content ends the solution.
+
+    >>> is_terminal_text("4+8=12\\n\\n"), is_terminal_text("</think><answer>12</answer>"), is_terminal_text("\\n\\n")
+    (False, True, True)
+    """
+    return ANSWER_CLOSE in step or not step.strip()
+
+
+@dataclass
+class PolicyStepper:
+    """A `Policy` continued step by step through the rollout engine.
+
+    step_tokens: token limit of one step; solution_tokens: of a whole solution (a prefix that reaches
+    it ends there). temperature/top_p: sampling of non-greedy steps."""
+
+    policy: Policy
+    temperature: float = 1.0
+    top_p: float = 1.0
+    step_tokens: int = 32
+    solution_tokens: int = 128
+    seed: int = 0
+    generated_tokens: int = 0
+    calls: int = 0
+
+    def _prompt_ids(self, problems: Sequence[Problem], prefixes: Sequence[str]) -> list[list[int]]:
+        tok = self.policy.tokenizer
+        special = not tok.chat_template
+        return [tok.encode(self.policy.prompt_text(p) + prefix, add_special_tokens=special)
+                for p, prefix in zip(problems, prefixes)]
+
+    def next_steps(self, problems: Sequence[Problem], prefixes: Sequence[str], n: int,
+                   greedy: bool = False) -> list[list[Step]]:
+        """`n` next steps for each (problem, prefix), grouped per prefix in order."""
+        if len(problems) != len(prefixes):
+            raise ValueError(f"next_steps: {len(problems)} problems for {len(prefixes)} prefixes")
+        if not prefixes:
+            return []
+        self.calls += 1
+        params = SamplingParams(temperature=0.0 if greedy else self.temperature, top_p=self.top_p,
+                                max_new_tokens=self.step_tokens, stop=(STEP_SEP,),
+                                seed=self.seed * 1_000_003 + self.calls)
+        ro = generate(self.policy, self._prompt_ids(problems, prefixes), n, params)
+        self.generated_tokens += ro.num_generated_tokens
+        lengths = ro.lengths.tolist()
+        out: list[list[Step]] = []
+        for i, prefix in enumerate(prefixes):
+            used = len(self.policy.tokenizer.encode(prefix, add_special_tokens=False)) if prefix else 0
+            steps = []
+            for r in range(i * n, (i + 1) * n):
+                text, ended = ro.texts[r], ro.ended_by[r]
+                if ended == "stop_string":
+                    cut = text.find(STEP_SEP)
+                    text = text[: cut + len(STEP_SEP)] if cut >= 0 else text
+                k = int(lengths[r])
+                mean_lp = float(ro.logprobs[r, :k].sum()) / max(k, 1)
+                over = used + k >= self.solution_tokens
+                terminal = ended != "stop_string" or over or is_terminal_text(text)
+                steps.append(Step(text, terminal, "solution_limit" if over and ended == "stop_string" else ended,
+                                  k, mean_lp))
+            out.append(steps)
+        return out
+
+    def finish(self, problems: Sequence[Problem], prefixes: Sequence[str]) -> list[str]:
+        """Each prefix sampled to the end of its solution (one rollout; MCTS rollout values)."""
+        if not prefixes:
+            return []
+        self.calls += 1
+        tok = self.policy.tokenizer
+        used = max(len(tok.encode(p, add_special_tokens=False)) for p in prefixes)
+        params = SamplingParams(temperature=self.temperature, top_p=self.top_p,
+                                max_new_tokens=max(1, self.solution_tokens - used),
+                                seed=self.seed * 1_000_003 + self.calls)
+        ro = generate(self.policy, self._prompt_ids(problems, prefixes), 1, params)
+        self.generated_tokens += ro.num_generated_tokens
+        return [prefix + text for prefix, text in zip(prefixes, ro.texts)]
