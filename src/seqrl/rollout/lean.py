@@ -122,6 +122,7 @@ class LeanDecoder:
         self.bias = torch.zeros((rows, slots), device=dev, dtype=dtype)  # (N, S) -inf on left padding
         self.padded = False
         self.rows = 0  # rows in use
+        self.slot: torch.Tensor | None = None  # (A,) cache row of each active row in engine order (None: same)
         self.used = 0  # slots in use
 
     def _prefill_layers(self, ids: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -176,9 +177,12 @@ class LeanDecoder:
         Attention is two batched matmuls and a softmax: for one query per row this is several times
         faster on CPU than SDPA's flash kernel, and grouped-query heads need no repeat of K/V.
         """
+        if self.slot is not None:  # engine order -> cache order
+            token = torch.empty_like(token).index_copy_(0, self.slot, token)
+            positions = torch.empty_like(positions).index_copy_(0, self.slot, positions)
         a = token.shape[0]
         h, hkv, d = self.heads, self.kv_heads, self.head_dim
-        slot, hi = self.used, self.used + 1
+        col, hi = self.used, self.used + 1  # this step's cache column
         cos, sin = self.cos[positions][:, None], self.sin[positions][:, None]  # (A, 1, D)
         bias = self.bias[:a, None, None, :hi] if self.padded else None  # (A, 1, 1, S')
         x = F.embedding(token, self.embed)  # (A, d)
@@ -186,8 +190,8 @@ class LeanDecoder:
             y = F.rms_norm(x, (self.hidden,), ln1, self.eps)
             qkv = F.linear(y, wqkv, bqkv).view(a, h + 2 * hkv, d)  # (A, H+2Hkv, D)
             qk = _rotate(qkv[:, : h + hkv], cos, sin)  # (A, H+Hkv, D)
-            self.kv[0, i, :a, :, slot] = qk[:, h:]
-            self.kv[1, i, :a, :, slot] = qkv[:, h + hkv:]
+            self.kv[0, i, :a, :, col] = qk[:, h:]
+            self.kv[1, i, :a, :, col] = qkv[:, h + hkv:]
             q = (qk[:, :h] * self.scale).view(a, hkv, h // hkv, d)  # (A, Hkv, G, D)
             scores = torch.matmul(q, self.kv[0, i, :a, :, :hi].transpose(-1, -2))  # (A, Hkv, G, S')
             if bias is not None:
@@ -199,12 +203,30 @@ class LeanDecoder:
             gate, up = F.linear(y, wgu, bgu).chunk(2, dim=-1)  # (A, I) each
             x = x + F.linear(F.silu(gate) * up, wd, bd)
         self.used = hi
-        return self._logits(x)
+        logits = self._logits(x)  # (A, V) in cache order
+        return logits if self.slot is None else logits[self.slot]
 
     def select(self, keep: torch.Tensor) -> None:
-        """Keep rows `keep` (ascending indices of the active rows), moved to the front of the cache."""
+        """Keep the active rows `keep` (ascending indices in the engine's row order).
+
+        Only the cache rows that sit beyond the new batch size move, each into a hole left by a
+        finished row, so a finish costs a copy of the finished rows' count, not of the whole cache.
+        The cache order then differs from the engine's; `slot` maps one to the other, so the engine
+        (its sampling and RNG consumption) sees rows in its own order.
+        """
         k = keep.numel()
-        self.kv[:, :, :k, :, : self.used] = self.kv[:, :, keep, :, : self.used]
-        if self.padded:
-            self.bias[:k, : self.used] = self.bias[keep, : self.used]
+        slot = self.slot[keep] if self.slot is not None else keep  # (k,) cache row of each kept row
+        moving = (slot >= k).nonzero().squeeze(-1)  # kept rows that live beyond the new batch
+        if moving.numel():
+            taken = torch.zeros(self.rows, dtype=torch.bool, device=slot.device)
+            taken[slot] = True
+            holes = (~taken[:k]).nonzero().squeeze(-1)  # (m,) free cache rows below k
+            src = slot[moving]
+            self.kv[:, :, holes, :, : self.used] = self.kv[:, :, src, :, : self.used]
+            if self.padded:
+                self.bias[holes, : self.used] = self.bias[src, : self.used]
+            slot = slot.clone()
+            slot[moving] = holes
+        identity = bool((slot == torch.arange(k, device=slot.device)).all())
+        self.slot = None if identity else slot
         self.rows = k
