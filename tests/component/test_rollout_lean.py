@@ -199,3 +199,25 @@ def test_forward_hooks_and_wrapped_layers_fall_back(tiny_policy):
 def test_decode_option_is_validated():
     with pytest.raises(ValueError, match="sampling.decode"):
         SamplingParams(decode="fast")
+
+
+def test_reused_kv_buffer_carries_nothing_between_calls(tiny_policy):
+    from seqrl.rollout.lean import LeanDecoder
+
+    policy = tiny_policy
+    big = generate(policy, policy.encode_prompts(QUESTIONS), 4, SamplingParams(max_new_tokens=40, seed=1))
+    assert big.stats["lean_decode"] == 1.0
+    prompts = policy.encode_prompts(["7*7=", "31+4="])  # a smaller call into the pooled (larger) buffer
+    small = generate(policy, prompts, 3, SamplingParams(max_new_tokens=9, seed=2))
+    reference = generate(policy, prompts, 3, SamplingParams(max_new_tokens=9, seed=2, decode="hf"))
+    assert torch.equal(small.completion_ids, reference.completion_ids)
+    assert torch.allclose(small.logprobs, reference.logprobs, atol=1e-5, rtol=0)
+    # Two live decoders never share a buffer; a closed one returns it to the pool.
+    a, b = LeanDecoder(policy.model, rows=4, slots=16), LeanDecoder(policy.model, rows=4, slots=16)
+    assert a.kv.data_ptr() != b.kv.data_ptr()
+    ptr = a.kv.data_ptr()
+    a.close()
+    c = LeanDecoder(policy.model, rows=2, slots=8)  # fits: takes the returned buffer
+    assert c.kv.data_ptr() == ptr
+    b.close()
+    c.close()

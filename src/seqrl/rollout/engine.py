@@ -169,6 +169,9 @@ class _HFDecoder:
         self.cache.batch_select_indices(keep)
         self.attn = self.attn[keep]
 
+    def close(self) -> None:
+        self.cache = self.attn = None
+
 
 def decode_path(model: torch.nn.Module, decode: str = "auto") -> tuple[str, str | None]:
     """Which forward `generate` runs for `model` ("lean" or "hf") and, when not lean, why."""
@@ -225,63 +228,66 @@ def generate(
     ids, attn = _pad_left(prompt_ids, pad_id)  # (P, L)
     ids, attn = ids.to(dev), attn.to(dev)
     positions = (attn.cumsum(-1) - 1).clamp(min=0)  # (P, L)
-    path, fallback = decode_path(model, params.decode)
+    path, _ = decode_path(model, params.decode)
     if path == "lean":
         decoder = LeanDecoder(model, rows=len(prompt_ids) * n, slots=ids.shape[1] + max_new)
     else:
         decoder = _HFDecoder(model)
-    logits = decoder.prefill(ids, attn, positions, n)  # (N, V)
-    next_pos = attn.sum(-1).repeat_interleave(n)  # (N,) position of the next token
-    t_prefill = time.perf_counter() - t0
+    try:
+        logits = decoder.prefill(ids, attn, positions, n)  # (N, V)
+        next_pos = attn.sum(-1).repeat_interleave(n)  # (N,) position of the next token
+        t_prefill = time.perf_counter() - t0
 
-    num = len(prompt_ids) * n
-    out_ids = torch.full((num, max_new), pad_id, dtype=torch.long)  # (N, T)
-    out_lp = torch.zeros((num, max_new), dtype=torch.float32)  # (N, T)
-    lengths = torch.zeros(num, dtype=torch.long)
-    reasons = ["length"] * num
-    active = torch.arange(num)  # rows still generating, in cache order
-    generated: list[list[int]] = [[] for _ in range(num)]
-    stop_window = max((len(tok.encode(s, add_special_tokens=False)) for s in params.stop), default=0) + 2
-    rows_x_steps = 0
+        num = len(prompt_ids) * n
+        out_ids = torch.full((num, max_new), pad_id, dtype=torch.long)  # (N, T)
+        out_lp = torch.zeros((num, max_new), dtype=torch.float32)  # (N, T)
+        lengths = torch.zeros(num, dtype=torch.long)
+        reasons = ["length"] * num
+        active = torch.arange(num)  # rows still generating, in cache order
+        generated: list[list[int]] = [[] for _ in range(num)]
+        stop_window = max((len(tok.encode(s, add_special_tokens=False)) for s in params.stop), default=0) + 2
+        rows_x_steps = 0
 
-    for t in range(max_new):
-        rows_x_steps += len(active)
-        if params.temperature == 0:
-            logp = torch.log_softmax(logits, dim=-1)  # (A, V)
-            token = logits.argmax(-1)  # (A,)
-        else:
-            scaled = logits / params.temperature  # (A, V)
-            logp = torch.log_softmax(scaled, dim=-1)
-            filtered = _filter_logits(scaled, params.top_k, params.top_p)
-            token = torch.multinomial(filtered.softmax(-1), 1, generator=gen).squeeze(-1)  # (A,)
-        out_ids[active, t] = token.cpu()
-        out_lp[active, t] = logp.gather(-1, token[:, None]).squeeze(-1).cpu()
-        lengths[active] += 1
+        for t in range(max_new):
+            rows_x_steps += len(active)
+            if params.temperature == 0:
+                logp = torch.log_softmax(logits, dim=-1)  # (A, V)
+                token = logits.argmax(-1)  # (A,)
+            else:
+                scaled = logits / params.temperature  # (A, V)
+                logp = torch.log_softmax(scaled, dim=-1)
+                filtered = _filter_logits(scaled, params.top_k, params.top_p)
+                token = torch.multinomial(filtered.softmax(-1), 1, generator=gen).squeeze(-1)  # (A,)
+            out_ids[active, t] = token.cpu()
+            out_lp[active, t] = logp.gather(-1, token[:, None]).squeeze(-1).cpu()
+            lengths[active] += 1
 
-        done = torch.isin(token, eos).cpu()  # (A,)
-        if params.stop:
-            for j, row in enumerate(active.tolist()):
-                generated[row].append(int(token[j]))
-                if not done[j]:
-                    tail = tok.decode(generated[row][-stop_window:], skip_special_tokens=False)
-                    done[j] = any(s in tail for s in params.stop)
-        for row in active[done].tolist():
-            reasons[row] = "stop"
-        if t == max_new - 1:
-            break
-        if done.any():
-            keep = (~done).nonzero().squeeze(-1)  # (A',)
-            if keep.numel() == 0:
+            done = torch.isin(token, eos).cpu()  # (A,)
+            if params.stop:
+                for j, row in enumerate(active.tolist()):
+                    generated[row].append(int(token[j]))
+                    if not done[j]:
+                        tail = tok.decode(generated[row][-stop_window:], skip_special_tokens=False)
+                        done[j] = any(s in tail for s in params.stop)
+            for row in active[done].tolist():
+                reasons[row] = "stop"
+            if t == max_new - 1:
                 break
-            active = active[keep]
-            keep = keep.to(dev)
-            decoder.select(keep)
-            token, next_pos = token[keep], next_pos[keep]
-        logits = decoder.step(token, next_pos)  # (A, V)
-        next_pos = next_pos + 1
+            if done.any():
+                keep = (~done).nonzero().squeeze(-1)  # (A',)
+                if keep.numel() == 0:
+                    break
+                active = active[keep]
+                keep = keep.to(dev)
+                decoder.select(keep)
+                token, next_pos = token[keep], next_pos[keep]
+            logits = decoder.step(token, next_pos)  # (A, V)
+            next_pos = next_pos + 1
+    finally:
+        decoder.close()
+        if was_training:
+            model.train()
 
-    if was_training:
-        model.train()
     width = int(lengths.max().item()) if num else 0
     mask = (torch.arange(max_new)[None, :] < lengths[:, None]).float()[:, :width]  # (N, T)
     out_ids, out_lp = out_ids[:, :width], out_lp[:, :width] * mask
