@@ -95,10 +95,11 @@ def _give_buffer(buf: torch.Tensor) -> None:
             _POOL[key] = buf
 
 
-def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """RoPE as in HF Llama: x·cos + rotate_half(x)·sin; x (..., heads, D), cos/sin broadcastable."""
-    x1, x2 = x.chunk(2, dim=-1)
-    return x * cos + torch.cat((-x2, x1), dim=-1) * sin
+def _rotate(x: torch.Tensor, cos: torch.Tensor, sin_signed: torch.Tensor) -> torch.Tensor:
+    """RoPE as in HF Llama, x·cos + rotate_half(x)·sin, bit for bit: rotate_half(x)·sin equals
+    roll(x, D/2)·sin_signed with sin_signed = (−sin₁, sin₂), in two ops instead of four.
+    x (..., heads, D); cos / sin_signed broadcastable to it."""
+    return x * cos + x.roll(x.shape[-1] // 2, dims=-1) * sin_signed
 
 
 def _cat_bias(*linears: nn.Linear) -> torch.Tensor | None:
@@ -146,7 +147,9 @@ class LeanDecoder:
         # The model's own rotary module gives the tables: identical values for every static rope type.
         pos = torch.arange(slots, device=dev)[None]  # (1, S)
         cos, sin = model.model.rotary_emb(self.embed[:1], position_ids=pos)  # (1, S, D) each
-        self.cos, self.sin = cos[0].to(dtype), sin[0].to(dtype)  # (S, D)
+        half = self.head_dim // 2
+        self.cos = cos[0].to(dtype)  # (S, D)
+        self.sin = torch.cat((-sin[0, :, :half], sin[0, :, half:]), dim=-1).to(dtype)  # (S, D) signed, see _rotate
         # K and V of every layer in one buffer: compaction of finished rows is one indexing op.
         shape = (2, len(self.layers), rows, self.kv_heads, slots, self.head_dim)
         self._storage = _take_buffer(dev, dtype, math.prod(shape))
