@@ -159,6 +159,8 @@ def test_lean_supports_config_features_exactly(arch, overrides):
     ("llama", dict(rope_parameters={"rope_type": "dynamic", "factor": 2.0, "rope_theta": 10000.0}), "rope_type"),
     ("qwen2", dict(use_sliding_window=True, sliding_window=4, max_window_layers=1), "sliding-window"),
     ("llama", dict(hidden_act="gelu"), "hidden_act"),
+    ("llama", dict(rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5}),
+     "partial_rotary_factor"),
 ])
 def test_unsupported_config_features_fall_back_to_the_hf_forward(arch, overrides, reason):
     policy = _custom_policy(arch, **overrides)

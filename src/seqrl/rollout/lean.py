@@ -51,6 +51,8 @@ def unsupported_reason(model: nn.Module) -> str | None:
     rope = (getattr(cfg, "rope_parameters", None) or {}).get("rope_type", "default")
     if rope not in STATIC_ROPE_TYPES:
         return f"rope_type {rope!r} (the lean path implements {', '.join(STATIC_ROPE_TYPES)})"
+    if (getattr(cfg, "rope_parameters", None) or {}).get("partial_rotary_factor", 1.0) != 1.0:
+        return "partial_rotary_factor != 1 (the lean path rotates the whole head)"
     if "sliding_attention" in (getattr(cfg, "layer_types", None) or ()):
         return "sliding-window attention layers"
     if len(model.model.layers) != cfg.num_hidden_layers:
