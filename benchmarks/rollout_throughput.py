@@ -20,8 +20,12 @@ Two modes per preset (tiny, small):
   ``min_new_tokens`` which masks the EOS logit). Both are checked to give exactly
   `max_new_tokens` tokens per row.
 
+Three engines: seqrl with its default lean decode path (`seqrl.rollout.lean`: static KV cache, fused
+projections), seqrl with the HF forward (``SamplingParams(decode="hf")``, the same sampling loop over
+the HF model and a `DynamicCache`), and HF `generate`.
+
 For each (preset, mode): one warm-up call per engine (same batch, at most 16 new tokens: the same
-code paths at a fraction of the cost), then R repeats interleaved (ours, HF, ours, HF, …).
+code paths at a fraction of the cost), then R repeats interleaved (lean, seqrl-HF-forward, HF, …).
 Generated tokens count real tokens only, up to and including the first EOS (for HF found in its
 padded output). Reported: median seconds, median tokens/s, and speedup = HF median seconds / ours
 median seconds (> 1: ours is faster); the decode work in rows × steps of each engine (HF keeps every
@@ -30,7 +34,8 @@ of its own padded decode work actually done. A greedy parity check (ours vs HF, 
 runs once per preset.
 
 The machine is small, shared and noisy: times move between runs; ratios of interleaved runs hold
-better. The last printed line is one JSON object with the headline figures.
+better. The last printed line is one JSON object with the headline figures (``speedup_vs_hf_*``: lean
+vs HF generate), the CPU model, torch's CPU capabilities (avx512_bf16, amx_bf16) and the load average.
 """
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ import argparse
 import json
 import os
 import statistics
+import subprocess
 import sys
 import time
 from datetime import datetime, timezone
@@ -149,9 +155,10 @@ def eos_ids(policy: Policy) -> list[int]:
     return sorted(ids)
 
 
-def run_ours(policy: Policy, prompt_ids: list[list[int]], n: int, max_new: int, forced: bool, seed: int) -> dict:
+def run_ours(policy: Policy, prompt_ids: list[list[int]], n: int, max_new: int, forced: bool, seed: int,
+             decode: str = "auto") -> dict:
     params = SamplingParams(temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=max_new, seed=seed,
-                            ignore_eos=forced)
+                            ignore_eos=forced, decode=decode)
     t0 = time.perf_counter()
     ro = generate(policy, prompt_ids, n, params)
     seconds = time.perf_counter() - t0
@@ -162,6 +169,8 @@ def run_ours(policy: Policy, prompt_ids: list[list[int]], n: int, max_new: int, 
     # A row stopped naturally when its last real token is EOS.
     last = ro.completion_ids.gather(1, (lengths - 1).clamp(min=0)[:, None]).squeeze(1)
     stopped = (torch.isin(last, eos) & (lengths > 0)) if not forced else torch.zeros_like(lengths, dtype=torch.bool)
+    if (ro.stats["lean_decode"] == 1.0) != (decode != "hf"):
+        raise RuntimeError(f"ours, decode={decode!r}: the engine ran lean_decode={ro.stats['lean_decode']}")
     return {
         "seconds": seconds,
         "tokens": int(lengths.sum()),
@@ -232,6 +241,20 @@ def greedy_parity(policy: Policy, prompt_ids: list[list[int]], max_new: int) -> 
     return True
 
 
+def machine_info() -> dict:
+    """CPU model and the capabilities that decide fp32 vs bf16 speed, and the load while running."""
+    caps = torch.cpu.get_capabilities() if hasattr(torch.cpu, "get_capabilities") else {}
+    model = ""
+    try:
+        out = subprocess.run(["lscpu"], capture_output=True, text=True, timeout=10).stdout
+        model = next((line.split(":", 1)[1].strip() for line in out.splitlines() if line.startswith("Model name")), "")
+    except (OSError, subprocess.SubprocessError):
+        pass
+    return {"cpu_model": model, "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+            "avx512_bf16": bool(caps.get("avx512_bf16", False)), "amx_bf16": bool(caps.get("amx_bf16", False)),
+            "avx2": bool(caps.get("avx2", False)), "load_avg_1_5_15": [round(x, 2) for x in os.getloadavg()]}
+
+
 # ---------------------------------------------------------------------------------------------
 # The benchmark
 
@@ -260,6 +283,7 @@ def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
     torch.set_num_threads(args.threads)
     started = time.perf_counter()
+    load_start = [round(x, 2) for x in os.getloadavg()]
     console = Console(width=None if sys.stdout.isatty() else 150)
     steps = {"tiny": args.tiny_steps, "small": args.small_steps}
     problems = get_task("arith", digits=2).problems("test", args.prompts, args.seed)
@@ -278,27 +302,33 @@ def main(argv: list[str] | None = None) -> dict:
         inputs = hf_inputs(policy, prompt_ids)
         parity[preset] = greedy_parity(policy, prompt_ids, args.max_new_tokens)
         repeats = {"natural": args.repeats, "forced": args.forced_repeats}
-        with progress_bar(sum(2 * (repeats[m] + 1) for m in args.modes), f"{preset}: ours vs HF") as bar:
+        with progress_bar(sum(3 * (repeats[m] + 1) for m in args.modes), f"{preset}: ours vs HF") as bar:
             for mode in args.modes:
                 forced = mode == "forced"
-                ours, hf = [], []
+                ours, ours_hf, hf = [], [], []
                 # Warm-up (not timed): the same batch, shorter (it runs the same code paths), then
                 # interleaved repeats.
                 warm = min(args.max_new_tokens, 16)
                 run_ours(policy, prompt_ids, args.n, warm, forced, seed=10_000)
                 bar.advance(1, mode=mode)
+                run_ours(policy, prompt_ids, args.n, warm, forced, seed=10_000, decode="hf")
+                bar.advance(1)
                 run_hf(policy, inputs, args.n, warm, forced, seed=10_000)
                 bar.advance(1)
                 for r in range(repeats[mode]):
                     seed = args.seed * 1000 + r
                     ours.append(run_ours(policy, prompt_ids, args.n, args.max_new_tokens, forced, seed))
                     bar.advance(1, ours_s=ours[-1]["seconds"])
+                    ours_hf.append(run_ours(policy, prompt_ids, args.n, args.max_new_tokens, forced, seed,
+                                            decode="hf"))
+                    bar.advance(1, ours_hf_s=ours_hf[-1]["seconds"])
                     hf.append(run_hf(policy, inputs, args.n, args.max_new_tokens, forced, seed))
                     bar.advance(1, hf_s=hf[-1]["seconds"])
-                o, h = summarize(ours, rows), summarize(hf, rows)
+                o, oh, h = summarize(ours, rows), summarize(ours_hf, rows), summarize(hf, rows)
                 results[f"{preset}_{mode}"] = {
-                    "preset": preset, "mode": mode, "ours": o, "hf": h,
-                    "speedup": h["median_s"] / o["median_s"], "repeats": repeats[mode],
+                    "preset": preset, "mode": mode, "ours": o, "ours_hf": oh, "hf": h,
+                    "speedup": h["median_s"] / o["median_s"], "speedup_hf_forward": h["median_s"] / oh["median_s"],
+                    "lean_vs_hf_forward": oh["median_s"] / o["median_s"], "repeats": repeats[mode],
                     "tok_s_ratio": o["tok_s"] / h["tok_s"],
                 }
         del policy
@@ -311,16 +341,17 @@ def main(argv: list[str] | None = None) -> dict:
                 "mean len", "max len", "rows×steps", "decode work", "speedup"):
         table.add_column(col, justify="right" if col not in ("preset", "mode", "engine") else "left")
     for key, res in results.items():
-        for engine in ("ours", "hf"):
+        for engine in ("ours", "ours_hf", "hf"):
             s = res[engine]
+            speedup = {"ours": res["speedup"], "ours_hf": res["speedup_hf_forward"]}.get(engine)
             table.add_row(
                 res["preset"] if engine == "ours" else "", res["mode"] if engine == "ours" else "",
-                "seqrl" if engine == "ours" else "HF generate",
+                {"ours": "seqrl lean", "ours_hf": "seqrl HF forward", "hf": "HF generate"}[engine],
                 f"{s['median_s']:.3f}", f"{s['median_tokens']:.0f}", f"{s['tok_s']:.0f}",
                 f"{s['stop_frac']:.1%}" if res["mode"] == "natural" else "forced",
                 f"{s['mean_len']:.1f}", f"{s['max_len']}", f"{s['rows_x_steps']:.0f}",
                 f"{s['decode_work_frac']:.1%}" if "decode_work_frac" in s else "",
-                f"{res['speedup']:.2f}×" if engine == "ours" else "",
+                f"{speedup:.2f}×" if speedup is not None else "",
             )
     console.print(table)
     console.print("speedup = HF median s / seqrl median s (> 1: seqrl faster); rows×steps: decode work (HF keeps "
@@ -340,9 +371,14 @@ def main(argv: list[str] | None = None) -> dict:
         summary[f"speedup_vs_hf_{suffix}"] = round(res["speedup"], 3)
     for key, res in results.items():
         suffix = res["preset"] + ("_forced" if res["mode"] == "forced" else "")
+        summary[f"speedup_hf_forward_vs_hf_{suffix}"] = round(res["speedup_hf_forward"], 3)
+        summary[f"lean_vs_hf_forward_{suffix}"] = round(res["lean_vs_hf_forward"], 3)
+    for key, res in results.items():
+        suffix = res["preset"] + ("_forced" if res["mode"] == "forced" else "")
         o, h = res["ours"], res["hf"]
         summary[f"ours_median_s_{suffix}"] = round(o["median_s"], 4)
         summary[f"hf_median_s_{suffix}"] = round(h["median_s"], 4)
+        summary[f"ours_hf_forward_median_s_{suffix}"] = round(res["ours_hf"]["median_s"], 4)
         summary[f"ours_tokens_{suffix}"] = o["median_tokens"]
         summary[f"hf_tokens_{suffix}"] = h["median_tokens"]
         summary[f"ours_tok_s_{suffix}"] = round(o["tok_s"], 1)
@@ -362,6 +398,8 @@ def main(argv: list[str] | None = None) -> dict:
         summary[f"sft_steps_{preset}"] = info["steps"]
         summary[f"train_s_{preset}"] = info.get("train_s", 0.0)
         summary[f"greedy_parity_{preset}"] = parity[preset]
+    summary.update(machine_info())
+    summary["load_avg_start_1_5_15"] = load_start
     summary["total_s"] = round(time.perf_counter() - started, 1)
     print(json.dumps(summary), flush=True)
     return summary

@@ -12,17 +12,24 @@ tokens, finish reasons and token counts. Compared with calling `model.generate` 
 Log-probs are those of the sampling distribution before truncation, ``log_softmax(logits / T)``
 (T = 1 for greedy), which is what a full forward pass of the policy gives at T = 1: the RL
 trainers compare them with a recomputation. Greedy decoding matches `model.generate` token for token.
+
+The forward pass: for Llama / Qwen2 models the lean decoder (`seqrl.rollout.lean`: static KV cache,
+fused projections, no module tree) runs by default; any other model, or one with a feature the lean
+path does not implement, runs the HF forward with a `DynamicCache`. ``SamplingParams.decode`` chooses
+("auto", "lean", "hf"); both paths share the sampling code, so a seed gives the same tokens.
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import Literal
 
 import torch
 from transformers import DynamicCache
 
 from seqrl.models.lm import Policy, model_device
+from seqrl.rollout.lean import LeanDecoder, unsupported_reason
 
 
 @dataclass(frozen=True)
@@ -43,6 +50,9 @@ class SamplingParams:
     """Seed of a private generator (None: torch's global RNG)."""
     ignore_eos: bool = False
     """Keep generating past EOS (benchmarks with a forced length); stop strings still apply."""
+    decode: Literal["auto", "lean", "hf"] = "auto"
+    """Forward pass: "auto" = the lean decoder where the model supports it (Llama/Qwen2), else HF;
+    "lean" = the lean decoder or a ValueError naming the unsupported feature; "hf" = the HF forward."""
 
     def __post_init__(self) -> None:
         if self.temperature < 0:
@@ -55,6 +65,8 @@ class SamplingParams:
             raise ValueError(f"sampling.max_new_tokens must be >= 1 (got {self.max_new_tokens})")
         if any(not s for s in self.stop):
             raise ValueError("sampling.stop must not contain empty strings")
+        if self.decode not in ("auto", "lean", "hf"):
+            raise ValueError(f"sampling.decode must be one of auto, lean, hf (got {self.decode!r})")
 
 
 @dataclass
@@ -130,6 +142,50 @@ def _eos_ids(policy: Policy) -> list[int]:
     return sorted(ids)
 
 
+class _HFDecoder:
+    """The HF model's own forward over a `DynamicCache`: any causal LM (the lean decoder's fallback)."""
+
+    def __init__(self, model: torch.nn.Module):
+        self.model = model
+        self.cache = DynamicCache(config=model.config)
+        self.attn: torch.Tensor | None = None  # (A, L + t) attention mask of the active rows
+
+    def prefill(self, ids: torch.Tensor, attn: torch.Tensor, positions: torch.Tensor, n: int) -> torch.Tensor:
+        out = self.model(input_ids=ids, attention_mask=attn, position_ids=positions, cache=self.cache,
+                         use_cache=True, logits_to_keep=1)
+        logits = out.logits[:, -1, :].float()  # (P, V)
+        if n > 1:
+            self.cache.batch_repeat_interleave(n)
+            logits = logits.repeat_interleave(n, dim=0)  # (N, V)
+            attn = attn.repeat_interleave(n, dim=0)  # (N, L)
+        self.attn = attn
+        return logits
+
+    def step(self, token: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        self.attn = torch.cat([self.attn, self.attn.new_ones((len(token), 1))], dim=-1)  # (A, L+t+1)
+        out = self.model(input_ids=token[:, None], attention_mask=self.attn, position_ids=positions[:, None],
+                         cache=self.cache, use_cache=True)
+        return out.logits[:, -1, :].float()  # (A, V)
+
+    def select(self, keep: torch.Tensor) -> None:
+        self.cache.batch_select_indices(keep)
+        self.attn = self.attn[keep]
+
+    def close(self) -> None:
+        self.cache = self.attn = None
+
+
+def decode_path(model: torch.nn.Module, decode: str = "auto") -> tuple[str, str | None]:
+    """Which forward `generate` runs for `model` ("lean" or "hf") and, when not lean, why."""
+    if decode == "hf":
+        return "hf", "sampling.decode = 'hf'"
+    reason = unsupported_reason(model)
+    if reason is not None and decode == "lean":
+        raise ValueError(f"sampling.decode = 'lean' but the lean decode path does not support this model: {reason}; "
+                         f"use decode='auto' (falls back to the HF forward) or 'hf'")
+    return ("hf", reason) if reason is not None else ("lean", None)
+
+
 @torch.no_grad()
 def generate(
     policy: Policy,
@@ -174,72 +230,70 @@ def generate(
     ids, attn = _pad_left(prompt_ids, pad_id)  # (P, L)
     ids, attn = ids.to(dev), attn.to(dev)
     positions = (attn.cumsum(-1) - 1).clamp(min=0)  # (P, L)
-    cache = DynamicCache(config=model.config)
-    out = model(input_ids=ids, attention_mask=attn, position_ids=positions, cache=cache,
-                use_cache=True, logits_to_keep=1)
-    logits = out.logits[:, -1, :].float()  # (P, V)
-    if n > 1:
-        cache.batch_repeat_interleave(n)
-        logits = logits.repeat_interleave(n, dim=0)  # (N, V)
-        attn = attn.repeat_interleave(n, dim=0)  # (N, L)
-    next_pos = attn.sum(-1)  # (N,) position of the next token
-    t_prefill = time.perf_counter() - t0
+    path, _ = decode_path(model, params.decode)
+    if path == "lean":
+        decoder = LeanDecoder(model, rows=len(prompt_ids) * n, slots=ids.shape[1] + max_new)
+    else:
+        decoder = _HFDecoder(model)
+    try:
+        logits = decoder.prefill(ids, attn, positions, n)  # (N, V)
+        next_pos = attn.sum(-1).repeat_interleave(n)  # (N,) position of the next token
+        t_prefill = time.perf_counter() - t0
 
-    num = len(prompt_ids) * n
-    out_ids = torch.full((num, max_new), pad_id, dtype=torch.long)  # (N, T)
-    out_lp = torch.zeros((num, max_new), dtype=torch.float32)  # (N, T)
-    lengths = torch.zeros(num, dtype=torch.long)
-    reasons = ["length"] * num
-    ended_by = ["length"] * num
-    active = torch.arange(num)  # rows still generating, in cache order
-    generated: list[list[int]] = [[] for _ in range(num)]
-    stop_window = max((len(tok.encode(s, add_special_tokens=False)) for s in params.stop), default=0) + 2
-    rows_x_steps = 0
+        num = len(prompt_ids) * n
+        out_ids = torch.full((num, max_new), pad_id, dtype=torch.long)  # (N, T)
+        out_lp = torch.zeros((num, max_new), dtype=torch.float32)  # (N, T)
+        lengths = torch.zeros(num, dtype=torch.long)
+        reasons = ["length"] * num
+        ended_by = ["length"] * num
+        active = torch.arange(num)  # rows still generating, in cache order
+        generated: list[list[int]] = [[] for _ in range(num)]
+        stop_window = max((len(tok.encode(s, add_special_tokens=False)) for s in params.stop), default=0) + 2
+        rows_x_steps = 0
 
-    for t in range(max_new):
-        rows_x_steps += len(active)
-        if params.temperature == 0:
-            logp = torch.log_softmax(logits, dim=-1)  # (A, V)
-            token = logits.argmax(-1)  # (A,)
-        else:
-            scaled = logits / params.temperature  # (A, V)
-            logp = torch.log_softmax(scaled, dim=-1)
-            filtered = _filter_logits(scaled, params.top_k, params.top_p)
-            token = torch.multinomial(filtered.softmax(-1), 1, generator=gen).squeeze(-1)  # (A,)
-        out_ids[active, t] = token.cpu()
-        out_lp[active, t] = logp.gather(-1, token[:, None]).squeeze(-1).cpu()
-        lengths[active] += 1
+        for t in range(max_new):
+            rows_x_steps += len(active)
+            if params.temperature == 0:
+                logp = torch.log_softmax(logits, dim=-1)  # (A, V)
+                token = logits.argmax(-1)  # (A,)
+            else:
+                scaled = logits / params.temperature  # (A, V)
+                logp = torch.log_softmax(scaled, dim=-1)
+                filtered = _filter_logits(scaled, params.top_k, params.top_p)
+                token = torch.multinomial(filtered.softmax(-1), 1, generator=gen).squeeze(-1)  # (A,)
+            out_ids[active, t] = token.cpu()
+            out_lp[active, t] = logp.gather(-1, token[:, None]).squeeze(-1).cpu()
+            lengths[active] += 1
 
-        done = torch.isin(token, eos).cpu()  # (A,)
-        at_eos = done.clone()
-        if params.stop:
-            for j, row in enumerate(active.tolist()):
-                generated[row].append(int(token[j]))
-                if not done[j]:
-                    tail = tok.decode(generated[row][-stop_window:], skip_special_tokens=False)
-                    done[j] = any(s in tail for s in params.stop)
-        for j in done.nonzero().flatten().tolist():
-            row = int(active[j])
-            reasons[row] = "stop"
-            ended_by[row] = "eos" if at_eos[j] else "stop_string"
-        if t == max_new - 1:
-            break
-        if done.any():
-            keep = (~done).nonzero().squeeze(-1)  # (A',)
-            if keep.numel() == 0:
+            done = torch.isin(token, eos).cpu()  # (A,)
+            at_eos = done.clone()
+            if params.stop:
+                for j, row in enumerate(active.tolist()):
+                    generated[row].append(int(token[j]))
+                    if not done[j]:
+                        tail = tok.decode(generated[row][-stop_window:], skip_special_tokens=False)
+                        done[j] = any(s in tail for s in params.stop)
+            for j in done.nonzero().flatten().tolist():
+                row = int(active[j])
+                reasons[row] = "stop"
+                ended_by[row] = "eos" if at_eos[j] else "stop_string"
+            if t == max_new - 1:
                 break
-            active = active[keep]
-            keep = keep.to(dev)
-            cache.batch_select_indices(keep)
-            token, attn, next_pos = token[keep], attn[keep], next_pos[keep]
-        attn = torch.cat([attn, torch.ones((len(active), 1), dtype=attn.dtype)], dim=-1)  # (A, L+t+1)
-        out = model(input_ids=token[:, None], attention_mask=attn, position_ids=next_pos[:, None],
-                    cache=cache, use_cache=True)
-        logits = out.logits[:, -1, :].float()  # (A, V)
-        next_pos = next_pos + 1
+            if done.any():
+                keep = (~done).nonzero().squeeze(-1)  # (A',)
+                if keep.numel() == 0:
+                    break
+                active = active[keep]
+                keep = keep.to(dev)
+                decoder.select(keep)
+                token, next_pos = token[keep], next_pos[keep]
+            logits = decoder.step(token, next_pos)  # (A, V)
+            next_pos = next_pos + 1
+    finally:
+        decoder.close()
+        if was_training:
+            model.train()
 
-    if was_training:
-        model.train()
     width = int(lengths.max().item()) if num else 0
     mask = (torch.arange(max_new)[None, :] < lengths[:, None]).float()[:, :width]  # (N, T)
     out_ids, out_lp = out_ids[:, :width], out_lp[:, :width] * mask
@@ -261,5 +315,6 @@ def generate(
             "prefill_s": t_prefill,
             "decode_rows_x_steps": float(rows_x_steps),
             "padded_rows_x_steps": float(num * width),
+            "lean_decode": float(path == "lean"),
         },
     )
