@@ -11,6 +11,7 @@
     seqrl sandbox run SOLUTION.py --tests TESTS.py | --io CASES.json --entry-point NAME | --stdio CASES.json
                       [--timeout S] [--case-timeout S] [--memory MB] [--tree-memory MB] [--json]
     seqrl data minari hopper medium [--steps N] [--seed S] [--out DIR] [--force]   # LEVEL all: every level
+    seqrl data babyai GoToRedBallGrey [--episodes N] [--seed S] [--out DIR] [--force]   # BabyAI bot demonstrations
     seqrl demo
 """
 
@@ -481,14 +482,38 @@ def cmd_data(args: argparse.Namespace, overrides: list[str]) -> int:
 
     import torch
 
+    torch.set_num_threads(1)
+    if args.kind == "babyai":
+        return cmd_data_babyai(args)
     from seqrl.data.minari_data import LEVELS, build_dataset, describe, load_offline
 
-    torch.set_num_threads(1)
+    if args.episodes is not None:
+        raise ConfigError("seqrl data minari: --episodes is for babyai datasets; give --steps N")
+    if args.level is None:
+        raise ConfigError("seqrl data minari ENV LEVEL: give a level (random, medium, expert, medium-replay, "
+                          "medium-expert, or all)")
     for level in LEVELS if args.level == "all" else (args.level,):
         t0 = time.time()
         path = build_dataset(args.env, level, n_steps=args.steps, seed=args.seed, out=args.out, force=args.force)
         summary = {**describe(load_offline(path)), "path": str(path), "build_s": round(time.time() - t0, 1)}
         print(json.dumps(summary))
+    return 0
+
+
+def cmd_data_babyai(args: argparse.Namespace) -> int:
+    """``seqrl data babyai LEVEL --episodes N --seed S``: BabyAI bot demonstrations as a Minari dataset."""
+    from seqrl.data.babyai import build_babyai
+
+    if args.level is not None:
+        raise ConfigError(f"seqrl data babyai LEVEL: unexpected argument {args.level!r} (one level per call)")
+    if args.steps is not None:
+        raise ConfigError("seqrl data babyai: --steps is for minari datasets; give --episodes N")
+    episodes = 1000 if args.episodes is None else args.episodes
+    if episodes < 1:
+        raise ConfigError(f"--episodes must be >= 1 (got {episodes})")
+    _, summary = build_babyai(args.env, episodes=episodes, seed=args.seed, out=args.out, force=args.force,
+                              progress=True)
+    print(json.dumps(summary))
     return 0
 
 
@@ -601,10 +626,12 @@ def build_parser() -> argparse.ArgumentParser:
     sb.set_defaults(func=cmd_sandbox)
 
     data = sub.add_parser("data", help="build offline datasets locally (D4RL-style Minari datasets)")
-    data.add_argument("kind", choices=("minari",))
-    data.add_argument("env", help="pendulum, hopper, halfcheetah, walker2d (or their gymnasium ids)")
-    data.add_argument("level", help="random, medium, expert, medium-replay, medium-expert, or all")
+    data.add_argument("kind", choices=("minari", "babyai"))
+    data.add_argument("env", help="minari: pendulum, hopper, halfcheetah, walker2d (or their gymnasium ids); "
+                      "babyai: a level (GoToRedBallGrey, GoToLocal, PickupLoc, PutNextLocal, any BabyAI-* id)")
+    data.add_argument("level", nargs="?", help="minari: random, medium, expert, medium-replay, medium-expert, or all")
     data.add_argument("--steps", type=int, help="environment steps (default: 20k Pendulum, 200k MuJoCo)")
+    data.add_argument("--episodes", type=int, help="babyai: successful bot episodes (default 1000)")
     data.add_argument("--seed", type=int, default=0)
     data.add_argument("--out", help="Minari datasets folder (default: $MINARI_DATASETS_PATH or ~/.minari/datasets)")
     data.add_argument("--force", action="store_true", help="rebuild a dataset that already exists")
