@@ -5,6 +5,8 @@
     seqrl train dt|bc --config configs/dt/pendulum_medium_replay.yaml [--data.top_fraction=0.1]
     seqrl train odt --config configs/odt/pendulum_medium.yaml [--online.iterations=40]
     seqrl eval dt --checkpoint runs/x/checkpoint-3000 --target-returns=-150,-600 [--episodes 10]   # DT, BC or ODT
+    seqrl train vla --config configs/vla/gotoredballgrey.yaml [--model.fusion=cross_attention]
+    seqrl eval vla --checkpoint runs/x/checkpoint-2000 [--episodes 100] [--seed 0]   # held-out BabyAI layouts
     seqrl configs ls | show NAME
     seqrl reward math --pred '<answer>\\frac{1}{2}</answer>' --gold 0.5 [--mode strict|lenient] [--json]
     seqrl reward code-agent --repo DIR --patch FILE --test-cmd 'pytest -q' [--actions N] [--json]
@@ -27,8 +29,8 @@ from pathlib import Path
 
 from seqrl.config import ConfigError, load_config, parse_overrides
 
-ALGOS = ("sft", "grpo", "dt", "bc", "odt")
-PLANNED = ("ppo", "rm", "prm", "star", "vla")
+ALGOS = ("sft", "grpo", "dt", "bc", "odt", "vla")
+PLANNED = ("ppo", "rm", "prm", "star")
 
 
 def configs_root() -> Path:
@@ -74,6 +76,10 @@ def _config_class(algo: str):
         from seqrl.algos.odt import ODTConfig, train
 
         return ODTConfig, train
+    if algo == "vla":
+        from seqrl.algos.vla import VLAConfig, train
+
+        return VLAConfig, train
     raise ConfigError(f"unknown algorithm {algo!r}; implemented: {', '.join(ALGOS)}")
 
 
@@ -167,6 +173,8 @@ def cmd_train(args: argparse.Namespace, overrides: list[str]) -> int:
 def cmd_eval(args: argparse.Namespace, overrides: list[str]) -> int:
     if args.checkpoint in ("dt", "bc"):
         return cmd_eval_dt(overrides)
+    if args.checkpoint == "vla":
+        return cmd_eval_vla(overrides)
     if overrides:
         raise ConfigError(f"seqrl eval: unexpected arguments {overrides}")
     _check_threads(args.threads)
@@ -334,6 +342,48 @@ def cmd_eval_dt(argv: list[str]) -> int:
     _print_table(f"{args.checkpoint} ({info['method']}, {info['dataset']}, {args.episodes} episodes)", metrics)
     out = _write_new(out, {"checkpoint": args.checkpoint, "metrics": metrics, "targets": result.targets,
                            "returns": result.returns.tolist(), "lengths": result.lengths.tolist()})
+    print(f"wrote {out}")
+    return 0
+
+
+def cmd_eval_vla(argv: list[str]) -> int:
+    """``seqrl eval vla --checkpoint DIR [--episodes N --seed S]``: success rate on held-out BabyAI layouts."""
+    p = argparse.ArgumentParser(prog="seqrl eval vla", description="evaluate a VLA checkpoint on held-out BabyAI "
+                                "layouts (never a demonstration's), next to a random policy")
+    p.add_argument("--checkpoint", required=True, help="runs/<name>/checkpoint-<step>")
+    p.add_argument("--episodes", type=int, default=100)
+    p.add_argument("--seed", type=int, default=0, help="seed of the held-out layouts")
+    p.add_argument("--max-steps", type=int, default=0, help="cap on episode length (0: the level's limit)")
+    p.add_argument("--level", help="evaluate on this BabyAI level instead of the training one")
+    p.add_argument("--strip", action="store_true", help="also draw episode 0 as a PNG strip beside the JSON")
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--out", help="JSON output: a new file, or a folder (default: <run folder>/evals/)")
+    args = p.parse_args(argv)
+    _check_threads(args.threads)
+    if args.episodes < 1 or args.max_steps < 0:
+        raise ConfigError(f"--episodes must be >= 1 and --max-steps >= 0 (got {args.episodes}, {args.max_steps})")
+    import torch
+
+    from seqrl.algos.vla import episode_strip, evaluate, load_policy, random_baseline
+    from seqrl.envs.babyai import resolve_level
+    from seqrl.utils.checkpoint import CheckpointError
+
+    torch.set_num_threads(args.threads)
+    try:
+        policy, info = load_policy(args.checkpoint)
+    except CheckpointError as e:
+        raise ValueError(f"--checkpoint: {e}") from e
+    env_id = resolve_level(args.level or info["env_id"])
+    out = eval_output(args.out, args.checkpoint, f"vla-{env_id}-{args.episodes}ep-s{args.seed}")
+    t0 = time.perf_counter()
+    metrics, frames = evaluate(policy, env_id, args.episodes, args.seed, args.max_steps,
+                               record=0 if args.strip else None)
+    metrics["perf/eval_s"] = time.perf_counter() - t0
+    metrics.update(random_baseline(env_id, args.episodes, args.seed, args.max_steps))
+    _print_table(f"{args.checkpoint} on {env_id} ({args.episodes} held-out episodes)", metrics)
+    out = _write_new(out, {"checkpoint": args.checkpoint, "env_id": env_id, "seed": args.seed, "metrics": metrics})
+    if frames:
+        print(f"wrote {episode_strip(frames, out.with_suffix('.png'), f'{args.checkpoint}: held-out episode 0')}")
     print(f"wrote {out}")
     return 0
 
@@ -669,6 +719,8 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:2] == ["eval", "dt"]:  # its own options and --help
         args, extra = argparse.Namespace(func=lambda a, rest: cmd_eval_dt(rest)), argv[2:]
+    elif argv[:2] == ["eval", "vla"]:
+        args, extra = argparse.Namespace(func=lambda a, rest: cmd_eval_vla(rest)), argv[2:]
     else:
         args, extra = build_parser().parse_known_args(argv)
     try:
