@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import io
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -155,8 +155,7 @@ def random_act(seed: int = 0) -> Act:
 
 @dataclass
 class BabyAIEvalResult:
-    """Per episode: success (N,) bool, lengths (N,), returns (N,), missions, reset_seeds; and one
-    episode's observed images (T+1, 7, 7, 3) for a picture."""
+    """Per episode: success (N,) bool, lengths (N,), returns (N,), missions and reset seeds."""
 
     success: np.ndarray
     lengths: np.ndarray
