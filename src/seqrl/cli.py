@@ -376,14 +376,15 @@ def cmd_eval_vla(argv: list[str]) -> int:
     env_id = resolve_level(args.level or info["env_id"])
     out = eval_output(args.out, args.checkpoint, f"vla-{env_id}-{args.episodes}ep-s{args.seed}")
     t0 = time.perf_counter()
-    metrics, frames = evaluate(policy, env_id, args.episodes, args.seed, args.max_steps,
-                               record=0 if args.strip else None)
+    metrics, frames, caption = evaluate(policy, env_id, args.episodes, args.seed, args.max_steps,
+                                        record=0 if args.strip else None)
     metrics["perf/eval_s"] = time.perf_counter() - t0
     metrics.update(random_baseline(env_id, args.episodes, args.seed, args.max_steps))
     _print_table(f"{args.checkpoint} on {env_id} ({args.episodes} held-out episodes)", metrics)
     out = _write_new(out, {"checkpoint": args.checkpoint, "env_id": env_id, "seed": args.seed, "metrics": metrics})
     if frames:
-        print(f"wrote {episode_strip(frames, out.with_suffix('.png'), f'{args.checkpoint}: held-out episode 0')}")
+        strip = episode_strip(frames, out.with_suffix(".png"), f"{args.checkpoint}: held-out episode 0 — {caption}")
+        print(f"wrote {strip}")
     print(f"wrote {out}")
     return 0
 

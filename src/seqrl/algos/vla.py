@@ -155,8 +155,9 @@ def policy_act(policy: VLAModel):
 
 
 def evaluate(policy: VLAModel, env_id: str, episodes: int, seed: int, max_steps: int = 0,
-             record: int | None = None) -> tuple[dict[str, float], list]:
-    """Success rate, mean episode length and return of greedy `policy` on `episodes` held-out layouts."""
+             record: int | None = None) -> tuple[dict[str, float], list, str]:
+    """Success rate, mean episode length and return of greedy `policy` on `episodes` held-out layouts; the
+    frames of episode `record` (if given) and a caption of it (mission, outcome, length)."""
     was_training = policy.training
     policy.eval()
     try:
@@ -164,7 +165,11 @@ def evaluate(policy: VLAModel, env_id: str, episodes: int, seed: int, max_steps:
                                          record=record)
     finally:
         policy.train(was_training)
-    return result.metrics(), frames
+    caption = ""
+    if record is not None:
+        outcome = "success" if result.success[record] else "failure"
+        caption = f"'{result.missions[record]}': {outcome} in {int(result.lengths[record])} steps"
+    return result.metrics(), frames, caption
 
 
 def random_baseline(env_id: str, episodes: int, seed: int, max_steps: int = 0) -> dict[str, float]:
@@ -287,13 +292,13 @@ def train(cfg: VLAConfig, dataset: OfflineDataset | None = None) -> dict[str, fl
                 if cfg.eval.episodes and ((cfg.eval.every and done % cfg.eval.every == 0) or done == cfg.steps):
                     t_eval = time.perf_counter()
                     last = done == cfg.steps and cfg.eval.strip
-                    ev, frames = evaluate(policy, env_id, cfg.eval.episodes, cfg.eval.seed, cfg.eval.max_steps,
+                    ev, frames, caption = evaluate(policy, env_id, cfg.eval.episodes, cfg.eval.seed, cfg.eval.max_steps,
                                           record=0 if last else None)
                     metrics.update(ev)
                     metrics["perf/eval_s"] = time.perf_counter() - t_eval
                     if frames:
                         episode_strip(frames, run_dir / "plots" / "episode.png",
-                                      f"{cfg.run.name} step {done}: held-out episode 0")
+                                      f"{cfg.run.name} step {done}, held-out episode 0 — {caption}")
                 if metrics:
                     logger.log(done, metrics)
                     final.update(metrics)
