@@ -83,18 +83,23 @@ def test_evaluation_layouts_are_never_demonstration_layouts():
     assert np.array_equal(result.success, again.success) and result.reset_seeds == again.reset_seeds
 
 
-def test_cli_train_vla_and_config_errors(tmp_path, capsys):
+def test_cli_train_vla_and_config_errors(tmp_path, capsys, monkeypatch):
     from seqrl.cli import main
 
-    args = ["train", "vla", "--config", "configs/vla/gotoredballgrey.yaml", "--data.dataset=quick:GoToRedBallGrey",
+    monkeypatch.setenv("MINARI_DATASETS_PATH", str(tmp_path / "minari"))  # the preset's dataset is not there
+
+    args = ["train", "vla", "--config", "vla/gotoredballgrey", "--data.dataset=quick:GoToRedBallGrey",
             "--data.quick_episodes=8", "--steps=2", "--batch_size=4", "--model.hidden_size=16", "--model.n_layer=1",
             "--eval.episodes=0", f"--run.out_dir={tmp_path}", "--run.progress=false"]
     assert main(args) == 0
     assert (tmp_path / "vla_gotoredballgrey_s0" / "checkpoint-2" / "model.safetensors").is_file()
     assert main([*args, "--model.fusion=concat"]) == 2
     assert "model.fusion" in capsys.readouterr().err
-    assert main([*args[:3], "configs/vla/gotoredballgrey.yaml", f"--run.out_dir={tmp_path / 'x'}"]) == 2
+    assert main([*args[:4], f"--run.out_dir={tmp_path / 'x'}"]) == 2
     assert "seqrl data babyai" in capsys.readouterr().err  # the preset's dataset is not built here
     with pytest.raises(ValueError, match="data.max_episodes"):
         load_demos(VLADataConfig(dataset="quick:GoToRedBallGrey", quick_episodes=3, max_episodes=5))
-    assert load_config(VLAConfig, "configs/vla/gotolocal.yaml").data.dataset.startswith("seqrl/babyai/GoToLocal")
+    from seqrl.cli import resolve_config
+
+    gotolocal = load_config(VLAConfig, resolve_config("gotolocal", "vla"))
+    assert gotolocal.data.dataset.startswith("seqrl/babyai/GoToLocal")
