@@ -604,7 +604,8 @@ def build_parser() -> argparse.ArgumentParser:
     train.set_defaults(func=cmd_train)
 
     ev = sub.add_parser("eval", help="evaluate a checkpoint (any HF causal-LM folder) on a task split; "
-                                     "seqrl eval dt --checkpoint DIR --target-returns 3600,1800 for DT/BC/ODT")
+                                     "seqrl eval dt --checkpoint DIR --target-returns 3600,1800 for DT/BC/ODT; "
+                                     "seqrl eval vla --checkpoint DIR for a VLA on held-out BabyAI layouts")
     ev.add_argument("checkpoint")
     ev.add_argument("--task", default="arith")
     ev.add_argument("--task-kwargs", default="{}", help='JSON, e.g. \'{"digits": 3}\'')
