@@ -103,3 +103,15 @@ def test_cli_train_vla_and_config_errors(tmp_path, capsys, monkeypatch):
 
     gotolocal = load_config(VLAConfig, resolve_config("gotolocal", "vla"))
     assert gotolocal.data.dataset.startswith("seqrl/babyai/GoToLocal")
+
+
+def test_datasets_that_are_not_babyai_demonstrations_are_refused_by_name(tmp_path):
+    from seqrl.data.offline import DatasetError, OfflineDataset
+
+    demos = load_demos(VLADataConfig(dataset="quick:GoToRedBallGrey", quick_episodes=3))
+    bare = OfflineDataset(demos.episodes, env_id=demos.env_id, discrete=True, action_dim=7, name="bare")
+    with pytest.raises(DatasetError, match="bare: no mission list"):
+        train(_cfg(tmp_path, 1, "bare"), bare)
+    other = OfflineDataset(demos.episodes, env_id="Pendulum-v1", discrete=True, action_dim=7, name="pend")
+    with pytest.raises(DatasetError, match="pend: not a BabyAI dataset"):
+        train(_cfg(tmp_path, 1, "pend"), other)

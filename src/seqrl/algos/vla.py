@@ -229,6 +229,9 @@ def train(cfg: VLAConfig, dataset: OfflineDataset | None = None) -> dict[str, fl
     if not dataset.env_id.startswith("BabyAI-"):
         raise DatasetError(f"data.dataset {dataset.name}: not a BabyAI dataset (environment {dataset.env_id!r})")
     env_id = resolve_level(dataset.env_id)
+    if not dataset.metadata.get("missions"):
+        raise DatasetError(f"data.dataset {dataset.name}: no mission list in its metadata (load it with "
+                           f"seqrl.data.babyai.load_babyai)")
     data = Trajectories(dataset, 1.0, MAX_EP_LEN, "vla.model", windows="cover")
     K = cfg.model.context_len
     seed_everything(cfg.run.seed)  # after the dataset: building one may draw from the global RNGs
