@@ -108,3 +108,10 @@ def test_cli_data_babyai_builds_and_refuses_bad_flags(tmp_path, capsys):
     assert main(["data", "babyai", "GoToRedBallGrey", "--steps", "10", "--out", str(tmp_path)]) == 2
     assert main(["data", "minari", "pendulum", "medium", "--episodes", "3", "--out", str(tmp_path)]) == 2
     assert "--episodes must be >= 1" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("level", ["GoToLocal", "PickupLoc", "PutNextLocal"])
+def test_the_bot_solves_the_issue_levels(level):
+    demos, failures = collect_demos(level, 3, seed=0)
+    assert len(demos) == 3 and all(d.success for d in demos)
+    assert sum(failures.values()) <= 1
