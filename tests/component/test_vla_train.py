@@ -76,10 +76,10 @@ def test_training_writes_metrics_plots_strip_and_evaluates_held_out(tmp_path, ca
 
 
 def test_evaluation_layouts_are_never_demonstration_layouts():
-    demos = load_demos(VLADataConfig(dataset="quick:GoToRedBallGrey", quick_episodes=50))
-    result, _ = evaluate_babyai(random_act(0), "GoToRedBallGrey", episodes=50, seed=0)
+    demos = load_demos(VLADataConfig(dataset="quick:GoToRedBallGrey", quick_episodes=30))
+    result, _ = evaluate_babyai(random_act(0), "GoToRedBallGrey", episodes=30, seed=0)
     assert not set(result.reset_seeds) & set(demos.metadata["reset_seeds"])
-    again, _ = evaluate_babyai(random_act(0), "GoToRedBallGrey", episodes=50, seed=0)
+    again, _ = evaluate_babyai(random_act(0), "GoToRedBallGrey", episodes=30, seed=0)
     assert np.array_equal(result.success, again.success) and result.reset_seeds == again.reset_seeds
 
 
