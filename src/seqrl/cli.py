@@ -5,6 +5,8 @@
     seqrl train dt|bc --config pendulum_medium_replay [--data.top_fraction=0.1]
     seqrl train odt --config pendulum_medium [--online.iterations=40]
     seqrl eval dt --checkpoint runs/x/checkpoint-3000 --target-returns=-150,-600 [--episodes 10]   # DT, BC or ODT
+    seqrl train vla --config gotoredballgrey [--model.fusion=cross_attention]
+    seqrl eval vla --checkpoint runs/x/checkpoint-2000 [--episodes 100] [--seed 0]   # held-out BabyAI layouts
     seqrl configs ls | show NAME [> mine.yaml]                    # then: --config mine.yaml
     seqrl reward math --pred '<answer>\\frac{1}{2}</answer>' --gold 0.5 [--mode strict|lenient] [--json]
     seqrl reward code-agent --repo DIR --patch FILE --test-cmd 'pytest -q' [--actions N] [--json]
@@ -14,6 +16,7 @@
     seqrl data prm-labels --policy CKPT --task arith --n 4 --rollouts 8 --out labels.jsonl
     seqrl search bon --policy CKPT --scorer prm:CKPT,orm:CKPT --task arith --budget 1,4,16,64 --out DIR
     seqrl search beam|dvts|mcts --policy CKPT --scorer prm:CKPT --task arith --budget 4,8,16 --out DIR
+    seqrl data babyai GoToRedBallGrey [--episodes N] [--seed S] [--out DIR] [--force]   # BabyAI bot demonstrations
     seqrl demo
 """
 
@@ -32,8 +35,8 @@ from pathlib import Path
 
 from seqrl.config import ConfigError, load_config, parse_overrides
 
-ALGOS = ("sft", "grpo", "dt", "bc", "odt", "prm", "orm")
-PLANNED = ("ppo", "rm", "star", "vla")
+ALGOS = ("sft", "grpo", "dt", "bc", "odt", "prm", "orm", "vla")
+PLANNED = ("ppo", "rm", "star")
 
 
 def configs_root() -> Traversable:
@@ -110,6 +113,10 @@ def _config_class(algo: str) -> type:
         from seqrl.algos.prm import PRMConfig  # imports torch: its config lives beside its loop
 
         return PRMConfig
+    if algo == "vla":
+        from seqrl.algos.vla import VLAConfig  # imports torch: its config lives beside its loop
+
+        return VLAConfig
     raise ConfigError(f"unknown algorithm {algo!r}; implemented: {', '.join(ALGOS)}")
 
 
@@ -269,6 +276,8 @@ def cmd_train(args: argparse.Namespace, overrides: list[str]) -> int:
 def cmd_eval(args: argparse.Namespace, overrides: list[str]) -> int:
     if args.checkpoint in ("dt", "bc"):
         return cmd_eval_dt(overrides)
+    if args.checkpoint == "vla":
+        return cmd_eval_vla(overrides)
     if overrides:
         raise ConfigError(f"seqrl eval: unexpected arguments {overrides}")
     _check_threads(args.threads)
@@ -462,6 +471,49 @@ def cmd_eval_dt(argv: list[str]) -> int:
     return 0
 
 
+def cmd_eval_vla(argv: list[str]) -> int:
+    """``seqrl eval vla --checkpoint DIR [--episodes N --seed S]``: success rate on held-out BabyAI layouts."""
+    p = argparse.ArgumentParser(prog="seqrl eval vla", description="evaluate a VLA checkpoint on held-out BabyAI "
+                                "layouts (never a demonstration's), next to a random policy")
+    p.add_argument("--checkpoint", required=True, help="runs/<name>/checkpoint-<step>")
+    p.add_argument("--episodes", type=int, default=100)
+    p.add_argument("--seed", type=int, default=0, help="seed of the held-out layouts")
+    p.add_argument("--max-steps", type=int, default=0, help="cap on episode length (0: the level's limit)")
+    p.add_argument("--level", help="evaluate on this BabyAI level instead of the training one")
+    p.add_argument("--strip", action="store_true", help="also draw episode 0 as a PNG strip beside the JSON")
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--out", help="JSON output: a new file, or a folder (default: <run folder>/evals/)")
+    args = p.parse_args(argv)
+    _check_threads(args.threads)
+    if args.episodes < 1 or args.max_steps < 0:
+        raise ConfigError(f"--episodes must be >= 1 and --max-steps >= 0 (got {args.episodes}, {args.max_steps})")
+    import torch
+
+    from seqrl.algos.vla import episode_strip, evaluate, load_policy, random_baseline
+    from seqrl.envs.babyai import resolve_level
+    from seqrl.utils.checkpoint import CheckpointError
+
+    torch.set_num_threads(args.threads)
+    try:
+        policy, info = load_policy(args.checkpoint)
+    except CheckpointError as e:
+        raise ValueError(f"--checkpoint: {e}") from e
+    env_id = resolve_level(args.level or info["env_id"])
+    out = eval_output(args.out, args.checkpoint, f"vla-{env_id}-{args.episodes}ep-s{args.seed}")
+    t0 = time.perf_counter()
+    metrics, frames, caption = evaluate(policy, env_id, args.episodes, args.seed, args.max_steps,
+                                        record=0 if args.strip else None)
+    metrics["perf/eval_s"] = time.perf_counter() - t0
+    metrics.update(random_baseline(env_id, args.episodes, args.seed, args.max_steps))
+    _print_table(f"{args.checkpoint} on {env_id} ({args.episodes} held-out episodes)", metrics)
+    out = _write_new(out, {"checkpoint": args.checkpoint, "env_id": env_id, "seed": args.seed, "metrics": metrics})
+    if frames:
+        strip = episode_strip(frames, out.with_suffix(".png"), f"{args.checkpoint}: held-out episode 0 — {caption}")
+        print(f"wrote {strip}")
+    print(f"wrote {out}")
+    return 0
+
+
 def cmd_configs(args: argparse.Namespace, overrides: list[str]) -> int:
     presets = list_presets()
     if not presets:
@@ -609,9 +661,16 @@ def cmd_data(args: argparse.Namespace, overrides: list[str]) -> int:
 
     import torch
 
+    torch.set_num_threads(1)
+    if args.kind == "babyai":
+        return cmd_data_babyai(args)
     from seqrl.data.minari_data import LEVELS, build_dataset, describe, load_offline
 
-    torch.set_num_threads(1)
+    if args.episodes is not None:
+        raise ConfigError("seqrl data minari: --episodes is for babyai datasets; give --steps N")
+    if args.level is None:
+        raise ConfigError("seqrl data minari ENV LEVEL: give a level (random, medium, expert, medium-replay, "
+                          "medium-expert, or all)")
     for level in LEVELS if args.level == "all" else (args.level,):
         t0 = time.time()
         path = build_dataset(args.env, level, n_steps=args.steps, seed=args.seed, out=args.out, force=args.force)
@@ -639,6 +698,23 @@ def _search_steps(method: str, argv: list[str]) -> int:
 
     _quiet_hf()
     return cli_main(method, argv)
+
+
+def cmd_data_babyai(args: argparse.Namespace) -> int:
+    """``seqrl data babyai LEVEL --episodes N --seed S``: BabyAI bot demonstrations as a Minari dataset."""
+    from seqrl.data.babyai import build_babyai
+
+    if args.level is not None:
+        raise ConfigError(f"seqrl data babyai LEVEL: unexpected argument {args.level!r} (one level per call)")
+    if args.steps is not None:
+        raise ConfigError("seqrl data babyai: --steps is for minari datasets; give --episodes N")
+    episodes = 1000 if args.episodes is None else args.episodes
+    if episodes < 1:
+        raise ConfigError(f"--episodes must be >= 1 (got {episodes})")
+    _, summary = build_babyai(args.env, episodes=episodes, seed=args.seed, out=args.out, force=args.force,
+                              progress=True)
+    print(json.dumps(summary))
+    return 0
 
 
 def format_value(value: object) -> str:
@@ -679,7 +755,8 @@ def build_parser() -> argparse.ArgumentParser:
     train.set_defaults(func=cmd_train)
 
     ev = sub.add_parser("eval", help="evaluate a checkpoint (any HF causal-LM folder) on a task split; "
-                                     "seqrl eval dt --checkpoint DIR --target-returns 3600,1800 for DT/BC/ODT")
+                                     "seqrl eval dt --checkpoint DIR --target-returns 3600,1800 for DT/BC/ODT; "
+                                     "seqrl eval vla --checkpoint DIR for a VLA on held-out BabyAI layouts")
     ev.add_argument("checkpoint", help="runs/<name>/checkpoint-<step>, a run folder (its last checkpoint), "
                     "any HF causal-LM folder or hub id")
     ev.add_argument("--task", default="arith")
@@ -753,10 +830,12 @@ def build_parser() -> argparse.ArgumentParser:
     sb.set_defaults(func=cmd_sandbox)
 
     data = sub.add_parser("data", help="build offline datasets locally (D4RL-style Minari datasets)")
-    data.add_argument("kind", choices=("minari",))
-    data.add_argument("env", help="pendulum, hopper, halfcheetah, walker2d (or their gymnasium ids)")
-    data.add_argument("level", help="random, medium, expert, medium-replay, medium-expert, or all")
+    data.add_argument("kind", choices=("minari", "babyai"))
+    data.add_argument("env", help="minari: pendulum, hopper, halfcheetah, walker2d (or their gymnasium ids); "
+                      "babyai: a level (GoToRedBallGrey, GoToLocal, PickupLoc, PutNextLocal, any BabyAI-* id)")
+    data.add_argument("level", nargs="?", help="minari: random, medium, expert, medium-replay, medium-expert, or all")
     data.add_argument("--steps", type=int, help="environment steps (default: 20k Pendulum, 200k MuJoCo)")
+    data.add_argument("--episodes", type=int, help="babyai: successful bot episodes (default 1000)")
     data.add_argument("--seed", type=int, default=0)
     data.add_argument("--out", help="Minari datasets folder (default: $MINARI_DATASETS_PATH or ~/.minari/datasets)")
     data.add_argument("--force", action="store_true", help="rebuild a dataset that already exists")
@@ -800,6 +879,8 @@ def main(argv: list[str] | None = None) -> int:
         args, extra = argparse.Namespace(func=lambda a, rest: _search_bon(rest)), argv[2:]
     elif argv[:1] == ["search"] and argv[1:2] and argv[1] in ("beam", "dvts", "mcts"):
         args, extra = argparse.Namespace(func=lambda a, rest: _search_steps(argv[1], rest)), argv[2:]
+    elif argv[:2] == ["eval", "vla"]:
+        args, extra = argparse.Namespace(func=lambda a, rest: cmd_eval_vla(rest)), argv[2:]
     else:
         args, extra = build_parser().parse_known_args(argv)
     try:

@@ -1,0 +1,321 @@
+"""A vision-language-action model trained by behaviour cloning on BabyAI bot demonstrations.
+
+    seqrl data babyai GoToRedBallGrey --episodes 1000 --seed 0
+    seqrl train vla --config gotoredballgrey [--model.fusion=cross_attention --model.language=minilm]
+    seqrl eval vla --checkpoint runs/<name>/checkpoint-2000 [--episodes 200 --seed 1]
+
+Behaviour cloning: batches of B windows of K consecutive steps of the demonstrations (episodes drawn
+∝ their length, every step in K windows — the DT floor's `Trajectories` with ``cover`` windows),
+cross-entropy of the bot's action at every real step (`seqrl.core.losses.action_loss`), AdamW with
+warm-up and cosine decay, gradient clipping. Evaluation: greedy actions on held-out layouts
+(`seqrl.envs.babyai.eval_reset_seed`, never a demonstration's), all episodes in lockstep with one
+batched forward per step; success rate and mean episode length, next to a uniform random policy's.
+
+The data order is a pure function of (seed, step) and dropout draws from the global RNG that the
+checkpoint restores, so a resumed run repeats an uninterrupted one exactly.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from seqrl.algos.common import (
+    OptimConfig,
+    RunConfig,
+    check_finite,
+    load_resume_checkpoint,
+    make_optimizer,
+    prepare_run_dir,
+    set_threads,
+)
+from seqrl.core.losses import action_loss
+from seqrl.data.babyai import load_babyai, quick_babyai, unpack_obs
+from seqrl.data.offline import DatasetError, OfflineDataset, Trajectories
+from seqrl.envs.babyai import evaluate_babyai, random_act, resolve_level
+from seqrl.models.vla import VLAModel, VLAModelConfig
+from seqrl.utils.checkpoint import STATE_FILE, CheckpointError, load_checkpoint, save_checkpoint
+from seqrl.utils.metrics import MetricsLogger, read_metrics
+from seqrl.utils.plots import _save, plot_metrics
+from seqrl.utils.progress import progress_bar
+from seqrl.utils.seeding import seed_everything
+
+QUICK_PREFIX = "quick:"
+MAX_EP_LEN = 100_000  # BabyAI levels stop far earlier; Trajectories only checks against it
+
+
+@dataclass
+class VLADataConfig:
+    """Which demonstrations."""
+
+    dataset: str = "quick:GoToRedBallGrey"
+    """A BabyAI Minari dataset id present locally (``seqrl/babyai/GoToLocal-n5000-s0-v0``; build it with
+    ``seqrl data babyai``), a dataset folder, or ``quick:<level>``: bot demonstrations built in memory."""
+    quick_episodes: int = 300
+    """Episodes of a ``quick:`` dataset."""
+    quick_seed: int = 0
+    """Seed of a ``quick:`` dataset (independent of the run seed)."""
+    max_episodes: int = 0
+    """Train on the first this many episodes only (0: all) — demonstration-count sweeps from one dataset."""
+
+    def __post_init__(self) -> None:
+        if not self.dataset:
+            raise ValueError("data.dataset must name a dataset (a Minari id, a folder or quick:<level>)")
+        if self.quick_episodes < 1 or self.max_episodes < 0:
+            raise ValueError(f"data.quick_episodes must be >= 1 and data.max_episodes >= 0 "
+                             f"(got {self.quick_episodes}, {self.max_episodes})")
+
+
+@dataclass
+class VLAEvalConfig:
+    """Greedy rollouts on held-out layouts of the dataset's level."""
+
+    every: int = 0
+    """Steps between evaluations (0: only after the last step)."""
+    episodes: int = 100
+    """Held-out episodes per evaluation (0: no evaluation)."""
+    seed: int = 0
+    """Seed of the held-out layouts (`eval_reset_seed`; disjoint from every demonstration seed)."""
+    max_steps: int = 0
+    """Cap on episode length (0: the level's own limit)."""
+    strip: bool = True
+    """After the last step, draw one evaluation episode as a PNG strip (plots/episode.png)."""
+
+    def __post_init__(self) -> None:
+        if self.every < 0 or self.episodes < 0 or self.max_steps < 0:
+            raise ValueError("eval.every, eval.episodes and eval.max_steps must be >= 0")
+
+
+def _optim_defaults() -> OptimConfig:
+    return OptimConfig(lr=1e-3, weight_decay=0.01, warmup_steps=100, schedule="cosine", grad_clip=1.0)
+
+
+@dataclass
+class VLAConfig:
+    run: RunConfig = field(default_factory=lambda: RunConfig(name="auto"))
+    """``run.name: auto`` becomes ``vla_<level>_<fusion>_<language>_s<seed>``."""
+    data: VLADataConfig = field(default_factory=VLADataConfig)
+    model: VLAModelConfig = field(default_factory=VLAModelConfig)
+    optim: OptimConfig = field(default_factory=_optim_defaults)
+    eval: VLAEvalConfig = field(default_factory=VLAEvalConfig)
+    steps: int = 2000
+    """Gradient steps."""
+    batch_size: int = 64
+    """Windows of K steps per gradient step."""
+
+    def __post_init__(self) -> None:
+        if self.steps < 1 or self.batch_size < 1:
+            raise ValueError(f"steps and batch_size must be >= 1 (got {self.steps}, {self.batch_size})")
+        if self.run.name == "auto":
+            slug = re.sub(r"[^A-Za-z0-9.]+", "-", self.data.dataset.split("/")[-1]).strip("-")
+            self.run.name = f"vla_{slug}_{self.model.fusion}_{self.model.language}_s{self.run.seed}"
+
+
+# ---------------------------------------------------------------------------------------------------
+# Data, policy, evaluation
+
+
+def load_demos(cfg: VLADataConfig) -> OfflineDataset:
+    """The demonstrations `cfg.dataset` names, cut to `cfg.max_episodes`."""
+    if cfg.dataset.startswith(QUICK_PREFIX):
+        ds = quick_babyai(cfg.dataset[len(QUICK_PREFIX):], episodes=cfg.quick_episodes, seed=cfg.quick_seed)
+    else:
+        ds = load_babyai(cfg.dataset)
+    if cfg.max_episodes:
+        if cfg.max_episodes > len(ds.episodes):
+            raise DatasetError(f"data.max_episodes = {cfg.max_episodes}: the dataset holds {len(ds.episodes)} episodes")
+        ds = OfflineDataset(ds.episodes[: cfg.max_episodes], env_id=ds.env_id, discrete=True,
+                            action_dim=ds.action_dim, name=ds.name, metadata=ds.metadata)
+    return ds
+
+
+def build_policy(cfg: VLAConfig, dataset: OfflineDataset) -> VLAModel:
+    m = cfg.model
+    return VLAModel(image_size=7, action_dim=int(dataset.action_dim), hidden_size=m.hidden_size, n_layer=m.n_layer,
+                    n_head=m.n_head, context_len=m.context_len, language=m.language, fusion=m.fusion,
+                    n_fusion=m.n_fusion, dropout=m.dropout, max_mission_len=m.max_mission_len)
+
+
+def policy_act(policy: VLAModel):
+    """`evaluate_babyai`'s policy: numpy windows → greedy actions of `policy` on its device."""
+    dev = next(policy.parameters()).device
+
+    def act(images, directions, missions, previous_actions):
+        text = policy.encode_missions(missions).to(dev)  # (n, L)
+        return policy.get_action(torch.from_numpy(images).to(dev), text, torch.from_numpy(previous_actions).to(dev),
+                                 torch.from_numpy(directions).to(dev)).cpu().numpy()  # (n,)
+
+    return act
+
+
+def evaluate(policy: VLAModel, env_id: str, episodes: int, seed: int, max_steps: int = 0,
+             record: int | None = None) -> tuple[dict[str, float], list, str]:
+    """Success rate, mean episode length and return of greedy `policy` on `episodes` held-out layouts; the
+    frames of episode `record` (if given) and a caption of it (mission, outcome, length)."""
+    was_training = policy.training
+    policy.eval()
+    try:
+        result, frames = evaluate_babyai(policy_act(policy), env_id, episodes, seed, policy.context_len, max_steps,
+                                         record=record)
+    finally:
+        policy.train(was_training)
+    caption = ""
+    if record is not None:
+        outcome = "success" if result.success[record] else "failure"
+        caption = f"'{result.missions[record]}': {outcome} in {int(result.lengths[record])} steps"
+    return result.metrics(), frames, caption
+
+
+def random_baseline(env_id: str, episodes: int, seed: int, max_steps: int = 0) -> dict[str, float]:
+    """``eval/random_success_rate`` and ``eval/random_episode_length`` of a uniform random policy."""
+    result, _ = evaluate_babyai(random_act(seed), env_id, episodes, seed, 1, max_steps)
+    m = result.metrics()
+    return {"eval/random_success_rate": m["eval/success_rate"], "eval/random_episode_length": m["eval/episode_length"]}
+
+
+def load_policy(path: str | Path) -> tuple[VLAModel, dict]:
+    """(policy in eval mode, info) from a ``seqrl train vla`` checkpoint folder; errors name the path."""
+    path = Path(path)
+    state_file = path / STATE_FILE
+    if not state_file.is_file():
+        raise CheckpointError(f"{path}: not a checkpoint (no {STATE_FILE})")
+    try:
+        info = json.loads(state_file.read_text(encoding="utf-8"))["policy"]
+        if info["method"] != "vla":
+            raise KeyError("method")
+        policy = VLAModel(**info["model"])
+    except (KeyError, TypeError, json.JSONDecodeError) as e:
+        raise CheckpointError(f"{state_file}: not a VLA checkpoint ({e!r})") from e
+    load_checkpoint(path, policy, restore_rng=False)
+    return policy.eval(), info
+
+
+def episode_strip(frames: list, out_png: str | Path, title: str, max_frames: int = 12) -> Path:
+    """Frames (RGB arrays) of one episode as a PNG strip: up to `max_frames`, evenly spaced, first and last kept."""
+    from matplotlib.figure import Figure
+
+    if not frames:
+        raise ValueError("episode_strip: no frames")
+    pick = np.unique(np.linspace(0, len(frames) - 1, min(max_frames, len(frames))).round().astype(int))
+    fig = Figure(figsize=(1.8 * len(pick), 2.2))
+    for j, t in enumerate(pick):
+        ax = fig.add_subplot(1, len(pick), j + 1)
+        ax.imshow(frames[t])
+        ax.set_title(f"t={t}", fontsize=8)
+        ax.axis("off")
+    fig.suptitle(title, fontsize=9)
+    return _save(fig, out_png)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Training
+
+
+def train(cfg: VLAConfig, dataset: OfflineDataset | None = None) -> dict[str, float]:
+    """Behaviour-clone a VLA on `dataset` (default: the one `cfg.data` names); returns the final metrics."""
+    device = cfg.run.torch_device
+    set_threads(cfg.run.threads)
+    resume_from = prepare_run_dir(cfg.run, cfg)
+    run_dir = cfg.run.dir
+    placement = cfg.run.announce()
+
+    dataset = dataset if dataset is not None else load_demos(cfg.data)
+    if not dataset.env_id.startswith("BabyAI-"):
+        raise DatasetError(f"data.dataset {dataset.name}: not a BabyAI dataset (environment {dataset.env_id!r})")
+    env_id = resolve_level(dataset.env_id)
+    if not dataset.metadata.get("missions"):
+        raise DatasetError(f"data.dataset {dataset.name}: no mission list in its metadata (load it with "
+                           f"seqrl.data.babyai.load_babyai)")
+    data = Trajectories(dataset, 1.0, MAX_EP_LEN, "vla.model", windows="cover")
+    K = cfg.model.context_len
+    seed_everything(cfg.run.seed)  # after the dataset: building one may draw from the global RNGs
+    policy = build_policy(cfg, dataset).to(device)
+    missions = list(dataset.metadata["missions"])
+    mission_ids = policy.encode_missions(missions).to(device)  # (M, L)
+    info = {"method": "vla", "model": dict(policy.kwargs), "env_id": env_id, "dataset": dataset.name,
+            "episodes": len(dataset.episodes)}
+    optimizer, scheduler = make_optimizer(policy, cfg.optim, cfg.steps, fused=True)
+
+    start = 0
+    if resume_from is not None:
+        resume_from, state = load_resume_checkpoint(run_dir, lambda p: load_checkpoint(p, policy, optimizer, scheduler))
+        start = state["step"]
+        print(f"resumed from {resume_from} at step {start}")
+    logger = MetricsLogger(run_dir / "metrics.jsonl", resume_step=start if resume_from else None)
+    if start == 0:
+        first = {"model/parameters": sum(p.numel() for p in policy.parameters() if p.requires_grad),
+                 "data/episodes": len(dataset.episodes), "data/steps": data.n_steps,
+                 "data/missions": len(missions), **placement}
+        if cfg.eval.episodes:
+            first.update(random_baseline(env_id, cfg.eval.episodes, cfg.eval.seed, cfg.eval.max_steps))
+        logger.log(0, first)
+
+    final: dict[str, float] = {}
+    clip = cfg.optim.grad_clip if cfg.optim.grad_clip > 0 else float("inf")
+    window_s, window_steps = 0.0, 0
+    policy.train()
+    with progress_bar(cfg.steps, f"vla {cfg.run.name}", disable=not cfg.run.progress) as bar:
+        bar.advance(start)
+        try:
+            for step in range(start, cfg.steps):
+                t0 = time.perf_counter()
+                b = data.batch(step, cfg.batch_size, K, cfg.run.seed)
+                image, direction, mission, prev = unpack_obs(b["states"])  # (B, K, 7, 7, 3), (B, K) ×3
+                mask = b["mask"].to(device)  # (B, K)
+                text = mission_ids[mission[:, -1].to(device)]  # (B, L): the last step is always real
+                with torch.autocast(device.type, dtype=torch.bfloat16, enabled=cfg.run.use_bf16):
+                    logits = policy(image.long().to(device), text, prev.to(device), direction.to(device), mask)  # (B, K, A)
+                loss = action_loss(logits.float(), b["actions"].to(device), mask, discrete=True)
+                loss.backward()
+                grad_norm = torch.nn.utils.clip_grad_norm_(policy.parameters(), clip)
+                check_finite(step + 1, cfg.run.on_nonfinite, loss=loss.item(), grad_norm=grad_norm)
+                lr = scheduler.get_last_lr()[0]
+                optimizer.step()
+                scheduler.step()
+                optimizer.zero_grad(set_to_none=True)
+                done = step + 1
+                window_s += time.perf_counter() - t0
+                window_steps += 1
+                metrics: dict[str, float] = {}
+                if done % cfg.run.log_every == 0 or done == cfg.steps:
+                    with torch.no_grad():
+                        real = mask.bool()
+                        acc = (logits.argmax(-1)[real] == b["actions"].to(device)[real]).float().mean().item()
+                    metrics = {"loss/action": loss.item(), "stats/action_accuracy": acc,
+                               "stats/grad_norm": float(grad_norm), "stats/lr": lr,
+                               "perf/steps_per_s": window_steps / window_s,
+                               "perf/samples_per_s": window_steps * cfg.batch_size / window_s}
+                    window_s, window_steps = 0.0, 0
+                if cfg.eval.episodes and ((cfg.eval.every and done % cfg.eval.every == 0) or done == cfg.steps):
+                    t_eval = time.perf_counter()
+                    last = done == cfg.steps and cfg.eval.strip
+                    ev, frames, caption = evaluate(policy, env_id, cfg.eval.episodes, cfg.eval.seed, cfg.eval.max_steps,
+                                          record=0 if last else None)
+                    metrics.update(ev)
+                    metrics["perf/eval_s"] = time.perf_counter() - t_eval
+                    if frames:
+                        episode_strip(frames, run_dir / "plots" / "episode.png",
+                                      f"{cfg.run.name} step {done}, held-out episode 0 — {caption}")
+                if metrics:
+                    logger.log(done, metrics)
+                    final.update(metrics)
+                if (cfg.run.save_every and done % cfg.run.save_every == 0) or done == cfg.steps:
+                    save_checkpoint(run_dir, done, policy, optimizer=optimizer, scheduler=scheduler,
+                                    state={"policy": info}, keep_last=cfg.run.keep_last)
+                shown = {k.split("/", 1)[1]: v for k, v in final.items() if k == "eval/success_rate"}
+                bar.advance(1, loss=loss.item(), **shown)
+        except KeyboardInterrupt:
+            print(f"\ninterrupted; checkpoints in {run_dir} are intact (resume with --resume)")
+            raise
+        finally:
+            logger.close()
+    plot_metrics(read_metrics(run_dir / "metrics.jsonl"),
+                 ["loss/action", "stats/action_accuracy", "eval/success_rate", "eval/episode_length", "stats/lr",
+                  "perf/samples_per_s"], run_dir / "plots" / "vla.png", title=f"VLA {cfg.run.name}")
+    return final

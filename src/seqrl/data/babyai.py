@@ -1,0 +1,250 @@
+"""BabyAI bot demonstrations: build them, store them as a Minari dataset, load them as an `OfflineDataset`.
+
+    seqrl data babyai GoToRedBallGrey --episodes 1000 --seed 0     # -> seqrl/babyai/GoToRedBallGrey-n1000-s0-v0
+    build_babyai("GoToLocal", episodes=5000, seed=0)
+    load_babyai("seqrl/babyai/GoToLocal-n5000-s0-v0")              # OfflineDataset; missions in .metadata
+
+Stored (Minari, HDF5): observations a Dict of ``image`` (7, 7, 3) uint8, ``direction`` Discrete(4) and
+``mission`` Text; actions Discrete(7); BabyAI's rewards, terminations and truncations. Episode i of
+seed s starts from `seqrl.envs.babyai.demo_reset_seed` (s, i); the bot's failures (it raised, or the
+goal was not reached in time) are skipped and counted, never stored, and the next index is tried, so a
+dataset is a pure function of (level, episodes, seed).
+
+In memory each step is one flat float32 row (`OBS_DIM` values, see `unpack_obs`): the 147 image
+values, the direction, the mission's index into ``metadata["missions"]`` and the previous action
+(``BOS`` at an episode's first step) — so the DT floor's `Trajectories` windows serve the VLA
+unchanged, and a window carries the action before its first step.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import time
+import warnings
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+
+from seqrl.data.minari_data import _minari_root, datasets_root
+from seqrl.data.offline import DatasetError, Episode, OfflineDataset
+from seqrl.envs.babyai import BOS, N_ACTIONS, BabyAIEpisode, bot_episode, demo_reset_seed, make_babyai, resolve_level
+
+__all__ = ["IMAGE_SHAPE", "OBS_DIM", "babyai_dataset_id", "build_babyai", "collect_demos", "load_babyai",
+           "pack_episodes", "quick_babyai", "unpack_obs", "write_babyai"]
+
+IMAGE_SHAPE = (7, 7, 3)
+_IMG = int(np.prod(IMAGE_SHAPE))
+OBS_DIM = _IMG + 3
+"""image (147) · direction · mission index · previous action."""
+MAX_ATTEMPTS_FACTOR = 2
+"""Give up when the bot failed on more than this many times the requested episodes (+ 100)."""
+
+
+def babyai_dataset_id(level: str, episodes: int, seed: int, version: int = 0) -> str:
+    """``seqrl/babyai/<Level>-n<episodes>-s<seed>-v<version>``.
+
+    >>> babyai_dataset_id("BabyAI-GoToLocal-v0", 500, 1)
+    'seqrl/babyai/GoToLocal-n500-s1-v0'
+    """
+    short = resolve_level(level)[len("BabyAI-"):-len("-v0")]
+    return f"seqrl/babyai/{short}-n{episodes}-s{seed}-v{version}"
+
+
+def collect_demos(level: str, episodes: int, seed: int = 0, progress: bool = False) -> tuple[list[BabyAIEpisode], Counter]:
+    """`episodes` successful bot episodes of `level` (indices 0, 1, … skipping failures) and the failures by reason."""
+    from seqrl.utils.progress import progress_bar
+
+    if episodes < 1:
+        raise DatasetError(f"episodes must be >= 1 (got {episodes})")
+    env_id = resolve_level(level)
+    env = make_babyai(env_id)
+    demos: list[BabyAIEpisode] = []
+    failures: Counter = Counter()
+    index = 0
+    try:
+        with progress_bar(episodes, f"bot demos {env_id}", disable=not progress) as bar:
+            while len(demos) < episodes:
+                if sum(failures.values()) > MAX_ATTEMPTS_FACTOR * episodes + 100:
+                    raise DatasetError(f"{env_id}: the bot failed {sum(failures.values())} times for {len(demos)} "
+                                       f"successes ({dict(failures)}); this level is not one it solves")
+                ep, why = bot_episode(env, demo_reset_seed(seed, index))
+                index += 1
+                if ep is None:
+                    failures[why] += 1
+                    continue
+                demos.append(ep)
+                bar.advance(1, failed=sum(failures.values()))
+    finally:
+        env.close()
+    return demos, failures
+
+
+def pack_episodes(demos: list[BabyAIEpisode], missions: list[str] | None = None) -> tuple[list[Episode], list[str]]:
+    """Flat `Episode`s (observations (T+1, OBS_DIM)) and the mission list their indices point into
+    (`missions` extended with new ones in order of first appearance)."""
+    missions = list(missions or [])
+    lookup = {m: i for i, m in enumerate(missions)}
+    out = []
+    for k, d in enumerate(demos):
+        if d.mission not in lookup:
+            lookup[d.mission] = len(missions)
+            missions.append(d.mission)
+        T1 = d.images.shape[0]
+        obs = np.empty((T1, OBS_DIM), dtype=np.float32)  # (T+1, OBS_DIM)
+        obs[:, :_IMG] = d.images.reshape(T1, _IMG)
+        obs[:, _IMG] = d.directions
+        obs[:, _IMG + 1] = lookup[d.mission]
+        obs[:, _IMG + 2] = np.concatenate([[BOS], d.actions])  # a_{t−1}; BOS at t = 0
+        out.append(Episode(observations=obs, actions=d.actions.astype(np.int64), rewards=d.rewards.astype(np.float32),
+                           terminations=d.terminations.copy(), truncations=d.truncations.copy(), id=k))
+    return out, missions
+
+
+def unpack_obs(obs) -> tuple:
+    """Flat rows (…, OBS_DIM) → image (…, 7, 7, 3), direction (…), mission index (…), previous action (…),
+    the last three as integers (torch tensors or numpy arrays alike)."""
+    if obs.shape[-1] != OBS_DIM:
+        raise DatasetError(f"BabyAI observations must have {OBS_DIM} values per step (got {tuple(obs.shape)})")
+    lead = tuple(obs.shape[:-1])
+    image = obs[..., :_IMG].reshape(*lead, *IMAGE_SHAPE)
+    ints = obs[..., _IMG:].round()
+    ints = ints.long() if hasattr(ints, "long") else ints.astype(np.int64)
+    return image, ints[..., 0], ints[..., 1], ints[..., 2]
+
+
+def _offline(demos: list[BabyAIEpisode], env_id: str, name: str, metadata: dict) -> OfflineDataset:
+    episodes, missions = pack_episodes(demos)
+    return OfflineDataset(episodes, env_id=env_id, discrete=True, action_dim=N_ACTIONS, name=name,
+                          metadata={**metadata, "missions": missions,
+                                    "reset_seeds": [d.reset_seed for d in demos]})
+
+
+def quick_babyai(level: str = "GoToRedBallGrey", episodes: int = 200, seed: int = 0) -> OfflineDataset:
+    """Bot demonstrations built in memory (nothing written), for tests and quick runs."""
+    env_id = resolve_level(level)
+    demos, failures = collect_demos(env_id, episodes, seed)
+    return _offline(demos, env_id, f"quick:babyai/{env_id}", {"level": env_id, "seed": seed,
+                                                               "bot_failures": sum(failures.values())})
+
+
+def _observation_space():
+    import gymnasium as gym
+
+    charset = "".join(chr(c) for c in range(32, 127))
+    return gym.spaces.Dict({"direction": gym.spaces.Discrete(4),
+                            "image": gym.spaces.Box(0, 255, IMAGE_SHAPE, dtype=np.uint8),
+                            "mission": gym.spaces.Text(max_length=512, min_length=1, charset=charset)})
+
+
+def write_babyai(dataset_id: str, demos: list[BabyAIEpisode], env_id: str, *, root: str | os.PathLike | None = None,
+                 description: str | None = None, force: bool = False) -> Path:
+    """Write `demos` as Minari dataset `dataset_id` under `root` (default `datasets_root`), atomically
+    (built in a temporary folder beside it, then renamed in); an existing one is an error unless `force`."""
+    import gymnasium as gym
+    import minari
+    from minari.data_collector import EpisodeBuffer
+
+    root = Path(root) if root is not None else datasets_root()
+    dest = root / dataset_id
+    if dest.exists() and not force:
+        raise DatasetError(f"Minari dataset {dataset_id} already exists at {dest} (pass --force to rebuild it)")
+    buffers = [EpisodeBuffer(id=k, observations={"direction": d.directions, "image": d.images,
+                                                  "mission": [d.mission] * len(d.directions)},
+                             actions=d.actions, rewards=d.rewards.astype(np.float64), terminations=d.terminations,
+                             truncations=d.truncations, infos={}) for k, d in enumerate(demos)]
+    root.mkdir(parents=True, exist_ok=True)
+    tmp_root = Path(tempfile.mkdtemp(dir=root, prefix=".seqrl-build-"))
+    try:
+        with _minari_root(tmp_root), warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=r"`(code_permalink|author_email)` is set to None")
+            minari.create_dataset_from_buffers(
+                dataset_id, buffers, env=env_id, eval_env=env_id, algorithm_name="minigrid BabyAIBot", author="seqrl",
+                observation_space=_observation_space(), action_space=gym.spaces.Discrete(N_ACTIONS),
+                description=description, data_format="hdf5")
+        namespace = dataset_id.split("/")[0]
+        src = tmp_root / namespace / "namespace_metadata.json"
+        if not (root / namespace / "namespace_metadata.json").exists() and src.exists():
+            (root / namespace).mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(src, root / namespace / "namespace_metadata.json")
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        if dest.exists():
+            aside = dest.with_name(f".{dest.name}.old-{os.getpid()}")
+            os.replace(dest, aside)
+            os.replace(tmp_root / dataset_id, dest)
+            shutil.rmtree(aside)
+        else:
+            os.replace(tmp_root / dataset_id, dest)
+    finally:
+        shutil.rmtree(tmp_root, ignore_errors=True)
+    return dest
+
+
+def build_babyai(level: str, episodes: int = 1000, seed: int = 0, out: str | os.PathLike | None = None,
+                 force: bool = False, progress: bool = False) -> tuple[Path, dict]:
+    """Collect bot demonstrations of `level` and write them (`babyai_dataset_id`); returns (folder, summary)."""
+    env_id = resolve_level(level)
+    ds_id = babyai_dataset_id(env_id, episodes, seed)
+    root = Path(out) if out is not None else datasets_root()
+    if (root / ds_id).exists() and not force:
+        raise DatasetError(f"Minari dataset {ds_id} already exists at {root / ds_id} (pass --force to rebuild it)")
+    t0 = time.perf_counter()
+    demos, failures = collect_demos(env_id, episodes, seed, progress=progress)
+    build_s = time.perf_counter() - t0
+    lengths = np.array([len(d.actions) for d in demos])
+    summary = {"dataset": ds_id, "env_id": env_id, "episodes": len(demos), "steps": int(lengths.sum()),
+               "mean_length": float(lengths.mean()), "missions": len({d.mission for d in demos}),
+               "bot_failures": sum(failures.values()), "failure_reasons": dict(failures),
+               "demos_per_s": round(len(demos) / max(build_s, 1e-9), 1)}
+    description = (f"BabyAI bot demonstrations of {env_id}: {len(demos)} episodes, {summary['steps']} steps, "
+                   f"seed {seed}, {summary['bot_failures']} bot failures skipped; built by `seqrl data babyai "
+                   f"{env_id} --episodes {episodes} --seed {seed}`")
+    path = write_babyai(ds_id, demos, env_id, root=root, description=description, force=force)
+    return path, {**summary, "path": str(path)}
+
+
+def load_babyai(spec: str | os.PathLike) -> OfflineDataset:
+    """A BabyAI demonstration dataset (a local Minari id or folder, written by `build_babyai`) as an
+    `OfflineDataset` of flat rows (see the module docstring); the network is never used."""
+    from minari import MinariDataset
+
+    spec = str(spec)
+    path = Path(spec)
+    data = (path / "data" if (path / "data").is_dir() else path) if path.is_dir() else datasets_root() / spec / "data"
+    if not (data / "metadata.json").is_file():
+        raise DatasetError(f"BabyAI dataset {spec!r}: not found (no {data / 'metadata.json'}); build it with "
+                           f"`seqrl data babyai LEVEL --episodes N --seed S`")
+    try:
+        dataset = MinariDataset(str(data))
+    except Exception as e:  # noqa: BLE001 — a broken folder, named
+        raise DatasetError(f"{spec}: cannot open as a Minari dataset: {e}") from e
+    env_spec = dataset.spec.env_spec
+    env_id = env_spec.id if env_spec is not None else ""
+    demos = []
+    for ep in dataset.iterate_episodes():
+        where = f"{spec}: episode {ep.id}"
+        obs = ep.observations
+        if not isinstance(obs, dict) or not {"image", "direction", "mission"} <= set(obs):
+            raise DatasetError(f"{where}: observations must be a dict with image, direction and mission")
+        missions = {str(m) for m in obs["mission"]}
+        if len(missions) != 1:
+            raise DatasetError(f"{where}: the mission changes within the episode ({sorted(missions)[:3]})")
+        images = np.asarray(obs["image"], dtype=np.uint8)
+        if images.shape[1:] != IMAGE_SHAPE:
+            raise DatasetError(f"{where}: images must be {IMAGE_SHAPE} per step (got {images.shape[1:]})")
+        actions = np.asarray(ep.actions).reshape(-1).astype(np.int64)
+        if len(actions) and (actions.min() < 0 or actions.max() >= N_ACTIONS):
+            raise DatasetError(f"{where}: actions outside [0, {N_ACTIONS})")
+        demos.append(BabyAIEpisode(images=images, directions=np.asarray(obs["direction"], dtype=np.int64),
+                                   mission=missions.pop(), actions=actions,
+                                   rewards=np.asarray(ep.rewards, dtype=np.float32),
+                                   terminations=np.asarray(ep.terminations, dtype=bool),
+                                   truncations=np.asarray(ep.truncations, dtype=bool), reset_seed=-1))
+    if not demos:
+        raise DatasetError(f"{spec}: has no episodes")
+    try:
+        return _offline(demos, env_id, spec, {"level": env_id, "description": dataset.storage.metadata.get("description")})
+    except DatasetError as e:
+        raise DatasetError(f"{spec}: {e}") from e

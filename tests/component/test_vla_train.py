@@ -1,0 +1,117 @@
+"""seqrl train vla / seqrl eval vla: checkpoints, exact resume, held-out evaluation, bad input named."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import safetensors.torch
+import torch
+
+from seqrl.algos.common import OptimConfig, RunConfig
+from seqrl.algos.vla import VLAConfig, VLADataConfig, VLAEvalConfig, load_demos, train
+from seqrl.config import load_config
+from seqrl.envs.babyai import evaluate_babyai, random_act
+from seqrl.models.vla import VLAModelConfig
+
+TINY = VLAModelConfig(hidden_size=16, n_layer=1, n_head=2, context_len=3, n_fusion=1, dropout=0.1)
+
+
+def _cfg(tmp_path, steps: int, name: str = "r", resume: bool = False, episodes: int = 0) -> VLAConfig:
+    return VLAConfig(run=RunConfig(name=name, out_dir=str(tmp_path), seed=1, log_every=2, save_every=3,
+                                   progress=False, resume=resume),
+                     data=VLADataConfig(dataset="quick:GoToRedBallGrey", quick_episodes=12),
+                     model=TINY, optim=OptimConfig(lr=3e-3, warmup_steps=2),
+                     eval=VLAEvalConfig(episodes=episodes, strip=True), steps=steps, batch_size=8)
+
+
+def test_resume_after_interrupt_repeats_an_uninterrupted_run_exactly(tmp_path, monkeypatch):
+    import seqrl.algos.vla as vla
+    from seqrl.utils.checkpoint import latest_checkpoint
+    from seqrl.utils.metrics import read_metrics
+
+    train(_cfg(tmp_path, 6, "straight"))
+    real, calls = vla.action_loss, {"n": 0}
+
+    def interrupt_at_step_5(*args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 5:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(vla, "action_loss", interrupt_at_step_5)
+    with pytest.raises(KeyboardInterrupt):
+        train(_cfg(tmp_path, 6, "cut"))
+    monkeypatch.undo()
+    assert latest_checkpoint(tmp_path / "cut").name == "checkpoint-3"
+    train(_cfg(tmp_path, 6, "cut", resume=True))
+    a = safetensors.torch.load_file(tmp_path / "straight" / "checkpoint-6" / "model.safetensors")
+    b = safetensors.torch.load_file(tmp_path / "cut" / "checkpoint-6" / "model.safetensors")
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    first = safetensors.torch.load_file(tmp_path / "cut" / "checkpoint-3" / "model.safetensors")
+    assert any(not torch.equal(a[k], first[k]) for k in a)  # training moved the weights after the resume
+    losses = lambda run: [(r["step"], r["loss/action"]) for r in read_metrics(tmp_path / run / "metrics.jsonl")
+                          if "loss/action" in r]
+    assert losses("straight") == losses("cut")
+
+
+def test_training_writes_metrics_plots_strip_and_evaluates_held_out(tmp_path, capsys):
+    from seqrl.cli import main
+    from seqrl.utils.metrics import read_metrics
+
+    final = train(_cfg(tmp_path, 4, "ev", episodes=6))
+    run = tmp_path / "ev"
+    records = read_metrics(run / "metrics.jsonl")
+    assert 0 <= records[0]["eval/random_success_rate"] <= 1 and records[0]["data/episodes"] == 12
+    assert 0 <= final["eval/success_rate"] <= 1 and final["eval/episodes"] == 6
+    assert (run / "plots" / "vla.png").stat().st_size > 0 and (run / "plots" / "episode.png").stat().st_size > 0
+    assert main(["eval", "vla", "--checkpoint", str(run / "checkpoint-4"), "--episodes", "6", "--strip",
+                 "--out", str(tmp_path / "out.json")]) == 0
+    saved = json.loads((tmp_path / "out.json").read_text())
+    assert saved["metrics"]["eval/success_rate"] == final["eval/success_rate"]  # same held-out layouts, greedy
+    assert (tmp_path / "out.png").is_file()
+    assert main(["eval", "vla", "--checkpoint", str(tmp_path / "nope")]) == 2
+    assert "--checkpoint" in capsys.readouterr().err
+
+
+def test_evaluation_layouts_are_never_demonstration_layouts():
+    demos = load_demos(VLADataConfig(dataset="quick:GoToRedBallGrey", quick_episodes=30))
+    result, _ = evaluate_babyai(random_act(0), "GoToRedBallGrey", episodes=30, seed=0)
+    assert not set(result.reset_seeds) & set(demos.metadata["reset_seeds"])
+    again, _ = evaluate_babyai(random_act(0), "GoToRedBallGrey", episodes=30, seed=0)
+    assert np.array_equal(result.success, again.success) and result.reset_seeds == again.reset_seeds
+
+
+def test_cli_train_vla_and_config_errors(tmp_path, capsys, monkeypatch):
+    from seqrl.cli import main
+
+    monkeypatch.setenv("MINARI_DATASETS_PATH", str(tmp_path / "minari"))  # the preset's dataset is not there
+
+    args = ["train", "vla", "--config", "vla/gotoredballgrey", "--data.dataset=quick:GoToRedBallGrey",
+            "--data.quick_episodes=8", "--steps=2", "--batch_size=4", "--model.hidden_size=16", "--model.n_layer=1",
+            "--eval.episodes=0", f"--run.out_dir={tmp_path}", "--run.progress=false"]
+    assert main(args) == 0
+    assert (tmp_path / "vla_gotoredballgrey_s0" / "checkpoint-2" / "model.safetensors").is_file()
+    assert main([*args, "--model.fusion=concat"]) == 2
+    assert "model.fusion" in capsys.readouterr().err
+    assert main([*args[:4], f"--run.out_dir={tmp_path / 'x'}"]) == 2
+    assert "seqrl data babyai" in capsys.readouterr().err  # the preset's dataset is not built here
+    with pytest.raises(ValueError, match="data.max_episodes"):
+        load_demos(VLADataConfig(dataset="quick:GoToRedBallGrey", quick_episodes=3, max_episodes=5))
+    from seqrl.cli import resolve_config
+
+    gotolocal = load_config(VLAConfig, resolve_config("gotolocal", "vla"))
+    assert gotolocal.data.dataset.startswith("seqrl/babyai/GoToLocal")
+
+
+def test_datasets_that_are_not_babyai_demonstrations_are_refused_by_name(tmp_path):
+    from seqrl.data.offline import DatasetError, OfflineDataset
+
+    demos = load_demos(VLADataConfig(dataset="quick:GoToRedBallGrey", quick_episodes=3))
+    bare = OfflineDataset(demos.episodes, env_id=demos.env_id, discrete=True, action_dim=7, name="bare")
+    with pytest.raises(DatasetError, match="bare: no mission list"):
+        train(_cfg(tmp_path, 1, "bare"), bare)
+    other = OfflineDataset(demos.episodes, env_id="Pendulum-v1", discrete=True, action_dim=7, name="pend")
+    with pytest.raises(DatasetError, match="pend: not a BabyAI dataset"):
+        train(_cfg(tmp_path, 1, "pend"), other)
