@@ -4,6 +4,7 @@
     seqrl eval runs/x/checkpoint-400 --task arith --metrics greedy,pass@8,maj@8
     seqrl train dt|bc --config configs/dt/pendulum_medium_replay.yaml [--data.top_fraction=0.1]
     seqrl train odt --config configs/odt/pendulum_medium.yaml [--online.iterations=40]
+    seqrl train star --config configs/star/arith_tiny.yaml [--rationalize=false] [--resume]
     seqrl eval dt --checkpoint runs/x/checkpoint-3000 --target-returns=-150,-600 [--episodes 10]   # DT, BC or ODT
     seqrl configs ls | show NAME
     seqrl reward math --pred '<answer>\\frac{1}{2}</answer>' --gold 0.5 [--mode strict|lenient] [--json]
@@ -26,8 +27,8 @@ from pathlib import Path
 
 from seqrl.config import ConfigError, load_config, parse_overrides
 
-ALGOS = ("sft", "grpo", "dt", "bc", "odt")
-PLANNED = ("ppo", "rm", "prm", "star", "vla")
+ALGOS = ("sft", "grpo", "dt", "bc", "odt", "star")
+PLANNED = ("ppo", "rm", "prm", "vla")
 
 
 def configs_root() -> Path:
@@ -73,6 +74,10 @@ def _config_class(algo: str):
         from seqrl.algos.odt import ODTConfig, train
 
         return ODTConfig, train
+    if algo == "star":
+        from seqrl.algos.star import STaRConfig, train
+
+        return STaRConfig, train
     raise ConfigError(f"unknown algorithm {algo!r}; implemented: {', '.join(ALGOS)}")
 
 
