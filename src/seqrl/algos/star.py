@@ -77,6 +77,8 @@ class BaseConfig:
     """Optimizer steps of the short SFT (optim settings as the per-iteration fine-tunes)."""
     batch_size: int = 16
     """Sequences per step of the short SFT."""
+    lr: float | None = None
+    """Learning rate of the short SFT (None: optim.lr); the rest of `optim` applies as to the fine-tunes."""
 
     def __post_init__(self) -> None:
         if self.path is None:
@@ -85,6 +87,8 @@ class BaseConfig:
                     raise ValueError(f"base.{name} must be >= 1 (got {getattr(self, name)})")
             if self.hinted < 0:
                 raise ValueError(f"base.hinted must be >= 0 (got {self.hinted})")
+        if self.lr is not None and self.lr <= 0:
+            raise ValueError(f"base.lr must be > 0 (got {self.lr})")
 
 
 @dataclass
@@ -334,7 +338,8 @@ def train_base(policy: Policy, problems: list[Problem], cfg: STaRConfig) -> dict
     plain, hinted = problems[: cfg.base.examples], problems[cfg.base.examples :]
     examples = encode_pairs(policy, plain + [with_hint(p, cfg.hint_template) for p in hinted],
                             [p.target for p in plain + hinted])
-    optimizer, scheduler = make_optimizer(policy.model, cfg.optim, cfg.base.steps)
+    optim = cfg.optim if cfg.base.lr is None else replace(cfg.optim, lr=cfg.base.lr)
+    optimizer, scheduler = make_optimizer(policy.model, optim, cfg.base.steps)
     out = finetune(policy.model, examples, steps=cfg.base.steps, batch_size=cfg.base.batch_size, optimizer=optimizer,
                    scheduler=scheduler, pad_id=policy.tokenizer.pad_token_id, seed=cfg.run.seed,
                    grad_clip=cfg.optim.grad_clip, bf16=cfg.run.use_bf16)
@@ -378,8 +383,13 @@ def train(cfg: STaRConfig) -> dict[str, float]:
     fresh_base = resume_from is None and cfg.base.path is None
     if resume_from is not None:
         policy = load_policy(ModelConfig(path=str(base_dir)), device)
+    elif cfg.base.path is None:
+        policy = load_policy(cfg.model, device)
     else:
-        policy = load_policy(cfg.model if cfg.base.path is None else ModelConfig(path=cfg.base.path), device)
+        try:
+            policy = load_policy(ModelConfig(path=cfg.base.path), device)
+        except ValueError as e:
+            raise ValueError(f"base.path: {e}") from e
     policy.prompt = cfg.prompt
     model, tok = policy.model, policy.tokenizer
 
