@@ -2,7 +2,7 @@
 """STaR vs rejection-sampling fine-tuning (RFT) vs GRPO at an equal generated-token budget.
 
     python benchmarks/star_vs_grpo.py --quick     # seed 0: 2 STaR iterations on 512 problems (≈ 3 min of CPU)
-    python benchmarks/star_vs_grpo.py             # seeds 0-2: configs/star/arith_tiny.yaml, 4 iterations
+    python benchmarks/star_vs_grpo.py             # seeds 0-2: configs/star/arith_tiny_star.yaml, 4 iterations
 
 All three start from the same base model (the STaR run's short SFT, saved in its run folder) and
 are scored on the same held-out problems by greedy accuracy:
@@ -42,7 +42,7 @@ from seqrl.utils.metrics import read_metrics  # noqa: E402
 
 
 def star_config(quick: bool, seed: int, out: Path, name: str, **changes) -> STaRConfig:
-    cfg = load_config(STaRConfig, ROOT / "configs" / "star" / "arith_tiny.yaml", root="star")
+    cfg = load_config(STaRConfig, ROOT / "configs" / "star" / "arith_tiny_star.yaml", root="star")
     cfg.run = RunConfig(name=name, out_dir=str(out), seed=seed, progress=False)
     if quick:
         cfg.task = TaskConfig(name="arith", kwargs={"digits": 2}, n_train=512, n_test=100)

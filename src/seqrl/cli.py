@@ -4,7 +4,7 @@
     seqrl eval runs/x/checkpoint-400 --task arith --metrics greedy,pass@8,maj@8
     seqrl train dt|bc --config configs/dt/pendulum_medium_replay.yaml [--data.top_fraction=0.1]
     seqrl train odt --config configs/odt/pendulum_medium.yaml [--online.iterations=40]
-    seqrl train star --config configs/star/arith_tiny.yaml [--rationalize=false] [--resume]
+    seqrl train star --config configs/star/arith_tiny_star.yaml [--rationalize=false] [--resume]
     seqrl eval dt --checkpoint runs/x/checkpoint-3000 --target-returns=-150,-600 [--episodes 10]   # DT, BC or ODT
     seqrl configs ls | show NAME
     seqrl reward math --pred '<answer>\\frac{1}{2}</answer>' --gold 0.5 [--mode strict|lenient] [--json]

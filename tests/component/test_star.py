@@ -245,6 +245,6 @@ def test_the_seed_names_work_as_thin_wrappers(tiny_policy, monkeypatch):
 
 
 def test_cli_trains_star_from_the_preset(capsys):
-    assert main(["train", "star", "--config", "arith_tiny", "--print-config", "--iterations=2"]) == 0
+    assert main(["train", "star", "--config", "arith_tiny_star", "--print-config", "--iterations=2"]) == 0
     out = capsys.readouterr().out
     assert "iterations: 2" in out and "restart_from_base: true" in out and "hint_template" in out

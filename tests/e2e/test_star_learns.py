@@ -11,7 +11,7 @@ from seqrl.utils.metrics import read_metrics
 
 @pytest.mark.e2e
 def test_two_star_iterations_beat_the_base(tmp_path):
-    # configs/star/arith_tiny.yaml with 512 training and 100 held-out problems, two iterations (≈ 50 s CPU)
+    # configs/star/arith_tiny_star.yaml with 512 training and 100 held-out problems, two iterations (≈ 50 s CPU)
     cfg = STaRConfig(
         run=RunConfig(name="star_e2e", out_dir=str(tmp_path), seed=0, progress=False),
         model=ModelConfig(preset="tiny", max_seq_len=64),
