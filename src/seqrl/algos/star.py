@@ -458,8 +458,7 @@ class STaRTrainer:
 
     def __init__(self, model, tokenizer, num_iterations: int = 4, task: Task | None = None,
                  config: STaRConfig | None = None):
-        self.cfg = config or STaRConfig()
-        self.cfg.iterations = num_iterations
+        self.cfg = replace(config or STaRConfig(), iterations=num_iterations)
         self.policy = Policy(model, tokenizer, prompt=self.cfg.prompt)
         self.task = task if task is not None else self.cfg.task.build()
         self.base_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
