@@ -8,8 +8,8 @@ All three start from the same base model (the STaR run's short SFT, saved in its
 are scored on the same held-out problems by greedy accuracy:
 
 * STaR: the preset (rationalization on, one sample per problem);
-* RFT: rationalization off, 4 samples per problem on a quarter of the problems, so an iteration
-  samples about as many tokens as STaR's (STaR's rationalization tokens come on top);
+* RFT: rationalization off, 4 samples per problem on as many problems as give an iteration
+  STaR's tokens per iteration (at STaR's tokens per sample);
 * GRPO: the arith_tiny_grpo settings (β = 0.04, lr 5e-5) with 64 completions per step (groups of 8),
   for as many steps as STaR's training tokens buy at the base's mean completion length.
 
@@ -60,10 +60,15 @@ def run_seed(quick: bool, seed: int, out: Path) -> dict:
     budget = records[-1]["star/generated_tokens"]
     base_path = str(star.run.dir / "base")
 
+    # RFT gets STaR's tokens per iteration: 4 samples on as many problems as they buy at STaR's
+    # tokens per sample of iteration 1 (its rationalization samples counted)
+    first = records[1]
+    samples = star.task.n_train * (1 + (1 - first["star/solved"]))
+    per_sample = first["star/iteration_generated_tokens"] / samples
+    rft_problems = max(1, round(budget / star.iterations / (4 * per_sample)))
     rft = star_config(quick, seed, out, f"rft-{seed}", rationalize=False, samples_per_problem=4,
                       base=BaseConfig(path=base_path))
-    rft.task = TaskConfig(name="arith", kwargs={"digits": 2}, n_train=max(1, star.task.n_train // 4),
-                          n_test=star.task.n_test)
+    rft.task = TaskConfig(name="arith", kwargs={"digits": 2}, n_train=rft_problems, n_test=star.task.n_test)
     train_star(rft)
     rft_records = read_metrics(rft.run.dir / "metrics.jsonl")
 
