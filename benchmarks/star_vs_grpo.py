@@ -35,6 +35,7 @@ from seqrl.algos.grpo import GRPOConfig, LossConfig, SamplingConfig  # noqa: E40
 from seqrl.algos.grpo import train as train_grpo  # noqa: E402
 from seqrl.algos.star import BaseConfig, STaRConfig  # noqa: E402
 from seqrl.algos.star import train as train_star  # noqa: E402
+from seqrl.cli import resolve_config  # noqa: E402
 from seqrl.config import load_config  # noqa: E402
 from seqrl.evaluation import EvalConfig  # noqa: E402
 from seqrl.models import ModelConfig  # noqa: E402
@@ -42,7 +43,7 @@ from seqrl.utils.metrics import read_metrics  # noqa: E402
 
 
 def star_config(quick: bool, seed: int, out: Path, name: str, **changes) -> STaRConfig:
-    cfg = load_config(STaRConfig, ROOT / "configs" / "star" / "arith_tiny_star.yaml", root="star")
+    cfg = load_config(STaRConfig, resolve_config("arith_tiny_star", "star"), root="star")
     cfg.run = RunConfig(name=name, out_dir=str(out), seed=seed, progress=False)
     if quick:
         cfg.task = TaskConfig(name="arith", kwargs={"digits": 2}, n_train=512, n_test=100)
