@@ -114,6 +114,21 @@ def test_without_rationalization_failures_stay_unkept(tiny_policy):
     assert len(kept) == sum(p.metadata["a"] % 2 == 0 for p in problems)  # two equal samples count once
 
 
+def test_a_rationale_too_long_to_train_on_is_dropped_not_an_error():
+    short_ctx = load_policy(ModelConfig(preset="tiny", max_seq_len=24))
+    task = get_task("arith", digits=2)
+    problems = task.problems("train", 4, 0)
+
+    def rule(a, b, hint, k, rng):  # sample 0: a full worked solution (8 + 22 + EOS > 24 tokens); 1: the answer alone
+        return (solution(a, b) if k == 0 else f"<answer>{a + b}</answer>"), "stop"
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(star, "generate", Scripted(rule))
+        kept, _ = collect(short_ctx, task, problems, _cfg(".", samples_per_problem=2), iteration=1, seed=0)
+    assert [k.completion for k in kept] == [f"<answer>{p.answer}</answer>" for p in problems]
+    star.encode_pairs(short_ctx, [k.problem for k in kept], [k.completion for k in kept])  # fits
+
+
 class Recorder:
     """Wraps `finetune`: records the parameters the model has and the examples it gets at each call."""
 

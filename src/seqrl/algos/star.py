@@ -241,10 +241,13 @@ class Kept:
 def sample_verified(policy: Policy, task: Task, problems: list[Problem], n: int, params: SamplingParams,
                     batch_size: int, hint_template: str | None = None) -> tuple[list[list[str]], int]:
     """Per problem, the distinct sampled completions the task verifies (and, hinted, that do not
-    quote the hint); only completions ended by EOS or a stop string count. Returns them and the
+    quote the hint); only completions ended by EOS or a stop string, short enough to train on after
+    the unhinted prompt, count. Returns them and the
     number of generated tokens. With `hint_template` the prompts carry the gold answer."""
     asked = [with_hint(p, hint_template) for p in problems] if hint_template else problems
     prompts = policy.encode_prompts(asked)
+    # the training example is the unhinted prompt + the rationale + EOS: it must fit the context
+    room = [policy.max_seq_len - 1 - len(p) for p in (policy.encode_prompts(problems) if hint_template else prompts)]
     kept: list[list[str]] = []
     tokens = 0
     for c, start in enumerate(range(0, len(prompts), batch_size)):
@@ -257,6 +260,8 @@ def sample_verified(policy: Policy, task: Task, problems: list[Problem], n: int,
             for k in range(j * n, (j + 1) * n):
                 text = ro.texts[k]
                 if ro.finish_reasons[k] != "stop" or text in good:
+                    continue
+                if len(policy.tokenizer.encode(text, add_special_tokens=False)) > room[start + j]:
                     continue
                 if hint_template is not None and quotes_hint(text, hint_template):
                     continue
