@@ -263,3 +263,10 @@ def test_cli_trains_star_from_the_preset(capsys):
     assert main(["train", "star", "--config", "arith_tiny_star", "--print-config", "--iterations=2"]) == 0
     out = capsys.readouterr().out
     assert "iterations: 2" in out and "restart_from_base: true" in out and "hint_template" in out
+
+
+def test_under_torchrun_it_refuses_to_start(tmp_path, monkeypatch):
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    with pytest.raises(ValueError, match="one process"):
+        train(_cfg(tmp_path))
+    assert not (tmp_path / "star").exists()

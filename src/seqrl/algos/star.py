@@ -53,6 +53,7 @@ from seqrl.prompts import PromptConfig, check_template
 from seqrl.rollout import SamplingParams, generate
 from seqrl.training.finetune import encode_pairs, finetune
 from seqrl.types import MARKERS, Problem, Task
+from seqrl.utils import dist
 from seqrl.utils.checkpoint import load_checkpoint, save_checkpoint
 from seqrl.utils.metrics import MetricsLogger, read_metrics
 from seqrl.utils.plots import plot_metrics
@@ -374,6 +375,9 @@ def split_problems(task: Task, cfg: STaRConfig) -> tuple[list[Problem], list[Pro
 
 def train(cfg: STaRConfig) -> dict[str, float]:
     """Run STaR; returns the last iteration's metrics (held-out eval/accuracy among them)."""
+    if dist.world_size() > 1:
+        raise ValueError("seqrl train star runs in one process (its sampling and fine-tunes are not "
+                         "distributed); start it without torchrun")
     device = cfg.run.torch_device
     set_threads(cfg.run.threads)
     seed_everything(cfg.run.seed)
