@@ -80,21 +80,47 @@ def run_seed(quick: bool, seed: int, out: Path) -> dict:
         model=ModelConfig(path=base_path),
         task=TaskConfig(name="arith", kwargs={"digits": 2}, n_train=5000, n_test=star.task.n_test),
         optim=OptimConfig(lr=5e-5, warmup_steps=4, schedule="constant"),
-        eval=EvalConfig(max_new_tokens=star.eval.max_new_tokens),
+        eval=EvalConfig(max_new_tokens=star.eval.max_new_tokens, every=max(1, steps // 4)),
         sampling=SamplingConfig(temperature=1.0, max_new_tokens=star.max_new_tokens),
         loss=LossConfig(beta=0.04),
         steps=steps, batch_size=batch, group_size=8, micro_batch_size=64,
     )
     grpo_final = train_grpo(grpo)
-    grpo_tokens = sum(r.get("perf/gen_tokens", 0.0) for r in read_metrics(grpo.run.dir / "metrics.jsonl"))
+    grpo_tokens, grpo_curve = 0.0, [(0.0, base_acc)]
+    for r in read_metrics(grpo.run.dir / "metrics.jsonl"):
+        grpo_tokens += r.get("perf/gen_tokens", 0.0)
+        if "eval/accuracy" in r:
+            grpo_curve.append((grpo_tokens, r["eval/accuracy"]))
     row = {"seed": seed, "base_acc": base_acc, "budget_tokens": budget,
            "star_acc": records[-1]["eval/accuracy"], "star_tokens": budget,
            "rft_acc": rft_records[-1]["eval/accuracy"], "rft_tokens": rft_records[-1]["star/generated_tokens"],
            "grpo_acc": grpo_final["eval/accuracy"], "grpo_tokens": grpo_tokens, "grpo_steps": steps,
-           "star_curve": [r["eval/accuracy"] for r in records],
-           "rft_curve": [r["eval/accuracy"] for r in rft_records]}
+           "star_curve": [(r["star/generated_tokens"], r["eval/accuracy"]) for r in records],
+           "rft_curve": [(r["star/generated_tokens"], r["eval/accuracy"]) for r in rft_records],
+           "grpo_curve": grpo_curve}
     print(json.dumps(row), flush=True)
     return row
+
+
+def plot(rows: list[dict], path: Path) -> None:
+    """Held-out accuracy against generated training tokens, one line per method and seed."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for method, color in (("star", "C0"), ("rft", "C1"), ("grpo", "C2")):
+        for i, row in enumerate(rows):
+            xs, ys = zip(*row[f"{method}_curve"])
+            ax.plot(xs, ys, marker="o", color=color, alpha=0.8, label=method if i == 0 else None)
+    ax.set_xlabel("generated training tokens")
+    ax.set_ylabel("held-out greedy accuracy")
+    ax.set_title("STaR vs RFT vs GRPO, 2-digit addition, tiny preset")
+    ax.legend()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120, bbox_inches="tight")
+    plt.close(fig)
 
 
 def main() -> int:
@@ -102,11 +128,14 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="one seed, 2 iterations on 512 problems")
     parser.add_argument("--seeds", type=int, default=None, help="seeds 0..N-1 (default: 1 quick, 3 full)")
     parser.add_argument("--out", default=None, help="run folders (default: a temporary folder)")
+    parser.add_argument("--plot", default=None, help="write accuracy vs generated tokens to this PNG")
     args = parser.parse_args()
     seeds = args.seeds or (1 if args.quick else 3)
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(args.out or tmp)
         rows = [run_seed(args.quick, s, out) for s in range(seeds)]
+    if args.plot:
+        plot(rows, Path(args.plot))
 
     def mean(key):
         return sum(r[key] for r in rows) / len(rows)
