@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """STaR vs rejection-sampling fine-tuning (RFT) vs GRPO at an equal generated-token budget.
 
-    python benchmarks/star_vs_grpo.py --quick     # seed 0: 2 STaR iterations on 512 problems (≈ 3 min of CPU)
+    python benchmarks/star_vs_grpo.py --quick     # seed 0: 2 STaR iterations on 512 problems (≈ 8 min on a shared 2-core CPU)
     python benchmarks/star_vs_grpo.py             # seeds 0-2: configs/star/arith_tiny_star.yaml, 4 iterations
 
 All three start from the same base model (the STaR run's short SFT, saved in its run folder) and
