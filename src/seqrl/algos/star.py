@@ -125,7 +125,7 @@ class STaRConfig:
     step_growth: float = 1.2
     """Factor on the fine-tune steps per iteration (the paper: +20 %)."""
     batch_size: int = 8
-    """Sequences per fine-tune step (the paper: 8)."""
+    """Sequences per fine-tune step."""
     pass_k: int = 0
     """Also report held-out eval/pass@k from k samples per problem at eval.temperature (0: greedy only)."""
     sample_batch_size: int = 256
