@@ -4,6 +4,7 @@
     seqrl eval runs/x/checkpoint-400 --task arith --metrics greedy,pass@8,maj@8
     seqrl train dt|bc --config pendulum_medium_replay [--data.top_fraction=0.1]
     seqrl train odt --config pendulum_medium [--online.iterations=40]
+    seqrl train star --config arith_tiny_star [--rationalize=false] [--resume]
     seqrl eval dt --checkpoint runs/x/checkpoint-3000 --target-returns=-150,-600 [--episodes 10]   # DT, BC or ODT
     seqrl train vla --config gotoredballgrey [--model.fusion=cross_attention]
     seqrl eval vla --checkpoint runs/x/checkpoint-2000 [--episodes 100] [--seed 0]   # held-out BabyAI layouts
@@ -35,8 +36,8 @@ from pathlib import Path
 
 from seqrl.config import ConfigError, load_config, parse_overrides
 
-ALGOS = ("sft", "grpo", "dt", "bc", "odt", "prm", "orm", "vla")
-PLANNED = ("ppo", "rm", "star")
+ALGOS = ("sft", "grpo", "dt", "bc", "odt", "prm", "orm", "vla", "star")
+PLANNED = ("ppo", "rm")
 
 
 def configs_root() -> Traversable:
@@ -117,6 +118,10 @@ def _config_class(algo: str) -> type:
         from seqrl.algos.vla import VLAConfig  # imports torch: its config lives beside its loop
 
         return VLAConfig
+    if algo == "star":
+        from seqrl.algos.star import STaRConfig  # imports torch: its config lives beside its loop
+
+        return STaRConfig
     raise ConfigError(f"unknown algorithm {algo!r}; implemented: {', '.join(ALGOS)}")
 
 

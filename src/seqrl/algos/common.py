@@ -34,7 +34,7 @@ from seqrl.utils.checkpoint import (
 )
 
 RESUMABLE_CHANGES = ("steps", "eval.every", "run.log_every", "run.save_every", "run.keep_last", "run.progress",
-                     "run.threads", "run.resume", "run.on_nonfinite", "online.iterations", "run.device")
+                     "run.threads", "run.resume", "run.on_nonfinite", "online.iterations", "run.device", "iterations")
 """Fields a resumed run may change from its saved config.yaml (length, intervals, display, the device
 it continues on); any other change is refused, so the run folder's config always says what was trained."""
 

@@ -23,6 +23,7 @@ from typing import Literal
 import torch
 
 from seqrl.algos.common import (
+    releases_run_folder,
     OptimConfig,
     RunConfig,
     TaskConfig,
@@ -199,6 +200,7 @@ def load_rows(cfg: PRMConfig) -> tuple[list[StepExample], list[StepExample], str
             corrupted_arith_examples(test, seed=cfg.task.seed + 1), f"task {cfg.task.name}")
 
 
+@releases_run_folder
 def train(cfg: PRMConfig) -> dict[str, float]:
     """Train a PRM or ORM; returns the final metrics (held-out AUC and step accuracy among them)."""
     device = cfg.run.torch_device

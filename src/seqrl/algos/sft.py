@@ -25,71 +25,17 @@ from seqrl.algos.common import (
     set_threads,
 )
 from seqrl.algos.sft_config import SFTConfig
-from seqrl.core.losses import IGNORE_INDEX, token_nll_sum
+from seqrl.core.losses import IGNORE_INDEX
 from seqrl.evaluation import EvalConfig, run_evaluation
-from seqrl.models.lm import ModelConfig, Policy, check_on_device, load_policy, model_device, num_parameters
+from seqrl.models.lm import ModelConfig, load_policy, num_parameters
 from seqrl.prompts import check_template
-from seqrl.types import Problem
+from seqrl.training.finetune import accumulate_gradients, collate, encode_examples  # noqa: F401 (re-exported)
 from seqrl.utils import dist
 from seqrl.utils.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from seqrl.utils.metrics import MetricsLogger, read_metrics
 from seqrl.utils.plots import plot_metrics
 from seqrl.utils.progress import progress_bar
 from seqrl.utils.seeding import seed_everything
-
-
-def encode_examples(policy: Policy, problems: list[Problem]) -> list[tuple[list[int], list[int]]]:
-    """(prompt ids, completion ids + EOS) per problem; an example longer than the context is an error."""
-    tok = policy.tokenizer
-    prompts = policy.encode_prompts(problems)
-    examples = []
-    for prob, prompt in zip(problems, prompts):
-        completion = tok.encode(prob.target, add_special_tokens=False) + [tok.eos_token_id]
-        if len(prompt) + len(completion) > policy.max_seq_len:
-            raise ValueError(
-                f"example {prob.uid or prob.prompt!r} has {len(prompt) + len(completion)} tokens, more than "
-                f"the model's context of {policy.max_seq_len} (model.max_seq_len)"
-            )
-        examples.append((prompt, completion))
-    return examples
-
-
-def collate(examples: list[tuple[list[int], list[int]]], pad_id: int) -> dict[str, torch.Tensor]:
-    """Right-padded input ids, attention mask and labels (-100 on prompt and padding)."""
-    width = max(len(p) + len(c) for p, c in examples)
-    ids = torch.full((len(examples), width), pad_id, dtype=torch.long)  # (B, L)
-    labels = torch.full((len(examples), width), IGNORE_INDEX, dtype=torch.long)  # (B, L)
-    mask = torch.zeros((len(examples), width), dtype=torch.long)  # (B, L)
-    for i, (p, c) in enumerate(examples):
-        seq = p + c
-        ids[i, : len(seq)] = torch.tensor(seq)
-        labels[i, len(p) : len(seq)] = torch.tensor(c)
-        mask[i, : len(seq)] = 1
-    return {"input_ids": ids, "attention_mask": mask, "labels": labels}
-
-
-def accumulate_gradients(model, chunks: list[dict[str, torch.Tensor]], bf16: bool = False,
-                         device_type: str | None = None, n_tokens: int | None = None) -> tuple[float, int]:
-    """Backward the token-mean NLL of a batch given as micro-batches; returns (NLL sum, tokens).
-
-    Each micro-batch's summed NLL is divided by the token count of the whole batch (`n_tokens`, by
-    default that of `chunks`; under torchrun that of every process's share), so the accumulated
-    gradient equals that of the batch in one piece.
-    """
-    dev = model_device(model)
-    for chunk in chunks:
-        for key in ("input_ids", "labels"):
-            check_on_device(f"batch {key}", chunk[key], dev)
-    if n_tokens is None:
-        n_tokens = sum(int((c["labels"][:, 1:] != IGNORE_INDEX).sum()) for c in chunks)
-    loss_sum = 0.0
-    for chunk in chunks:
-        with torch.autocast(device_type or dev.type, dtype=torch.bfloat16, enabled=bf16):
-            logits = model(input_ids=chunk["input_ids"], attention_mask=chunk["attention_mask"]).logits  # (b, L, V)
-        nll, _ = token_nll_sum(logits, chunk["labels"])
-        (nll / max(n_tokens, 1)).backward()
-        loss_sum += nll.item()
-    return loss_sum, n_tokens
 
 
 @releases_run_folder

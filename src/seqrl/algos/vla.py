@@ -27,6 +27,7 @@ import numpy as np
 import torch
 
 from seqrl.algos.common import (
+    releases_run_folder,
     OptimConfig,
     RunConfig,
     check_finite,
@@ -217,6 +218,7 @@ def episode_strip(frames: list, out_png: str | Path, title: str, max_frames: int
 # Training
 
 
+@releases_run_folder
 def train(cfg: VLAConfig, dataset: OfflineDataset | None = None) -> dict[str, float]:
     """Behaviour-clone a VLA on `dataset` (default: the one `cfg.data` names); returns the final metrics."""
     device = cfg.run.torch_device

@@ -1,0 +1,120 @@
+"""Supervised fine-tuning on (prompt, completion) pairs with the prompt tokens masked out.
+
+`encode_pairs` / `encode_examples` turn problems and completions into token ids, `collate` pads a
+batch, `accumulate_gradients` backs the token-mean NLL over micro-batches, and `finetune` runs a
+short single-process loop over a fixed example set (STaR's per-iteration fine-tune; the SFT trainer
+keeps its own loop for resume, distribution and evaluation).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import torch
+
+from seqrl.core.losses import IGNORE_INDEX, token_nll_sum
+from seqrl.models.lm import Policy, check_on_device, model_device
+from seqrl.types import Problem
+
+Example = tuple[list[int], list[int]]
+"""(prompt ids, completion ids + EOS)."""
+
+
+def encode_pairs(policy: Policy, problems: Sequence[Problem], completions: Sequence[str]) -> list[Example]:
+    """(prompt ids, completion ids + EOS) per (problem, completion); the prompt rendered by the policy
+    (`Policy.prompt`); an example longer than the context is an error naming the problem."""
+    if len(problems) != len(completions):
+        raise ValueError(f"encode_pairs: {len(problems)} problems but {len(completions)} completions")
+    tok = policy.tokenizer
+    prompts = policy.encode_prompts(list(problems))
+    examples = []
+    for prob, prompt, text in zip(problems, prompts, completions):
+        completion = tok.encode(text, add_special_tokens=False) + [tok.eos_token_id]
+        if len(prompt) + len(completion) > policy.max_seq_len:
+            raise ValueError(
+                f"example {prob.uid or prob.prompt!r} has {len(prompt) + len(completion)} tokens, more than "
+                f"the model's context of {policy.max_seq_len} (model.max_seq_len)"
+            )
+        examples.append((prompt, completion))
+    return examples
+
+
+def encode_examples(policy: Policy, problems: list[Problem]) -> list[Example]:
+    """`encode_pairs` on each problem's worked solution (`Problem.target`)."""
+    return encode_pairs(policy, problems, [p.target for p in problems])
+
+
+def collate(examples: list[Example], pad_id: int) -> dict[str, torch.Tensor]:
+    """Right-padded input ids, attention mask and labels (-100 on prompt and padding)."""
+    width = max(len(p) + len(c) for p, c in examples)
+    ids = torch.full((len(examples), width), pad_id, dtype=torch.long)  # (B, L)
+    labels = torch.full((len(examples), width), IGNORE_INDEX, dtype=torch.long)  # (B, L)
+    mask = torch.zeros((len(examples), width), dtype=torch.long)  # (B, L)
+    for i, (p, c) in enumerate(examples):
+        seq = p + c
+        ids[i, : len(seq)] = torch.tensor(seq)
+        labels[i, len(p) : len(seq)] = torch.tensor(c)
+        mask[i, : len(seq)] = 1
+    return {"input_ids": ids, "attention_mask": mask, "labels": labels}
+
+
+def accumulate_gradients(model, chunks: list[dict[str, torch.Tensor]], bf16: bool = False,
+                         device_type: str | None = None, n_tokens: int | None = None) -> tuple[float, int]:
+    """Backward the token-mean NLL of a batch given as micro-batches; returns (NLL sum, tokens).
+
+    Each micro-batch's summed NLL is divided by the token count of the whole batch (`n_tokens`, by
+    default that of `chunks`; under torchrun that of every process's share), so the accumulated
+    gradient equals that of the batch in one piece.
+    """
+    dev = model_device(model)
+    for chunk in chunks:
+        for key in ("input_ids", "labels"):
+            check_on_device(f"batch {key}", chunk[key], dev)
+    if n_tokens is None:
+        n_tokens = sum(int((c["labels"][:, 1:] != IGNORE_INDEX).sum()) for c in chunks)
+    loss_sum = 0.0
+    for chunk in chunks:
+        with torch.autocast(device_type or dev.type, dtype=torch.bfloat16, enabled=bf16):
+            logits = model(input_ids=chunk["input_ids"], attention_mask=chunk["attention_mask"]).logits  # (b, L, V)
+        nll, _ = token_nll_sum(logits, chunk["labels"])
+        (nll / max(n_tokens, 1)).backward()
+        loss_sum += nll.item()
+    return loss_sum, n_tokens
+
+
+def epoch_order(n: int, seed: int, epoch: int) -> list[int]:
+    """The example order of one epoch: a permutation of range(n), a pure function of (seed, epoch)."""
+    return torch.randperm(n, generator=torch.Generator().manual_seed(seed * 100_003 + epoch)).tolist()
+
+
+def finetune(model, examples: list[Example], *, steps: int, batch_size: int, optimizer, scheduler, pad_id: int,
+             seed: int, grad_clip: float = 1.0, bf16: bool = False) -> dict[str, float]:
+    """`steps` optimizer steps of token-mean NLL on `examples`, batches drawn in per-epoch
+    permutations (a pure function of `seed`, so a rerun repeats the same batches).
+
+    Returns ``loss/sft`` (the mean of the step losses), ``loss/sft_last`` and ``stats/grad_norm``
+    (of the last step); a non-finite value is returned as it is for the caller to judge.
+    """
+    if not examples:
+        raise ValueError("finetune() needs at least one example")
+    if steps < 1 or batch_size < 1:
+        raise ValueError(f"finetune(): steps and batch_size must be >= 1 (got {steps}, {batch_size})")
+    dev = model_device(model)
+    n, losses, grad_norm, orders = len(examples), [], 0.0, {}
+    model.train()
+    for step in range(steps):
+        positions = range(step * batch_size, (step + 1) * batch_size)
+        for epoch in {p // n for p in positions} - orders.keys():
+            orders[epoch] = epoch_order(n, seed, epoch)
+        idx = [orders[p // n][p % n] for p in positions]
+        batch = {k: v.to(dev) for k, v in collate([examples[i] for i in idx], pad_id).items()}
+        loss_sum, n_tokens = accumulate_gradients(model, [batch], bf16, dev.type)
+        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip if grad_clip > 0 else float("inf"))
+        optimizer.step()
+        scheduler.step()
+        optimizer.zero_grad(set_to_none=True)
+        losses.append(loss_sum / max(n_tokens, 1))
+        grad_norm = float(norm)
+    mean = sum(losses) / len(losses) if all(math.isfinite(x) for x in losses) else float("nan")
+    return {"loss/sft": mean, "loss/sft_last": losses[-1], "stats/grad_norm": grad_norm}
