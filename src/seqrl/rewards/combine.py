@@ -30,7 +30,7 @@ from seqrl.utils.imports import import_object, is_import_path
 
 RewardFn = Callable[[list[Problem], list[str]], list[RewardResult]]
 
-BUILTIN_REWARDS = ("task", "format", "math", "format_partial", "code")
+BUILTIN_REWARDS = ("task", "format", "math", "format_partial", "code", "rm")
 DEFAULT_TIMEOUT_S = {"task": 2.0, "format": 1.0, "math": 1.0, "format_partial": 1.0, "code": 2.0}
 DEFAULT_BATCH_BUDGET_S = 300.0
 
@@ -42,7 +42,8 @@ class RewardSpec:
     name: str = "task"
     """task (the task's verifier), format (R1-style think/answer format), math (math-verify on the
     ``<answer>`` tag against problem.answer, strict), format_partial (+0.1 think pair, +0.1 boxed),
-    code (`CodeExecutionReward` with default weights: sandboxed tests from problem.metadata), or a
+    code (`CodeExecutionReward` with default weights: sandboxed tests from problem.metadata), rm (a
+    learned reward model's score, `path` its folder: `seqrl train rm`'s checkpoint), or a
     user's function by import path ``package.module:function`` (seqrl or TRL signature,
     `seqrl.rewards.user`; the working directory is on the import path)."""
     weight: float = 1.0
@@ -53,6 +54,8 @@ class RewardSpec:
     functions run in the trainer process, unbounded."""
     kwargs: dict[str, Any] = field(default_factory=dict)
     """Keyword arguments passed to a user's function on every call."""
+    path: str | None = None
+    """rm: the reward-model folder (scored in the trainer process, unbounded like a user's function)."""
 
     def __post_init__(self) -> None:
         user = is_import_path(self.name)
@@ -61,11 +64,14 @@ class RewardSpec:
                              f"'package.module:function' (got {self.name!r})")
         if self.kwargs and not user:
             raise ValueError(f"reward {self.name!r}: kwargs are for a user's function (an import path)")
+        if (self.name == "rm") != bool(self.path):
+            raise ValueError("reward 'rm' needs path: a reward-model folder (seqrl train rm's checkpoint)"
+                             if self.name == "rm" else f"reward {self.name!r}: path is only for name rm")
         if self.timeout_s is None:
             self.timeout_s = DEFAULT_TIMEOUT_S.get(self.name, 0.0) or None
         if user:
             self.user_reward()  # imports now: a wrong path fails before anything is loaded
-        elif not (isinstance(self.timeout_s, (int, float)) and math.isfinite(self.timeout_s) and self.timeout_s > 0):
+        elif self.name != "rm" and not (isinstance(self.timeout_s, (int, float)) and math.isfinite(self.timeout_s) and self.timeout_s > 0):
             raise ValueError(f"reward {self.name!r}: timeout_s must be a positive number (got {self.timeout_s!r})")
 
     @property
@@ -150,6 +156,10 @@ def build_reward(spec: RewardSpec, task: Task) -> RewardFn:
     """The spec's reward function, bounded (see the module docstring) except a user's own."""
     if is_import_path(spec.name):
         return spec.user_reward()
+    if spec.name == "rm":
+        from seqrl.models.heads import RewardModelReward  # torch and transformers only when asked for
+
+        return RewardModelReward(spec.path)
     if spec.name == "code":
         from seqrl.rewards.code import CodeExecutionReward  # the sandbox only when asked for
 
