@@ -176,3 +176,17 @@ def test_pair_samples_pairs_verified_with_unverified_and_flips_with_noise():
     assert [(r["chosen"], r["rejected"], r["flipped"]) for r in flipped] == [("a", "b", True), ("e", "f", True)]
     with pytest.raises(ValueError, match="3 prompts × 3 samples"):
         pair_samples(prompts, uids, texts, verdicts, 3, 0.0, 0)
+
+
+def test_data_preferences_cli_names_what_is_missing(tmp_path, capsys):
+    from seqrl.cli import main
+
+    assert main(["data", "preferences", "--out", str(tmp_path / "p.jsonl")]) == 2
+    assert "needs --policy" in capsys.readouterr().err
+    assert main(["data", "preferences", "--policy", str(tmp_path / "nope"), "--out", str(tmp_path / "p.jsonl")]) == 2
+    assert "not a model directory" in capsys.readouterr().err
+    (tmp_path / "taken.jsonl").write_text("")
+    assert main(["data", "preferences", "--policy", str(tmp_path), "--out", str(tmp_path / "taken.jsonl")]) == 2
+    assert "already exists" in capsys.readouterr().err
+    assert main(["data", "minari", "pendulum"]) == 2
+    assert "both ENV and LEVEL" in capsys.readouterr().err
