@@ -46,7 +46,9 @@ def test_preference_rows_standard_implicit_conversational(tmp_path):
         {"prompt": "1+1=", "chosen": "2", "rejected": "3", "margin": 1.5},
         {"chosen": "1+1=2", "rejected": "1+1=3"},
         conv,
+        {"prompt": "2+2=", "chosen": "4", "rejected": ""},  # the builder writes a completion that stopped at once
     ]))
+    assert (pairs[3].chosen, pairs[3].rejected) == ("4", "")
     assert (pairs[0].prompt, pairs[0].chosen, pairs[0].rejected, pairs[0].margin) == ("1+1=", "2", "3", 1.5)
     assert (pairs[1].prompt, pairs[1].chosen) == ("", "1+1=2")
     assert pairs[2].prompt == ({"role": "user", "content": "2+2?"},)

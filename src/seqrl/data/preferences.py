@@ -61,10 +61,7 @@ def parse_preference_row(row: object, where: str) -> PreferencePair:
     if any(conversational) and not all(conversational):
         raise DatasetFormatError(f"{where}: fields prompt / chosen / rejected mix strings and message lists; "
                                  f"use one form for all")
-    if not all(conversational):
-        for name, value in (("chosen", chosen), ("rejected", rejected)):
-            if not value.strip():
-                raise DatasetFormatError(f"{where}: field {name!r} is empty")
+    if not all(conversational):  # an empty answer is an answer (a policy that stopped at once)
         return PreferencePair(prompt or "", chosen, rejected, margin, where)
     c, r = _messages(chosen, "chosen", where), _messages(rejected, "rejected", where)
     if prompt is None:  # implicit prompt: the shared leading messages
