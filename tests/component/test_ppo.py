@@ -111,6 +111,45 @@ def test_each_advantage_mode_and_kl_placement_takes_a_finite_step(loss):
         assert trainer.collect(1).metrics["stats/kl"] != 0
 
 
+def test_shared_backbone_value_head_trains_head_and_backbone(tmp_path):
+    from seqrl.algos.ppo import CriticConfig
+    from seqrl.models.heads import ValueHead
+
+    cfg = _cfg(critic=CriticConfig(shared_backbone=True, vf_coef=0.5), num_iterations=1, minibatches=1,
+               loss=PPOLossConfig(beta=0.0), micro_batch_size=8,
+               optim=OptimConfig(lr=1e-3, warmup_steps=0, schedule="constant", grad_clip=0.0))
+    torch.manual_seed(0)
+    policy = load_policy(cfg.model)
+    head = ValueHead(policy.model.config.hidden_size)
+    task = cfg.task.build()
+    trainer = PPOTrainer(cfg, policy, head, task, task.problems("train", 64, 0), dict(FNS))
+    batch = trainer.collect(0)
+    # the values are the head on the policy's last hidden states at the positions predicting each token
+    with torch.no_grad():
+        policy.model.eval()
+        _, _, v = trainer._forward(policy.model, batch.prompt_ids, batch.completion_ids, head)
+    m = batch.mask.bool()
+    assert torch.allclose(v[m], batch.values[m], atol=1e-5)
+    # one step: the backbone's gradient is the policy gradient plus vf_coef × the value loss's
+    params = [p for p in policy.model.parameters() if p.requires_grad]
+    policy.model.train()
+    logp, _, values = trainer._forward(policy.model, batch.prompt_ids, batch.completion_ids, head)
+    from seqrl.core.ppo import clipped_value_loss
+
+    vl, _ = clipped_value_loss(values, batch.values, batch.returns, batch.mask, cfg.loss.value_clip)
+    n = batch.mask.sum()
+    want = -(batch.advantages * logp * batch.mask).sum() / n + 0.5 * vl.sum() / n
+    grads = torch.autograd.grad(want, params + list(head.parameters()), allow_unused=True)
+    seen = []
+    real = trainer.optimizer.step
+    trainer.optimizer.step = lambda *a, **k: (seen.append([p.grad.clone() for p in params + list(head.parameters())]),
+                                              real(*a, **k))[1]
+    metrics = trainer.train_step(batch)
+    assert metrics["loss/value"] > 0 and len(seen) == 1
+    for g, w in zip(seen[0], grads):
+        assert torch.allclose(g, torch.zeros_like(g) if w is None else w, atol=1e-6)
+
+
 def test_entropy_bonus_forward_gives_the_same_logprobs():
     trainer = _trainer(_cfg(loss=PPOLossConfig(entropy_coef=0.01)))
     batch = trainer.collect(0)
@@ -122,14 +161,16 @@ def test_entropy_bonus_forward_gives_the_same_logprobs():
     assert ea.requires_grad and not eb.requires_grad
 
 
-def test_resume_equals_an_uninterrupted_run(tmp_path, monkeypatch):
+@pytest.mark.parametrize("shared", [False, True])
+def test_resume_equals_an_uninterrupted_run(tmp_path, monkeypatch, shared):
     import seqrl.algos.ppo as ppo
 
     monkeypatch.setattr(ppo, "build_rewards", lambda cfg, task: dict(FNS))
 
     def run_cfg(out, resume=False):
-        return _cfg(tmp_path / out, steps=4, loss=PPOLossConfig(beta=0.05), run=RunConfig(
-            name="p", out_dir=str(tmp_path / out), seed=1, save_every=2, log_every=1, progress=False, resume=resume))
+        return _cfg(tmp_path / out, steps=4, loss=PPOLossConfig(beta=0.05), critic=ppo.CriticConfig(shared_backbone=shared),
+                    run=RunConfig(name="p", out_dir=str(tmp_path / out), seed=1, save_every=2, log_every=1,
+                                  progress=False, resume=resume))
 
     train(run_cfg("a"))
     calls = {"n": 0}

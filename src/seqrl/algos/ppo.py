@@ -27,7 +27,8 @@ One step:
 minibatch) the ratio uses `logp.detach()`, so with β = 0 the step is the plain policy gradient.
 The critic is a separate model (`AutoModelForSequenceClassification`, one label) started from
 `critic.path` (e.g. a reward model) or the policy's own weights; V_t is read at the position that
-predicts token t. Checkpoints: the policy in ``checkpoint-N`` (a Hugging Face causal-LM folder), the
+predicts token t. With `critic.shared_backbone` it is a linear head on the policy's last hidden
+states instead, trained with the policy's loss + `critic.vf_coef` · value loss through one forward. Checkpoints: the policy in ``checkpoint-N`` (a Hugging Face causal-LM folder), the
 critic in ``critic/checkpoint-N`` (written first), both with their optimizers.
 """
 
@@ -56,7 +57,7 @@ from seqrl.core.masking import masked_mean, masked_whiten
 from seqrl.core.policy_loss import aggregate_loss, entropy_from_logits, grpo_loss
 from seqrl.core.ppo import clipped_value_loss, explained_variance, group_whiten_tokens, kl_shaped_rewards
 from seqrl.evaluation import EvalConfig, run_evaluation
-from seqrl.models.heads import completion_values, load_scalar_model, pad_sequences
+from seqrl.models.heads import ValueHead, completion_values, load_scalar_model, pad_sequences
 from seqrl.models.lm import ModelConfig, Policy, load_policy, model_device, num_parameters
 from seqrl.prompts import PromptConfig, check_template
 from seqrl.rewards.combine import RewardFn, RewardSpec, build_reward, score_completions
@@ -142,6 +143,17 @@ class CriticConfig:
     """Start from this folder (a reward model, or any causal LM); null: the policy's model.path, or a
     fresh preset like the policy's."""
     optim: OptimConfig = field(default_factory=lambda: OptimConfig(lr=1e-4, warmup_steps=0, schedule="constant"))
+    shared_backbone: bool = False
+    """A linear value head on the policy's last hidden states instead of a separate model: one forward
+    gives log-probs and values, and vf_coef · value loss also trains the policy's backbone."""
+    vf_coef: float = 0.1
+    """Weight of the value loss in the shared backbone's loss (shared_backbone only)."""
+
+    def __post_init__(self) -> None:
+        if self.shared_backbone and self.path is not None:
+            raise ValueError("critic.path must be null with critic.shared_backbone (the head sits on the policy)")
+        if self.vf_coef <= 0:
+            raise ValueError(f"critic.vf_coef must be > 0 (got {self.vf_coef})")
 
 
 @dataclass
@@ -274,16 +286,28 @@ class PPOTrainer:
         if not entropy_grad:
             return sequence_logprobs(model, prompt_ids, completion_ids, self.policy.tokenizer.pad_token_id,
                                      cfg.sampling.temperature, cfg.run.use_bf16, with_entropy=True)
+        return self._forward(model, prompt_ids, completion_ids)[:2]
+
+    def _forward(self, model, prompt_ids: list[list[int]], completion_ids: torch.Tensor,
+                 value_head: torch.nn.Module | None = None
+                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """One forward: log π and entropy (both with their graphs) and, with `value_head`, V_t from the
+        last hidden states at the positions that predict each completion token; (m, T) each."""
+        cfg = self.cfg
         dev = model_device(model)
         t = completion_ids.shape[1]
         seqs = [list(p) + completion_ids[i].tolist() for i, p in enumerate(prompt_ids)]
         ids, attn = pad_sequences(seqs, self.policy.tokenizer.pad_token_id)  # (m, L) right-padded
         with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=cfg.run.use_bf16):
-            logits = model(input_ids=ids.to(dev), attention_mask=attn.to(dev)).logits  # (m, L, V)
+            out = model(input_ids=ids.to(dev), attention_mask=attn.to(dev), output_hidden_states=value_head is not None)
+            values = value_head(out.hidden_states[-1]) if value_head is not None else None  # (m, L)
+        logits = out.logits  # (m, L, V)
         pos = (torch.tensor([len(p) for p in prompt_ids])[:, None] - 1 + torch.arange(t)[None, :]).to(dev)  # (m, T)
         picked = logits.gather(1, pos[..., None].expand(-1, -1, logits.shape[-1])).float() / cfg.sampling.temperature
         logp = torch.log_softmax(picked, -1).gather(-1, completion_ids.to(dev)[..., None]).squeeze(-1)  # (m, T)
-        return logp.to(completion_ids.device), entropy_from_logits(picked).to(completion_ids.device)
+        if values is not None:
+            values = values.float().gather(1, pos).to(completion_ids.device)  # (m, T)
+        return logp.to(completion_ids.device), entropy_from_logits(picked).to(completion_ids.device), values
 
     @torch.no_grad()
     def _no_grad(self, fn, model, prompt_ids, completion_ids) -> torch.Tensor:
@@ -299,6 +323,8 @@ class PPOTrainer:
         return torch.cat(outs).float()
 
     def _values(self, model, prompt_ids, completion_ids) -> torch.Tensor:
+        if self.cfg.critic.shared_backbone:  # the head on the policy's backbone (`model` is the policy)
+            return self._forward(self.policy.model, prompt_ids, completion_ids, self.critic)[2]
         return completion_values(model, prompt_ids, completion_ids, self.policy.tokenizer.pad_token_id, self.cfg.run.use_bf16)
 
     def collect(self, step: int) -> PPOBatch:
@@ -317,7 +343,8 @@ class PPOTrainer:
         logp_fn = lambda m, p, c: self._logprobs(m, p, c)[0]  # noqa: E731
         old = self._no_grad(logp_fn, self.policy.model, prompt_ids, ids)  # (N, T)
         ref = self._no_grad(logp_fn, self.ref, prompt_ids, ids) if self.ref is not None else None  # (N, T)
-        values = self._no_grad(self._values, self.critic, prompt_ids, ids)  # (N, T)
+        values = self._no_grad(self._values, self.policy.model if cfg.critic.shared_backbone else self.critic,
+                               prompt_ids, ids)  # (N, T); shared: eval mode is the policy's
         beta_r = cfg.loss.beta if cfg.loss.kl_in == "reward" else 0.0
         token_rewards, kl = kl_shaped_rewards(scores, old, ref, mask, beta_r)  # (N, T)
         if ref is not None and cfg.loss.kl_in == "loss":
@@ -360,6 +387,7 @@ class PPOTrainer:
         critic.train()
         n = len(batch.scores)
         single = cfg.num_iterations == 1 and cfg.minibatches == 1
+        shared = cfg.critic.shared_backbone
         beta_l = cfg.loss.beta if cfg.loss.kl_in == "loss" else 0.0
         sums: dict[str, float] = {}
         weights: dict[str, float] = {}
@@ -379,7 +407,10 @@ class PPOTrainer:
                 for rows in mb.split(cfg.micro_batch_size):
                     prompts = [batch.prompt_ids[i] for i in rows.tolist()]
                     ids, mask = batch.completion_ids[rows], batch.mask[rows]  # (m, T)
-                    logp, entropy = self._logprobs(model, prompts, ids, entropy_grad=cfg.loss.entropy_coef > 0)
+                    if shared:
+                        logp, entropy, values = self._forward(model, prompts, ids, critic)
+                    else:
+                        logp, entropy = self._logprobs(model, prompts, ids, entropy_grad=cfg.loss.entropy_coef > 0)
                     old = logp.detach() if single else batch.old_logp[rows]
                     loss, stats = grpo_loss(
                         logp, old, batch.advantages[rows], mask, clip_eps_low=cfg.loss.clip_eps_low,
@@ -388,11 +419,12 @@ class PPOTrainer:
                         kl_kind=cfg.loss.kl_kind, agg=cfg.loss.agg, **norm)
                     if cfg.loss.entropy_coef > 0:
                         loss = loss - cfg.loss.entropy_coef * aggregate_loss(entropy, mask, cfg.loss.agg, **norm)
-                    loss.backward()
-                    values = self._values(critic, prompts, ids)  # (m, T)
+                    if not shared:
+                        loss.backward()
+                        values = self._values(critic, prompts, ids)  # (m, T)
                     vl, vclip = clipped_value_loss(values, batch.values[rows], batch.returns[rows], mask, cfg.loss.value_clip)
                     vloss = aggregate_loss(vl, mask, cfg.loss.agg, **norm)
-                    vloss.backward()
+                    (loss + cfg.critic.vf_coef * vloss).backward() if shared else vloss.backward()
                     tokens = float(mask.sum())
                     add("loss/policy", loss.item(), 1.0)
                     add("loss/value", vloss.item(), 1.0)
@@ -467,7 +499,10 @@ def train(cfg: PPOConfig) -> dict[str, float]:
     device = cfg.run.torch_device
     policy = load_policy(cfg.model, device)
     policy.prompt = cfg.prompt
-    critic, _ = load_scalar_model(critic_model_config(cfg))
+    if cfg.critic.shared_backbone:
+        critic = ValueHead(policy.model.config.hidden_size)
+    else:
+        critic, _ = load_scalar_model(critic_model_config(cfg))
     critic.to(device)
     trainer = PPOTrainer(cfg, policy, critic, task, problems, reward_fns)
     start = 0

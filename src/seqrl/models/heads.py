@@ -147,3 +147,17 @@ class RewardModelReward:
             ids, attn = pad_sequences(chunk, self.tokenizer.pad_token_id)
             out += [RewardResult(float(s), "reward model score") for s in sequence_scores(self.model, ids, attn).tolist()]
         return out
+
+
+class ValueHead(torch.nn.Module):
+    """A linear value head on a policy's last hidden states (PPO's shared-backbone critic):
+    hidden (..., H) → (...,)."""
+
+    def __init__(self, hidden_size: int):
+        super().__init__()
+        self.score = torch.nn.Linear(hidden_size, 1)
+        torch.nn.init.normal_(self.score.weight, std=0.02)
+        torch.nn.init.zeros_(self.score.bias)
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self.score(hidden).squeeze(-1)
