@@ -111,6 +111,7 @@ def test_each_advantage_mode_and_kl_placement_takes_a_finite_step(loss):
         assert trainer.collect(1).metrics["stats/kl"] != 0
 
 
+@pytest.mark.filterwarnings("ignore:Seems like .optimizer.step\(\).:UserWarning")  # the spy wraps step
 def test_shared_backbone_value_head_trains_head_and_backbone(tmp_path):
     from seqrl.algos.ppo import CriticConfig
     from seqrl.models.heads import ValueHead
