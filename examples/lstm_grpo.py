@@ -31,7 +31,7 @@ import random
 import torch
 from torch import nn
 
-from seqrl.core.advantages import compute_group_advantages, gae
+from seqrl.core.advantages import gae
 from seqrl.core.masking import masked_mean
 from seqrl.core.policy_loss import clipped_surrogate, kl_penalty
 from seqrl.core.ppo import clipped_value_loss, group_whiten_tokens
