@@ -36,8 +36,8 @@ from pathlib import Path
 
 from seqrl.config import ConfigError, load_config, parse_overrides
 
-ALGOS = ("sft", "grpo", "dt", "bc", "odt", "prm", "orm", "vla", "star")
-PLANNED = ("ppo", "rm")
+ALGOS = ("sft", "grpo", "dt", "bc", "odt", "prm", "orm", "vla", "star", "rm", "ppo")
+PLANNED: tuple[str, ...] = ()
 
 
 def configs_root() -> Traversable:
@@ -122,6 +122,14 @@ def _config_class(algo: str) -> type:
         from seqrl.algos.star import STaRConfig  # imports torch: its config lives beside its loop
 
         return STaRConfig
+    if algo == "rm":
+        from seqrl.algos.rm import RMConfig  # imports torch: its config lives beside its loop
+
+        return RMConfig
+    if algo == "ppo":
+        from seqrl.algos.ppo import PPOConfig  # imports torch: its config lives beside its loop
+
+        return PPOConfig
     raise ConfigError(f"unknown algorithm {algo!r}; implemented: {', '.join(ALGOS)}")
 
 
@@ -662,6 +670,11 @@ def cmd_sandbox(args: argparse.Namespace, overrides: list[str]) -> int:
 def cmd_data(args: argparse.Namespace, overrides: list[str]) -> int:
     if overrides:
         raise ConfigError(f"seqrl data: unexpected arguments {overrides}")
+    if args.kind == "preferences":
+        return cmd_data_preferences(args)
+    if not args.env:
+        raise ConfigError("seqrl data babyai LEVEL: give the level" if args.kind == "babyai" else
+                          "seqrl data minari ENV LEVEL: both ENV and LEVEL are needed")
     import time
 
     import torch
@@ -720,6 +733,43 @@ def cmd_data_babyai(args: argparse.Namespace) -> int:
                               progress=True)
     print(json.dumps(summary))
     return 0
+
+
+def cmd_data_preferences(args: argparse.Namespace) -> int:
+    """``seqrl data preferences --policy CKPT --task T --out FILE``: verified-vs-unverified pairs."""
+    if not args.policy or not args.out:
+        raise ConfigError("seqrl data preferences needs --policy (a policy checkpoint folder) and --out (a new .jsonl)")
+    if Path(args.out).exists():
+        raise ConfigError(f"--out {args.out}: already exists; choose a new file")
+    if not (Path(args.policy) / "config.json").is_file():
+        raise ConfigError(f"--policy {args.policy!r}: not a model directory (no config.json)")
+    import torch
+
+    from seqrl.algos.rm import build_preferences, write_jsonl
+    from seqrl.data import get_task
+
+    _check_threads(args.threads)
+    torch.set_num_threads(args.threads)
+    _quiet_hf()
+    task = get_task(args.task, **_read_cli_json_text(args.task_kwargs, "--task-kwargs"))
+    rows, stats = build_preferences(args.policy, task, args.n, args.samples, args.label_noise, args.seed,
+                                    args.temperature, args.max_new_tokens)
+    if not rows:
+        raise ConfigError(f"no pairs: no prompt of {args.n} had both a verified and an unverified sample "
+                          f"(sample accuracy {stats['sample_accuracy']:.3f}); raise --samples or --temperature")
+    out = write_jsonl(rows, args.out)
+    print(json.dumps({**stats, "out": str(out)}))
+    return 0
+
+
+def _read_cli_json_text(text: str, what: str) -> dict:
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ConfigError(f"{what}: invalid JSON ({e.msg})") from None
+    if not isinstance(value, dict):
+        raise ConfigError(f"{what}: must be a JSON object")
+    return value
 
 
 def format_value(value: object) -> str:
@@ -834,15 +884,26 @@ def build_parser() -> argparse.ArgumentParser:
     sb.add_argument("--json", action="store_true", help="print a JSON object (status, passed, total, tests, ...)")
     sb.set_defaults(func=cmd_sandbox)
 
-    data = sub.add_parser("data", help="build offline datasets locally (D4RL-style Minari datasets)")
-    data.add_argument("kind", choices=("minari", "babyai"))
-    data.add_argument("env", help="minari: pendulum, hopper, halfcheetah, walker2d (or their gymnasium ids); "
+    data = sub.add_parser("data", help="build datasets locally: D4RL-style Minari datasets, BabyAI bot "
+                                       "demonstrations, or preference pairs from a policy")
+    data.add_argument("kind", choices=("minari", "babyai", "preferences"))
+    data.add_argument("env", nargs="?", help="minari: pendulum, hopper, halfcheetah, walker2d (or their gymnasium ids); "
                       "babyai: a level (GoToRedBallGrey, GoToLocal, PickupLoc, PutNextLocal, any BabyAI-* id)")
     data.add_argument("level", nargs="?", help="minari: random, medium, expert, medium-replay, medium-expert, or all")
+    data.add_argument("--policy", help="preferences: the policy checkpoint folder that samples")
+    data.add_argument("--task", default="arith", help="preferences: the task spec (arith, gsm, jsonl:PATH, ...)")
+    data.add_argument("--task-kwargs", default="{}", help='preferences: JSON, e.g. \'{"digits": 2}\'')
+    data.add_argument("--n", type=int, default=1000, help="preferences: training prompts sampled")
+    data.add_argument("--samples", type=int, default=4, help="preferences: completions per prompt")
+    data.add_argument("--label-noise", type=float, default=0.0, help="preferences: probability of swapping a pair")
+    data.add_argument("--temperature", type=float, default=1.0)
+    data.add_argument("--max-new-tokens", type=int, default=64)
+    data.add_argument("--threads", type=int, default=1)
     data.add_argument("--steps", type=int, help="environment steps (default: 20k Pendulum, 200k MuJoCo)")
     data.add_argument("--episodes", type=int, help="babyai: successful bot episodes (default 1000)")
     data.add_argument("--seed", type=int, default=0)
-    data.add_argument("--out", help="Minari datasets folder (default: $MINARI_DATASETS_PATH or ~/.minari/datasets)")
+    data.add_argument("--out", help="minari and babyai: datasets folder (default: $MINARI_DATASETS_PATH or "
+                                    "~/.minari/datasets); preferences: the new .jsonl file")
     data.add_argument("--force", action="store_true", help="rebuild a dataset that already exists")
     data.set_defaults(func=cmd_data)
 

@@ -28,7 +28,7 @@ def test_preset_name_resolves_and_configs_ls_lists_it(capsys):
     [
         (["train", "sft", "--config", "arith_tiny", "--optim.lrr=1"], "sft.optim.lrr: unknown key"),
         (["train", "sft", "--config", "nope"], "no such file or preset; presets: "),
-        (["train", "ppo"], "not implemented yet"),
+        (["train", "nope"], "unknown algorithm 'nope'; implemented: sft, grpo"),
         (["train", "sft", "--task.name=nope", "--print-config"], ""),
         (["eval", "./missing_dir", "--task", "arith"], "not a model directory"),
         (["eval", "no-such-org/no-such-model", "--task", "arith"], "could not be loaded"),

@@ -283,6 +283,14 @@ def load_resume_checkpoint(run_dir: Path, load: Any) -> tuple[Path, Any]:
     raise CheckpointError(f"{run_dir}: no checkpoint could be loaded ({'; '.join(errors) or 'none found'})")
 
 
+def refuse_skip_step(run: RunConfig, algo: str) -> None:
+    """Trainers whose loop checks the loss after its update cannot skip that update: they refuse
+    ``run.on_nonfinite=skip_step`` by name instead of ignoring it."""
+    if run.on_nonfinite == "skip_step":
+        raise ValueError(f"run.on_nonfinite skip_step is not implemented for {algo} (sft, grpo, dt and odt have "
+                         f"it); use stop")
+
+
 def check_finite(step: int, on_nonfinite: str, **values: float) -> bool:
     """True when every value is finite. Else, with ``stop``, raise `NonFiniteError` naming the step;
     with ``skip_step``, print a warning and return False: the caller skips the optimizer update."""

@@ -23,6 +23,7 @@ from typing import Literal
 import torch
 
 from seqrl.algos.common import (
+    refuse_skip_step,
     releases_run_folder,
     OptimConfig,
     RunConfig,
@@ -203,6 +204,7 @@ def load_rows(cfg: PRMConfig) -> tuple[list[StepExample], list[StepExample], str
 @releases_run_folder
 def train(cfg: PRMConfig) -> dict[str, float]:
     """Train a PRM or ORM; returns the final metrics (held-out AUC and step accuracy among them)."""
+    refuse_skip_step(cfg.run, "prm")
     device = cfg.run.torch_device
     set_threads(cfg.run.threads)
     seed_everything(cfg.run.seed)

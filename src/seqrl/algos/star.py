@@ -38,6 +38,7 @@ from dataclasses import dataclass, field, replace
 import torch
 
 from seqrl.algos.common import (
+    refuse_skip_step,
     releases_run_folder,
     OptimConfig,
     RunConfig,
@@ -377,6 +378,7 @@ def split_problems(task: Task, cfg: STaRConfig) -> tuple[list[Problem], list[Pro
 @releases_run_folder
 def train(cfg: STaRConfig) -> dict[str, float]:
     """Run STaR; returns the last iteration's metrics (held-out eval/accuracy among them)."""
+    refuse_skip_step(cfg.run, "star")
     if dist.world_size() > 1:
         raise ValueError("seqrl train star runs in one process (its sampling and fine-tunes are not "
                          "distributed); start it without torchrun")

@@ -27,6 +27,7 @@ import numpy as np
 import torch
 
 from seqrl.algos.common import (
+    refuse_skip_step,
     releases_run_folder,
     OptimConfig,
     RunConfig,
@@ -221,6 +222,7 @@ def episode_strip(frames: list, out_png: str | Path, title: str, max_frames: int
 @releases_run_folder
 def train(cfg: VLAConfig, dataset: OfflineDataset | None = None) -> dict[str, float]:
     """Behaviour-clone a VLA on `dataset` (default: the one `cfg.data` names); returns the final metrics."""
+    refuse_skip_step(cfg.run, "vla")
     device = cfg.run.torch_device
     set_threads(cfg.run.threads)
     resume_from = prepare_run_dir(cfg.run, cfg)

@@ -30,7 +30,8 @@ from seqrl.utils.imports import import_object, is_import_path
 
 RewardFn = Callable[[list[Problem], list[str]], list[RewardResult]]
 
-BUILTIN_REWARDS = ("task", "format", "math", "format_partial", "code", "prm", "orm")
+BUILTIN_REWARDS = ("task", "format", "math", "format_partial", "code", "prm", "orm", "rm")
+LEARNED_REWARDS = ("prm", "orm", "rm")
 DEFAULT_TIMEOUT_S = {"task": 2.0, "format": 1.0, "math": 1.0, "format_partial": 1.0, "code": 2.0, "prm": 60.0, "orm": 60.0}
 DEFAULT_BATCH_BUDGET_S = 300.0
 
@@ -44,7 +45,8 @@ class RewardSpec:
     ``<answer>`` tag against problem.answer, strict), format_partial (+0.1 think pair, +0.1 boxed),
     code (`CodeExecutionReward` with default weights: sandboxed tests from problem.metadata), prm or orm
     (a `seqrl train prm|orm` checkpoint at `path`: aggregated step scores in [0, 1], in this process),
-    or a user's function by import path ``package.module:function`` (seqrl or TRL signature,
+    rm (a learned reward model's score, `path` its folder: `seqrl train rm`'s checkpoint), or a
+    user's function by import path ``package.module:function`` (seqrl or TRL signature,
     `seqrl.rewards.user`; the working directory is on the import path)."""
     weight: float = 1.0
     """Weight in the total reward."""
@@ -54,15 +56,17 @@ class RewardSpec:
     functions run in the trainer process, unbounded."""
     kwargs: dict[str, Any] = field(default_factory=dict)
     """Keyword arguments passed to a user's function on every call."""
-
     path: str | None = None
-    """prm/orm: the reward model's checkpoint folder."""
+    """rm, prm, orm: the learned model's checkpoint folder (scored in the trainer process, unbounded
+    like a user's function)."""
     aggregation: str = "min"
     """prm/orm: how step scores become one reward (min, last, prod, mean)."""
 
     def __post_init__(self) -> None:
-        if self.name in ("prm", "orm") and not self.path:
+        if self.name in LEARNED_REWARDS and not self.path:
             raise ValueError(f"reward {self.name!r} needs path: the checkpoint folder of `seqrl train {self.name}`")
+        if self.path and self.name not in LEARNED_REWARDS:
+            raise ValueError(f"reward {self.name!r}: path is only for {', '.join(LEARNED_REWARDS)}")
         user = is_import_path(self.name)
         if self.name not in BUILTIN_REWARDS and not user:
             raise ValueError(f"reward name must be one of {BUILTIN_REWARDS} or an import path "
@@ -73,7 +77,7 @@ class RewardSpec:
             self.timeout_s = DEFAULT_TIMEOUT_S.get(self.name, 0.0) or None
         if user:
             self.user_reward()  # imports now: a wrong path fails before anything is loaded
-        elif not (isinstance(self.timeout_s, (int, float)) and math.isfinite(self.timeout_s) and self.timeout_s > 0):
+        elif self.name != "rm" and not (isinstance(self.timeout_s, (int, float)) and math.isfinite(self.timeout_s) and self.timeout_s > 0):
             raise ValueError(f"reward {self.name!r}: timeout_s must be a positive number (got {self.timeout_s!r})")
 
     @property
@@ -163,6 +167,10 @@ def build_reward(spec: RewardSpec, task: Task) -> RewardFn:
         from seqrl.rewards.learned import LearnedStepReward
 
         return LearnedStepReward(spec.path, spec.aggregation)
+    if spec.name == "rm":
+        from seqrl.models.heads import RewardModelReward  # torch and transformers only when asked for
+
+        return RewardModelReward(spec.path)
     if spec.name == "code":
         from seqrl.rewards.code import CodeExecutionReward  # the sandbox only when asked for
 

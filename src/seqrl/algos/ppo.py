@@ -1,0 +1,589 @@
+"""PPO with a critic (RLHF recipe: Ziegler et al. 2019, Ouyang et al. 2022), for any reward: verifiers,
+a learned reward model (``rewards: [{name: rm, path: ...}]``) or both.
+
+    seqrl train ppo --config arith_tiny_ppo [--loss.beta=0.05 ...] [--resume]
+
+One step:
+  1. draw `batch_size / group_size` prompts and sample G completions each (`seqrl.rollout`; G = 1
+     is classic PPO, G > 1 lets the group modes below compare samples of one prompt);
+  2. score every completion with the weighted reward functions (`seqrl.rewards`); when the task's
+     verifier is not among them it still runs, for the `reward/verifier/mean` metric only, so a
+     learned reward's score sits beside true accuracy;
+  3. with no gradient and in eval mode: log π_old (the policy that sampled), log π_ref (frozen copy
+     of the initial policy, when β > 0) and the critic's values V_t of every completion token;
+  4. per-token rewards (`seqrl.core.ppo.kl_shaped_rewards`): −β·(log π_old − log π_ref) on each
+     token (k1, InstructGPT) and the sequence reward on the last token (`loss.kl_in: reward`), or the
+     score alone with β·KL in the policy loss (`loss.kl_in: loss`, the chosen `kl_kind`);
+  5. advantages (`loss.advantage`): gae — GAE(γ, λ) per token, whitened over the batch's tokens;
+     group — the sequence return normalised within the prompt's G samples (GRPO's estimator; the
+     critic is still trained, for its metrics); gae_then_group — GAE per token, then whitened within
+     the prompt's group (the seed's hybrid: it removes the per-prompt offset the critic left, so
+     prompts weigh equally, but the token-level credit of GAE survives only up to a per-group scale);
+  6. μ = `num_iterations` passes over the batch, each split into `minibatches`: the clipped
+     surrogate (+ optional entropy bonus) for the policy and the clipped value loss against the GAE
+     returns for the critic, one optimizer step each per minibatch.
+
+π_old is computed before the first update (as the GRPO loop does); with a single update (μ = 1, one
+minibatch) the ratio uses `logp.detach()`, so with β = 0 the step is the plain policy gradient.
+The critic is a separate model (`AutoModelForSequenceClassification`, one label) started from
+`critic.path` (e.g. a reward model) or the policy's own weights; V_t is read at the position that
+predicts token t. With `critic.shared_backbone` it is a linear head on the policy's last hidden
+states instead, trained with the policy's loss + `critic.vf_coef` · value loss through one forward. Checkpoints: the policy in ``checkpoint-N`` (a Hugging Face causal-LM folder), the
+critic in ``critic/checkpoint-N`` (written first), both with their optimizers.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from dataclasses import dataclass, field
+from typing import Literal
+
+import torch
+
+from seqrl.algos.common import (
+    releases_run_folder,
+    refuse_skip_step,
+    OptimConfig,
+    RunConfig,
+    TaskConfig,
+    check_finite,
+    load_resume_checkpoint,
+    make_optimizer,
+    prepare_run_dir,
+    set_threads,
+    stream_indices,
+)
+from seqrl.core.advantages import gae, group_advantages, returns_to_go
+from seqrl.core.masking import masked_mean, masked_whiten
+from seqrl.core.policy_loss import aggregate_loss, entropy_from_logits, grpo_loss
+from seqrl.core.ppo import clipped_value_loss, explained_variance, group_whiten_tokens, kl_shaped_rewards
+from seqrl.evaluation import EvalConfig, run_evaluation
+from seqrl.models.heads import ValueHead, completion_values, load_scalar_model, pad_sequences
+from seqrl.models.lm import ModelConfig, Policy, load_policy, model_device, num_parameters
+from seqrl.prompts import PromptConfig, check_template
+from seqrl.rewards.combine import RewardFn, RewardSpec, build_reward, score_completions
+from seqrl.rollout import SamplingParams, generate, sequence_logprobs
+from seqrl.types import Problem, Task
+from seqrl.utils import dist
+from seqrl.utils.checkpoint import CheckpointError, latest_checkpoint, load_checkpoint, save_checkpoint
+from seqrl.utils.metrics import MetricsLogger, read_metrics
+from seqrl.utils.plots import plot_metrics
+from seqrl.utils.progress import progress_bar
+from seqrl.utils.seeding import seed_everything
+
+VERIFIER_KEYS = ("accuracy", "math", "code")
+
+
+@dataclass
+class SamplingConfig:
+    """How completions are sampled for training."""
+
+    temperature: float = 1.0
+    """Sampling temperature (log-probs are taken at the same temperature)."""
+    top_p: float = 1.0
+    """Nucleus sampling threshold."""
+    top_k: int = 0
+    """Top-k truncation (0: none)."""
+    max_new_tokens: int = 64
+    """Completion cap."""
+    stop: list[str] = field(default_factory=list)
+    """Stop strings; also used by the evaluation."""
+
+    def __post_init__(self) -> None:
+        if any(not isinstance(x, str) or not x for x in self.stop):
+            raise ValueError(f"sampling.stop must be a list of non-empty strings (got {self.stop!r})")
+
+
+@dataclass
+class PPOLossConfig:
+    """Rewards with KL, advantage estimator, policy and value losses."""
+
+    advantage: Literal["gae", "group", "gae_then_group"] = "gae"
+    """gae: per-token GAE, whitened over the batch; group: the sequence return normalised within the
+    prompt's G samples; gae_then_group: GAE, then whitened within the prompt's group (needs G ≥ 2)."""
+    gamma: float = 1.0
+    """γ, discount over completion tokens."""
+    lam: float = 0.95
+    """λ, GAE's bias-variance trade-off."""
+    whiten: bool = True
+    """gae: whiten the advantages over the batch's tokens (masked_whiten)."""
+    clip_eps_low: float = 0.2
+    """ε_low: ratio floor 1 − ε_low."""
+    clip_eps_high: float = 0.2
+    """ε_high: ratio ceiling 1 + ε_high."""
+    value_clip: float | None = 0.2
+    """c of the clipped value loss, V_old ± c (null: plain squared error)."""
+    beta: float = 0.05
+    """β, KL coefficient against the frozen initial policy (0: no reference model)."""
+    kl_in: Literal["reward", "loss"] = "reward"
+    """reward: −β·k1 on every token's reward (InstructGPT); loss: β·kl_kind in the policy loss (GRPO)."""
+    kl_kind: Literal["k2", "k3", "k3_ratio"] = "k3"
+    """The estimator in the loss when kl_in is loss (`seqrl.core.policy_loss.kl_penalty`)."""
+    entropy_coef: float = 0.0
+    """Entropy bonus: − coef · mean entropy added to the policy loss."""
+    agg: Literal["token_mean", "seq_mean_token_mean"] = "token_mean"
+    """Loss aggregation over tokens (policy, value and entropy terms)."""
+
+    def __post_init__(self) -> None:
+        for name in ("gamma", "lam"):
+            if not 0 <= getattr(self, name) <= 1:
+                raise ValueError(f"loss.{name} must be in [0, 1] (got {getattr(self, name)})")
+        if not 0 <= self.clip_eps_low < 1 or self.clip_eps_high < 0:
+            raise ValueError("loss.clip_eps_low must be in [0, 1) and loss.clip_eps_high >= 0")
+        if self.value_clip is not None and self.value_clip <= 0:
+            raise ValueError(f"loss.value_clip must be > 0 or null (got {self.value_clip})")
+        if self.beta < 0 or self.entropy_coef < 0:
+            raise ValueError("loss.beta and loss.entropy_coef must be >= 0")
+
+
+@dataclass
+class CriticConfig:
+    """The value model: a separate scalar-head model with its own optimizer."""
+
+    path: str | None = None
+    """Start from this folder (a reward model, or any causal LM); null: the policy's model.path, or a
+    fresh preset like the policy's."""
+    optim: OptimConfig = field(default_factory=lambda: OptimConfig(lr=1e-4, warmup_steps=0, schedule="constant"))
+    shared_backbone: bool = False
+    """A linear value head on the policy's last hidden states instead of a separate model: one forward
+    gives log-probs and values, and vf_coef · value loss also trains the policy's backbone."""
+    vf_coef: float = 0.1
+    """Weight of the value loss in the shared backbone's loss (shared_backbone only)."""
+
+    def __post_init__(self) -> None:
+        if self.shared_backbone and self.path is not None:
+            raise ValueError("critic.path must be null with critic.shared_backbone (the head sits on the policy)")
+        if self.vf_coef <= 0:
+            raise ValueError(f"critic.vf_coef must be > 0 (got {self.vf_coef})")
+
+
+@dataclass
+class PPOConfig:
+    run: RunConfig = field(default_factory=lambda: RunConfig(name="ppo"))
+    model: ModelConfig = field(default_factory=ModelConfig)
+    task: TaskConfig = field(default_factory=TaskConfig)
+    optim: OptimConfig = field(default_factory=lambda: OptimConfig(lr=3e-5, warmup_steps=0, schedule="constant"))
+    critic: CriticConfig = field(default_factory=CriticConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    sampling: SamplingConfig = field(default_factory=SamplingConfig)
+    prompt: PromptConfig = field(default_factory=PromptConfig)
+    loss: PPOLossConfig = field(default_factory=PPOLossConfig)
+    rewards: list[RewardSpec] = field(default_factory=lambda: [RewardSpec("task", 1.0)])
+    """Weighted reward functions; the sequence reward is Σ weight · score."""
+    reward_budget_s: float = 300.0
+    """Wall-clock budget for scoring one batch."""
+    steps: int = 50
+    """Sampling-and-update steps."""
+    batch_size: int = 128
+    """Completions per step."""
+    group_size: int = 1
+    """G: completions per prompt (≥ 2 for the group advantages)."""
+    num_iterations: int = 2
+    """μ: passes over each batch."""
+    minibatches: int = 2
+    """Optimizer steps per pass."""
+    micro_batch_size: int = 64
+    """Completions per forward/backward (memory only)."""
+
+    def __post_init__(self) -> None:
+        for name in ("steps", "num_iterations", "minibatches", "micro_batch_size", "group_size"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1 (got {getattr(self, name)})")
+        if self.loss.advantage != "gae" and self.group_size < 2:
+            raise ValueError(f"loss.advantage {self.loss.advantage} needs group_size >= 2 (got {self.group_size})")
+        if self.batch_size % self.group_size:
+            raise ValueError(f"batch_size ({self.batch_size}) must be divisible by group_size ({self.group_size})")
+        if self.batch_size % self.minibatches:
+            raise ValueError(f"batch_size ({self.batch_size}) must be divisible by minibatches ({self.minibatches})")
+        if not self.rewards:
+            raise ValueError("rewards must name at least one reward function")
+        keys = [spec.key for spec in self.rewards]
+        if len(set(keys)) != len(keys):
+            raise ValueError("rewards: two reward functions log under one name; each may appear once")
+
+    @property
+    def local_prompts_per_step(self) -> int:
+        prompts, world = self.batch_size // self.group_size, dist.world_size()
+        if prompts % world:
+            raise ValueError(f"batch_size / group_size = {prompts} prompts per step must be divisible by the "
+                             f"number of processes ({world})")
+        return prompts // world
+
+
+@dataclass
+class PPOBatch:
+    """One step's completions (rows g·G … g·G+G−1 answer one prompt) and their PPO targets."""
+
+    prompt_ids: list[list[int]]
+    completion_ids: torch.Tensor  # (N, T)
+    mask: torch.Tensor  # (N, T) 1 on generated tokens
+    old_logp: torch.Tensor  # (N, T) π_old, eval mode, no grad
+    ref_logp: torch.Tensor | None  # (N, T) π_ref when β > 0
+    values: torch.Tensor  # (N, T) V_old
+    advantages: torch.Tensor  # (N, T)
+    returns: torch.Tensor  # (N, T) GAE returns, the critic's target
+    scores: torch.Tensor  # (N,) sequence reward
+    metrics: dict[str, float] = field(default_factory=dict)
+
+
+def build_rewards(cfg: PPOConfig, task: Task) -> dict[str, tuple[RewardFn, float]]:
+    """The run's reward functions by metric name."""
+    return {spec.key: (build_reward(spec, task), spec.weight) for spec in cfg.rewards}
+
+
+def compute_advantages(rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, mode: str, gamma: float,
+                       lam: float, group_size: int, whiten: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """(advantages, returns) (N, T) from per-token rewards and values (`PPOLossConfig.advantage`); the
+    returns are GAE's in every mode (the critic's target)."""
+    adv, returns = gae(rewards, values, mask, gamma, lam)  # (N, T) each
+    if mode == "gae":
+        return (masked_whiten(adv, mask) if whiten else adv), returns
+    if mode == "gae_then_group":
+        return group_whiten_tokens(adv, mask, group_size), returns
+    seq_return = returns_to_go(rewards, gamma)[:, 0]  # (N,) the return from the first token
+    per_seq = group_advantages(seq_return.view(-1, group_size)).reshape(-1)  # (N,)
+    return per_seq[:, None] * mask, returns
+
+
+class PPOTrainer:
+    """Policy, critic, reference and optimizers; `collect` samples and scores a batch, `train_step` learns."""
+
+    def __init__(self, cfg: PPOConfig, policy: Policy, critic: torch.nn.Module, task: Task, problems: list[Problem],
+                 reward_fns: dict[str, tuple[RewardFn, float]] | None = None) -> None:
+        self.cfg, self.policy, self.critic, self.task, self.problems = cfg, policy, critic, task, problems
+        self.reward_fns = reward_fns if reward_fns is not None else build_rewards(cfg, task)
+        self.verifier = None
+        if not any(k in self.reward_fns for k in VERIFIER_KEYS):
+            self.verifier = {"verifier": (build_reward(RewardSpec("task"), task), 1.0)}
+        updates = cfg.steps * cfg.num_iterations * cfg.minibatches
+        self.optimizer, self.scheduler = make_optimizer(policy.model, cfg.optim, updates)
+        self.critic_optimizer, self.critic_scheduler = make_optimizer(critic, cfg.critic.optim, updates)
+        self.ref = None
+        if cfg.loss.beta > 0:
+            self.ref = copy.deepcopy(policy.model).eval().requires_grad_(False)
+        self.prompt_cursor = 0
+
+    # -- sampling -------------------------------------------------------------------------------
+    def _sampling(self, seed: int) -> SamplingParams:
+        s = self.cfg.sampling
+        return SamplingParams(temperature=s.temperature, top_p=s.top_p, top_k=s.top_k,
+                              max_new_tokens=s.max_new_tokens, stop=tuple(s.stop), seed=seed)
+
+    def _next_prompts(self, count: int) -> list[Problem]:
+        world, r = dist.world_size(), dist.rank()
+        local = range(self.prompt_cursor, self.prompt_cursor + count)
+        self.prompt_cursor += count
+        if world == 1:
+            idx = stream_indices(local.start, count, len(self.problems), self.cfg.run.seed)
+        else:
+            idx = [stream_indices(p * world + r, 1, len(self.problems), self.cfg.run.seed)[0] for p in local]
+        return [self.problems[i] for i in idx]
+
+    def _logprobs(self, model, prompt_ids: list[list[int]], completion_ids: torch.Tensor, entropy_grad: bool = False
+                  ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(log π of each completion token, entropy there) (m, T); the entropy carries a gradient only
+        when `entropy_grad` (the entropy bonus)."""
+        cfg = self.cfg
+        if not entropy_grad:
+            return sequence_logprobs(model, prompt_ids, completion_ids, self.policy.tokenizer.pad_token_id,
+                                     cfg.sampling.temperature, cfg.run.use_bf16, with_entropy=True)
+        return self._forward(model, prompt_ids, completion_ids)[:2]
+
+    def _forward(self, model, prompt_ids: list[list[int]], completion_ids: torch.Tensor,
+                 value_head: torch.nn.Module | None = None
+                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """One forward: log π and entropy (both with their graphs) and, with `value_head`, V_t from the
+        last hidden states at the positions that predict each completion token; (m, T) each."""
+        cfg = self.cfg
+        dev = model_device(model)
+        t = completion_ids.shape[1]
+        seqs = [list(p) + completion_ids[i].tolist() for i, p in enumerate(prompt_ids)]
+        ids, attn = pad_sequences(seqs, self.policy.tokenizer.pad_token_id)  # (m, L) right-padded
+        with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=cfg.run.use_bf16):
+            out = model(input_ids=ids.to(dev), attention_mask=attn.to(dev), output_hidden_states=value_head is not None)
+            values = value_head(out.hidden_states[-1]) if value_head is not None else None  # (m, L)
+        logits = out.logits  # (m, L, V)
+        pos = (torch.tensor([len(p) for p in prompt_ids])[:, None] - 1 + torch.arange(t)[None, :]).to(dev)  # (m, T)
+        picked = logits.gather(1, pos[..., None].expand(-1, -1, logits.shape[-1])).float() / cfg.sampling.temperature
+        logp = torch.log_softmax(picked, -1).gather(-1, completion_ids.to(dev)[..., None]).squeeze(-1)  # (m, T)
+        if values is not None:
+            values = values.float().gather(1, pos).to(completion_ids.device)  # (m, T)
+        return logp.to(completion_ids.device), entropy_from_logits(picked).to(completion_ids.device), values
+
+    @torch.no_grad()
+    def _no_grad(self, fn, model, prompt_ids, completion_ids) -> torch.Tensor:
+        """`fn` over micro-batches without a graph, in eval mode (no dropout noise in fixed targets)."""
+        was = model.training
+        model.eval()
+        try:
+            outs = [fn(model, prompt_ids[i : i + self.cfg.micro_batch_size],
+                       completion_ids[i : i + self.cfg.micro_batch_size])
+                    for i in range(0, len(prompt_ids), self.cfg.micro_batch_size)]
+        finally:
+            model.train(was)
+        return torch.cat(outs).float()
+
+    def _values(self, model, prompt_ids, completion_ids) -> torch.Tensor:
+        if self.cfg.critic.shared_backbone:  # the head on the policy's backbone (`model` is the policy)
+            return self._forward(self.policy.model, prompt_ids, completion_ids, self.critic)[2]
+        return completion_values(model, prompt_ids, completion_ids, self.policy.tokenizer.pad_token_id, self.cfg.run.use_bf16)
+
+    def collect(self, step: int) -> PPOBatch:
+        """Sample, score, and compute π_old, π_ref, values, KL-shaped rewards, advantages and returns."""
+        cfg, g = self.cfg, self.cfg.group_size
+        t0 = time.perf_counter()
+        probs = self._next_prompts(cfg.local_prompts_per_step)
+        seed = cfg.run.seed * 1_000_003 + step * 101 + 7_919_111 * dist.rank()
+        ro = generate(self.policy, self.policy.encode_prompts(probs), g, self._sampling(seed))
+        row_problems = [probs[i // g] for i in range(len(ro.texts))]
+        scored = score_completions(self.reward_fns, row_problems, ro.texts, cfg.reward_budget_s)
+        scores = torch.tensor(scored.total, dtype=torch.float32)  # (N,)
+        gen_s = time.perf_counter() - t0
+        prompt_ids = [ro.prompt_ids[i // g] for i in range(len(ro.texts))]
+        ids, mask = ro.completion_ids.cpu(), ro.completion_mask.float().cpu()  # (N, T)
+        logp_fn = lambda m, p, c: self._logprobs(m, p, c)[0]  # noqa: E731
+        old = self._no_grad(logp_fn, self.policy.model, prompt_ids, ids)  # (N, T)
+        ref = self._no_grad(logp_fn, self.ref, prompt_ids, ids) if self.ref is not None else None  # (N, T)
+        values = self._no_grad(self._values, self.policy.model if cfg.critic.shared_backbone else self.critic,
+                               prompt_ids, ids)  # (N, T); shared: eval mode is the policy's
+        beta_r = cfg.loss.beta if cfg.loss.kl_in == "reward" else 0.0
+        token_rewards, kl = kl_shaped_rewards(scores, old, ref, mask, beta_r)  # (N, T)
+        if ref is not None and cfg.loss.kl_in == "loss":
+            kl = (old - ref) * mask  # (N, T) k1, for the metric
+        adv, returns = compute_advantages(token_rewards, values, mask, cfg.loss.advantage, cfg.loss.gamma,
+                                          cfg.loss.lam, g, cfg.loss.whiten)
+        metrics = {
+            "reward/total/mean": float(scores.mean()),
+            "reward/total/std": float(scores.std()) if len(scores) > 1 else 0.0,
+            "stats/kl": float(masked_mean(kl, mask)),
+            "stats/kl_seq": float((kl * mask).sum(1).mean()),
+            "stats/returns_mean": float(masked_mean(returns, mask)),
+            "stats/values_mean": float(masked_mean(values, mask)),
+            "stats/advantages_mean": float(masked_mean(adv, mask)),
+            "stats/completion_len_mean": float(mask.sum(1).mean()),
+            "stats/truncated_frac": sum(r == "length" for r in ro.finish_reasons) / len(ro.finish_reasons),
+            "stats/sampler_logprob_gap": float(((old - ro.logprobs.cpu()).abs() * mask).sum() / mask.sum().clamp(min=1)),
+            "perf/gen_s": gen_s,
+            "perf/gen_tokens": float(ro.num_generated_tokens),
+        }
+        ev = explained_variance(values, returns, mask)
+        if ev == ev:  # NaN when the returns do not vary
+            metrics["stats/explained_variance"] = float(ev)
+        for name, v in scored.scores.items():
+            t = torch.tensor(v, dtype=torch.float64)
+            t = t[~t.isnan()]
+            metrics[f"reward/{name}/mean"] = float(t.mean()) if len(t) else 0.0
+            metrics[f"reward/{name}/errors"] = float(scored.errors[name])
+        if self.verifier is not None:  # true accuracy beside a learned reward
+            v = score_completions(self.verifier, row_problems, ro.texts, cfg.reward_budget_s).scores["verifier"]
+            metrics["reward/verifier/mean"] = sum(x for x in v if x == x) / len(v)
+        return PPOBatch(prompt_ids, ids, mask, old, ref, values, adv, returns, scores, metrics)
+
+    # -- learning -------------------------------------------------------------------------------
+    def train_step(self, batch: PPOBatch) -> dict[str, float]:
+        """μ passes × minibatches of clipped policy and value updates; returns the step's metrics."""
+        cfg, model, critic = self.cfg, self.policy.model, self.critic
+        t0 = time.perf_counter()
+        model.train()
+        critic.train()
+        n = len(batch.scores)
+        single = cfg.num_iterations == 1 and cfg.minibatches == 1
+        shared = cfg.critic.shared_backbone
+        beta_l = cfg.loss.beta if cfg.loss.kl_in == "loss" else 0.0
+        sums: dict[str, float] = {}
+        weights: dict[str, float] = {}
+
+        def add(key: str, value: float, weight: float) -> None:
+            sums[key] = sums.get(key, 0.0) + value * weight
+            weights[key] = weights.get(key, 0.0) + weight
+
+        gen = torch.Generator().manual_seed(cfg.run.seed + 7919 * int(self.scheduler.last_epoch))
+        for _ in range(cfg.num_iterations):
+            order = torch.randperm(n, generator=gen) if cfg.minibatches > 1 else torch.arange(n)
+            for mb in torch.tensor_split(order, cfg.minibatches):
+                counts = dist.all_reduce_sum(torch.tensor([float(batch.mask[mb].sum()), float(len(mb))],
+                                                          dtype=torch.float64))
+                num_tokens, num_seqs = float(counts[0].clamp(min=1)), int(counts[1])
+                norm = dict(num_tokens=num_tokens, num_seqs=num_seqs)
+                for rows in mb.split(cfg.micro_batch_size):
+                    prompts = [batch.prompt_ids[i] for i in rows.tolist()]
+                    ids, mask = batch.completion_ids[rows], batch.mask[rows]  # (m, T)
+                    if shared:
+                        logp, entropy, values = self._forward(model, prompts, ids, critic)
+                    else:
+                        logp, entropy = self._logprobs(model, prompts, ids, entropy_grad=cfg.loss.entropy_coef > 0)
+                    old = logp.detach() if single else batch.old_logp[rows]
+                    loss, stats = grpo_loss(
+                        logp, old, batch.advantages[rows], mask, clip_eps_low=cfg.loss.clip_eps_low,
+                        clip_eps_high=cfg.loss.clip_eps_high, beta=beta_l,
+                        ref_logp=batch.ref_logp[rows] if batch.ref_logp is not None else None,
+                        kl_kind=cfg.loss.kl_kind, agg=cfg.loss.agg, **norm)
+                    if cfg.loss.entropy_coef > 0:
+                        loss = loss - cfg.loss.entropy_coef * aggregate_loss(entropy, mask, cfg.loss.agg, **norm)
+                    if not shared:
+                        loss.backward()
+                        values = self._values(critic, prompts, ids)  # (m, T)
+                    vl, vclip = clipped_value_loss(values, batch.values[rows], batch.returns[rows], mask, cfg.loss.value_clip)
+                    vloss = aggregate_loss(vl, mask, cfg.loss.agg, **norm)
+                    (loss + cfg.critic.vf_coef * vloss).backward() if shared else vloss.backward()
+                    tokens = float(mask.sum())
+                    add("loss/policy", loss.item(), 1.0)
+                    add("loss/value", vloss.item(), 1.0)
+                    for key in ("clipfrac_low", "clipfrac_high", "ratio_mean"):
+                        add(f"stats/{key}", float(stats[key]), tokens)
+                    add("stats/value_clipfrac", float(vclip), tokens)
+                    add("stats/entropy", float(masked_mean(entropy.detach(), mask)), tokens)
+                for net, opt, sched, clip, tag in (
+                        (model, self.optimizer, self.scheduler, cfg.optim.grad_clip, "policy"),
+                        (critic, self.critic_optimizer, self.critic_scheduler, cfg.critic.optim.grad_clip, "value")):
+                    dist.all_reduce_grads(net)
+                    grad_norm = torch.nn.utils.clip_grad_norm_(net.parameters(), clip if clip > 0 else float("inf"))
+                    add(f"stats/grad_norm_{tag}", float(grad_norm), 1.0)
+                    opt.step()
+                    sched.step()
+                    opt.zero_grad(set_to_none=True)
+                add("stats/lr", self.scheduler.get_last_lr()[0], 1.0)
+        metrics = {key: sums[key] / max(weights[key], 1e-12) for key in sums}
+        updates = cfg.num_iterations * cfg.minibatches
+        metrics["loss/policy"] = sums.get("loss/policy", 0.0) / updates  # summed micro-batches = the minibatch loss
+        metrics["loss/value"] = sums.get("loss/value", 0.0) / updates
+        metrics["perf/train_s"] = time.perf_counter() - t0
+        return metrics
+
+    @torch.no_grad()
+    def heldout_reward(self, problems: list[Problem], samples: int, seed: int) -> dict[str, float]:
+        """Mean training reward of each function on `samples` completions per held-out problem."""
+        ro = generate(self.policy, self.policy.encode_prompts(problems), samples, self._sampling(seed))
+        scored = score_completions(self.reward_fns, [problems[i // samples] for i in range(len(ro.texts))], ro.texts,
+                                   self.cfg.reward_budget_s)
+        out = {"eval/reward": sum(scored.total) / len(scored.total)}
+        for name, v in scored.scores.items():
+            applied = [x for x in v if x == x]
+            out[f"eval/reward/{name}"] = sum(applied) / len(applied) if applied else 0.0
+        return out
+
+
+def _mean_metrics(per_rank: list[dict[str, float]]) -> dict[str, float]:
+    if len(per_rank) == 1:
+        return per_rank[0]
+    keys = dict.fromkeys(k for m in per_rank for k in m)
+    return {k: float(sum(m[k] for m in per_rank if k in m) / sum(k in m for m in per_rank)) for k in keys}
+
+
+def critic_model_config(cfg: PPOConfig) -> ModelConfig:
+    """Where the critic starts: critic.path, else the policy's folder, else the policy's preset."""
+    path = cfg.critic.path or cfg.model.path
+    return ModelConfig(preset=cfg.model.preset, path=path, arch=cfg.model.arch, max_seq_len=cfg.model.max_seq_len,
+                       attn_implementation=cfg.model.attn_implementation)
+
+
+@releases_run_folder
+def train(cfg: PPOConfig) -> dict[str, float]:
+    """Run PPO; returns the last logged metrics (held-out accuracy among them). torchrun as the GRPO loop:
+    each process samples its share of the prompts, gradients are summed, rank 0 evaluates and saves
+    (advantage whitening uses each process's own share)."""
+    refuse_skip_step(cfg.run, "ppo")
+    dist.init_distributed(cfg.run.torch_device)
+    main = dist.is_main()
+    set_threads(cfg.run.threads)
+    seed_everything(cfg.run.seed)
+    cfg.local_prompts_per_step  # noqa: B018 - raises when the prompts do not split over the processes
+    resume_from = prepare_run_dir(cfg.run, cfg) if main else None
+    dist.barrier()
+    if not main and cfg.run.resume:
+        resume_from = latest_checkpoint(cfg.run.dir)
+    run_dir = cfg.run.dir
+    placement = cfg.run.announce()
+    task = cfg.task.build()
+    problems = task.problems("train", cfg.task.n_train, cfg.task.seed)
+    test_problems = task.problems("test", cfg.task.n_test, cfg.task.seed)
+    check_template(cfg.prompt, problems + test_problems)
+    reward_fns = build_rewards(cfg, task)
+    device = cfg.run.torch_device
+    policy = load_policy(cfg.model, device)
+    policy.prompt = cfg.prompt
+    if cfg.critic.shared_backbone:
+        critic = ValueHead(policy.model.config.hidden_size)
+    else:
+        critic, _ = load_scalar_model(critic_model_config(cfg))
+    critic.to(device)
+    trainer = PPOTrainer(cfg, policy, critic, task, problems, reward_fns)
+    start = 0
+    if resume_from is not None:
+        def load(path):
+            state = load_checkpoint(path, policy.model, trainer.optimizer, trainer.scheduler)
+            critic_path = run_dir / "critic" / path.name
+            if not critic_path.is_dir():
+                raise CheckpointError(f"{path}: no critic checkpoint {critic_path}")
+            load_checkpoint(critic_path, critic, trainer.critic_optimizer, trainer.critic_scheduler, restore_rng=False)
+            return state
+
+        if dist.world_size() == 1:
+            resume_from, state = load_resume_checkpoint(run_dir, load)
+        else:
+            state = load(resume_from)
+        start, cursors = state["step"], state["prompt_cursor"]
+        cursors = cursors if isinstance(cursors, list) else [cursors]
+        if len(cursors) != dist.world_size():
+            raise ValueError(f"{resume_from} was written by {len(cursors)} process(es); resume it with the same number")
+        trainer.prompt_cursor = cursors[dist.rank()]
+        if main:
+            print(f"resumed from {resume_from} at step {start}")
+    logger = MetricsLogger(run_dir / "metrics.jsonl", resume_step=start if resume_from else None) if main else None
+
+    def run_eval() -> dict[str, float]:
+        out: dict[str, float] = {}
+        if main:
+            out = run_evaluation(policy, task, test_problems, cfg.eval, cfg.run.seed, stop=cfg.sampling.stop)
+            if cfg.eval.samples and [(r.name, r.weight) for r in cfg.rewards] != [("task", 1.0)]:
+                out.update(trainer.heldout_reward(test_problems, cfg.eval.samples, cfg.run.seed + 1))
+            policy.model.train()
+        dist.barrier()
+        return out
+
+    final: dict[str, float] = {}
+    if start == 0:
+        final = {"model/parameters": float(num_parameters(policy.model)),
+                 "model/critic_parameters": float(num_parameters(critic)), **run_eval()}
+        if main:
+            logger.log(0, {**final, **placement})
+    with progress_bar(cfg.steps, f"ppo {cfg.run.name}", disable=not (cfg.run.progress and main)) as bar:
+        bar.advance(start)
+        try:
+            for step in range(start, cfg.steps):
+                batch = trainer.collect(step)
+                metrics = _mean_metrics(dist.all_gather_objects({**batch.metrics, **trainer.train_step(batch)}))
+                done = step + 1
+                check_finite(done, cfg.run.on_nonfinite, loss=metrics["loss/policy"], value_loss=metrics["loss/value"],
+                             grad_norm=metrics["stats/grad_norm_policy"])
+                metrics["perf/tokens_per_s"] = metrics["perf/gen_tokens"] / (metrics["perf/gen_s"] + metrics["perf/train_s"])
+                if (cfg.eval.every and done % cfg.eval.every == 0) or done == cfg.steps:
+                    metrics.update(run_eval())
+                if main and (done % cfg.run.log_every == 0 or done == cfg.steps or "eval/accuracy" in metrics):
+                    logger.log(done, metrics)
+                final.update(metrics)
+                if (cfg.run.save_every and done % cfg.run.save_every == 0) or done == cfg.steps:
+                    cursors = dist.all_gather_objects(trainer.prompt_cursor)
+                    if main:  # the critic first: a policy checkpoint (the resume marker) implies its critic
+                        save_checkpoint(run_dir / "critic", done, critic, None, trainer.critic_optimizer,
+                                        trainer.critic_scheduler, keep_last=cfg.run.keep_last)
+                        save_checkpoint(run_dir, done, policy.model, policy.tokenizer, trainer.optimizer,
+                                        trainer.scheduler, keep_last=cfg.run.keep_last,
+                                        state={"prompt_cursor": cursors if len(cursors) > 1 else cursors[0]})
+                    dist.barrier()
+                bar.advance(1, reward=metrics["reward/total/mean"],
+                            **({"acc": final["eval/accuracy"]} if "eval/accuracy" in final else {}))
+        except KeyboardInterrupt:
+            if main:
+                print(f"\ninterrupted; checkpoints in {run_dir} are intact (resume with --resume)")
+            raise
+        finally:
+            if logger is not None:
+                logger.close()
+    if main:
+        plot_metrics(read_metrics(run_dir / "metrics.jsonl"),
+                     ["reward/total/mean", "reward/verifier/mean", "eval/accuracy", "eval/pass@1", "stats/kl",
+                      "loss/value", "stats/explained_variance", "stats/clipfrac_high", "stats/entropy"],
+                     run_dir / "plots" / "ppo.png", title=f"PPO {cfg.run.name}")
+    return final

@@ -1,0 +1,348 @@
+"""Reward model: a scalar head on a causal LM trained with the Bradley–Terry loss on preference pairs.
+
+    seqrl data preferences --policy runs/sft_arith_tiny_short/checkpoint-200 --task arith --out prefs.jsonl
+    seqrl train rm --config arith_tiny_rm [--data.path=prefs.jsonl ...] [--resume]
+
+The model is `AutoModelForSequenceClassification` (one label) started from `model.path` (a policy
+checkpoint: its backbone, a fresh head) or a preset; it scores prompt + completion + EOS at the last
+real token (`seqrl.models.heads`). Each step takes `batch_size` pairs at consecutive positions of a
+per-epoch permutation (a pure function of seed and step, so a resumed run repeats an uninterrupted
+one exactly), scores chosen and rejected in one forward per micro-batch and minimises
+−log σ(r_c − r_r − margin) + center_coef · (r_c + r_r)² (`seqrl.core.preference`). Pairs are split
+into train and held-out *by prompt* (no prompt in both); held-out pairwise accuracy and mean margin
+are logged. The checkpoint folder loads back with `AutoModelForSequenceClassification` and works as a
+reward anywhere: ``rewards: [{name: rm, path: runs/<name>/checkpoint-N}]``.
+
+The synthetic builder (`build_preferences`) samples a policy on a task's training problems and
+pairs, per prompt, a completion the verifier accepts (chosen) with one it rejects; `label_noise`
+swaps a pair's sides with that probability, to study how a learned reward is exploited.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from seqrl.algos.common import (
+    releases_run_folder,
+    refuse_skip_step,
+    OptimConfig,
+    RunConfig,
+    batch_indices,
+    check_finite,
+    load_resume_checkpoint,
+    make_optimizer,
+    prepare_run_dir,
+    set_threads,
+)
+from seqrl.core.preference import bradley_terry_loss
+from seqrl.data.preferences import PreferencePair, load_preferences
+from seqrl.models.heads import encode_pair, load_scalar_model, pad_sequences, sequence_scores
+from seqrl.models.lm import ModelConfig, load_pretrained, num_parameters
+from seqrl.prompts import PromptConfig, render_prompt
+from seqrl.rewards.combine import RewardSpec, build_reward, score_completions
+from seqrl.rollout import SamplingParams, generate
+from seqrl.types import Problem, Task
+from seqrl.utils import dist
+from seqrl.utils.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from seqrl.utils.metrics import MetricsLogger, read_metrics
+from seqrl.utils.plots import plot_metrics
+from seqrl.utils.progress import progress_bar
+from seqrl.utils.seeding import seed_everything
+
+
+@dataclass
+class PreferenceDataConfig:
+    """Where the preference pairs come from and how they are split."""
+
+    path: str = ""
+    """A JSONL / JSON / parquet / CSV file in TRL's preference format, or a `datasets` name or folder."""
+    limit: int = -1
+    """Read at most this many pairs (-1: all)."""
+    heldout_frac: float = 0.1
+    """Fraction of prompts whose pairs are held out (split by a hash of the prompt text)."""
+    use_margin: bool = False
+    """Subtract each row's ``margin`` column in the loss (every row must have one)."""
+
+    def __post_init__(self) -> None:
+        if not 0 < self.heldout_frac < 1:
+            raise ValueError(f"data.heldout_frac must be in (0, 1) (got {self.heldout_frac})")
+        if self.limit < 1 and self.limit != -1:
+            raise ValueError(f"data.limit must be >= 1 or -1 (got {self.limit})")
+
+
+@dataclass
+class RMConfig:
+    run: RunConfig = field(default_factory=lambda: RunConfig(name="rm"))
+    model: ModelConfig = field(default_factory=ModelConfig)
+    """The backbone: a causal-LM or reward-model folder (model.path), or a preset from scratch."""
+    data: PreferenceDataConfig = field(default_factory=PreferenceDataConfig)
+    optim: OptimConfig = field(default_factory=lambda: OptimConfig(lr=1e-4, warmup_steps=10))
+    prompt: PromptConfig = field(default_factory=PromptConfig)
+    """How a conversational prompt (a message list) is rendered; text prompts are used as written."""
+    steps: int = 200
+    """Optimizer steps."""
+    batch_size: int = 32
+    """Pairs per optimizer step."""
+    micro_batch_size: int = 32
+    """Pairs per forward/backward (memory only: the gradient does not depend on it)."""
+    center_coef: float = 0.0
+    """Weight of the score-centring term mean((r_c + r_r)²) (TRL's center_rewards_coefficient; 0.01 there)."""
+    eval_every: int = 0
+    """Steps between held-out evaluations (0: only after the last step)."""
+
+    def __post_init__(self) -> None:
+        for name in ("steps", "batch_size", "micro_batch_size"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1 (got {getattr(self, name)})")
+        if self.center_coef < 0 or self.eval_every < 0:
+            raise ValueError("center_coef and eval_every must be >= 0")
+        if not self.data.path:
+            raise ValueError("data.path must name the preference data (TRL format: prompt, chosen, rejected); "
+                             "`seqrl data preferences` builds a synthetic set")
+
+
+@dataclass
+class EncodedPair:
+    chosen: list[int]
+    rejected: list[int]
+    margin: float
+
+
+def prompt_text(pair: PreferencePair, tokenizer, prompt: PromptConfig) -> str:
+    """A pair's prompt as the model reads it: text as written, messages through the chat template."""
+    if isinstance(pair.prompt, str):
+        return pair.prompt
+    last_user = next((m["content"] for m in reversed(pair.prompt) if m["role"] == "user"), "")
+    return render_prompt(tokenizer, Problem(last_user, "", messages=pair.prompt), prompt)
+
+
+def encode_pairs(pairs: list[PreferencePair], tokenizer, prompt: PromptConfig, max_len: int,
+                 use_margin: bool) -> list[EncodedPair]:
+    """Token ids of both sides of each pair; a side longer than the context or a missing margin is
+    an error naming the row."""
+    out = []
+    for pair in pairs:
+        text = prompt_text(pair, tokenizer, prompt)
+        c, r = encode_pair(tokenizer, text, pair.chosen), encode_pair(tokenizer, text, pair.rejected)
+        if max(len(c), len(r)) > max_len:
+            raise ValueError(f"{pair.where}: {max(len(c), len(r))} tokens, more than the model's context of "
+                             f"{max_len} (model.max_seq_len)")
+        if use_margin and pair.margin is None:
+            raise ValueError(f"{pair.where}: data.use_margin is set but the row has no 'margin' field")
+        out.append(EncodedPair(c, r, pair.margin if use_margin else 0.0))
+    return out
+
+
+def split_by_prompt(pairs: list[PreferencePair], heldout_frac: float, tokenizer, prompt: PromptConfig
+                    ) -> tuple[list[PreferencePair], list[PreferencePair]]:
+    """(train, held-out): a prompt's pairs all land on one side, by a stable hash of its text."""
+    train, held = [], []
+    for pair in pairs:
+        h = int(hashlib.sha256(prompt_text(pair, tokenizer, prompt).encode()).hexdigest()[:8], 16) / 16**8
+        (held if h < heldout_frac else train).append(pair)
+    if not train or not held:
+        raise ValueError(f"data.heldout_frac {heldout_frac} over {len(pairs)} pairs leaves "
+                         f"{len(train)} train and {len(held)} held-out; give more pairs (distinct prompts) "
+                         f"or another heldout_frac")
+    return train, held
+
+
+def pair_scores(model, pairs: list[EncodedPair], pad_id: int, bf16: bool = False
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+    """(r_chosen, r_rejected) (m,) each, from one forward over the 2m sequences."""
+    ids, attn = pad_sequences([p.chosen for p in pairs] + [p.rejected for p in pairs], pad_id)  # (2m, L)
+    scores = sequence_scores(model, ids, attn, bf16)  # (2m,)
+    return scores[: len(pairs)], scores[len(pairs) :]
+
+
+@torch.no_grad()
+def evaluate_pairs(model, pairs: list[EncodedPair], pad_id: int, batch: int, center_coef: float = 0.0,
+                   bf16: bool = False) -> dict[str, float]:
+    """Held-out pairwise accuracy, mean margin r_c − r_r and BT loss, in eval mode."""
+    was = model.training
+    model.eval()
+    cs, rs = [], []
+    for i in range(0, len(pairs), batch):
+        c, r = pair_scores(model, pairs[i : i + batch], pad_id, bf16)
+        cs.append(c.cpu())
+        rs.append(r.cpu())
+    model.train(was)
+    c, r = torch.cat(cs).double(), torch.cat(rs).double()
+    margins = torch.tensor([p.margin for p in pairs], dtype=torch.float64)
+    loss, stats = bradley_terry_loss(c, r, margins, center_coef)
+    return {"eval/pairwise_accuracy": float(stats["accuracy"]), "eval/margin": float(stats["margin"]),
+            "eval/loss": float(loss), "eval/score_mean": float(torch.cat([c, r]).mean()), "eval/pairs": float(len(pairs))}
+
+
+@releases_run_folder
+def train(cfg: RMConfig) -> dict[str, float]:
+    """Train a reward model; returns the final metrics (held-out pairwise accuracy among them)."""
+    refuse_skip_step(cfg.run, "rm")
+    device = cfg.run.torch_device
+    dist.init_distributed(device)
+    main, world = dist.is_main(), dist.world_size()
+    if cfg.batch_size % world:
+        raise ValueError(f"batch_size ({cfg.batch_size}) must be divisible by the number of processes ({world})")
+    set_threads(cfg.run.threads)
+    seed_everything(cfg.run.seed)
+    resume_from = prepare_run_dir(cfg.run, cfg) if main else None
+    dist.barrier()
+    if not main and cfg.run.resume:
+        resume_from = latest_checkpoint(cfg.run.dir)
+    run_dir = cfg.run.dir
+    placement = cfg.run.announce()
+    bf16 = cfg.run.use_bf16
+
+    model, tok = load_scalar_model(cfg.model)
+    model.to(device).train()
+    max_len = int(model.config.max_position_embeddings)
+    pairs = load_preferences(cfg.data.path, cfg.data.limit)
+    train_pairs, held_pairs = split_by_prompt(pairs, cfg.data.heldout_frac, tok, cfg.prompt)
+    train_enc = encode_pairs(train_pairs, tok, cfg.prompt, max_len, cfg.data.use_margin)
+    held_enc = encode_pairs(held_pairs, tok, cfg.prompt, max_len, cfg.data.use_margin)
+    optimizer, scheduler = make_optimizer(model, cfg.optim, cfg.steps)
+
+    start = 0
+    if resume_from is not None:
+        resume_from, state = load_resume_checkpoint(run_dir, lambda p: load_checkpoint(p, model, optimizer, scheduler))
+        start = state["step"]
+        if main:
+            print(f"resumed from {resume_from} at step {start}")
+    logger = MetricsLogger(run_dir / "metrics.jsonl", resume_step=start if resume_from else None) if main else None
+
+    def run_eval() -> dict[str, float]:
+        out = evaluate_pairs(model, held_enc, tok.pad_token_id, cfg.micro_batch_size, cfg.center_coef, bf16) if main else {}
+        dist.barrier()
+        return out
+
+    final: dict[str, float] = {}
+    if start == 0:
+        final = {"model/parameters": float(num_parameters(model)), "data/train_pairs": float(len(train_enc)),
+                 "data/heldout_pairs": float(len(held_enc)), **run_eval()}
+        if main:
+            logger.log(0, {**final, **placement})
+    share = cfg.batch_size // world
+    with progress_bar(cfg.steps, f"rm {cfg.run.name}", disable=not (cfg.run.progress and main)) as bar:
+        bar.advance(start)
+        try:
+            for step in range(start, cfg.steps):
+                t0 = time.perf_counter()
+                idx = batch_indices(step, cfg.batch_size, len(train_enc), cfg.run.seed)
+                idx = idx[dist.rank() * share : (dist.rank() + 1) * share]
+                sums = torch.zeros(4, dtype=torch.float64)  # loss, correct, margin, pairs
+                for j in range(0, len(idx), cfg.micro_batch_size):
+                    mb = [train_enc[i] for i in idx[j : j + cfg.micro_batch_size]]
+                    c, r = pair_scores(model, mb, tok.pad_token_id, bf16)
+                    margins = torch.tensor([p.margin for p in mb], device=c.device)
+                    loss, stats = bradley_terry_loss(c, r, margins, cfg.center_coef)
+                    (loss * len(mb) / cfg.batch_size).backward()  # the batch mean, summed over micro-batches and processes
+                    sums += torch.tensor([loss.item() * len(mb), float(stats["accuracy"]) * len(mb),
+                                          float(stats["margin"]) * len(mb), len(mb)], dtype=torch.float64)
+                if world > 1:
+                    dist.all_reduce_grads(model)
+                    sums = dist.all_reduce_sum(sums)
+                grad_norm = torch.nn.utils.clip_grad_norm_(
+                    model.parameters(), cfg.optim.grad_clip if cfg.optim.grad_clip > 0 else float("inf"))
+                n = float(sums[3])
+                check_finite(step + 1, cfg.run.on_nonfinite, loss=float(sums[0]) / n, grad_norm=float(grad_norm))
+                lr = scheduler.get_last_lr()[0]
+                optimizer.step()
+                scheduler.step()
+                optimizer.zero_grad(set_to_none=True)
+                done = step + 1
+                metrics = {"loss/bt": float(sums[0]) / n, "stats/accuracy": float(sums[1]) / n,
+                           "stats/margin": float(sums[2]) / n, "stats/grad_norm": float(grad_norm), "stats/lr": lr,
+                           "perf/step_s": time.perf_counter() - t0}
+                if (cfg.eval_every and done % cfg.eval_every == 0) or done == cfg.steps:
+                    metrics.update(run_eval())
+                if main and (done % cfg.run.log_every == 0 or done == cfg.steps or "eval/pairwise_accuracy" in metrics):
+                    logger.log(done, metrics)
+                final.update(metrics)
+                if (cfg.run.save_every and done % cfg.run.save_every == 0) or done == cfg.steps:
+                    if main:
+                        save_checkpoint(run_dir, done, model, tok, optimizer, scheduler, keep_last=cfg.run.keep_last)
+                    dist.barrier()
+                bar.advance(1, loss=metrics["loss/bt"], **({"acc": final["eval/pairwise_accuracy"]}
+                                                            if "eval/pairwise_accuracy" in final else {}))
+        except KeyboardInterrupt:
+            if main:
+                print(f"\ninterrupted; checkpoints in {run_dir} are intact (resume with --resume)")
+            raise
+        finally:
+            if logger is not None:
+                logger.close()
+    if main:
+        plot_metrics(read_metrics(run_dir / "metrics.jsonl"),
+                     ["loss/bt", "stats/accuracy", "eval/pairwise_accuracy", "eval/margin", "stats/grad_norm"],
+                     run_dir / "plots" / "rm.png", title=f"RM {cfg.run.name}")
+    return final
+
+
+def build_preferences(policy_path: str, task: Task, n_prompts: int, samples: int = 4, label_noise: float = 0.0,
+                      seed: int = 0, temperature: float = 1.0, max_new_tokens: int = 64,
+                      prompt: PromptConfig | None = None, task_seed: int = 0, device: str = "cpu"
+                      ) -> tuple[list[dict], dict[str, float]]:
+    """Synthetic preference rows from a policy: per training problem, `samples` completions at
+    `temperature`, scored by the task's verifier (bounded, `seqrl.rewards`); a prompt with at least
+    one accepted (score ≥ 1) and one rejected (score < 1) completion gives one pair
+    {prompt: the rendered prompt text, chosen: accepted, rejected: rejected}, the first of each.
+    With probability `label_noise` a pair's sides are swapped (its ``flipped`` column says so).
+    Returns (rows, stats)."""
+    if samples < 2:
+        raise ValueError(f"samples must be >= 2 (got {samples}): a pair needs two completions of one prompt")
+    if not 0 <= label_noise <= 1:
+        raise ValueError(f"label_noise must be in [0, 1] (got {label_noise})")
+    policy = load_pretrained(policy_path)
+    policy.model.to(dist.resolve_device(device)).eval()
+    policy.prompt = prompt or PromptConfig()
+    problems = task.problems("train", n_prompts, task_seed)
+    ro = generate(policy, policy.encode_prompts(problems), samples,
+                  SamplingParams(temperature=temperature, max_new_tokens=max_new_tokens, seed=seed))
+    verifier = {"accuracy": (build_reward(RewardSpec("task"), task), 1.0)}
+    scored = score_completions(verifier, [problems[i // samples] for i in range(len(ro.texts))], ro.texts)
+    ok = scored.scores["accuracy"]
+    rows = pair_samples([policy.prompt_text(p) for p in problems], [p.uid for p in problems], ro.texts, ok,
+                        samples, label_noise, seed)
+    stats = {"prompts": float(len(problems)), "pairs": float(len(rows)),
+             "sample_accuracy": sum(s >= 1.0 for s in ok) / max(len(ok), 1),
+             "flipped": float(sum(r["flipped"] for r in rows))}
+    return rows, stats
+
+
+def pair_samples(prompts: list[str], uids: list[str], texts: list[str], verdicts: list[float], samples: int,
+                 label_noise: float, seed: int) -> list[dict]:
+    """Preference rows from `samples` consecutive completions per prompt and their verifier scores:
+    the first accepted (score ≥ 1) is chosen, the first rejected (score < 1, or NaN) rejected; a prompt
+    without both gives no row. Each row is swapped with probability `label_noise` (seeded)."""
+    if len(texts) != len(prompts) * samples or len(verdicts) != len(texts):
+        raise ValueError(f"pair_samples: {len(prompts)} prompts × {samples} samples, but {len(texts)} texts "
+                         f"and {len(verdicts)} verdicts")
+    rng = random.Random(seed)
+    rows = []
+    for j, (prompt, uid) in enumerate(zip(prompts, uids)):
+        group = list(zip(texts[j * samples : (j + 1) * samples], verdicts[j * samples : (j + 1) * samples]))
+        good = [t for t, s in group if s >= 1.0]
+        bad = [t for t, s in group if not s >= 1.0]
+        if not good or not bad:
+            continue
+        flipped = rng.random() < label_noise
+        chosen, rejected = (bad[0], good[0]) if flipped else (good[0], bad[0])
+        rows.append({"prompt": prompt, "chosen": chosen, "rejected": rejected, "uid": uid, "flipped": flipped})
+    return rows
+
+
+def write_jsonl(rows: list[dict], out: str | Path) -> Path:
+    """Rows to a new JSONL file (an existing file is refused, never overwritten)."""
+    out = Path(out)
+    if out.exists():
+        raise ValueError(f"{out} already exists; choose another --out")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return out

@@ -1,0 +1,163 @@
+"""Scalar heads on causal-LM backbones: reward models (one score per sequence) and critics (one
+value per token).
+
+Both are `AutoModelForSequenceClassification` with ``num_labels=1`` (a linear ``score`` head on the
+backbone's last hidden states), so a saved folder loads back with transformers, and any causal LM
+folder (a policy checkpoint, a hub model) starts one: the backbone's weights load, the head is new.
+Scores are read here from the per-token head output rather than through the class's own pooling:
+the sequence score sits at the last *real* token (`seqrl.core.preference.last_token_index`) whatever
+the padding side or the pad id (the class finds the last non-pad id, which fails when pad = EOS), and
+position ids follow the attention mask, so a left-padded row scores as it does unpadded.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from transformers import AutoModelForSequenceClassification, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+
+from seqrl.core.preference import last_token_index
+from seqrl.models.lm import ModelConfig, build_model, model_device
+from seqrl.models.tokenizer import build_char_tokenizer
+from seqrl.prompts import PromptConfig, render_prompt
+from seqrl.types import Problem, RewardResult
+
+
+def load_scalar_model(cfg: ModelConfig) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """A one-output sequence-classification model and its tokenizer: from `cfg.path` (a reward-model
+    folder, or any causal LM folder whose backbone it reuses) or a fresh preset (torch's RNG)."""
+    if cfg.path is None:
+        tokenizer = build_char_tokenizer()
+        lm = build_model(cfg, len(tokenizer), tokenizer.pad_token_id, tokenizer.eos_token_id)
+        config = lm.config
+        config.num_labels = 1
+        config.architectures = None
+        model = AutoModelForSequenceClassification.from_config(config, attn_implementation=cfg.attn_implementation)
+        del lm
+    else:
+        path = Path(cfg.path)
+        if (path.exists() or cfg.path.startswith((".", "/", "~"))) and not (path / "config.json").is_file():
+            raise ValueError(f"model.path {cfg.path!r} is not a model directory (no config.json)")
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(cfg.path)
+            model = AutoModelForSequenceClassification.from_pretrained(
+                cfg.path, num_labels=1, dtype=torch.float32, attn_implementation=cfg.attn_implementation)
+        except OSError as e:
+            raise ValueError(f"model.path {cfg.path!r} could not be loaded as a scalar-head model: {e}") from e
+        if tokenizer.pad_token_id is None:
+            tokenizer.pad_token = tokenizer.eos_token
+    tokenizer.padding_side = "left"
+    model.config.pad_token_id = tokenizer.pad_token_id  # transformers' own pooling needs it
+    return model, tokenizer
+
+
+def _head(model: PreTrainedModel) -> torch.nn.Module:
+    for name in ("score", "classifier"):
+        head = getattr(model, name, None)
+        if isinstance(head, torch.nn.Module):
+            return head
+    raise ValueError(f"{type(model).__name__} has no 'score' or 'classifier' head")
+
+
+def token_scores(model: PreTrainedModel, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                 bf16: bool = False) -> torch.Tensor:
+    """The head's output at every position: input_ids, attention_mask (B, L) → (B, L) float32.
+    Position ids count real tokens only, so padding on either side leaves the real tokens' values
+    unchanged."""
+    dev = model_device(model)
+    ids, attn = input_ids.to(dev), attention_mask.to(dev)
+    pos = (attn.long().cumsum(1) - 1).clamp(min=0)  # (B, L)
+    with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=bf16):
+        hidden = model.base_model(input_ids=ids, attention_mask=attn, position_ids=pos).last_hidden_state  # (B, L, H)
+        out = _head(model)(hidden)  # (B, L, 1)
+    return out.squeeze(-1).float()  # (B, L)
+
+
+def sequence_scores(model: PreTrainedModel, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                    bf16: bool = False) -> torch.Tensor:
+    """One score per row, the head at its last real token: (B, L) → (B,)."""
+    scores = token_scores(model, input_ids, attention_mask, bf16)  # (B, L)
+    idx = last_token_index(attention_mask).to(scores.device)  # (B,)
+    return scores.gather(1, idx[:, None]).squeeze(1)  # (B,)
+
+
+def pad_sequences(seqs: list[list[int]], pad_id: int, side: str = "right") -> tuple[torch.Tensor, torch.Tensor]:
+    """Token lists → (ids, attention mask) (B, L), padded on `side` ("left" or "right")."""
+    if not seqs or any(len(s) == 0 for s in seqs):
+        raise ValueError("pad_sequences: every sequence needs at least one token")
+    width = max(len(s) for s in seqs)
+    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)  # (B, L)
+    attn = torch.zeros((len(seqs), width), dtype=torch.long)  # (B, L)
+    for i, s in enumerate(seqs):
+        sl = slice(0, len(s)) if side == "right" else slice(width - len(s), width)
+        ids[i, sl] = torch.tensor(s)
+        attn[i, sl] = 1
+    return ids, attn
+
+
+def completion_values(model: PreTrainedModel, prompt_ids: list[list[int]], completion_ids: torch.Tensor,
+                      pad_id: int, bf16: bool = False) -> torch.Tensor:
+    """A critic's value of each completion token's state: V_t is read at the position that predicts
+    completion token t (the last prompt token for t = 0), as the policy's log-prob of token t is.
+    prompt_ids: m lists; completion_ids (m, T) → (m, T) on completion_ids' device (positions past a
+    completion's end hold the values of padding; mask them)."""
+    m, t = completion_ids.shape
+    seqs = [list(p) + completion_ids[i].tolist() for i, p in enumerate(prompt_ids)]
+    ids, attn = pad_sequences(seqs, pad_id, side="right")  # (m, L)
+    scores = token_scores(model, ids, attn, bf16)  # (m, L)
+    lengths = torch.tensor([len(p) for p in prompt_ids])  # (m,)
+    pos = (lengths[:, None] - 1 + torch.arange(t)[None, :]).to(scores.device)  # (m, T)
+    return scores.gather(1, pos).to(completion_ids.device)  # (m, T)
+
+
+def encode_pair(tokenizer: PreTrainedTokenizerBase, prompt: str, completion: str) -> list[int]:
+    """Token ids a reward model scores: the prompt text as the policy received it, the completion,
+    then EOS (every completion ends the same way, so a truncated one is not told apart by a missing
+    EOS token)."""
+    ids = tokenizer.encode(prompt, add_special_tokens=not tokenizer.chat_template) if prompt else []
+    ids += tokenizer.encode(completion, add_special_tokens=False)
+    return ids + [tokenizer.eos_token_id]
+
+
+class RewardModelReward:
+    """A trained reward-model folder as a reward function ``(problems, completions) -> results``.
+
+    The prompt is rendered as a policy with the default prompt config receives it (`seqrl.prompts`:
+    the question in a user turn through the tokenizer's chat template) — the text the preference
+    builder writes. Runs in the trainer process (a model forward, no untrusted code), on `device`
+    (auto: CUDA when available)."""
+
+    def __init__(self, path: str, device: str = "auto", batch_size: int = 64, prompt: PromptConfig | None = None):
+        from seqrl.utils.dist import resolve_device
+
+        self.path, self.batch_size, self.prompt = str(path), batch_size, prompt or PromptConfig()
+        self.model, self.tokenizer = load_scalar_model(ModelConfig(path=self.path))
+        self.model.to(resolve_device(device)).eval().requires_grad_(False)
+        self.__name__ = "rm"
+
+    @torch.no_grad()
+    def __call__(self, problems: list[Problem], completions: list[str]) -> list[RewardResult]:
+        seqs = [encode_pair(self.tokenizer, render_prompt(self.tokenizer, p, self.prompt), c)
+                for p, c in zip(problems, completions)]
+        limit = int(getattr(self.model.config, "max_position_embeddings", 0) or 0)
+        out: list[RewardResult] = []
+        for i in range(0, len(seqs), self.batch_size):
+            chunk = [s[-limit:] if limit else s for s in seqs[i : i + self.batch_size]]
+            ids, attn = pad_sequences(chunk, self.tokenizer.pad_token_id)
+            out += [RewardResult(float(s), "reward model score") for s in sequence_scores(self.model, ids, attn).tolist()]
+        return out
+
+
+class ValueHead(torch.nn.Module):
+    """A linear value head on a policy's last hidden states (PPO's shared-backbone critic):
+    hidden (..., H) → (...,)."""
+
+    def __init__(self, hidden_size: int):
+        super().__init__()
+        self.score = torch.nn.Linear(hidden_size, 1)
+        torch.nn.init.normal_(self.score.weight, std=0.02)
+        torch.nn.init.zeros_(self.score.bias)
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self.score(hidden).squeeze(-1)
