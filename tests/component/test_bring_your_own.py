@@ -11,14 +11,14 @@ import torch
 
 from seqrl import cli
 from seqrl.algos.common import OptimConfig, RunConfig, TaskConfig
-from seqrl.algos.grpo import GRPOConfig, GRPOTrainer, SamplingConfig, build_rewards, train
+from seqrl.algos.grpo import GRPOConfig, GRPOTrainer, SamplingConfig, train
 from seqrl.data import get_task
 from seqrl.data.jsonl import DatasetFormatError, JsonlTask
 from seqrl.evaluation import EvalConfig
 from seqrl.models.lm import ModelConfig, Policy, build_model, load_policy
 from seqrl.models.tokenizer import build_char_tokenizer
 from seqrl.prompts import PromptConfig, render_prompt
-from seqrl.rewards.combine import RewardSpec, build_reward, score_completions
+from seqrl.rewards.combine import RewardSpec, build_reward, build_rewards, score_completions
 from seqrl.rewards.user import UserReward
 from seqrl.types import Problem, RewardResult
 
@@ -136,7 +136,7 @@ def test_a_callable_passed_to_train_is_a_reward(workdir):
     metrics = train(cfg, rewards={"length": (length_reward, 0.1)})
     assert seen and all(n == 8 for n in seen[:2]) and "reward/length/mean" in metrics
     with pytest.raises(ValueError, match="already has a reward named 'accuracy'"):
-        build_rewards(cfg, cfg.task.build(), {"accuracy": length_reward})
+        build_rewards(cfg.rewards, cfg.task.build(), {"accuracy": length_reward})
 
 
 def test_a_task_by_import_path(workdir):

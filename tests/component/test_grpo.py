@@ -361,7 +361,7 @@ def test_lora_checkpoints_resume_exactly_and_load_as_a_model_folder(tmp_path, mo
     def first_is_digit(problems, completions):  # varies within groups of an untrained model
         return [RewardResult(1.0 if c[:1].isdigit() else 0.0) for c in completions]
 
-    monkeypatch.setattr(grpo, "build_reward", lambda spec, task: first_is_digit)
+    monkeypatch.setattr("seqrl.rewards.combine.build_reward", lambda spec, task: first_is_digit)
 
     def cfg(out, resume=False):
         run = RunConfig(name="g", out_dir=str(tmp_path / out), seed=1, save_every=2, log_every=1, progress=False,

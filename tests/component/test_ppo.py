@@ -166,7 +166,7 @@ def test_entropy_bonus_forward_gives_the_same_logprobs():
 def test_resume_equals_an_uninterrupted_run(tmp_path, monkeypatch, shared):
     import seqrl.algos.ppo as ppo
 
-    monkeypatch.setattr(ppo, "build_rewards", lambda cfg, task: dict(FNS))
+    monkeypatch.setattr(ppo, "build_rewards", lambda specs, task: dict(FNS))
 
     def run_cfg(out, resume=False):
         return _cfg(tmp_path / out, steps=4, loss=PPOLossConfig(beta=0.05), critic=ppo.CriticConfig(shared_backbone=shared),

@@ -65,8 +65,7 @@ from seqrl.evaluation import EvalConfig, run_evaluation
 from seqrl.models.lm import ModelConfig, Policy, load_policy, num_parameters
 from seqrl.models.lora import LoRAConfig, adapter_disabled, apply_lora, is_lora
 from seqrl.prompts import check_template
-from seqrl.rewards.combine import RewardFn, RewardSpec, build_reward, score_completions
-from seqrl.rewards.user import UserReward
+from seqrl.rewards.combine import RewardFn, RewardSpec, build_rewards, check_reward_columns, score_completions  # noqa: F401 (RewardSpec re-exported)
 from seqrl.rollout import SamplingParams, generate, sequence_logprobs
 from seqrl.types import Problem, Task
 from seqrl.utils import dist
@@ -113,7 +112,7 @@ class GRPOTrainer:
     def __init__(self, cfg: GRPOConfig, policy: Policy, task: Task, problems: list[Problem],
                  reward_fns: dict[str, tuple[RewardFn, float]] | None = None) -> None:
         self.cfg, self.policy, self.task, self.problems = cfg, policy, task, problems
-        self.reward_fns = reward_fns if reward_fns is not None else build_rewards(cfg, task)
+        self.reward_fns = reward_fns if reward_fns is not None else build_rewards(cfg.rewards, task)
         self.optimizer, self.scheduler = make_optimizer(policy.model, cfg.optim, cfg.steps * cfg.num_iterations * cfg.minibatches)
         # The reference policy (only when β > 0): a frozen copy, or with LoRA the base model itself
         # (the adapter switched off in `_reference_logprobs`), so no second copy of the weights.
@@ -424,17 +423,6 @@ def _reduce_metrics(per_rank: list[dict[str, float]]) -> dict[str, float]:
     return out
 
 
-def build_rewards(cfg: GRPOConfig, task: Task, extra: dict | None = None) -> dict[str, tuple[RewardFn, float]]:
-    """The run's reward functions by metric name: the config's specs, plus `extra` callables
-    (``{"name": fn}`` or ``{"name": (fn, weight)}``, weight 1 by default; seqrl or TRL signature)."""
-    fns = {spec.key: (build_reward(spec, task), spec.weight) for spec in cfg.rewards}
-    for name, value in (extra or {}).items():
-        fn, weight = value if isinstance(value, tuple) else (value, 1.0)
-        if name in fns:
-            raise ValueError(f"rewards={{{name!r}: ...}}: the config already has a reward named {name!r}")
-        fns[name] = (UserReward(fn, name, where=f"rewards[{name!r}]"), float(weight))
-    return fns
-
 
 @releases_run_folder
 def train(cfg: GRPOConfig, rewards: dict | None = None) -> dict[str, float]:
@@ -462,10 +450,8 @@ def train(cfg: GRPOConfig, rewards: dict | None = None) -> dict[str, float]:
     problems = task.problems("train", cfg.task.n_train, cfg.task.seed)
     test_problems = task.problems("test", cfg.task.n_test, cfg.task.seed)
     check_template(cfg.prompt, problems + test_problems)
-    reward_fns = build_rewards(cfg, task, rewards)
-    for fn, _ in reward_fns.values():
-        if isinstance(fn, UserReward):
-            fn.check_columns(problems)
+    reward_fns = build_rewards(cfg.rewards, task, rewards)
+    check_reward_columns(reward_fns, problems)
     policy = load_policy(cfg.model, cfg.run.torch_device)
     policy.prompt = cfg.prompt
     if cfg.lora.r:

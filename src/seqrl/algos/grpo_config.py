@@ -10,7 +10,7 @@ from seqrl.algos.config import OptimConfig, RunConfig, TaskConfig
 from seqrl.evaluation import EvalConfig
 from seqrl.models.config import LoRAConfig, ModelConfig
 from seqrl.prompts import PromptConfig
-from seqrl.rewards.combine import RewardSpec
+from seqrl.rewards.combine import RewardSpec, check_reward_keys
 
 __all__ = ["Agg", "DAPOConfig", "GRPOConfig", "LossConfig", "SamplingConfig", "VERIFIER_KEYS", "VERIFIER_REWARDS"]
 
@@ -160,10 +160,7 @@ class GRPOConfig:
                 raise ValueError(f"{name} must be >= 1 (got {getattr(self, name)})")
         if not self.rewards:
             raise ValueError("rewards must name at least one reward function")
-        keys = [spec.key for spec in self.rewards]
-        if len(set(keys)) != len(keys):
-            dup = next(k for k in keys if keys.count(k) > 1)
-            raise ValueError(f"rewards: two reward functions log as {dup!r}; each may appear once")
+        check_reward_keys(self.rewards)
         if self.loss.ref_sync_every and self.run.save_every and self.run.save_every % self.loss.ref_sync_every:
             raise ValueError(f"run.save_every ({self.run.save_every}) must be a multiple of loss.ref_sync_every "
                              f"({self.loss.ref_sync_every}) so a checkpoint holds the reference policy too")

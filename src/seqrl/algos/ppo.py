@@ -62,7 +62,15 @@ from seqrl.evaluation import EvalConfig, run_evaluation
 from seqrl.models.heads import ValueHead, completion_values, load_scalar_model, pad_sequences
 from seqrl.models.lm import ModelConfig, Policy, load_policy, model_device, num_parameters
 from seqrl.prompts import PromptConfig, check_template
-from seqrl.rewards.combine import RewardFn, RewardSpec, build_reward, score_completions
+from seqrl.rewards.combine import (
+    RewardFn,
+    RewardSpec,
+    build_reward,
+    build_rewards,
+    check_reward_columns,
+    check_reward_keys,
+    score_completions,
+)
 from seqrl.rollout import SamplingParams, generate, sequence_logprobs
 from seqrl.types import Problem, Task
 from seqrl.utils import dist
@@ -198,9 +206,7 @@ class PPOConfig:
             raise ValueError(f"batch_size ({self.batch_size}) must be divisible by minibatches ({self.minibatches})")
         if not self.rewards:
             raise ValueError("rewards must name at least one reward function")
-        keys = [spec.key for spec in self.rewards]
-        if len(set(keys)) != len(keys):
-            raise ValueError("rewards: two reward functions log under one name; each may appear once")
+        check_reward_keys(self.rewards)
 
     @property
     def local_prompts_per_step(self) -> int:
@@ -227,11 +233,6 @@ class PPOBatch:
     metrics: dict[str, float] = field(default_factory=dict)
 
 
-def build_rewards(cfg: PPOConfig, task: Task) -> dict[str, tuple[RewardFn, float]]:
-    """The run's reward functions by metric name."""
-    return {spec.key: (build_reward(spec, task), spec.weight) for spec in cfg.rewards}
-
-
 def compute_advantages(rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, mode: str, gamma: float,
                        lam: float, group_size: int, whiten: bool) -> tuple[torch.Tensor, torch.Tensor]:
     """(advantages, returns) (N, T) from per-token rewards and values (`PPOLossConfig.advantage`); the
@@ -252,7 +253,7 @@ class PPOTrainer:
     def __init__(self, cfg: PPOConfig, policy: Policy, critic: torch.nn.Module, task: Task, problems: list[Problem],
                  reward_fns: dict[str, tuple[RewardFn, float]] | None = None) -> None:
         self.cfg, self.policy, self.critic, self.task, self.problems = cfg, policy, critic, task, problems
-        self.reward_fns = reward_fns if reward_fns is not None else build_rewards(cfg, task)
+        self.reward_fns = reward_fns if reward_fns is not None else build_rewards(cfg.rewards, task)
         self.verifier = None
         if not any(k in self.reward_fns for k in VERIFIER_KEYS):
             self.verifier = {"verifier": (build_reward(RewardSpec("task"), task), 1.0)}
@@ -499,7 +500,8 @@ def train(cfg: PPOConfig) -> dict[str, float]:
     problems = task.problems("train", cfg.task.n_train, cfg.task.seed)
     test_problems = task.problems("test", cfg.task.n_test, cfg.task.seed)
     check_template(cfg.prompt, problems + test_problems)
-    reward_fns = build_rewards(cfg, task)
+    reward_fns = build_rewards(cfg.rewards, task)
+    check_reward_columns(reward_fns, problems)
     device = cfg.run.torch_device
     policy = load_policy(cfg.model, device)
     policy.prompt = cfg.prompt

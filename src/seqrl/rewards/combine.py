@@ -195,6 +195,36 @@ def build_reward(spec: RewardSpec, task: Task) -> RewardFn:
     return BoundedReward(fn, spec.timeout_s)
 
 
+def check_reward_keys(specs: list[RewardSpec]) -> None:
+    """Each reward logs under its own metric name (`RewardSpec.key`); a ValueError names a clash."""
+    keys = [spec.key for spec in specs]
+    if len(set(keys)) != len(keys):
+        dup = next(k for k in keys if keys.count(k) > 1)
+        raise ValueError(f"rewards: two reward functions log as {dup!r}; each may appear once")
+
+
+def build_rewards(specs: list[RewardSpec], task: Task, extra: dict | None = None
+                  ) -> dict[str, tuple[RewardFn, float]]:
+    """A run's reward functions by metric name: the specs (`build_reward`), plus `extra` callables
+    with no import path (``{"name": fn}`` or ``{"name": (fn, weight)}``, weight 1 by default; seqrl or
+    TRL signature)."""
+    fns = {spec.key: (build_reward(spec, task), spec.weight) for spec in specs}
+    for name, value in (extra or {}).items():
+        fn, weight = value if isinstance(value, tuple) else (value, 1.0)
+        if name in fns:
+            raise ValueError(f"rewards={{{name!r}: ...}}: the config already has a reward named {name!r}")
+        fns[name] = (UserReward(fn, name, where=f"rewards[{name!r}]"), float(weight))
+    return fns
+
+
+def check_reward_columns(fns: dict[str, tuple[RewardFn, float]], problems: list[Problem]) -> None:
+    """Every TRL-form user reward finds the keywords it requires in the rows' columns (before the
+    model loads); `UserReward.check_columns`."""
+    for fn, _ in fns.values():
+        if isinstance(fn, UserReward):
+            fn.check_columns(problems)
+
+
 @dataclass
 class ScoredBatch:
     """Weighted total per completion plus each function's scores and reasons."""
