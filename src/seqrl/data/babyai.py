@@ -19,16 +19,13 @@ unchanged, and a window carries the action before its first step.
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
 import time
-import warnings
 from collections import Counter
 from pathlib import Path
 
 import numpy as np
 
-from seqrl.data.minari_data import _minari_root, datasets_root
+from seqrl.data.minari_data import create_in_place, datasets_root
 from seqrl.data.offline import DatasetError, Episode, OfflineDataset
 from seqrl.envs.babyai import BOS, N_ACTIONS, BabyAIEpisode, bot_episode, demo_reset_seed, make_babyai, resolve_level
 
@@ -144,7 +141,6 @@ def write_babyai(dataset_id: str, demos: list[BabyAIEpisode], env_id: str, *, ro
     """Write `demos` as Minari dataset `dataset_id` under `root` (default `datasets_root`), atomically
     (built in a temporary folder beside it, then renamed in); an existing one is an error unless `force`."""
     import gymnasium as gym
-    import minari
     from minari.data_collector import EpisodeBuffer
 
     root = Path(root) if root is not None else datasets_root()
@@ -155,31 +151,9 @@ def write_babyai(dataset_id: str, demos: list[BabyAIEpisode], env_id: str, *, ro
                                                   "mission": [d.mission] * len(d.directions)},
                              actions=d.actions, rewards=d.rewards.astype(np.float64), terminations=d.terminations,
                              truncations=d.truncations, infos={}) for k, d in enumerate(demos)]
-    root.mkdir(parents=True, exist_ok=True)
-    tmp_root = Path(tempfile.mkdtemp(dir=root, prefix=".seqrl-build-"))
-    try:
-        with _minari_root(tmp_root), warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message=r"`(code_permalink|author_email)` is set to None")
-            minari.create_dataset_from_buffers(
-                dataset_id, buffers, env=env_id, eval_env=env_id, algorithm_name="minigrid BabyAIBot", author="seqrl",
-                observation_space=_observation_space(), action_space=gym.spaces.Discrete(N_ACTIONS),
-                description=description, data_format="hdf5")
-        namespace = dataset_id.split("/")[0]
-        src = tmp_root / namespace / "namespace_metadata.json"
-        if not (root / namespace / "namespace_metadata.json").exists() and src.exists():
-            (root / namespace).mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(src, root / namespace / "namespace_metadata.json")
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        if dest.exists():
-            aside = dest.with_name(f".{dest.name}.old-{os.getpid()}")
-            os.replace(dest, aside)
-            os.replace(tmp_root / dataset_id, dest)
-            shutil.rmtree(aside)
-        else:
-            os.replace(tmp_root / dataset_id, dest)
-    finally:
-        shutil.rmtree(tmp_root, ignore_errors=True)
-    return dest
+    return create_in_place(dataset_id, root, buffers, env=env_id, eval_env=env_id,
+                           algorithm_name="minigrid BabyAIBot", author="seqrl", observation_space=_observation_space(),
+                           action_space=gym.spaces.Discrete(N_ACTIONS), description=description, data_format="hdf5")
 
 
 def build_babyai(level: str, episodes: int = 1000, seed: int = 0, out: str | os.PathLike | None = None,

@@ -185,45 +185,19 @@ def _minari_root(root: Path) -> Iterator[None]:
             os.environ["MINARI_DATASETS_PATH"] = old
 
 
-def write_minari(dataset_id: str, episodes: list[Episode], env_id: str, *, root: str | os.PathLike | None = None,
-                 ref_min_score: float | None = None, ref_max_score: float | None = None,
-                 algorithm_name: str | None = None, description: str | None = None, force: bool = False) -> Path:
-    """Write `episodes` as Minari dataset `dataset_id` under `root` (default `datasets_root`); return its folder.
-
-    Uses `minari.create_dataset_from_buffers` with `EpisodeBuffer`s (no DataCollector, so no jax) and
-    the HDF5 format (Minari's default; its arrow writer re-measures the folder after every episode,
-    quadratic in the episode count); observations and actions are stored in the environment's space dtypes (Box
-    spaces: the episodes' float32 arrays become float64 where the space says so, which is exact). The
-    dataset is built in a temporary folder beside its destination and renamed into place, so an
-    interrupted build never leaves a half-written dataset. An existing dataset is an error unless
-    `force`.
-    """
+def create_in_place(dataset_id: str, root: Path, buffers: list, **create_kwargs) -> Path:
+    """`minari.create_dataset_from_buffers(dataset_id, buffers, **create_kwargs)` into a temporary folder
+    beside `root / dataset_id`, then renamed into place (replacing an existing dataset only after the
+    new one is complete), so an interrupted build never leaves a half-written dataset; returns the folder."""
     import minari
-    from minari.data_collector import EpisodeBuffer
 
-    root = Path(root) if root is not None else datasets_root()
     dest = root / dataset_id
-    if dest.exists() and not force:
-        raise DatasetError(f"Minari dataset {dataset_id} already exists at {dest} (pass --force to rebuild it)")
-    for ep in episodes:
-        ep.validate()
-    # Minari's storages want arrays of the spaces' own dtypes (Hopper-v5 observes float64)
-    probe = gym.make(env_id)
-    obs_dtype, act_dtype = probe.observation_space.dtype, probe.action_space.dtype
-    probe.close()
-    buffers = [EpisodeBuffer(id=ep.id, observations=np.asarray(ep.observations, dtype=obs_dtype),
-                             actions=np.asarray(ep.actions, dtype=act_dtype),
-                             rewards=ep.rewards.astype(np.float64), terminations=ep.terminations,
-                             truncations=ep.truncations, infos={}) for ep in episodes]
     root.mkdir(parents=True, exist_ok=True)
     tmp_root = Path(tempfile.mkdtemp(dir=root, prefix=".seqrl-build-"))
     try:
         with _minari_root(tmp_root), warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=r"`(code_permalink|author_email)` is set to None")
-            minari.create_dataset_from_buffers(
-                dataset_id, buffers, env=env_id, eval_env=env_id, algorithm_name=algorithm_name, author="seqrl",
-                ref_min_score=ref_min_score, ref_max_score=ref_max_score, description=description,
-                data_format="hdf5")
+            minari.create_dataset_from_buffers(dataset_id, buffers, **create_kwargs)
         namespace = dataset_id.split("/")[0] if "/" in dataset_id else None
         if namespace and not (root / namespace / "namespace_metadata.json").exists():
             src = tmp_root / namespace / "namespace_metadata.json"
@@ -241,6 +215,40 @@ def write_minari(dataset_id: str, episodes: list[Episode], env_id: str, *, root:
     finally:
         shutil.rmtree(tmp_root, ignore_errors=True)
     return dest
+
+
+def write_minari(dataset_id: str, episodes: list[Episode], env_id: str, *, root: str | os.PathLike | None = None,
+                 ref_min_score: float | None = None, ref_max_score: float | None = None,
+                 algorithm_name: str | None = None, description: str | None = None, force: bool = False) -> Path:
+    """Write `episodes` as Minari dataset `dataset_id` under `root` (default `datasets_root`); return its folder.
+
+    Uses `minari.create_dataset_from_buffers` with `EpisodeBuffer`s (no DataCollector, so no jax) and
+    the HDF5 format (Minari's default; its arrow writer re-measures the folder after every episode,
+    quadratic in the episode count); observations and actions are stored in the environment's space dtypes (Box
+    spaces: the episodes' float32 arrays become float64 where the space says so, which is exact). The
+    dataset is built in a temporary folder beside its destination and renamed into place, so an
+    interrupted build never leaves a half-written dataset. An existing dataset is an error unless
+    `force`.
+    """
+    from minari.data_collector import EpisodeBuffer
+
+    root = Path(root) if root is not None else datasets_root()
+    dest = root / dataset_id
+    if dest.exists() and not force:
+        raise DatasetError(f"Minari dataset {dataset_id} already exists at {dest} (pass --force to rebuild it)")
+    for ep in episodes:
+        ep.validate()
+    # Minari's storages want arrays of the spaces' own dtypes (Hopper-v5 observes float64)
+    probe = gym.make(env_id)
+    obs_dtype, act_dtype = probe.observation_space.dtype, probe.action_space.dtype
+    probe.close()
+    buffers = [EpisodeBuffer(id=ep.id, observations=np.asarray(ep.observations, dtype=obs_dtype),
+                             actions=np.asarray(ep.actions, dtype=act_dtype),
+                             rewards=ep.rewards.astype(np.float64), terminations=ep.terminations,
+                             truncations=ep.truncations, infos={}) for ep in episodes]
+    return create_in_place(dataset_id, root, buffers, env=env_id, eval_env=env_id, algorithm_name=algorithm_name,
+                           author="seqrl", ref_min_score=ref_min_score, ref_max_score=ref_max_score,
+                           description=description, data_format="hdf5")
 
 
 def build_dataset(env: str, level: str, n_steps: int | None = None, seed: int = 0,
