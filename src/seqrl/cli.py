@@ -34,7 +34,7 @@ import time
 from importlib.resources.abc import Traversable
 from pathlib import Path
 
-from seqrl.config import ConfigError, load_config, parse_overrides
+from seqrl.config import ConfigError, load_config, parse_json_object, parse_overrides
 
 ALGOS = ("sft", "grpo", "dt", "bc", "odt", "prm", "orm", "vla", "star", "rm", "ppo")
 PLANNED: tuple[str, ...] = ()
@@ -294,12 +294,7 @@ def cmd_eval(args: argparse.Namespace, overrides: list[str]) -> int:
     if overrides:
         raise ConfigError(f"seqrl eval: unexpected arguments {overrides}")
     _check_threads(args.threads)
-    try:
-        task_kwargs = json.loads(args.task_kwargs)
-    except json.JSONDecodeError as e:
-        raise ConfigError(f"--task-kwargs {args.task_kwargs!r}: not valid JSON: {e}") from e
-    if not isinstance(task_kwargs, dict):
-        raise ConfigError(f"--task-kwargs {args.task_kwargs!r}: expected a JSON object, e.g. '{{\"digits\": 3}}'")
+    task_kwargs = parse_json_object(args.task_kwargs, "--task-kwargs")
     checkpoint = run_folder_checkpoint(args.checkpoint)
     prompt, stop = eval_prompt(args, checkpoint)
     import torch
@@ -751,7 +746,7 @@ def cmd_data_preferences(args: argparse.Namespace) -> int:
     _check_threads(args.threads)
     torch.set_num_threads(args.threads)
     _quiet_hf()
-    task = get_task(args.task, **_read_cli_json_text(args.task_kwargs, "--task-kwargs"))
+    task = get_task(args.task, **parse_json_object(args.task_kwargs, "--task-kwargs"))
     rows, stats = build_preferences(args.policy, task, args.n, args.samples, args.label_noise, args.seed,
                                     args.temperature, args.max_new_tokens)
     if not rows:
@@ -760,16 +755,6 @@ def cmd_data_preferences(args: argparse.Namespace) -> int:
     out = write_jsonl(rows, args.out)
     print(json.dumps({**stats, "out": str(out)}))
     return 0
-
-
-def _read_cli_json_text(text: str, what: str) -> dict:
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise ConfigError(f"{what}: invalid JSON ({e.msg})") from None
-    if not isinstance(value, dict):
-        raise ConfigError(f"{what}: must be a JSON object")
-    return value
 
 
 def format_value(value: object) -> str:

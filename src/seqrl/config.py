@@ -35,6 +35,8 @@ Annotations are resolved with ``typing.get_type_hints``, so config classes live 
 
 from __future__ import annotations
 
+import json
+
 import copy
 import dataclasses
 import difflib
@@ -314,6 +316,22 @@ def dump_yaml(cfg: Any, path: str | os.PathLike) -> Path:
 
 # ---------------------------------------------------------------------------------------------------
 # overrides, merging, loading
+
+
+def parse_json_object(text: str, flag: str) -> dict[str, Any]:
+    """A JSON object given on the command line (``--task-kwargs '{"digits": 3}'``); a ConfigError naming
+    the flag otherwise.
+
+    >>> parse_json_object('{"digits": 3}', "--task-kwargs")
+    {'digits': 3}
+    """
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ConfigError(f"{flag} {text!r}: not valid JSON: {e}") from None
+    if not isinstance(value, dict):
+        raise ConfigError(f"{flag} {text!r}: expected a JSON object, e.g. '{{\"digits\": 3}}'")
+    return value
 
 
 def parse_overrides(args: list[str]) -> dict[str, Any]:

@@ -19,6 +19,7 @@ import statistics
 from collections.abc import Sequence
 from pathlib import Path
 
+from seqrl.config import parse_json_object
 from seqrl.search.best_of_n import Scorer, best_of_n
 from seqrl.search.mcts import mcts
 from seqrl.search.steps import PolicyStepper
@@ -177,10 +178,7 @@ def cli_main(method: str, argv: list[str]) -> int:
     from seqrl.models.prm import ProcessRewardModel
 
     torch.set_num_threads(max(1, args.threads))
-    try:
-        kwargs = json.loads(args.task_kwargs)
-    except json.JSONDecodeError as e:
-        raise ValueError(f"--task-kwargs {args.task_kwargs!r}: not valid JSON: {e}") from e
+    kwargs = parse_json_object(args.task_kwargs, "--task-kwargs")
     task = get_task(args.task, **kwargs)
     scorer = ProcessRewardModel.load(path)
     policy = load_policy(ModelConfig(path=args.policy))

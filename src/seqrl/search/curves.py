@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from seqrl.config import parse_json_object
 from seqrl.core.search import aggregate_step_scores
 from seqrl.search.best_of_n import Sampler, Scorer, best_of_n, choose, score_safely
 from seqrl.types import Problem, Task
@@ -143,10 +144,7 @@ def cli_main(argv: list[str]) -> int:
     from seqrl.search.simulated import NoisyArithmeticPolicy
 
     torch.set_num_threads(max(1, args.threads))
-    try:
-        kwargs = json.loads(args.task_kwargs)
-    except json.JSONDecodeError as e:
-        raise ValueError(f"--task-kwargs {args.task_kwargs!r}: not valid JSON: {e}") from e
+    kwargs = parse_json_object(args.task_kwargs, "--task-kwargs")
     task = get_task(args.task, **kwargs)
     budgets, seeds = _ints(args.budget, "--budget"), _ints(args.seeds, "--seeds")
     scorers: dict[str, Scorer] = {}

@@ -25,6 +25,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Literal, Protocol
 
+from seqrl.config import parse_json_object
 from seqrl.data.stepwise import arith_step_truth, prefix_text, split_steps
 from seqrl.models.lm import Policy
 from seqrl.rollout import SamplingParams, generate
@@ -262,10 +263,7 @@ def cli_main(argv: list[str]) -> int:
     from seqrl.models.lm import ModelConfig, load_policy
 
     torch.set_num_threads(max(1, args.threads))
-    try:
-        kwargs = json.loads(args.task_kwargs)
-    except json.JSONDecodeError as e:
-        raise ValueError(f"--task-kwargs {args.task_kwargs!r}: not valid JSON: {e}") from e
+    kwargs = parse_json_object(args.task_kwargs, "--task-kwargs")
     if args.problems < 1:
         raise ValueError(f"--problems must be >= 1 (got {args.problems})")
     task = get_task(args.task, **kwargs)
