@@ -17,7 +17,6 @@ checkpoint restores, so a resumed run repeats an uninterrupted one exactly.
 
 from __future__ import annotations
 
-import json
 import re
 import time
 from dataclasses import dataclass, field
@@ -41,8 +40,9 @@ from seqrl.core.losses import action_loss
 from seqrl.data.babyai import load_babyai, quick_babyai, unpack_obs
 from seqrl.data.offline import DatasetError, OfflineDataset, Trajectories
 from seqrl.envs.babyai import evaluate_babyai, random_act, resolve_level
+from seqrl.models.loading import load_policy_checkpoint
 from seqrl.models.vla import VLAModel, VLAModelConfig
-from seqrl.utils.checkpoint import STATE_FILE, CheckpointError, load_checkpoint, save_checkpoint
+from seqrl.utils.checkpoint import load_checkpoint, save_checkpoint
 from seqrl.utils.metrics import MetricsLogger, read_metrics
 from seqrl.utils.plots import _save, plot_metrics
 from seqrl.utils.progress import progress_bar
@@ -183,19 +183,7 @@ def random_baseline(env_id: str, episodes: int, seed: int, max_steps: int = 0) -
 
 def load_policy(path: str | Path) -> tuple[VLAModel, dict]:
     """(policy in eval mode, info) from a ``seqrl train vla`` checkpoint folder; errors name the path."""
-    path = Path(path)
-    state_file = path / STATE_FILE
-    if not state_file.is_file():
-        raise CheckpointError(f"{path}: not a checkpoint (no {STATE_FILE})")
-    try:
-        info = json.loads(state_file.read_text(encoding="utf-8"))["policy"]
-        if info["method"] != "vla":
-            raise KeyError("method")
-        policy = VLAModel(**info["model"])
-    except (KeyError, TypeError, json.JSONDecodeError) as e:
-        raise CheckpointError(f"{state_file}: not a VLA checkpoint ({e!r})") from e
-    load_checkpoint(path, policy, restore_rng=False)
-    return policy.eval(), info
+    return load_policy_checkpoint(path, methods=("vla",))
 
 
 def episode_strip(frames: list, out_png: str | Path, title: str, max_frames: int = 12) -> Path:
