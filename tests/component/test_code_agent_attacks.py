@@ -356,3 +356,24 @@ def test_observed_values_are_converted_to_plain_data():
         "['red', (1, 2.5), {3}, {1: (True,)}]"
     with pytest.raises(TypeError):
         entry._plain(Always())
+
+
+def test_guard_allows_pytest_plugins_registered_as_classes_and_nothing_new():
+    """pytest before 9.2 registers its ``legacypath-tmpdir`` plugin as a class, not an instance: a
+    class recorded in the snapshot is pytest's own; a class made later (by the patch) is not."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src" / "seqrl" / "sandbox"))
+    try:
+        import _pytest_entry as entry
+    finally:
+        sys.path.pop(0)
+    from _pytest.legacypath import LegacyTmpdirPlugin
+
+    guard = entry.Guard("n", [], entry.snapshot())
+
+    class Planted:
+        pass
+
+    assert guard._allowed_plugin(LegacyTmpdirPlugin) and guard._allowed_plugin(LegacyTmpdirPlugin())
+    assert not guard._allowed_plugin(Planted) and not guard._allowed_plugin(Planted())

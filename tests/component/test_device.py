@@ -107,3 +107,23 @@ def test_a_model_spread_over_devices_is_a_clear_error():
     with pytest.raises(ValueError, match="several devices.*run.device"):
         model_device(model)
     assert model_device(torch.nn.ReLU()) == torch.device("cpu")  # no parameters: the CPU
+
+
+def test_loaded_models_are_not_swapped_for_hub_kernels(tmp_path):
+    """transformers turns `use_kernels` on for every `from_pretrained` when the `kernels` package is
+    installed (on a GPU it then fetches code from the hub, offline it fails, and a loaded model is
+    kernelized in inference mode); seqrl loads with it off unless `model.hub_kernels` asks."""
+    from seqrl.models import ModelConfig, load_policy
+    from seqrl.models.heads import load_scalar_model
+    from seqrl.models.prm import ProcessRewardModel
+
+    policy = load_policy(ModelConfig(preset="tiny", max_seq_len=32))
+    policy.model.save_pretrained(tmp_path / "lm")
+    policy.tokenizer.save_pretrained(tmp_path / "lm")
+    assert load_policy(ModelConfig(path=str(tmp_path / "lm"))).model.use_kernels is False
+    model, _ = load_scalar_model(ModelConfig(path=str(tmp_path / "lm")))
+    assert model.use_kernels is False
+    prm = ProcessRewardModel.build(ModelConfig(path=str(tmp_path / "lm")), kind="prm")
+    assert prm.model.use_kernels is False
+    prm.save(tmp_path / "prm")
+    assert ProcessRewardModel.load(tmp_path / "prm").model.use_kernels is False

@@ -31,6 +31,10 @@ class ModelConfig:
     """Context length of a preset (prompt + completion)."""
     attn_implementation: Literal["sdpa", "eager"] = "sdpa"
     """Attention kernel."""
+    hub_kernels: bool = False
+    """Let transformers swap layers for kernels downloaded from the Hugging Face hub on a GPU (its
+    `use_kernels`, on by default there whenever the `kernels` package is installed): off, because they
+    run code fetched at load time, fail offline, and are picked in inference mode for a loaded model."""
 
     def __post_init__(self) -> None:
         if self.path is None and self.preset not in PRESETS:

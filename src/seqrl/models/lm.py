@@ -98,7 +98,7 @@ def _load_policy(cfg: ModelConfig) -> Policy:
             f"give a Hugging Face model directory or hub id, or a preset: {sorted(PRESETS)}"
         )
     try:
-        return load_pretrained(cfg.path, cfg.attn_implementation)
+        return load_pretrained(cfg.path, cfg.attn_implementation, hub_kernels=cfg.hub_kernels)
     except OSError as e:  # a hub id that does not exist, or no network
         raise ValueError(
             f"model.path {cfg.path!r} could not be loaded (not a local model directory; from the hub: {e}); "
@@ -116,14 +116,17 @@ def load_tokenizer(cfg: ModelConfig) -> PreTrainedTokenizerBase:
         raise ValueError(f"model.path {cfg.path!r}: no tokenizer could be loaded ({e})") from e
 
 
-def load_pretrained(path: str | Path, attn_implementation: str = "sdpa") -> Policy:
+def load_pretrained(path: str | Path, attn_implementation: str = "sdpa", hub_kernels: bool = False) -> Policy:
     """Any `AutoModelForCausalLM` directory or hub id plus its tokenizer, in float32.
+
+    `hub_kernels` is transformers' `use_kernels` (off unless asked: see `ModelConfig.hub_kernels`).
 
     A PEFT adapter folder (``adapter_config.json``, e.g. a LoRA checkpoint) loads its base model
     from the path the adapter names, with the adapter applied (transformers' PEFT integration).
     """
     tokenizer = AutoTokenizer.from_pretrained(path)
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, attn_implementation=attn_implementation)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, attn_implementation=attn_implementation,
+                                                 use_kernels=hub_kernels)
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     tokenizer.padding_side = "left"

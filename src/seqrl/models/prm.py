@@ -91,7 +91,8 @@ class ProcessRewardModel:
             config = AutoConfig.from_pretrained(backbone.path)
             config.num_labels, config.classifier_dropout = num_labels, 0.0
             model = AutoModelForTokenClassification.from_pretrained(
-                backbone.path, config=config, dtype=torch.float32, attn_implementation=backbone.attn_implementation)
+                backbone.path, config=config, dtype=torch.float32, attn_implementation=backbone.attn_implementation,
+                use_kernels=False)
             tokenizer = _load_tokenizer(backbone.path)
         if device is not None:
             model.to(device)
@@ -103,7 +104,7 @@ class ProcessRewardModel:
         path = Path(path)
         if not (path / "config.json").is_file():
             raise ValueError(f"{path}: not a reward-model folder (no config.json)")
-        model = AutoModelForTokenClassification.from_pretrained(path, dtype=torch.float32)
+        model = AutoModelForTokenClassification.from_pretrained(path, dtype=torch.float32, use_kernels=False)
         info = getattr(model.config, "seqrl_prm", None)
         if not isinstance(info, dict) or "kind" not in info or "head" not in info:
             raise ValueError(f"{path}: config.json has no seqrl_prm entry (kind, head): not a PRM/ORM checkpoint")

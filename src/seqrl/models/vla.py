@@ -173,7 +173,7 @@ class MiniLMLanguage(nn.Module):
         path = minilm_path()
         self.vocab = vocab
         self.__dict__["tokenizer"] = AutoTokenizer.from_pretrained(path)
-        backbone = AutoModel.from_pretrained(path).eval()
+        backbone = AutoModel.from_pretrained(path, use_kernels=False).eval()
         backbone.requires_grad_(False)
         self.__dict__["backbone"] = backbone  # not registered: not saved, not moved, not trained
         width = backbone.config.hidden_size  # 384

@@ -192,13 +192,14 @@ class Guard:
         self.items: dict[str, tuple] = {}
 
     def _allowed_plugin(self, plugin) -> bool:
-        """The guard, a pytest/pluggy module recorded before any project code ran, an instance of a
-        class recorded then, or one of the snapshot's own conftest modules."""
+        """The guard, a pytest/pluggy module recorded before any project code ran, a class recorded
+        then or an instance of one (pytest < 9.2 registers its ``legacypath-tmpdir`` plugin as the class
+        itself), or one of the snapshot's own conftest modules."""
         if plugin is self:
             return True
         if isinstance(plugin, type(sys)):
             return id(plugin) in self.modules or self._is_conftest(plugin)
-        return id(type(plugin)) in self.classes
+        return id(plugin) in self.classes or id(type(plugin)) in self.classes
 
     def _hooks_changed(self) -> list[str]:
         from _pytest.assertion.rewrite import AssertionRewritingHook
