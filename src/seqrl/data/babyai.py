@@ -50,23 +50,31 @@ def babyai_dataset_id(level: str, episodes: int, seed: int, version: int = 0) ->
     return f"seqrl/babyai/{short}-n{episodes}-s{seed}-v{version}"
 
 
-def collect_demos(level: str, episodes: int, seed: int = 0, progress: bool = False) -> tuple[list[BabyAIEpisode], Counter]:
-    """`episodes` successful bot episodes of `level` (indices 0, 1, … skipping failures) and the failures by reason."""
+def collect_demos(level: str, episodes: int, seed: int = 0, progress: bool = False,
+                  workers: int = 1) -> tuple[list[BabyAIEpisode], Counter]:
+    """`episodes` successful bot episodes of `level` (indices 0, 1, … skipping failures) and the failures by reason.
+
+    workers > 1: attempts run in that many processes, in chunks of consecutive indices, and are merged
+    in index order — the same episodes and failure counts as one process, since an attempt is a pure
+    function of (level, `demo_reset_seed` (seed, index)).
+    """
     from seqrl.utils.progress import progress_bar
 
     if episodes < 1:
         raise DatasetError(f"episodes must be >= 1 (got {episodes})")
+    if not isinstance(workers, int) or workers < 1:
+        raise DatasetError(f"workers must be an int >= 1 (got {workers!r})")
     env_id = resolve_level(level)
-    env = make_babyai(env_id)
-    demos: list[BabyAIEpisode] = []
-    failures: Counter = Counter()
-    index = 0
-    try:
-        with progress_bar(episodes, f"bot demos {env_id}", disable=not progress) as bar:
+    with progress_bar(episodes, f"bot demos {env_id}", disable=not progress) as bar:
+        if workers > 1:
+            return _collect_parallel(env_id, episodes, seed, workers, bar)
+        env = make_babyai(env_id)
+        demos: list[BabyAIEpisode] = []
+        failures: Counter = Counter()
+        index = 0
+        try:
             while len(demos) < episodes:
-                if sum(failures.values()) > MAX_ATTEMPTS_FACTOR * episodes + 100:
-                    raise DatasetError(f"{env_id}: the bot failed {sum(failures.values())} times for {len(demos)} "
-                                       f"successes ({dict(failures)}); this level is not one it solves")
+                _check_failures(env_id, failures, len(demos), episodes)
                 ep, why = bot_episode(env, demo_reset_seed(seed, index))
                 index += 1
                 if ep is None:
@@ -74,9 +82,63 @@ def collect_demos(level: str, episodes: int, seed: int = 0, progress: bool = Fal
                     continue
                 demos.append(ep)
                 bar.advance(1, failed=sum(failures.values()))
-    finally:
-        env.close()
+        finally:
+            env.close()
     return demos, failures
+
+
+def _check_failures(env_id: str, failures: Counter, successes: int, episodes: int) -> None:
+    if sum(failures.values()) > MAX_ATTEMPTS_FACTOR * episodes + 100:
+        raise DatasetError(f"{env_id}: the bot failed {sum(failures.values())} times for {successes} "
+                           f"successes ({dict(failures)}); this level is not one it solves")
+
+
+def _collect_parallel(env_id: str, episodes: int, seed: int, workers: int, bar) -> tuple[list[BabyAIEpisode], Counter]:
+    """`collect_demos` over `workers` processes: rounds of index chunks until the first `episodes`
+    successes are known, then the in-order scan one process would have made."""
+    import multiprocessing as mp
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    from seqrl.data import babyai_workers
+
+    attempts: list = []  # attempts[i]: (episode or None, why) of index i, filled as a prefix
+    shown = 0
+    # spawn: the parent may hold torch's threads, which fork would copy half-locked
+    with ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn")) as pool:
+        while True:
+            demos: list[BabyAIEpisode] = []
+            failures: Counter = Counter()
+            for ep, why in attempts:  # the sequential scan, failure limit included
+                if len(demos) == episodes:
+                    break
+                _check_failures(env_id, failures, len(demos), episodes)
+                if ep is None:
+                    failures[why] += 1
+                else:
+                    demos.append(ep)
+            if len(demos) == episodes:
+                return demos, failures
+            _check_failures(env_id, failures, len(demos), episodes)
+            missing = episodes - len(demos)
+            ok_rate = len(demos) / len(attempts) if attempts else 1.0
+            n = max(workers, int(np.ceil(missing / max(ok_rate, 0.05) * (1.0 if not attempts else 1.1))))
+            chunk = max(1, min(64, -(-n // (4 * workers))))
+            base = len(attempts)
+            futures = [pool.submit(babyai_workers.attempt_chunk, env_id, seed, a, min(a + chunk, base + n))
+                       for a in range(base, base + n, chunk)]
+            got: dict[int, list] = {}
+            try:
+                for fut in as_completed(futures):
+                    start, rows = fut.result()
+                    got[start] = rows
+                    new = min(sum(ep is not None for ep, _ in rows), episodes - shown)
+                    shown += new
+                    bar.advance(new)
+            except BaseException:  # a worker died or Ctrl-C: drop the queued chunks instead of running them
+                pool.shutdown(wait=False, cancel_futures=True)
+                raise
+            for start in sorted(got):
+                attempts.extend(got[start])
 
 
 def pack_episodes(demos: list[BabyAIEpisode], missions: list[str] | None = None) -> tuple[list[Episode], list[str]]:
@@ -157,21 +219,22 @@ def write_babyai(dataset_id: str, demos: list[BabyAIEpisode], env_id: str, *, ro
 
 
 def build_babyai(level: str, episodes: int = 1000, seed: int = 0, out: str | os.PathLike | None = None,
-                 force: bool = False, progress: bool = False) -> tuple[Path, dict]:
-    """Collect bot demonstrations of `level` and write them (`babyai_dataset_id`); returns (folder, summary)."""
+                 force: bool = False, progress: bool = False, workers: int = 1) -> tuple[Path, dict]:
+    """Collect bot demonstrations of `level` (in `workers` processes) and write them (`babyai_dataset_id`);
+    returns (folder, summary). The dataset's bytes do not depend on `workers`."""
     env_id = resolve_level(level)
     ds_id = babyai_dataset_id(env_id, episodes, seed)
     root = Path(out) if out is not None else datasets_root()
     if (root / ds_id).exists() and not force:
         raise DatasetError(f"Minari dataset {ds_id} already exists at {root / ds_id} (pass --force to rebuild it)")
     t0 = time.perf_counter()
-    demos, failures = collect_demos(env_id, episodes, seed, progress=progress)
+    demos, failures = collect_demos(env_id, episodes, seed, progress=progress, workers=workers)
     build_s = time.perf_counter() - t0
     lengths = np.array([len(d.actions) for d in demos])
     summary = {"dataset": ds_id, "env_id": env_id, "episodes": len(demos), "steps": int(lengths.sum()),
                "mean_length": float(lengths.mean()), "missions": len({d.mission for d in demos}),
                "bot_failures": sum(failures.values()), "failure_reasons": dict(failures),
-               "demos_per_s": round(len(demos) / max(build_s, 1e-9), 1)}
+               "demos_per_s": round(len(demos) / max(build_s, 1e-9), 1), "workers": workers}
     description = (f"BabyAI bot demonstrations of {env_id}: {len(demos)} episodes, {summary['steps']} steps, "
                    f"seed {seed}, {summary['bot_failures']} bot failures skipped; built by `seqrl data babyai "
                    f"{env_id} --episodes {episodes} --seed {seed}`")
