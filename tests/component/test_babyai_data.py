@@ -70,6 +70,32 @@ def test_dataset_is_deterministic_per_seed_and_round_trips_through_minari(tmp_pa
         build_babyai("GoToRedBallGrey", 12, seed=1, out=tmp_path / "a")
 
 
+def test_packed_arrays_load_what_minari_loads_and_stale_ones_are_ignored(tmp_path):
+    import json
+    import shutil
+
+    from seqrl.data.babyai import PACKED, read_packed
+
+    path, _ = build_babyai("GoToLocal", 9, seed=2, out=tmp_path)
+    assert (path / PACKED / "index.json").is_file()
+    fast = load_babyai(path)
+    shutil.rmtree(path / PACKED)
+    slow = load_babyai(path)  # from the HDF5 file; writes the arrays again
+    assert (path / PACKED / "index.json").is_file()
+    assert fast.metadata["missions"] == slow.metadata["missions"] and len(fast.episodes) == 9
+    for x, y in zip(fast.episodes, slow.episodes):
+        for field in ("observations", "actions", "rewards", "terminations", "truncations"):
+            assert np.array_equal(getattr(x, field), getattr(y, field)), field
+    index = json.loads((path / PACKED / "index.json").read_text())
+    (path / PACKED / "index.json").write_text(json.dumps({**index, "hdf5_sha256": "0" * 64}))
+    assert read_packed(path) is None  # arrays of another HDF5 file are never used
+    np.save(path / PACKED / "actions.npy", np.zeros(3, dtype=np.int64))
+    (path / PACKED / "index.json").write_text(json.dumps(index))
+    assert read_packed(path) is None  # truncated arrays: shapes checked
+    again = load_babyai(path)
+    assert all(np.array_equal(x.actions, y.actions) for x, y in zip(again.episodes, slow.episodes))
+
+
 def _files(root):
     return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
 
