@@ -45,7 +45,7 @@ LOG="$OUT/sweep.log"
 say() { echo "[$(date -u +%H:%M:%S)] $*" | tee -a "$LOG"; }
 die() { say "FAILED: $*"; exit 1; }
 seqrl() { "$PYTHON" -m seqrl "$@"; }
-trap 'rc=$?; [ $rc -eq 0 ] || say "FAILED (exit $rc) at line $LINENO; work folder $WORK"' EXIT
+trap 'rc=$?; [ $rc -eq 0 ] || say "FAILED (exit $rc); datasets, runs and logs are in $WORK"' EXIT
 
 say "vla_gpu_sweep: LEVEL=$LEVEL PRESET=$PRESET COUNTS=($COUNTS) STEPS=$STEPS BATCH=$BATCH LR=$LR DEVICE=$DEVICE" \
     "BF16=$BF16 WORKERS=$WORKERS PARALLEL=$PARALLEL EVAL_EPISODES=$EVAL_EPISODES SEEDS=($SEEDS) WORK=$WORK"
