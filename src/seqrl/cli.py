@@ -17,7 +17,7 @@
     seqrl data prm-labels --policy CKPT --task arith --n 4 --rollouts 8 --out labels.jsonl
     seqrl search bon --policy CKPT --scorer prm:CKPT,orm:CKPT --task arith --budget 1,4,16,64 --out DIR
     seqrl search beam|dvts|mcts --policy CKPT --scorer prm:CKPT --task arith --budget 4,8,16 --out DIR
-    seqrl data babyai GoToRedBallGrey [--episodes N] [--seed S] [--out DIR] [--force]   # BabyAI bot demonstrations
+    seqrl data babyai GoToRedBallGrey [--episodes N] [--seed S] [--workers W] [--out DIR] [--force]   # BabyAI bot demonstrations
     seqrl demo
 """
 
@@ -490,6 +490,7 @@ def cmd_eval_vla(argv: list[str]) -> int:
     p.add_argument("--level", help="evaluate on this BabyAI level instead of the training one")
     p.add_argument("--strip", action="store_true", help="also draw episode 0 as a PNG strip beside the JSON")
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--device", default="auto", help="auto (CUDA when available), cpu, cuda or cuda:N")
     p.add_argument("--out", help="JSON output: a new file, or a folder (default: <run folder>/evals/)")
     args = p.parse_args(argv)
     _check_threads(args.threads)
@@ -501,11 +502,18 @@ def cmd_eval_vla(argv: list[str]) -> int:
     from seqrl.envs.babyai import resolve_level
     from seqrl.utils.checkpoint import CheckpointError
 
+    from seqrl.utils.dist import resolve_device
+
     torch.set_num_threads(args.threads)
+    try:
+        device = resolve_device(args.device)
+    except ValueError as e:
+        raise ConfigError(f"--device: {e}") from e
     try:
         policy, info = load_policy(args.checkpoint)
     except CheckpointError as e:
         raise ValueError(f"--checkpoint: {e}") from e
+    policy.to(device)
     env_id = resolve_level(args.level or info["env_id"])
     out = eval_output(args.out, args.checkpoint, f"vla-{env_id}-{args.episodes}ep-s{args.seed}")
     t0 = time.perf_counter()
@@ -513,8 +521,9 @@ def cmd_eval_vla(argv: list[str]) -> int:
                                         record=0 if args.strip else None)
     metrics["perf/eval_s"] = time.perf_counter() - t0
     metrics.update(random_baseline(env_id, args.episodes, args.seed, args.max_steps))
-    _print_table(f"{args.checkpoint} on {env_id} ({args.episodes} held-out episodes)", metrics)
-    out = _write_new(out, {"checkpoint": args.checkpoint, "env_id": env_id, "seed": args.seed, "metrics": metrics})
+    _print_table(f"{args.checkpoint} on {env_id} ({args.episodes} held-out episodes, {device})", metrics)
+    out = _write_new(out, {"checkpoint": args.checkpoint, "env_id": env_id, "seed": args.seed, "device": str(device),
+                           "metrics": metrics})
     if frames:
         strip = episode_strip(frames, out.with_suffix(".png"), f"{args.checkpoint}: held-out episode 0 — {caption}")
         print(f"wrote {strip}")
@@ -724,8 +733,10 @@ def cmd_data_babyai(args: argparse.Namespace) -> int:
     episodes = 1000 if args.episodes is None else args.episodes
     if episodes < 1:
         raise ConfigError(f"--episodes must be >= 1 (got {episodes})")
+    if args.workers < 1:
+        raise ConfigError(f"--workers must be >= 1 (got {args.workers})")
     _, summary = build_babyai(args.env, episodes=episodes, seed=args.seed, out=args.out, force=args.force,
-                              progress=True)
+                              progress=True, workers=args.workers)
     print(json.dumps(summary))
     return 0
 
@@ -887,6 +898,8 @@ def build_parser() -> argparse.ArgumentParser:
     data.add_argument("--steps", type=int, help="environment steps (default: 20k Pendulum, 200k MuJoCo)")
     data.add_argument("--episodes", type=int, help="babyai: successful bot episodes (default 1000)")
     data.add_argument("--seed", type=int, default=0)
+    data.add_argument("--workers", type=int, default=1, help="babyai: bot processes (the dataset is the same for "
+                      "any number)")
     data.add_argument("--out", help="minari and babyai: datasets folder (default: $MINARI_DATASETS_PATH or "
                                     "~/.minari/datasets); preferences: the new .jsonl file")
     data.add_argument("--force", action="store_true", help="rebuild a dataset that already exists")

@@ -67,9 +67,12 @@ def test_training_writes_metrics_plots_strip_and_evaluates_held_out(tmp_path, ca
     assert 0 <= final["eval/success_rate"] <= 1 and final["eval/episodes"] == 6
     assert (run / "plots" / "vla.png").stat().st_size > 0 and (run / "plots" / "episode.png").stat().st_size > 0
     assert main(["eval", "vla", "--checkpoint", str(run / "checkpoint-4"), "--episodes", "6", "--strip",
-                 "--out", str(tmp_path / "out.json")]) == 0
+                 "--device", "cpu", "--out", str(tmp_path / "out.json")]) == 0
     saved = json.loads((tmp_path / "out.json").read_text())
     assert saved["metrics"]["eval/success_rate"] == final["eval/success_rate"]  # same held-out layouts, greedy
+    assert saved["device"] == "cpu"
+    assert main(["eval", "vla", "--checkpoint", str(run / "checkpoint-4"), "--device", "tpu"]) == 2
+    assert "--device" in capsys.readouterr().err
     assert (tmp_path / "out.png").is_file()
     assert main(["eval", "vla", "--checkpoint", str(tmp_path / "nope")]) == 2
     assert "--checkpoint" in capsys.readouterr().err

@@ -181,6 +181,20 @@ def random_baseline(env_id: str, episodes: int, seed: int, max_steps: int = 0) -
     return {"eval/random_success_rate": m["eval/success_rate"], "eval/random_episode_length": m["eval/episode_length"]}
 
 
+def bc_loss(policy: VLAModel, batch: dict[str, torch.Tensor], mission_ids: torch.Tensor, bf16: bool = False):
+    """Behaviour-cloning loss of one `Trajectories` batch of B windows of K steps on the policy's device:
+    (loss, logits (B, K, A), actions (B, K), mask (B, K)). `mission_ids` (M, L): word ids of the dataset's
+    missions, on that device; bf16: autocast the forward (the loss stays fp32)."""
+    device = mission_ids.device
+    image, direction, mission, prev = unpack_obs(batch["states"])  # (B, K, 7, 7, 3), (B, K) ×3
+    mask = batch["mask"].to(device)  # (B, K)
+    text = mission_ids[mission[:, -1].to(device)]  # (B, L): the last step is always real
+    with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
+        logits = policy(image.long().to(device), text, prev.to(device), direction.to(device), mask)  # (B, K, A)
+    actions = batch["actions"].to(device)  # (B, K)
+    return action_loss(logits.float(), actions, mask, discrete=True), logits, actions, mask
+
+
 def load_policy(path: str | Path) -> tuple[VLAModel, dict]:
     """(policy in eval mode, info) from a ``seqrl train vla`` checkpoint folder; errors name the path."""
     return load_policy_checkpoint(path, methods=("vla",))
@@ -258,12 +272,7 @@ def train(cfg: VLAConfig, dataset: OfflineDataset | None = None) -> dict[str, fl
             for step in range(start, cfg.steps):
                 t0 = time.perf_counter()
                 b = data.batch(step, cfg.batch_size, K, cfg.run.seed)
-                image, direction, mission, prev = unpack_obs(b["states"])  # (B, K, 7, 7, 3), (B, K) ×3
-                mask = b["mask"].to(device)  # (B, K)
-                text = mission_ids[mission[:, -1].to(device)]  # (B, L): the last step is always real
-                with torch.autocast(device.type, dtype=torch.bfloat16, enabled=cfg.run.use_bf16):
-                    logits = policy(image.long().to(device), text, prev.to(device), direction.to(device), mask)  # (B, K, A)
-                loss = action_loss(logits.float(), b["actions"].to(device), mask, discrete=True)
+                loss, logits, actions, mask = bc_loss(policy, b, mission_ids, cfg.run.use_bf16)
                 loss.backward()
                 grad_norm = torch.nn.utils.clip_grad_norm_(policy.parameters(), clip)
                 check_finite(step + 1, cfg.run.on_nonfinite, loss=loss.item(), grad_norm=grad_norm)
@@ -278,7 +287,7 @@ def train(cfg: VLAConfig, dataset: OfflineDataset | None = None) -> dict[str, fl
                 if done % cfg.run.log_every == 0 or done == cfg.steps:
                     with torch.no_grad():
                         real = mask.bool()
-                        acc = (logits.argmax(-1)[real] == b["actions"].to(device)[real]).float().mean().item()
+                        acc = (logits.argmax(-1)[real] == actions[real]).float().mean().item()
                     metrics = {"loss/action": loss.item(), "stats/action_accuracy": acc,
                                "stats/grad_norm": float(grad_norm), "stats/lr": lr,
                                "perf/steps_per_s": window_steps / window_s,

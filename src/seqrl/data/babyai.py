@@ -29,8 +29,8 @@ from seqrl.data.minari_data import create_in_place, datasets_root
 from seqrl.data.offline import DatasetError, Episode, OfflineDataset
 from seqrl.envs.babyai import BOS, N_ACTIONS, BabyAIEpisode, bot_episode, demo_reset_seed, make_babyai, resolve_level
 
-__all__ = ["IMAGE_SHAPE", "OBS_DIM", "babyai_dataset_id", "build_babyai", "collect_demos", "load_babyai",
-           "pack_episodes", "quick_babyai", "unpack_obs", "write_babyai"]
+__all__ = ["IMAGE_SHAPE", "OBS_DIM", "PACKED", "babyai_dataset_id", "build_babyai", "collect_demos", "load_babyai",
+           "pack_episodes", "quick_babyai", "read_packed", "unpack_obs", "write_babyai", "write_packed"]
 
 IMAGE_SHAPE = (7, 7, 3)
 _IMG = int(np.prod(IMAGE_SHAPE))
@@ -50,23 +50,31 @@ def babyai_dataset_id(level: str, episodes: int, seed: int, version: int = 0) ->
     return f"seqrl/babyai/{short}-n{episodes}-s{seed}-v{version}"
 
 
-def collect_demos(level: str, episodes: int, seed: int = 0, progress: bool = False) -> tuple[list[BabyAIEpisode], Counter]:
-    """`episodes` successful bot episodes of `level` (indices 0, 1, … skipping failures) and the failures by reason."""
+def collect_demos(level: str, episodes: int, seed: int = 0, progress: bool = False,
+                  workers: int = 1) -> tuple[list[BabyAIEpisode], Counter]:
+    """`episodes` successful bot episodes of `level` (indices 0, 1, … skipping failures) and the failures by reason.
+
+    workers > 1: attempts run in that many processes, in chunks of consecutive indices, and are merged
+    in index order — the same episodes and failure counts as one process, since an attempt is a pure
+    function of (level, `demo_reset_seed` (seed, index)).
+    """
     from seqrl.utils.progress import progress_bar
 
     if episodes < 1:
         raise DatasetError(f"episodes must be >= 1 (got {episodes})")
+    if not isinstance(workers, int) or workers < 1:
+        raise DatasetError(f"workers must be an int >= 1 (got {workers!r})")
     env_id = resolve_level(level)
-    env = make_babyai(env_id)
-    demos: list[BabyAIEpisode] = []
-    failures: Counter = Counter()
-    index = 0
-    try:
-        with progress_bar(episodes, f"bot demos {env_id}", disable=not progress) as bar:
+    with progress_bar(episodes, f"bot demos {env_id}", disable=not progress) as bar:
+        if workers > 1:
+            return _collect_parallel(env_id, episodes, seed, workers, bar)
+        env = make_babyai(env_id)
+        demos: list[BabyAIEpisode] = []
+        failures: Counter = Counter()
+        index = 0
+        try:
             while len(demos) < episodes:
-                if sum(failures.values()) > MAX_ATTEMPTS_FACTOR * episodes + 100:
-                    raise DatasetError(f"{env_id}: the bot failed {sum(failures.values())} times for {len(demos)} "
-                                       f"successes ({dict(failures)}); this level is not one it solves")
+                _check_failures(env_id, failures, len(demos), episodes)
                 ep, why = bot_episode(env, demo_reset_seed(seed, index))
                 index += 1
                 if ep is None:
@@ -74,9 +82,63 @@ def collect_demos(level: str, episodes: int, seed: int = 0, progress: bool = Fal
                     continue
                 demos.append(ep)
                 bar.advance(1, failed=sum(failures.values()))
-    finally:
-        env.close()
+        finally:
+            env.close()
     return demos, failures
+
+
+def _check_failures(env_id: str, failures: Counter, successes: int, episodes: int) -> None:
+    if sum(failures.values()) > MAX_ATTEMPTS_FACTOR * episodes + 100:
+        raise DatasetError(f"{env_id}: the bot failed {sum(failures.values())} times for {successes} "
+                           f"successes ({dict(failures)}); this level is not one it solves")
+
+
+def _collect_parallel(env_id: str, episodes: int, seed: int, workers: int, bar) -> tuple[list[BabyAIEpisode], Counter]:
+    """`collect_demos` over `workers` processes: rounds of index chunks until the first `episodes`
+    successes are known, then the in-order scan one process would have made."""
+    import multiprocessing as mp
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    from seqrl.data import babyai_workers
+
+    attempts: list = []  # attempts[i]: (episode or None, why) of index i, filled as a prefix
+    shown = 0
+    # spawn: the parent may hold torch's threads, which fork would copy half-locked
+    with ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn")) as pool:
+        while True:
+            demos: list[BabyAIEpisode] = []
+            failures: Counter = Counter()
+            for ep, why in attempts:  # the sequential scan, failure limit included
+                if len(demos) == episodes:
+                    break
+                _check_failures(env_id, failures, len(demos), episodes)
+                if ep is None:
+                    failures[why] += 1
+                else:
+                    demos.append(ep)
+            if len(demos) == episodes:
+                return demos, failures
+            _check_failures(env_id, failures, len(demos), episodes)
+            missing = episodes - len(demos)
+            ok_rate = len(demos) / len(attempts) if attempts else 1.0
+            n = max(workers, int(np.ceil(missing / max(ok_rate, 0.05) * (1.0 if not attempts else 1.1))))
+            chunk = max(1, min(64, -(-n // (4 * workers))))
+            base = len(attempts)
+            futures = [pool.submit(babyai_workers.attempt_chunk, env_id, seed, a, min(a + chunk, base + n))
+                       for a in range(base, base + n, chunk)]
+            got: dict[int, list] = {}
+            try:
+                for fut in as_completed(futures):
+                    start, rows = fut.result()
+                    got[start] = rows
+                    new = min(sum(ep is not None for ep, _ in rows), episodes - shown)
+                    shown += new
+                    bar.advance(new)
+            except BaseException:  # a worker died or Ctrl-C: drop the queued chunks instead of running them
+                pool.shutdown(wait=False, cancel_futures=True)
+                raise
+            for start in sorted(got):
+                attempts.extend(got[start])
 
 
 def pack_episodes(demos: list[BabyAIEpisode], missions: list[str] | None = None) -> tuple[list[Episode], list[str]]:
@@ -151,32 +213,122 @@ def write_babyai(dataset_id: str, demos: list[BabyAIEpisode], env_id: str, *, ro
                                                   "mission": [d.mission] * len(d.directions)},
                              actions=d.actions, rewards=d.rewards.astype(np.float64), terminations=d.terminations,
                              truncations=d.truncations, infos={}) for k, d in enumerate(demos)]
-    return create_in_place(dataset_id, root, buffers, env=env_id, eval_env=env_id,
+    path = create_in_place(dataset_id, root, buffers, env=env_id, eval_env=env_id,
                            algorithm_name="minigrid BabyAIBot", author="seqrl", observation_space=_observation_space(),
                            action_space=gym.spaces.Discrete(N_ACTIONS), description=description, data_format="hdf5")
+    write_packed(path, demos)
+    return path
 
 
 def build_babyai(level: str, episodes: int = 1000, seed: int = 0, out: str | os.PathLike | None = None,
-                 force: bool = False, progress: bool = False) -> tuple[Path, dict]:
-    """Collect bot demonstrations of `level` and write them (`babyai_dataset_id`); returns (folder, summary)."""
+                 force: bool = False, progress: bool = False, workers: int = 1) -> tuple[Path, dict]:
+    """Collect bot demonstrations of `level` (in `workers` processes) and write them (`babyai_dataset_id`);
+    returns (folder, summary). The dataset's bytes do not depend on `workers`."""
     env_id = resolve_level(level)
     ds_id = babyai_dataset_id(env_id, episodes, seed)
     root = Path(out) if out is not None else datasets_root()
     if (root / ds_id).exists() and not force:
         raise DatasetError(f"Minari dataset {ds_id} already exists at {root / ds_id} (pass --force to rebuild it)")
     t0 = time.perf_counter()
-    demos, failures = collect_demos(env_id, episodes, seed, progress=progress)
+    demos, failures = collect_demos(env_id, episodes, seed, progress=progress, workers=workers)
     build_s = time.perf_counter() - t0
     lengths = np.array([len(d.actions) for d in demos])
     summary = {"dataset": ds_id, "env_id": env_id, "episodes": len(demos), "steps": int(lengths.sum()),
                "mean_length": float(lengths.mean()), "missions": len({d.mission for d in demos}),
                "bot_failures": sum(failures.values()), "failure_reasons": dict(failures),
-               "demos_per_s": round(len(demos) / max(build_s, 1e-9), 1)}
+               "demos_per_s": round(len(demos) / max(build_s, 1e-9), 1), "workers": workers}
     description = (f"BabyAI bot demonstrations of {env_id}: {len(demos)} episodes, {summary['steps']} steps, "
                    f"seed {seed}, {summary['bot_failures']} bot failures skipped; built by `seqrl data babyai "
                    f"{env_id} --episodes {episodes} --seed {seed}`")
     path = write_babyai(ds_id, demos, env_id, root=root, description=description, force=force)
     return path, {**summary, "path": str(path)}
+
+
+PACKED = "seqrl_packed"
+"""Folder beside a dataset's ``data/``: its episodes as flat .npy arrays, read instead of the HDF5 file
+(Minari reads one HDF5 group per episode: ≈ 5–20 ms each, minutes for 20k episodes)."""
+_PACKED_VERSION = 1
+
+
+def _sha256(file: Path) -> str:
+    import hashlib
+
+    h = hashlib.sha256()
+    with open(file, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def write_packed(folder: str | os.PathLike, demos: list[BabyAIEpisode]) -> Path:
+    """Write `demos` (the episodes of the Minari dataset at `folder`, in order) as `PACKED` .npy arrays,
+    fingerprinted with the SHA-256 of ``data/main_data.hdf5`` so a changed dataset never reads stale
+    arrays; atomic (temporary folder, then renamed in). Deterministic bytes for the same episodes."""
+    import json
+    import shutil
+    import tempfile
+
+    folder = Path(folder)
+    dest = folder / PACKED
+    missions = sorted({d.mission for d in demos})
+    lookup = {m: i for i, m in enumerate(missions)}
+    arrays = {
+        "images": np.concatenate([d.images for d in demos]).astype(np.uint8),  # (Σ T+1, 7, 7, 3)
+        "directions": np.concatenate([d.directions for d in demos]).astype(np.int64),  # (Σ T+1,)
+        "actions": np.concatenate([d.actions for d in demos]).astype(np.int64),  # (Σ T,)
+        "rewards": np.concatenate([d.rewards for d in demos]).astype(np.float32),
+        "terminations": np.concatenate([d.terminations for d in demos]).astype(bool),
+        "truncations": np.concatenate([d.truncations for d in demos]).astype(bool),
+        "lengths": np.array([len(d.actions) for d in demos], dtype=np.int64),  # (E,)
+        "mission_index": np.array([lookup[d.mission] for d in demos], dtype=np.int64),  # (E,)
+    }
+    tmp = Path(tempfile.mkdtemp(dir=folder, prefix=f".{PACKED}-"))
+    try:
+        for name, a in arrays.items():
+            np.save(tmp / f"{name}.npy", a, allow_pickle=False)
+        (tmp / "index.json").write_text(json.dumps({"version": _PACKED_VERSION, "episodes": len(demos),
+                                                    "missions": missions,
+                                                    "hdf5_sha256": _sha256(folder / "data" / "main_data.hdf5")},
+                                                   indent=1), encoding="utf-8")
+        if dest.exists():
+            shutil.rmtree(dest)
+        os.replace(tmp, dest)
+    except OSError:  # another process put it there first, or a read-only folder: the HDF5 file still serves
+        pass
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return dest
+
+
+def read_packed(folder: str | os.PathLike) -> list[BabyAIEpisode] | None:
+    """The episodes `write_packed` stored for the dataset at `folder`, or None when there are none or they
+    do not match its ``data/main_data.hdf5`` (version or fingerprint)."""
+    import json
+
+    folder = Path(folder)
+    src = folder / PACKED
+    try:
+        index = json.loads((src / "index.json").read_text(encoding="utf-8"))
+        if index.get("version") != _PACKED_VERSION or index.get("hdf5_sha256") != _sha256(folder / "data" / "main_data.hdf5"):
+            return None
+        a = {name: np.load(src / f"{name}.npy", allow_pickle=False)
+             for name in ("images", "directions", "actions", "rewards", "terminations", "truncations", "lengths",
+                          "mission_index")}
+    except (OSError, ValueError, KeyError):
+        return None
+    lengths, missions = a["lengths"], index["missions"]
+    if len(lengths) != index["episodes"] or a["actions"].shape[0] != lengths.sum() or \
+            a["images"].shape[0] != lengths.sum() + len(lengths):
+        return None
+    act_end, obs_end = np.cumsum(lengths), np.cumsum(lengths + 1)
+    demos = []
+    for k, T in enumerate(lengths):
+        a0, o0 = act_end[k] - T, obs_end[k] - T - 1
+        demos.append(BabyAIEpisode(images=a["images"][o0:o0 + T + 1], directions=a["directions"][o0:o0 + T + 1],
+                                   mission=missions[a["mission_index"][k]], actions=a["actions"][a0:a0 + T],
+                                   rewards=a["rewards"][a0:a0 + T], terminations=a["terminations"][a0:a0 + T],
+                                   truncations=a["truncations"][a0:a0 + T], reset_seed=-1))
+    return demos
 
 
 def load_babyai(spec: str | os.PathLike) -> OfflineDataset:
@@ -196,6 +348,21 @@ def load_babyai(spec: str | os.PathLike) -> OfflineDataset:
         raise DatasetError(f"{spec}: cannot open as a Minari dataset: {e}") from e
     env_spec = dataset.spec.env_spec
     env_id = env_spec.id if env_spec is not None else ""
+    demos = read_packed(data.parent)
+    if demos is None:
+        demos = _read_minari(dataset, spec)
+        if demos:
+            write_packed(data.parent, demos)  # the next load reads arrays (best effort)
+    if not demos:
+        raise DatasetError(f"{spec}: has no episodes")
+    try:
+        return _offline(demos, env_id, spec, {"level": env_id, "description": dataset.storage.metadata.get("description")})
+    except DatasetError as e:
+        raise DatasetError(f"{spec}: {e}") from e
+
+
+def _read_minari(dataset, spec: str) -> list[BabyAIEpisode]:
+    """Every episode of an open `MinariDataset`, checked; errors name `spec` and the episode."""
     demos = []
     for ep in dataset.iterate_episodes():
         where = f"{spec}: episode {ep.id}"
@@ -216,9 +383,4 @@ def load_babyai(spec: str | os.PathLike) -> OfflineDataset:
                                    rewards=np.asarray(ep.rewards, dtype=np.float32),
                                    terminations=np.asarray(ep.terminations, dtype=bool),
                                    truncations=np.asarray(ep.truncations, dtype=bool), reset_seed=-1))
-    if not demos:
-        raise DatasetError(f"{spec}: has no episodes")
-    try:
-        return _offline(demos, env_id, spec, {"level": env_id, "description": dataset.storage.metadata.get("description")})
-    except DatasetError as e:
-        raise DatasetError(f"{spec}: {e}") from e
+    return demos

@@ -316,10 +316,12 @@ class VLAModel(nn.Module):
         if previous_actions.shape != (B, K):
             raise ValueError(f"VLAModel: previous_actions must be ({B}, {K}) (got {tuple(previous_actions.shape)})")
         if not torch.compiler.is_compiling():
-            if int(image.min()) < 0 or int(image.max()) >= CELL_VALUES:
-                raise ValueError(f"VLAModel: image values must lie in [0, {CELL_VALUES}) (got {int(image.min())}.."
-                                 f"{int(image.max())})")
-            if int(previous_actions.min()) < 0 or int(previous_actions.max()) > self.action_dim:
+            # one device→host sync for all four bounds (each int() would be one on a GPU)
+            lo_i, hi_i, lo_a, hi_a = torch.stack([image.min().long(), image.max().long(), previous_actions.min().long(),
+                                                  previous_actions.max().long()]).tolist()
+            if lo_i < 0 or hi_i >= CELL_VALUES:
+                raise ValueError(f"VLAModel: image values must lie in [0, {CELL_VALUES}) (got {lo_i}..{hi_i})")
+            if lo_a < 0 or hi_a > self.action_dim:
                 raise ValueError(f"VLAModel: previous_actions must lie in [0, {self.action_dim}]")
         direction = torch.zeros_like(previous_actions) if direction is None else direction.long()
         tokens, token_mask, sentence = self.language(text)  # (B, L, d), (B, L), (B, d)

@@ -1,0 +1,199 @@
+#!/usr/bin/env python
+"""VLA throughput on BabyAI: training samples/s and evaluation env steps/s (fp32 vs bf16 autocast), bot
+demonstrations/s (1 and 2 worker processes), and the held-out GoToLocal success of a quick run.
+
+    python benchmarks/vla_throughput.py --quick     # ≈ 2–3 min on a loaded 2-core machine
+    python benchmarks/vla_throughput.py             # more demonstrations, repeats and a longer training run
+
+* demos/s: `seqrl data babyai GoToLocal --episodes N --workers W` run as a command; its demos/s counts
+  the collection (worker start-up included: a spawned worker imports minigrid first), not the write.
+* training samples/s: the trainer's own step (`seqrl.algos.vla.bc_loss`, backward, clipping, AdamW) on
+  the gotolocal preset's model (d 64, 2 layers, K 4, FiLM + GRU) and batch (64 windows); fp32 and bf16
+  autocast in alternating blocks, median of the blocks. Samples = windows of K steps.
+* eval env steps/s: `seqrl.algos.vla.evaluate` (all episodes in lockstep, one batched forward per env
+  step) on held-out GoToLocal layouts, env steps taken / wall seconds; fp32 and bf16 autocast alternating.
+* gotolocal_success: `seqrl train vla` with the gotolocal preset cut to a few hundred in-memory
+  demonstrations and steps (the `quick_run` settings below), held-out success over its eval episodes.
+  A pipeline figure, far below what the full preset reaches.
+
+One torch thread (`--threads`). The last printed line is one JSON object with every figure, the CPU
+model, torch's CPU capabilities (avx512_bf16, amx_bf16) and the load average at start and end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))  # runnable from a checkout without installing the package
+
+import torch  # noqa: E402
+
+from seqrl.algos.common import OptimConfig, RunConfig, make_optimizer  # noqa: E402
+from seqrl.algos.vla import (  # noqa: E402
+    VLAConfig,
+    VLADataConfig,
+    VLAEvalConfig,
+    bc_loss,
+    build_policy,
+    evaluate,
+    train,
+)
+from seqrl.cli import resolve_config  # noqa: E402
+from seqrl.config import load_config  # noqa: E402
+from seqrl.data.babyai import quick_babyai  # noqa: E402
+from seqrl.data.offline import Trajectories  # noqa: E402
+
+LEVEL = "BabyAI-GoToLocal-v0"
+
+
+def machine_info() -> dict:
+    """CPU model and the capabilities that decide fp32 vs bf16 speed."""
+    caps = torch.cpu.get_capabilities() if hasattr(torch.cpu, "get_capabilities") else {}
+    model = ""
+    try:
+        out = subprocess.run(["lscpu"], capture_output=True, text=True, timeout=10).stdout
+        model = next((line.split(":", 1)[1].strip() for line in out.splitlines() if line.startswith("Model name")), "")
+    except (OSError, subprocess.SubprocessError):
+        pass
+    return {"cpu_model": model, "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+            "avx512_bf16": bool(caps.get("avx512_bf16", False)), "amx_bf16": bool(caps.get("amx_bf16", False)),
+            "cpu_count": os.cpu_count()}
+
+
+def load() -> list[float]:
+    return [round(x, 2) for x in os.getloadavg()]
+
+
+def demos_per_s(episodes: int, workers: int) -> dict:
+    """`seqrl data babyai GoToLocal --workers W` in a subprocess (as a user runs it): its own demos/s figure
+    (bot time, worker start-up included) and the command's wall time."""
+    with tempfile.TemporaryDirectory() as tmp:
+        cmd = [sys.executable, "-m", "seqrl", "data", "babyai", LEVEL, "--episodes", str(episodes), "--seed", "0",
+               "--workers", str(workers), "--out", tmp]
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
+        t0 = time.perf_counter()
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900)
+        wall = time.perf_counter() - t0
+    if proc.returncode:
+        raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}): {proc.stderr[-2000:]}")
+    summary = json.loads(proc.stdout.strip().splitlines()[-1])
+    return {"episodes": summary["episodes"], "steps": summary["steps"], "demos_per_s": summary["demos_per_s"],
+            "command_wall_s": round(wall, 2), "bot_failures": summary["bot_failures"]}
+
+
+def preset() -> VLAConfig:
+    return load_config(VLAConfig, resolve_config("gotolocal", "vla"))
+
+
+def train_rate(dataset, steps_per_block: int, blocks: int, batch_size: int) -> dict:
+    """Median samples/s of the training step, fp32 and bf16 blocks alternating on one policy."""
+    cfg = preset()
+    torch.manual_seed(0)
+    policy = build_policy(cfg, dataset)
+    optimizer, _ = make_optimizer(policy, cfg.optim, 10_000, fused=True)
+    data = Trajectories(dataset, 1.0, 100_000, "vla.model", windows="cover")
+    mission_ids = policy.encode_missions(list(dataset.metadata["missions"]))
+    K = cfg.model.context_len
+    rates: dict[str, list[float]] = {"fp32": [], "bf16": []}
+    step = 0
+
+    def one(bf16: bool) -> None:
+        nonlocal step
+        loss, *_ = bc_loss(policy, data.batch(step, batch_size, K, 0), mission_ids, bf16)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(policy.parameters(), 1.0)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        step += 1
+
+    policy.train()
+    for bf16 in (False, True):  # warm-up: first calls allocate and pick kernels
+        for _ in range(2):
+            one(bf16)
+    for _ in range(blocks):
+        for name, bf16 in (("fp32", False), ("bf16", True)):
+            t0 = time.perf_counter()
+            for _ in range(steps_per_block):
+                one(bf16)
+            rates[name].append(steps_per_block * batch_size / (time.perf_counter() - t0))
+    out = {f"train_samples_per_s_{k}": round(statistics.median(v), 1) for k, v in rates.items()}
+    out["train_bf16_speedup"] = round(out["train_samples_per_s_bf16"] / out["train_samples_per_s_fp32"], 3)
+    out["train_blocks"] = {k: [round(x, 1) for x in v] for k, v in rates.items()}
+    return out
+
+
+def eval_rate(dataset, episodes: int, blocks: int) -> dict:
+    """Median env steps/s of batched held-out evaluation, fp32 and bf16 autocast alternating."""
+    cfg = preset()
+    torch.manual_seed(0)
+    policy = build_policy(cfg, dataset)
+    rates: dict[str, list[float]] = {"fp32": [], "bf16": []}
+    for _ in range(blocks):
+        for name, bf16 in (("fp32", False), ("bf16", True)):
+            t0 = time.perf_counter()
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+                m, _, _ = evaluate(policy, LEVEL, episodes, seed=0)
+            env_steps = m["eval/episode_length"] * m["eval/episodes"]
+            rates[name].append(env_steps / (time.perf_counter() - t0))
+    out = {f"eval_env_steps_per_s_{k}": round(statistics.median(v), 1) for k, v in rates.items()}
+    out["eval_bf16_speedup"] = round(out["eval_env_steps_per_s_bf16"] / out["eval_env_steps_per_s_fp32"], 3)
+    return out
+
+
+def quick_run(episodes: int, steps: int, eval_episodes: int, out_dir: str) -> dict:
+    """The gotolocal preset on `episodes` in-memory demonstrations for `steps` steps; held-out success."""
+    cfg = preset()
+    cfg.data = VLADataConfig(dataset="quick:GoToLocal", quick_episodes=episodes, quick_seed=0)
+    cfg.run = RunConfig(name="vla_bench_gotolocal", out_dir=out_dir, seed=0, log_every=50, progress=False)
+    cfg.eval = VLAEvalConfig(every=0, episodes=eval_episodes, seed=0, strip=False)
+    cfg.optim = OptimConfig(**{**cfg.optim.__dict__, "warmup_steps": min(cfg.optim.warmup_steps, steps // 10)})
+    cfg.steps = steps
+    t0 = time.perf_counter()
+    final = train(cfg)
+    return {"gotolocal_success": final["eval/success_rate"], "gotolocal_episode_length": final["eval/episode_length"],
+            "gotolocal_setting": f"{episodes} demos, {steps} steps x {cfg.batch_size}, {eval_episodes} held-out episodes",
+            "gotolocal_run_s": round(time.perf_counter() - t0, 1)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--quick", action="store_true", help="small sizes (≈ 2–3 min on 2 loaded cores)")
+    p.add_argument("--threads", type=int, default=1)
+    args = p.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    q = args.quick
+    result: dict = {"benchmark": "vla_throughput", "quick": q, "threads": args.threads, **machine_info(),
+                    "load_avg_start": load()}
+    n_demo = 150 if q else 1000
+    result["demos_1_worker"] = demos_per_s(n_demo, 1)
+    result["demos_2_workers"] = demos_per_s(n_demo, 2)
+    result["demos_per_s_1_worker"] = result["demos_1_worker"]["demos_per_s"]
+    result["demos_per_s_2_workers"] = result["demos_2_workers"]["demos_per_s"]
+    print(f"demos/s: 1 worker {result['demos_per_s_1_worker']}, 2 workers {result['demos_per_s_2_workers']}", flush=True)
+    dataset = quick_babyai(LEVEL, episodes=200, seed=0)
+    result.update(train_rate(dataset, steps_per_block=10 if q else 40, blocks=2 if q else 4,
+                             batch_size=preset().batch_size))
+    print(f"train samples/s: fp32 {result['train_samples_per_s_fp32']}, bf16 {result['train_samples_per_s_bf16']}",
+          flush=True)
+    result.update(eval_rate(dataset, episodes=50 if q else 200, blocks=2 if q else 3))
+    print(f"eval env steps/s: fp32 {result['eval_env_steps_per_s_fp32']}, bf16 {result['eval_env_steps_per_s_bf16']}",
+          flush=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        result.update(quick_run(300 if q else 1000, 300 if q else 1500, 100 if q else 200, tmp))
+    print(f"gotolocal_success: {result['gotolocal_success']} ({result['gotolocal_setting']})", flush=True)
+    result["load_avg_end"] = load()
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
