@@ -162,6 +162,27 @@ def test_plain_module_with_shared_weights(tmp_path):
     assert model2.head.weight is model2.embed.weight
 
 
+def test_plain_module_whose_weights_are_views_of_one_buffer(tmp_path):
+    """As cuDNN lays out a GRU's weights on a CUDA device (one flat buffer, each weight a view):
+    safetensors' save_model refused it; the checkpoint stores each view's values."""
+    class Flat(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            flat = torch.randn(10)
+            self.a = nn.Parameter(flat[:4].view(2, 2))
+            self.b = nn.Parameter(flat[4:])
+            self.register_buffer("c", flat[4:7])
+
+    torch.manual_seed(0)
+    model = Flat()
+    save_checkpoint(tmp_path, 1, model)
+    torch.manual_seed(1)
+    model2 = Flat()
+    load_checkpoint(tmp_path / "checkpoint-1", model2, restore_rng=False)
+    for name in ("a", "b", "c"):
+        assert torch.equal(getattr(model2, name), getattr(model, name)), name
+
+
 def test_tokenizer_is_saved(tmp_path):
     class FakeTokenizer:
         def save_pretrained(self, directory) -> None:

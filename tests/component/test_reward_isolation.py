@@ -181,8 +181,9 @@ def test_without_landlock_a_root_worker_still_writes_no_file(tmp_path):
     p = WorkerPool(workers=1, memory_mb=256, preload=(*DEFAULT_PRELOAD, __name__))
     try:
         p.spec["confine"] = None  # as on a kernel without Landlock (and seccomp)
+        p.spec["uid"] = None  # and no spare uid to drop to: the worker stays root
         p._replace(p._acquire())
-        assert "landlock" not in p.layers and "mountns_ro" in p.layers
+        assert "landlock" not in p.layers and "mountns_ro" in p.layers and "setuid" not in p.layers
         target = tmp_path / "F"
         out = p.call(run_python_expr, (f"__import__('pathlib').Path('{target}').touch()",), timeout_s=5.0)
         assert out.status == "error" and "Read-only file system" in out.reason

@@ -7,7 +7,8 @@ A checkpoint directory holds:
   ``from_pretrained`` too), or
   ``adapter_model.safetensors`` + ``adapter_config.json`` for a `peft` model (LoRA: only the
   adapter; the config names the frozen base model's path), or
-  ``safetensors.torch.save_model`` for any other ``nn.Module``;
+  the state dict of any other ``nn.Module`` in ``model.safetensors`` (`module_weights`: tied
+  weights once, every tensor copied out of shared storage);
 * the tokenizer files when a tokenizer is given;
 * ``optimizer.pt`` — ``{"optimizer": state_dict | None, "scheduler": state_dict | None}``;
 * ``rng.pt`` — `seqrl.utils.seeding.get_rng_state` of the saving process;
@@ -122,7 +123,7 @@ def save_checkpoint(
             # (transformers 5 would otherwise revert e.g. fused MoE experts to the legacy layout)
             model.save_pretrained(tmp, save_original_format=False)
         else:
-            safetensors.torch.save_model(model, str(tmp / WEIGHTS_FILE))
+            safetensors.torch.save_file(module_weights(model), str(tmp / WEIGHTS_FILE), metadata={"format": "pt"})
         if tokenizer is not None:
             tokenizer.save_pretrained(tmp)
         if optim_state is not None:
@@ -383,6 +384,22 @@ def _read_weights(path: Path) -> dict[str, torch.Tensor]:
         except Exception as e:  # safetensors raises its own error type for corrupt files
             raise CheckpointError(f"{file}: cannot read weights: {e}") from e
     return weights
+
+
+def module_weights(model: nn.Module) -> dict[str, torch.Tensor]:
+    """``model.state_dict()`` as safetensors can store it: a tied tensor (same storage, offset, shape
+    and strides as an earlier key) once, under its first name, and each kept tensor copied to its own
+    CPU storage. `safetensors.torch.save_model` refuses views that share a storage without one
+    covering it — cuDNN's flattened RNN weights (a GRU on a CUDA device) are such views."""
+    out: dict[str, torch.Tensor] = {}
+    seen: set[tuple] = set()
+    for key, t in model.state_dict().items():
+        ident = (t.device, t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape), t.stride(), t.dtype)
+        if t.numel() and ident in seen:
+            continue
+        seen.add(ident)
+        out[key] = t.detach().to("cpu", copy=True).contiguous()
+    return out
 
 
 def _load_weights(path: Path, model: nn.Module) -> None:
