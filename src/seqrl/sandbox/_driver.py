@@ -893,17 +893,206 @@ def probe(spec_json: str) -> dict:
     return out
 
 
+# ----------------------------------------------------------------------------- zygote
+# ``--zygote CTRL_FD``: a pre-started driver interpreter (``runner`` keeps one per concurrent run)
+# that forks a fresh process tree per run instead of starting an interpreter. It holds no run data:
+# the run's messages (solution, tests) go through the run's own stdin pipe straight to the driver it
+# forks; over the control socket come only the run's pipes (SCM_RIGHTS) and its metadata (rlimits
+# string, cgroup files, working dir, environment). Per run:
+#
+#   zygote ── fork ──▶ leader (host pid ns, root): new session; PDEATHSIG; unshare(net, mount, pid);
+#                      mounts private; the run's fds as 0–4, every other fd closed; cwd, environment;
+#                      in the run's cgroups (the zygote moves it in while it unshares) — then
+#             ── fork ──▶ driver (PID 1 of the new pid ns): PDEATHSIG; a fresh /proc; ``main`` as if
+#                         started as ``python -I -S _driver.py 3 LIMITS CGROUPS``
+#
+# exactly what ``setpriv --no-new-privs unshare --net --pid --fork --kill-child --mount-proc`` did.
+# The leader waits for the driver and exits with its status (a signal as 128 + signo); the zygote
+# reports that status and reaps the leader only when the runner says so (its pid, the run's process
+# group id, cannot be reused while the runner may still kill that group).
+
+_ZY_NR = {"x86_64": {"prctl": 157, "unshare": 272}, "aarch64": {"prctl": 167, "unshare": 97}}
+_CLONE_NEWNS, _CLONE_NEWPID, _CLONE_NEWNET = 0x00020000, 0x20000000, 0x40000000
+_MS_REC_PRIVATE = 16384 | (1 << 18)
+_MS_NOSUID_NODEV_NOEXEC = 2 | 4 | 8
+_PR_SET_PDEATHSIG, _PR_SET_NO_NEW_PRIVS, _SIGKILL = 1, 38, 9
+RUN_FDS = 5  # stdin, stdout, stderr, result (3), report (4; /dev/null when the run has none)
+
+
+def _zygote_leader(sys_: _Sys, zygote_pid: int, sock, fds: list[int], meta: dict) -> None:
+    """The forked run leader: never returns (every path ends in ``os._exit``)."""
+    code = 125
+    try:
+        import fcntl
+
+        nr = _ZY_NR[os.uname().machine]
+        sys_(nr["prctl"], _PR_SET_PDEATHSIG, _SIGKILL, 0, 0, 0)  # the zygote dies → the run dies
+        if os.getppid() != zygote_pid:
+            os._exit(code)
+        os.setsid()
+        sock.detach()  # its fd is closed below; the object must never close a reused number
+        high = [fcntl.fcntl(fd, fcntl.F_DUPFD, 64) for fd in fds]  # out of the way of 0–4
+        for i, fd in enumerate(high):
+            os.dup2(fd, i)  # inheritable, like Popen's pipes and pass_fds
+        os.closerange(RUN_FDS, 1 << 20)  # the control socket and every other zygote fd
+        if not meta.get("report"):
+            os.close(RUN_FDS - 1)  # no report pipe: the driver holds only 0–3
+        sys_(nr["unshare"], _CLONE_NEWNS | _CLONE_NEWPID | _CLONE_NEWNET)
+        root = sys_.buf(b"/\0")
+        sys_(MOUNT_NR[os.uname().machine], sys_.buf(b"none\0"), root, None, _MS_REC_PRIVATE, None)
+        os.chdir(meta["cwd"])
+        os.environ.clear()
+        os.environ.update(meta["env"])
+        if meta["cgroups"] != "-":
+            _join_cgroup(meta["cgroups"])  # fail closed: nothing is forked outside the run's cgroups
+        pid = os.fork()
+        if pid == 0:
+            _zygote_driver(sys_, nr, meta)  # never returns
+        for fd in range(RUN_FDS if meta.get("report") else RUN_FDS - 1):
+            os.close(fd)  # the run's pipes reach EOF when the driver's tree is gone, not when we are
+        while True:
+            try:
+                _, st = os.waitpid(pid, 0)
+                break
+            except InterruptedError:
+                continue
+        code = os.WEXITSTATUS(st) if os.WIFEXITED(st) else 128 + os.WTERMSIG(st)
+    except BaseException:
+        code = 126
+    finally:
+        os._exit(code)
+
+
+def _zygote_driver(sys_: _Sys, nr: dict, meta: dict) -> None:
+    """PID 1 of the run's pid namespace: a fresh /proc, then the driver's ``main``; never returns."""
+    rc = 1
+    try:
+        sys_(nr["prctl"], _PR_SET_PDEATHSIG, _SIGKILL, 0, 0, 0)  # the leader dies → the namespace dies
+        sys_(MOUNT_NR[os.uname().machine], sys_.buf(b"proc\0"), sys_.buf(b"/proc\0"), sys_.buf(b"proc\0"),
+             _MS_NOSUID_NODEV_NOEXEC, None)
+        sys.argv[:] = [sys.argv[0], "3", meta["limits"], meta["cgroups"]]
+        rc = main(sys.argv)
+    except BaseException:
+        try:
+            import traceback
+
+            traceback.print_exc()
+        except BaseException:
+            pass
+    finally:
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        finally:
+            os._exit(rc)
+
+
+def zygote_main(ctrl_fd: int) -> int:
+    """Serve runs over ``ctrl_fd`` (an AF_UNIX SOCK_SEQPACKET socket) until it closes. One run at a
+    time: ``{"run": meta}`` + the run's fds → ``{"pid": leader}``, later ``{"exit": status}``; the
+    next message (or ``{"reap": 1}``) reaps that leader. Single-threaded by construction (it never
+    starts a thread), which the ``ready`` message reports."""
+    import _socket
+    import select
+
+    global _SYS
+    sock = _socket.socket(fileno=ctrl_fd)
+    sys_ = _SYS = _Sys()
+    nr = _ZY_NR.get(os.uname().machine)
+    me = os.getpid()
+
+    def send(obj) -> None:
+        sock.send(json_dumps(obj).encode())
+
+    if nr is None:
+        send({"ready": False, "error": f"no zygote on {os.uname().machine}"})
+        return 1
+    if not _no_new_privs():
+        sys_(nr["prctl"], _PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+    send({"ready": True, "threads": len(os.listdir("/proc/self/task")), "pid": me})
+    leader = None
+    while True:
+        try:
+            data, anc, _, _ = sock.recvmsg(1 << 16, _socket.CMSG_SPACE(4 * RUN_FDS))
+        except InterruptedError:
+            continue
+        fds: list[int] = []
+        for level, kind, blob in anc:
+            if level == _socket.SOL_SOCKET and kind == _socket.SCM_RIGHTS:
+                fds += [int.from_bytes(blob[i:i + 4], sys.byteorder) for i in range(0, len(blob) - 3, 4)]
+        if leader is not None:  # the runner is done with the last run: its group id may be reused now
+            try:
+                os.killpg(leader, _SIGKILL)
+            except OSError:
+                pass
+            os.waitpid(leader, 0)
+            leader = None
+        if not data:
+            for fd in fds:
+                os.close(fd)
+            return 0  # the runner closed the socket
+        msg = json_loads(data)
+        meta = msg.get("run") if type(msg) is dict else None
+        if type(meta) is not dict or len(fds) != RUN_FDS:
+            for fd in fds:
+                os.close(fd)
+            if type(msg) is dict and msg.get("reap"):
+                continue
+            send({"error": "bad request"})
+            continue
+        leader = os.fork()
+        if leader == 0:
+            _zygote_leader(sys_, me, sock, fds, meta)  # never returns
+        for fd in fds:
+            os.close(fd)
+        send({"pid": leader})
+        for procs in (meta["cgroups"].split(",") if meta["cgroups"] != "-" else ()):
+            try:  # while the leader unshares; it checks and joins by itself if this failed
+                fd = os.open(procs, os.O_WRONLY)
+                try:
+                    os.write(fd, str(leader).encode())
+                finally:
+                    os.close(fd)
+            except OSError:
+                pass
+        pidfd = os.pidfd_open(leader)
+        poller = select.poll()
+        poller.register(pidfd, select.POLLIN)
+        poller.register(ctrl_fd, select.POLLIN)
+        try:
+            while True:
+                ready = {fd for fd, _ in poller.poll()}
+                if pidfd in ready:
+                    info = os.waitid(os.P_PID, leader, os.WEXITED | os.WNOWAIT)
+                    status = info.si_status if info.si_code == os.CLD_EXITED else 128 + info.si_status
+                    send({"exit": status})
+                    break
+                if ctrl_fd in ready:  # the runner went away (or misbehaves) mid-run: end the run
+                    try:
+                        os.killpg(leader, _SIGKILL)
+                    except OSError:
+                        pass
+        except OSError:  # the runner is gone: its runs end with this process (PDEATHSIG)
+            return 0
+        finally:
+            os.close(pidfd)
+
+
 def main(argv: list[str]) -> int:
     if argv[1] == "--probe":
         _write_all(1, (json_dumps(probe(argv[2])) + "\n").encode())
         return 0
+    if argv[1] == "--zygote":
+        return zygote_main(int(argv[2]))
     result_fd = int(argv[1])
     if len(argv) > 2:
         _apply_limits(argv[2])
     global _SYS
     # Built now, while the parent may still be moving this process into its cgroups (the boot
-    # message waits for that), so the children inherit it instead of each building it.
-    _SYS = _Sys()
+    # message waits for that), so the children inherit it instead of each building it (a zygote
+    # built it once for every run).
+    if _SYS is None:
+        _SYS = _Sys()
     boot = read_msg(0)
     if len(argv) > 3 and argv[3] != "-":
         _join_cgroup(argv[3])

@@ -42,15 +42,17 @@ import secrets
 import selectors
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field, fields, replace
 from functools import lru_cache
 from pathlib import Path
 
-from seqrl.sandbox._driver import decode_plain, frame
+from seqrl.sandbox._driver import RUN_FDS, decode_plain, frame
 from seqrl.types import RewardResult
 
 DRIVER = Path(__file__).with_name("_driver.py")
@@ -808,19 +810,25 @@ def _launch(boot: dict, job: dict, lim: Limits, *, cwd: str | None, env: dict | 
             layers.append("scratch_tmpfs")
         confine, names = _confine_spec(python, tuple(skip_layers), read, [workdir, *map(os.fspath, writable)])
         layers += names
-        cmd = [*nnp, *(unshare or ()), python, "-I", "-S", _driver_file(python) if unshare else str(DRIVER),
-               str(res_w), limits, cg_procs or "-"]
+        zygote = unshare is not None and zygote_enabled()
         try:
-            proc = subprocess.Popen(
-                cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                cwd=workdir, env=_scrubbed_env(workdir), pass_fds=pass_fds, start_new_session=True,
-                preexec_fn=None if nnp else preexec,
-            )
+            if zygote:  # the same tree, forked by a pre-started driver; it moves the leader into the cgroups
+                meta = {"limits": limits, "cgroups": cg_procs or "-", "cwd": workdir, "env": _scrubbed_env(workdir),
+                        "report": rep_w is not None}
+                proc = _zygote_popen(python, _driver_file(python), meta, res_w, rep_w)
+            else:
+                cmd = [*nnp, *(unshare or ()), python, "-I", "-S", _driver_file(python) if unshare else str(DRIVER),
+                       str(res_w), limits, cg_procs or "-"]
+                proc = subprocess.Popen(
+                    cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                    cwd=workdir, env=_scrubbed_env(workdir), pass_fds=pass_fds, start_new_session=True,
+                    preexec_fn=None if nnp else preexec,
+                )
         finally:
             os.close(res_w)
             if rep_w is not None:
                 os.close(rep_w)
-        if cg_procs is not None:
+        if cg_procs is not None and not zygote:
             _attach_driver(proc.pid, cg_procs)
         boot = {**boot, "uid": uid, "nproc": max_procs if uid is not None else None, "confine": confine}
         if uid is not None and os.uname().machine in _SCRATCH_ARCHES:
@@ -829,13 +837,15 @@ def _launch(boot: dict, job: dict, lim: Limits, *, cwd: str | None, env: dict | 
         if "argv" in boot:
             boot["cwd"] = cwd or workdir
             boot["env"] = {**_scrubbed_env(workdir), "TMPDIR": workdir, **(env or {})}
-            boot["report_fd"] = rep_w
+            boot["report_fd"] = (RUN_FDS - 1 if zygote else rep_w) if rep_w is not None else None
         extra = {rep_r: report_cap} if rep_r is not None else {}
         out, err, res, more, timed_out = _pump(proc, frame(boot) + frame(job), res_r,
                                                deadline=t_start + timeout_s, cap=int(lim.max_output_bytes), extra=extra)
     finally:
         if proc is not None:
             _kill_tree(proc)
+            if isinstance(proc, _ZygoteRun):
+                _zygote_release(proc.zygote, proc.healthy and proc.returncode is not None)
         if cg is not None:
             _destroy_cgroup(cg)
         if mcg is not None:
@@ -849,6 +859,185 @@ def _launch(boot: dict, job: dict, lim: Limits, *, cwd: str | None, env: dict | 
     report, dropped = more.get(rep_r, (b"", 0)) if rep_r is not None else (b"", 0)
     return _Launched(out, err, res, report, dropped, timed_out, proc.returncode if proc else None,
                      time.monotonic() - t_start, layers, oom)
+
+
+# ----------------------------------------------------------------------------- pre-started drivers
+USE_ZYGOTE: bool | None = None
+"""Launch confined runs from a pre-started driver interpreter (a *zygote*, ``_driver.zygote_main``)
+that forks each run's process tree, instead of starting ``unshare`` and an interpreter per run.
+None: on unless the environment sets ``SEQRL_SANDBOX_ZYGOTE=0``. Every layer is the same either way."""
+MAX_IDLE_ZYGOTES = 8  # kept between runs; one per run in flight, the rest are closed when returned
+
+
+def zygote_enabled() -> bool:
+    if USE_ZYGOTE is not None:
+        return bool(USE_ZYGOTE)
+    return os.environ.get("SEQRL_SANDBOX_ZYGOTE", "1").strip().lower() not in ("0", "false", "no", "off")
+
+
+class _Zygote:
+    """A driver interpreter started once (``python -I -S _driver.pyc --zygote FD``, no_new_privs, its
+    own session, stdio on /dev/null), serving one run at a time over a SOCK_SEQPACKET socket."""
+
+    def __init__(self, python: str, driver: str, start_timeout_s: float = 30.0):
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            self.proc = subprocess.Popen(
+                [*_setpriv_nnp(), python, "-I", "-S", driver, "--zygote", str(theirs.fileno())],
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                pass_fds=(theirs.fileno(),), cwd="/", env=_scrubbed_env("/"), start_new_session=True)
+        finally:
+            theirs.close()
+        self.sock, self.owner, self.key = ours, os.getpid(), (python, driver)
+        hello = self.recv(start_timeout_s)
+        if not isinstance(hello, dict) or hello.get("ready") is not True or hello.get("threads") != 1:
+            self.kill()
+            raise RuntimeError(f"sandbox zygote did not start: {hello!r:.200}")
+        self.pid = int(hello["pid"])
+
+    def recv(self, timeout_s: float | None):
+        """The next message (a dict); None when the zygote is gone; ``TimeoutError`` after ``timeout_s``."""
+        self.sock.settimeout(timeout_s)
+        try:
+            data = self.sock.recv(1 << 16)
+        except (socket.timeout, BlockingIOError):
+            raise TimeoutError from None
+        except OSError:
+            return None
+        if not data:
+            return None
+        try:
+            msg = json.loads(data)
+        except ValueError:
+            return None
+        return msg if isinstance(msg, dict) else None
+
+    def alive(self) -> bool:
+        return self.owner == os.getpid() and self.proc.poll() is None
+
+    def kill(self) -> None:
+        if self.owner != os.getpid():
+            return  # a forked copy of the runner: the zygote is its parent's
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except OSError:
+            pass
+        try:
+            self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            pass
+        self.sock.close()
+
+
+_ZYGOTE_LOCK = threading.Lock()
+_ZYGOTES: list[_Zygote] = []
+
+
+def _zygote_acquire(python: str, driver: str) -> _Zygote:
+    with _ZYGOTE_LOCK:
+        while _ZYGOTES:
+            z = _ZYGOTES.pop()
+            if z.key == (python, driver) and z.alive():
+                return z
+            z.kill()
+    return _Zygote(python, driver)
+
+
+def _zygote_release(z: _Zygote, healthy: bool) -> None:
+    if healthy and z.alive():
+        try:
+            z.sock.send(b'{"reap": 1}')  # the zygote reaps the run's leader; no reply
+        except OSError:
+            healthy = False
+        else:
+            with _ZYGOTE_LOCK:
+                if len(_ZYGOTES) < MAX_IDLE_ZYGOTES:
+                    _ZYGOTES.append(z)
+                    return
+    z.kill()
+
+
+@atexit.register
+def close_zygotes() -> None:
+    """Stop every idle zygote (they also exit by themselves when this process ends)."""
+    with _ZYGOTE_LOCK:
+        zs = list(_ZYGOTES)
+        _ZYGOTES.clear()
+    for z in zs:
+        z.kill()
+
+
+def zygote_pids() -> list[int]:
+    """Pids of the idle zygotes (for tests and benchmarks)."""
+    with _ZYGOTE_LOCK:
+        return [z.pid for z in _ZYGOTES if z.alive()]
+
+
+class _ZygoteRun:
+    """One run forked by a zygote, with the ``subprocess.Popen`` surface ``_pump``/``_kill_tree`` use.
+    ``pid`` is the run's leader (its process group id; not reaped until the zygote is released)."""
+
+    def __init__(self, z: _Zygote, pid: int, in_w: int, out_r: int, err_r: int):
+        self.zygote, self.pid, self.returncode, self.healthy = z, pid, None, True
+        self.stdin = os.fdopen(in_w, "wb", buffering=0)
+        self.stdout = os.fdopen(out_r, "rb", buffering=0)
+        self.stderr = os.fdopen(err_r, "rb", buffering=0)
+
+    def _take(self, msg) -> None:
+        if msg is None or type(msg.get("exit")) is not int:  # the zygote died (its runs die with it)
+            self.returncode, self.healthy = -signal.SIGKILL, False
+        else:
+            st = msg["exit"]
+            self.returncode = -(st - 128) if st > 128 else st
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            try:
+                self._take(self.zygote.recv(0))
+            except TimeoutError:
+                pass
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        if self.returncode is None:
+            try:
+                self._take(self.zygote.recv(timeout))
+            except TimeoutError:
+                self.healthy = False
+                raise subprocess.TimeoutExpired("sandbox zygote run", timeout) from None
+        return self.returncode
+
+
+def _zygote_popen(python: str, driver: str, meta: dict, res_w: int, rep_w: int | None) -> _ZygoteRun:
+    """Start one run from a zygote: fresh pipes, the run's fds passed as 0–4 (SCM_RIGHTS). A zygote
+    that is gone or does not answer is replaced and the start tried once more (nothing of the run
+    has been sent yet)."""
+    last = None
+    for _ in range(2):
+        z = _zygote_acquire(python, driver)
+        in_r, in_w = os.pipe()
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        null = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC) if rep_w is None else None
+        reply = None
+        try:
+            fds = [in_r, out_w, err_w, res_w, rep_w if rep_w is not None else null]
+            assert len(fds) == RUN_FDS
+            z.sock.sendmsg([json.dumps({"run": meta}).encode()],
+                           [(socket.SOL_SOCKET, socket.SCM_RIGHTS, b"".join(fd.to_bytes(4, sys.byteorder) for fd in fds))])
+            reply = z.recv(10.0)
+        except (OSError, TimeoutError) as e:
+            last = e
+        finally:
+            for fd in (in_r, out_w, err_w, *([null] if null is not None else [])):
+                os.close(fd)
+        if isinstance(reply, dict) and type(reply.get("pid")) is int:
+            return _ZygoteRun(z, reply["pid"], in_w, out_r, err_r)
+        last = last or RuntimeError(f"sandbox zygote answered {reply!r:.200}")
+        for fd in (in_w, out_r, err_r):
+            os.close(fd)
+        z.kill()
+    raise SandboxUnavailable(f"sandbox zygote failed twice: {last}")
 
 
 def _attach_driver(unshare_pid: int, cg_procs: str, timeout_s: float = 1.0) -> None:
