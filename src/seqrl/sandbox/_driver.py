@@ -900,29 +900,44 @@ def probe(spec_json: str) -> dict:
 # forks; over the control socket come only the run's pipes (SCM_RIGHTS) and its metadata (rlimits
 # string, cgroup files, working dir, environment). Per run:
 #
-#   zygote ── fork ──▶ leader (host pid ns, root): new session; PDEATHSIG; unshare(net, mount, pid);
-#                      mounts private; the run's fds as 0–4, every other fd closed; cwd, environment;
-#                      in the run's cgroups (the zygote moves it in while it unshares) — then
-#             ── fork ──▶ driver (PID 1 of the new pid ns): PDEATHSIG; a fresh /proc; ``main`` as if
-#                         started as ``python -I -S _driver.py 3 LIMITS CGROUPS``
+#   zygote ── fork ──▶ leader (host pid ns, root): new session; PDEATHSIG; every zygote fd closed;
+#                      unshare(net, mount, pid); mounts private; in the run's fresh cgroups (the
+#                      zygote moves it in); the run's fds as 0–5; cwd, environment — then
+#             ── fork ──▶ driver (PID 1 of the new pid ns): PDEATHSIG; closes fd 5; a fresh /proc;
+#                         ``main`` as if started as ``python -I -S _driver.py 3 LIMITS CGROUPS``
 #
 # exactly what ``setpriv --no-new-privs unshare --net --pid --fork --kill-child --mount-proc`` did.
-# The leader waits for the driver and exits with its status (a signal as 128 + signo); the zygote
-# reports that status and reaps the leader only when the runner says so (its pid, the run's process
-# group id, cannot be reused while the runner may still kill that group).
+# A cgroup-v1 attach waits for an RCU grace period (≈ 5–15 ms here), so while a run executes the
+# zygote forks the *next* run's leader ahead (``prepare``: the runner made that run's cgroups; their
+# limits are written when the run comes): it unshares, is moved into those cgroups, and waits on
+# its own socket for its run's fds and metadata. The leader waits for the driver and writes its
+# status (a signal as 128 + signo) to fd 5, a pipe only it holds; the zygote reaps a leader only
+# when the runner says so (its pid, the run's process group id, cannot be reused before).
 
 _ZY_NR = {"x86_64": {"prctl": 157, "unshare": 272}, "aarch64": {"prctl": 167, "unshare": 97}}
 _CLONE_NEWNS, _CLONE_NEWPID, _CLONE_NEWNET = 0x00020000, 0x20000000, 0x40000000
 _MS_REC_PRIVATE = 16384 | (1 << 18)
 _MS_NOSUID_NODEV_NOEXEC = 2 | 4 | 8
 _PR_SET_PDEATHSIG, _PR_SET_NO_NEW_PRIVS, _SIGKILL = 1, 38, 9
-RUN_FDS = 5  # stdin, stdout, stderr, result (3), report (4; /dev/null when the run has none)
+RUN_FDS = 6  # stdin, stdout, stderr, result (3), report (4; /dev/null when none), leader status (5)
+REPORT_FD_ZYGOTE, STATUS_FD = 4, 5
+_MAX_FD = 1 << 20
 
 
-def _zygote_leader(sys_: _Sys, zygote_pid: int, sock, fds: list[int], meta: dict) -> None:
-    """The forked run leader: never returns (every path ends in ``os._exit``)."""
+def _scm_fds(anc) -> list[int]:
+    fds: list[int] = []
+    for level, kind, blob in anc:
+        if level == 1 and kind == 1:  # SOL_SOCKET, SCM_RIGHTS
+            fds += [int.from_bytes(blob[i:i + 4], sys.byteorder) for i in range(0, len(blob) - 3, 4)]
+    return fds
+
+
+def _zygote_leader(sys_: _Sys, zygote_pid: int, detach: list, standby: int) -> None:
+    """A run's leader, forked ahead: unshares, then waits on ``standby`` (its socket to the zygote) for
+    the run's fds and metadata. Never returns (every path ends in ``os._exit``)."""
     code = 125
     try:
+        import _socket
         import fcntl
 
         nr = _ZY_NR[os.uname().machine]
@@ -930,16 +945,26 @@ def _zygote_leader(sys_: _Sys, zygote_pid: int, sock, fds: list[int], meta: dict
         if os.getppid() != zygote_pid:
             os._exit(code)
         os.setsid()
-        sock.detach()  # its fd is closed below; the object must never close a reused number
-        high = [fcntl.fcntl(fd, fcntl.F_DUPFD, 64) for fd in fds]  # out of the way of 0–4
-        for i, fd in enumerate(high):
-            os.dup2(fd, i)  # inheritable, like Popen's pipes and pass_fds
-        os.closerange(RUN_FDS, 1 << 20)  # the control socket and every other zygote fd
-        if not meta.get("report"):
-            os.close(RUN_FDS - 1)  # no report pipe: the driver holds only 0–3
+        for s in detach:
+            s.detach()  # their fds are closed below; the objects must never close a reused number
+        keep = fcntl.fcntl(standby, fcntl.F_DUPFD_CLOEXEC, 64)
+        os.closerange(3, keep)  # the control socket and every other zygote fd
+        os.closerange(keep + 1, _MAX_FD)
         sys_(nr["unshare"], _CLONE_NEWNS | _CLONE_NEWPID | _CLONE_NEWNET)
-        root = sys_.buf(b"/\0")
-        sys_(MOUNT_NR[os.uname().machine], sys_.buf(b"none\0"), root, None, _MS_REC_PRIVATE, None)
+        sys_(MOUNT_NR[os.uname().machine], sys_.buf(b"none\0"), sys_.buf(b"/\0"), None, _MS_REC_PRIVATE, None)
+        s = _socket.socket(fileno=keep)
+        data, anc, _, _ = s.recvmsg(1 << 16, _socket.CMSG_SPACE(4 * RUN_FDS))
+        fds = _scm_fds(anc)
+        s.close()
+        if not data or len(fds) != RUN_FDS:
+            os._exit(0)  # not used
+        meta = json_loads(data)
+        fds = [fcntl.fcntl(fd, fcntl.F_DUPFD, 64) for fd in fds]
+        for i, fd in enumerate(fds):
+            os.dup2(fd, i)  # inheritable, like Popen's pipes and pass_fds
+        os.closerange(RUN_FDS, _MAX_FD)  # the received copies
+        if not meta.get("report"):
+            os.close(REPORT_FD_ZYGOTE)  # no report pipe: the driver holds only 0–3
         os.chdir(meta["cwd"])
         os.environ.clear()
         os.environ.update(meta["env"])
@@ -948,8 +973,11 @@ def _zygote_leader(sys_: _Sys, zygote_pid: int, sock, fds: list[int], meta: dict
         pid = os.fork()
         if pid == 0:
             _zygote_driver(sys_, nr, meta)  # never returns
-        for fd in range(RUN_FDS if meta.get("report") else RUN_FDS - 1):
-            os.close(fd)  # the run's pipes reach EOF when the driver's tree is gone, not when we are
+        for fd in range(STATUS_FD):
+            try:
+                os.close(fd)  # the run's pipes reach EOF when the driver's tree is gone, not when we are
+            except OSError:
+                pass
         while True:
             try:
                 _, st = os.waitpid(pid, 0)
@@ -957,6 +985,7 @@ def _zygote_leader(sys_: _Sys, zygote_pid: int, sock, fds: list[int], meta: dict
             except InterruptedError:
                 continue
         code = os.WEXITSTATUS(st) if os.WIFEXITED(st) else 128 + os.WTERMSIG(st)
+        _write_all(STATUS_FD, str(code).encode())
     except BaseException:
         code = 126
     finally:
@@ -967,6 +996,7 @@ def _zygote_driver(sys_: _Sys, nr: dict, meta: dict) -> None:
     """PID 1 of the run's pid namespace: a fresh /proc, then the driver's ``main``; never returns."""
     rc = 1
     try:
+        os.close(STATUS_FD)  # the leader's alone
         sys_(nr["prctl"], _PR_SET_PDEATHSIG, _SIGKILL, 0, 0, 0)  # the leader dies → the namespace dies
         sys_(MOUNT_NR[os.uname().machine], sys_.buf(b"proc\0"), sys_.buf(b"/proc\0"), sys_.buf(b"proc\0"),
              _MS_NOSUID_NODEV_NOEXEC, None)
@@ -987,13 +1017,40 @@ def _zygote_driver(sys_: _Sys, nr: dict, meta: dict) -> None:
             os._exit(rc)
 
 
+def _attach(pid: int, cgroups: str) -> None:
+    for procs in (cgroups.split(",") if cgroups != "-" else ()):
+        try:  # best effort: the leader checks and joins by itself before it forks anything
+            fd = os.open(procs, os.O_WRONLY)
+            try:
+                os.write(fd, str(pid).encode())
+            finally:
+                os.close(fd)
+        except OSError:
+            pass
+
+
+def _end_leader(pid: int) -> None:
+    try:
+        os.killpg(pid, _SIGKILL)
+    except OSError:
+        pass
+    while True:
+        try:
+            os.waitpid(pid, 0)
+            return
+        except InterruptedError:
+            continue
+        except ChildProcessError:
+            return
+
+
 def zygote_main(ctrl_fd: int) -> int:
-    """Serve runs over ``ctrl_fd`` (an AF_UNIX SOCK_SEQPACKET socket) until it closes. One run at a
-    time: ``{"run": meta}`` + the run's fds → ``{"pid": leader}``, later ``{"exit": status}``; the
-    next message (or ``{"reap": 1}``) reaps that leader. Single-threaded by construction (it never
-    starts a thread), which the ``ready`` message reports."""
+    """Serve runs over ``ctrl_fd`` (an AF_UNIX SOCK_SEQPACKET socket) until it closes. Messages:
+    ``{"prepare": cgroups}`` forks the next run's leader into those cgroups; ``{"run": meta}`` with
+    the run's ``RUN_FDS`` fds hands them to it (forking one now when none was prepared for these
+    cgroups) → ``{"pid": leader}``; ``{"reap": pid}`` reaps a finished leader. Single-threaded by
+    construction (it never starts a thread), which the ``ready`` message reports."""
     import _socket
-    import select
 
     global _SYS
     sock = _socket.socket(fileno=ctrl_fd)
@@ -1010,72 +1067,69 @@ def zygote_main(ctrl_fd: int) -> int:
     if not _no_new_privs():
         sys_(nr["prctl"], _PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
     send({"ready": True, "threads": len(os.listdir("/proc/self/task")), "pid": me})
-    leader = None
-    while True:
-        try:
-            data, anc, _, _ = sock.recvmsg(1 << 16, _socket.CMSG_SPACE(4 * RUN_FDS))
-        except InterruptedError:
-            continue
-        fds: list[int] = []
-        for level, kind, blob in anc:
-            if level == _socket.SOL_SOCKET and kind == _socket.SCM_RIGHTS:
-                fds += [int.from_bytes(blob[i:i + 4], sys.byteorder) for i in range(0, len(blob) - 3, 4)]
-        if leader is not None:  # the runner is done with the last run: its group id may be reused now
+    leaders: set[int] = set()  # handed to a run, not reaped yet
+    standby = None  # (pid, its socket, the cgroups it is in)
+
+    def fork_standby(cgroups: str):
+        a, b = _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_SEQPACKET)
+        pid = os.fork()
+        if pid == 0:
+            _zygote_leader(sys_, me, [sock, a, b] + ([standby[1]] if standby else []), b.fileno())  # never returns
+        b.close()
+        _attach(pid, cgroups)  # while it unshares
+        return pid, a, cgroups
+
+    def drop_standby() -> None:
+        nonlocal standby
+        if standby is not None:
+            standby[1].close()
+            _end_leader(standby[0])
+            standby = None
+
+    try:
+        while True:
             try:
-                os.killpg(leader, _SIGKILL)
-            except OSError:
-                pass
-            os.waitpid(leader, 0)
-            leader = None
-        if not data:
-            for fd in fds:
-                os.close(fd)
-            return 0  # the runner closed the socket
-        msg = json_loads(data)
-        meta = msg.get("run") if type(msg) is dict else None
-        if type(meta) is not dict or len(fds) != RUN_FDS:
-            for fd in fds:
-                os.close(fd)
-            if type(msg) is dict and msg.get("reap"):
+                data, anc, _, _ = sock.recvmsg(1 << 16, _socket.CMSG_SPACE(4 * RUN_FDS))
+            except InterruptedError:
                 continue
-            send({"error": "bad request"})
-            continue
-        leader = os.fork()
-        if leader == 0:
-            _zygote_leader(sys_, me, sock, fds, meta)  # never returns
-        for fd in fds:
-            os.close(fd)
-        send({"pid": leader})
-        for procs in (meta["cgroups"].split(",") if meta["cgroups"] != "-" else ()):
-            try:  # while the leader unshares; it checks and joins by itself if this failed
-                fd = os.open(procs, os.O_WRONLY)
+            fds = _scm_fds(anc)
+            if not data:
+                return 0  # the runner closed the socket: the leaders die with this process (PDEATHSIG)
+            msg = json_loads(data)
+            meta = msg.get("run") if type(msg) is dict else None
+            if type(meta) is dict and len(fds) == RUN_FDS:
+                if standby is None or standby[2] != meta["cgroups"]:
+                    drop_standby()
+                    standby = fork_standby(meta["cgroups"])
+                leader, a, _ = standby
+                standby = None
                 try:
-                    os.write(fd, str(leader).encode())
-                finally:
+                    a.sendmsg([json_dumps(meta).encode()], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS,
+                                                            b"".join(fd.to_bytes(4, sys.byteorder) for fd in fds))])
+                except OSError:  # it died waiting
+                    _end_leader(leader)
+                    leader = None
+                a.close()
+                for fd in fds:
                     os.close(fd)
-            except OSError:
-                pass
-        pidfd = os.pidfd_open(leader)
-        poller = select.poll()
-        poller.register(pidfd, select.POLLIN)
-        poller.register(ctrl_fd, select.POLLIN)
-        try:
-            while True:
-                ready = {fd for fd, _ in poller.poll()}
-                if pidfd in ready:
-                    info = os.waitid(os.P_PID, leader, os.WEXITED | os.WNOWAIT)
-                    status = info.si_status if info.si_code == os.CLD_EXITED else 128 + info.si_status
-                    send({"exit": status})
-                    break
-                if ctrl_fd in ready:  # the runner went away (or misbehaves) mid-run: end the run
-                    try:
-                        os.killpg(leader, _SIGKILL)
-                    except OSError:
-                        pass
-        except OSError:  # the runner is gone: its runs end with this process (PDEATHSIG)
-            return 0
-        finally:
-            os.close(pidfd)
+                if leader is None:
+                    send({"error": "the run's leader died before the run"})
+                    continue
+                leaders.add(leader)
+                send({"pid": leader})
+                continue
+            for fd in fds:
+                os.close(fd)
+            if type(msg) is not dict:
+                continue
+            if type(msg.get("reap")) is int and msg["reap"] in leaders:
+                leaders.discard(msg["reap"])
+                _end_leader(msg["reap"])
+            if type(msg.get("prepare")) is str:
+                drop_standby()
+                standby = fork_standby(msg["prepare"])
+    except OSError:  # the runner is gone
+        return 0
 
 
 def main(argv: list[str]) -> int:

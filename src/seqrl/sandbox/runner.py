@@ -39,6 +39,7 @@ import json
 import math
 import os
 import secrets
+import select
 import selectors
 import shutil
 import signal
@@ -52,7 +53,7 @@ from dataclasses import dataclass, field, fields, replace
 from functools import lru_cache
 from pathlib import Path
 
-from seqrl.sandbox._driver import RUN_FDS, decode_plain, frame
+from seqrl.sandbox._driver import REPORT_FD_ZYGOTE, RUN_FDS, decode_plain, frame
 from seqrl.types import RewardResult
 
 DRIVER = Path(__file__).with_name("_driver.py")
@@ -288,38 +289,49 @@ def _cpu_cgroup_base() -> Path | None:
     return _own_cgroup_base(CPU_CGROUP_ROOT, "cpu", "cpu.cfs_quota_us", str(CPU_PERIOD_US))
 
 
-def _make_cpu_cgroup(cpus: float) -> Path | None:
-    """A cgroup-v1 ``cpu`` group whose CFS quota is ``cpus`` CPUs (``cpus * period`` per period)."""
+def _make_cpu_cgroup(cpus: float | None) -> Path | None:
+    """A cgroup-v1 ``cpu`` group whose CFS quota is ``cpus`` CPUs (``cpus * period`` per period;
+    None: no quota yet, see :func:`_set_cpu_quota`)."""
     base = _cpu_cgroup_base()
     if base is None:
         return None
     cg = base / f"seqrl-{os.getpid()}-{secrets.token_hex(6)}"
     cg.mkdir()
-    try:
-        (cg / "cpu.cfs_period_us").write_text(str(CPU_PERIOD_US))
-        (cg / "cpu.cfs_quota_us").write_text(str(max(1000, int(round(cpus * CPU_PERIOD_US)))))
-    except OSError:
-        cg.rmdir()
-        raise
+    if cpus is not None:
+        try:
+            _set_cpu_quota(cg, cpus)
+        except OSError:
+            cg.rmdir()
+            raise
     return cg
 
 
-def _make_memory_cgroup(limit_bytes: int) -> Path | None:
+def _set_cpu_quota(cg: Path, cpus: float) -> None:
+    (cg / "cpu.cfs_period_us").write_text(str(CPU_PERIOD_US))
+    (cg / "cpu.cfs_quota_us").write_text(str(max(1000, int(round(cpus * CPU_PERIOD_US)))))
+
+
+def _make_memory_cgroup(limit_bytes: int | None) -> Path | None:
     base = _memory_cgroup_base()
     if base is None:
         return None
     cg = base / f"seqrl-{os.getpid()}-{secrets.token_hex(6)}"
     cg.mkdir()
-    try:
-        (cg / "memory.limit_in_bytes").write_text(str(limit_bytes))
-    except OSError:
-        cg.rmdir()
-        raise
+    if limit_bytes is not None:
+        try:
+            _set_memory_limit(cg, limit_bytes)
+        except OSError:
+            cg.rmdir()
+            raise
+    return cg
+
+
+def _set_memory_limit(cg: Path, limit_bytes: int) -> None:
+    (cg / "memory.limit_in_bytes").write_text(str(limit_bytes))
     try:  # with swap accounting, swap counts too (absent or refused without it: RAM only)
         (cg / "memory.memsw.limit_in_bytes").write_text(str(limit_bytes))
     except OSError:
         pass
-    return cg
 
 
 def _oom_kills(cg: Path) -> int:
@@ -492,12 +504,13 @@ def _scrubbed_env(home: str) -> dict[str, str]:
     return {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "PYTHONHASHSEED": "0", "HOME": home}
 
 
-def _make_cgroup(max_tasks: int) -> Path | None:
+def _make_cgroup(max_tasks: int | None) -> Path | None:
     if not _pids_cgroup_ok():
         return None
     cg = PIDS_CGROUP_ROOT / f"seqrl-{os.getpid()}-{secrets.token_hex(6)}"
     cg.mkdir()
-    (cg / "pids.max").write_text(str(max_tasks))
+    if max_tasks is not None:
+        (cg / "pids.max").write_text(str(max_tasks))
     return cg
 
 
@@ -761,7 +774,8 @@ def _launch(boot: dict, job: dict, lim: Limits, *, cwd: str | None, env: dict | 
     mcg: Path | None = None
     ccg: Path | None = None
     oom = 0
-    proc: subprocess.Popen | None = None
+    proc: subprocess.Popen | _ZygoteRun | None = None
+    zyg: _Zygote | None = None
     t_start = time.monotonic()
     owned = []
     try:
@@ -770,18 +784,30 @@ def _launch(boot: dict, job: dict, lim: Limits, *, cwd: str | None, env: dict | 
             for tree in writable:
                 _chown_tree(tree, uid)
                 owned.append(tree)
-        cg = _make_cgroup(max_procs + 3) if unshare else None  # + unshare, driver, solution process
-        if cg is not None:
-            layers.append("pids_cgroup")
+        python = _sandbox_python() if unshare else sys.executable
+        if unshare is not None and zygote_enabled():
+            try:
+                zyg = _zygote_acquire(python, _driver_file(python))
+            except (OSError, RuntimeError, subprocess.SubprocessError):
+                zyg = None  # the classic launch: the same layers
         # The whole tree's resident memory (RLIMIT_AS bounds each process, not their sum)
         tree_mb = lim.tree_memory_mb if lim.tree_memory_mb is not None else memory_mb + TREE_MEMORY_SLACK_MB
-        mcg = _make_memory_cgroup(int(tree_mb) << 20) if unshare else None
-        if mcg is not None:
-            layers.append("memory_cgroup")
-        # A CPU quota for the whole tree: GIL-free busy threads cannot take the trainer's cores
-        ccg = _make_cpu_cgroup(float(lim.cpus)) if unshare else None
-        if ccg is not None:
-            layers.append("cpu_cgroup")
+        prepared = zyg.take_prepared() if zyg is not None else None
+        if prepared is not None:  # fresh groups made for this run, its leader already in them: set the limits
+            cg, mcg, ccg = prepared
+            if cg is not None:
+                (cg / "pids.max").write_text(str(max_procs + 3))
+            if mcg is not None:
+                _set_memory_limit(mcg, int(tree_mb) << 20)
+            if ccg is not None:
+                _set_cpu_quota(ccg, float(lim.cpus))
+        else:
+            cg = _make_cgroup(max_procs + 3) if unshare else None  # + unshare (leader), driver, solution process
+            mcg = _make_memory_cgroup(int(tree_mb) << 20) if unshare else None
+            # A CPU quota for the whole tree: GIL-free busy threads cannot take the trainer's cores
+            ccg = _make_cpu_cgroup(float(lim.cpus)) if unshare else None
+        layers += [name for name, g in (("pids_cgroup", cg), ("memory_cgroup", mcg), ("cpu_cgroup", ccg))
+                   if g is not None]
         cg_procs = ",".join(str(g / "cgroup.procs") for g in (cg, mcg, ccg) if g is not None) or None
         # Unconfined: RLIMIT_NPROC counts every process of our uid, so allow what already runs.
         nproc_unconfined = None if uid is not None else _count_own_processes() + max_procs + 3
@@ -802,7 +828,6 @@ def _launch(boot: dict, job: dict, lim: Limits, *, cwd: str | None, env: dict | 
             if uid is not None:  # the uid reopens it as /dev/fd/3 (a pipe inode is 0600, owner checked)
                 os.fchown(rep_w, uid, uid)
         pass_fds = (res_w,) if rep_w is None else (res_w, rep_w)
-        python = _sandbox_python() if unshare else sys.executable
         read = [*(p for p in [cwd] if p), *map(os.fspath, read_paths)]
         if "argv" in boot:  # the command's own install prefix (…/bin/x → …)
             read.append(os.path.dirname(os.path.dirname(os.path.realpath(boot["argv"][0]))))
@@ -810,12 +835,13 @@ def _launch(boot: dict, job: dict, lim: Limits, *, cwd: str | None, env: dict | 
             layers.append("scratch_tmpfs")
         confine, names = _confine_spec(python, tuple(skip_layers), read, [workdir, *map(os.fspath, writable)])
         layers += names
-        zygote = unshare is not None and zygote_enabled()
+        zygote = zyg is not None
         try:
-            if zygote:  # the same tree, forked by a pre-started driver; it moves the leader into the cgroups
+            if zyg is not None:  # the same tree, forked by a pre-started driver (it moves the leader into the cgroups)
                 meta = {"limits": limits, "cgroups": cg_procs or "-", "cwd": workdir, "env": _scrubbed_env(workdir),
                         "report": rep_w is not None}
-                proc = _zygote_popen(python, _driver_file(python), meta, res_w, rep_w)
+                z, zyg = zyg, None  # owned by _zygote_popen from here
+                proc = _zygote_popen(z, meta, res_w, rep_w)
             else:
                 cmd = [*nnp, *(unshare or ()), python, "-I", "-S", _driver_file(python) if unshare else str(DRIVER),
                        str(res_w), limits, cg_procs or "-"]
@@ -837,7 +863,7 @@ def _launch(boot: dict, job: dict, lim: Limits, *, cwd: str | None, env: dict | 
         if "argv" in boot:
             boot["cwd"] = cwd or workdir
             boot["env"] = {**_scrubbed_env(workdir), "TMPDIR": workdir, **(env or {})}
-            boot["report_fd"] = (RUN_FDS - 1 if zygote else rep_w) if rep_w is not None else None
+            boot["report_fd"] = (REPORT_FD_ZYGOTE if zygote else rep_w) if rep_w is not None else None
         extra = {rep_r: report_cap} if rep_r is not None else {}
         out, err, res, more, timed_out = _pump(proc, frame(boot) + frame(job), res_r,
                                                deadline=t_start + timeout_s, cap=int(lim.max_output_bytes), extra=extra)
@@ -845,7 +871,9 @@ def _launch(boot: dict, job: dict, lim: Limits, *, cwd: str | None, env: dict | 
         if proc is not None:
             _kill_tree(proc)
             if isinstance(proc, _ZygoteRun):
-                _zygote_release(proc.zygote, proc.healthy and proc.returncode is not None)
+                _zygote_release(proc.zygote, proc.pid)
+        if zyg is not None:  # acquired, but the run never reached it
+            _zygote_release(zyg, None)
         if cg is not None:
             _destroy_cgroup(cg)
         if mcg is not None:
@@ -889,6 +917,7 @@ class _Zygote:
         finally:
             theirs.close()
         self.sock, self.owner, self.key = ours, os.getpid(), (python, driver)
+        self.prepared: tuple[Path | None, Path | None, Path | None] | None = None
         hello = self.recv(start_timeout_s)
         if not isinstance(hello, dict) or hello.get("ready") is not True or hello.get("threads") != 1:
             self.kill()
@@ -915,6 +944,34 @@ class _Zygote:
     def alive(self) -> bool:
         return self.owner == os.getpid() and self.proc.poll() is None
 
+    def take_prepared(self) -> tuple[Path | None, Path | None, Path | None] | None:
+        """The fresh (pids, memory, cpu) cgroups, without limits yet, whose leader the zygote forked ahead."""
+        p, self.prepared = self.prepared, None
+        return p
+
+    def prepare(self) -> None:
+        """Make the next run's cgroups (no limits yet) and have the zygote fork that run's leader into them
+        now, while a run executes (a cgroup-v1 attach waits for an RCU grace period)."""
+        self._drop_prepared()
+        groups: list[Path | None] = []
+        try:
+            groups = [_make_cgroup(None)]
+            groups.append(_make_memory_cgroup(None))
+            groups.append(_make_cpu_cgroup(None))
+            procs = ",".join(str(g / "cgroup.procs") for g in groups if g is not None) or "-"
+            self.sock.send(json.dumps({"prepare": procs}).encode())
+        except OSError:
+            for g in groups:
+                if g is not None:
+                    _destroy_cgroup(g)
+            return
+        self.prepared = (groups[0], groups[1], groups[2])
+
+    def _drop_prepared(self) -> None:
+        for g in self.take_prepared() or ():
+            if g is not None:
+                _destroy_cgroup(g)
+
     def kill(self) -> None:
         if self.owner != os.getpid():
             return  # a forked copy of the runner: the zygote is its parent's
@@ -927,6 +984,7 @@ class _Zygote:
         except subprocess.TimeoutExpired:
             pass
         self.sock.close()
+        self._drop_prepared()  # its waiting leader died with it (PDEATHSIG)
 
 
 _ZYGOTE_LOCK = threading.Lock()
@@ -943,12 +1001,14 @@ def _zygote_acquire(python: str, driver: str) -> _Zygote:
     return _Zygote(python, driver)
 
 
-def _zygote_release(z: _Zygote, healthy: bool) -> None:
-    if healthy and z.alive():
+def _zygote_release(z: _Zygote, leader: int | None) -> None:
+    """Back to the idle list (the zygote reaps the run's ``leader`` now); a dead one is dropped."""
+    if z.alive():
         try:
-            z.sock.send(b'{"reap": 1}')  # the zygote reaps the run's leader; no reply
+            if leader is not None:
+                z.sock.send(json.dumps({"reap": leader}).encode())  # no reply
         except OSError:
-            healthy = False
+            pass
         else:
             with _ZYGOTE_LOCK:
                 if len(_ZYGOTES) < MAX_IDLE_ZYGOTES:
@@ -975,53 +1035,66 @@ def zygote_pids() -> list[int]:
 
 class _ZygoteRun:
     """One run forked by a zygote, with the ``subprocess.Popen`` surface ``_pump``/``_kill_tree`` use.
-    ``pid`` is the run's leader (its process group id; not reaped until the zygote is released)."""
+    ``pid`` is the run's leader (its process group id; the zygote reaps it only when released); its
+    exit status comes over a pipe only the leader holds (EOF without a status: it was killed)."""
 
-    def __init__(self, z: _Zygote, pid: int, in_w: int, out_r: int, err_r: int):
-        self.zygote, self.pid, self.returncode, self.healthy = z, pid, None, True
+    def __init__(self, z: _Zygote, pid: int, in_w: int, out_r: int, err_r: int, st_r: int):
+        self.zygote, self.pid, self.returncode = z, pid, None
         self.stdin = os.fdopen(in_w, "wb", buffering=0)
         self.stdout = os.fdopen(out_r, "rb", buffering=0)
         self.stderr = os.fdopen(err_r, "rb", buffering=0)
+        self._st, self._buf = os.fdopen(st_r, "rb", buffering=0), b""
+        os.set_blocking(st_r, False)
 
-    def _take(self, msg) -> None:
-        if msg is None or type(msg.get("exit")) is not int:  # the zygote died (its runs die with it)
-            self.returncode, self.healthy = -signal.SIGKILL, False
-        else:
-            st = msg["exit"]
-            self.returncode = -(st - 128) if st > 128 else st
+    def _read(self, timeout: float | None) -> None:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.returncode is None:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            r, _, _ = select.select([self._st], [], [], left)
+            if not r:
+                return
+            try:
+                chunk = os.read(self._st.fileno(), 64)
+            except BlockingIOError:
+                continue
+            if chunk:
+                self._buf += chunk[:32]
+                continue
+            self._st.close()
+            try:
+                st = int(self._buf)
+            except ValueError:
+                self.returncode = -signal.SIGKILL  # the leader was killed (timeout, or its zygote died)
+            else:
+                self.returncode = -(st - 128) if st > 128 else st
 
     def poll(self) -> int | None:
-        if self.returncode is None:
-            try:
-                self._take(self.zygote.recv(0))
-            except TimeoutError:
-                pass
+        self._read(0)
         return self.returncode
 
     def wait(self, timeout: float | None = None) -> int:
+        self._read(timeout)
         if self.returncode is None:
-            try:
-                self._take(self.zygote.recv(timeout))
-            except TimeoutError:
-                self.healthy = False
-                raise subprocess.TimeoutExpired("sandbox zygote run", timeout) from None
+            raise subprocess.TimeoutExpired("sandbox zygote run", timeout)
         return self.returncode
 
 
-def _zygote_popen(python: str, driver: str, meta: dict, res_w: int, rep_w: int | None) -> _ZygoteRun:
-    """Start one run from a zygote: fresh pipes, the run's fds passed as 0–4 (SCM_RIGHTS). A zygote
-    that is gone or does not answer is replaced and the start tried once more (nothing of the run
-    has been sent yet)."""
+def _zygote_popen(z: _Zygote, meta: dict, res_w: int, rep_w: int | None) -> _ZygoteRun:
+    """Start one run from zygote ``z``: fresh pipes, the run's fds passed as 0–5 (SCM_RIGHTS); then
+    have it prepare the next run's leader. A zygote that is gone or does not answer is replaced by
+    a fresh one and the start tried once more (nothing of the run has been sent yet)."""
     last = None
-    for _ in range(2):
-        z = _zygote_acquire(python, driver)
+    for attempt in range(2):
+        if attempt:
+            z = _Zygote(*z.key)
         in_r, in_w = os.pipe()
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
+        st_r, st_w = os.pipe()
         null = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC) if rep_w is None else None
         reply = None
         try:
-            fds = [in_r, out_w, err_w, res_w, rep_w if rep_w is not None else null]
+            fds = [in_r, out_w, err_w, res_w, rep_w if rep_w is not None else null, st_w]
             assert len(fds) == RUN_FDS
             z.sock.sendmsg([json.dumps({"run": meta}).encode()],
                            [(socket.SOL_SOCKET, socket.SCM_RIGHTS, b"".join(fd.to_bytes(4, sys.byteorder) for fd in fds))])
@@ -1029,12 +1102,14 @@ def _zygote_popen(python: str, driver: str, meta: dict, res_w: int, rep_w: int |
         except (OSError, TimeoutError) as e:
             last = e
         finally:
-            for fd in (in_r, out_w, err_w, *([null] if null is not None else [])):
+            for fd in (in_r, out_w, err_w, st_w, *([null] if null is not None else [])):
                 os.close(fd)
         if isinstance(reply, dict) and type(reply.get("pid")) is int:
-            return _ZygoteRun(z, reply["pid"], in_w, out_r, err_r)
+            run = _ZygoteRun(z, reply["pid"], in_w, out_r, err_r, st_r)
+            z.prepare()
+            return run
         last = last or RuntimeError(f"sandbox zygote answered {reply!r:.200}")
-        for fd in (in_w, out_r, err_r):
+        for fd in (in_w, out_r, err_r, st_r):
             os.close(fd)
         z.kill()
     raise SandboxUnavailable(f"sandbox zygote failed twice: {last}")
