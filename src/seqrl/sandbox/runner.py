@@ -991,6 +991,18 @@ _ZYGOTE_LOCK = threading.Lock()
 _ZYGOTES: list[_Zygote] = []
 
 
+def _forget_zygotes_in_child() -> None:
+    """A fork of the runner (a data-loader worker, ...) starts its own zygotes: the parent's are the
+    parent's (never used, killed or messaged from here), and the lock may have been held by a thread
+    that does not exist in the child."""
+    global _ZYGOTE_LOCK
+    _ZYGOTE_LOCK = threading.Lock()
+    _ZYGOTES.clear()
+
+
+os.register_at_fork(after_in_child=_forget_zygotes_in_child)
+
+
 def _zygote_acquire(python: str, driver: str) -> _Zygote:
     with _ZYGOTE_LOCK:
         while _ZYGOTES:
