@@ -1051,6 +1051,9 @@ def zygote_main(ctrl_fd: int) -> int:
     cgroups) → ``{"pid": leader}``; ``{"reap": pid}`` reaps a finished leader. Single-threaded by
     construction (it never starts a thread), which the ``ready`` message reports."""
     import _socket
+    import fcntl  # noqa: F401 — what every leader and driver imports, loaded once here
+    import resource  # noqa: F401
+    import select  # noqa: F401
 
     global _SYS
     sock = _socket.socket(fileno=ctrl_fd)

@@ -516,6 +516,7 @@ def _make_cgroup(max_tasks: int | None) -> Path | None:
 
 def _destroy_cgroup(cg: Path) -> None:
     deadline = time.monotonic() + 2.0
+    nap = 0.0005  # a process killed a moment ago leaves the group within a millisecond or so
     while True:
         try:
             pids = [int(p) for p in (cg / "cgroup.procs").read_text().split()]
@@ -530,7 +531,8 @@ def _destroy_cgroup(cg: Path) -> None:
                 pass
         if time.monotonic() > deadline:
             break
-        time.sleep(0.01)
+        time.sleep(nap)
+        nap = min(0.01, nap * 2)
     for _ in range(100):
         try:
             cg.rmdir()
@@ -865,7 +867,11 @@ def _launch(boot: dict, job: dict, lim: Limits, *, cwd: str | None, env: dict | 
             boot["env"] = {**_scrubbed_env(workdir), "TMPDIR": workdir, **(env or {})}
             boot["report_fd"] = (REPORT_FD_ZYGOTE if zygote else rep_w) if rep_w is not None else None
         extra = {rep_r: report_cap} if rep_r is not None else {}
-        out, err, res, more, timed_out = _pump(proc, frame(boot) + frame(job), res_r,
+        data = frame(boot) + frame(job)
+        if isinstance(proc, _ZygoteRun):  # the run can start; then the zygote forks the next run's leader
+            data = data[proc.write_ahead(data):]
+            proc.zygote.prepare()
+        out, err, res, more, timed_out = _pump(proc, data, res_r,
                                                deadline=t_start + timeout_s, cap=int(lim.max_output_bytes), extra=extra)
     finally:
         if proc is not None:
@@ -1080,6 +1086,15 @@ class _ZygoteRun:
             else:
                 self.returncode = -(st - 128) if st > 128 else st
 
+    def write_ahead(self, data: bytes) -> int:
+        """Write what the stdin pipe takes now without blocking; returns the bytes written."""
+        fd = self.stdin.fileno()
+        os.set_blocking(fd, False)
+        try:
+            return os.write(fd, data[:1 << 16])
+        except (BlockingIOError, BrokenPipeError):
+            return 0
+
     def poll(self) -> int | None:
         self._read(0)
         return self.returncode
@@ -1092,8 +1107,7 @@ class _ZygoteRun:
 
 
 def _zygote_popen(z: _Zygote, meta: dict, res_w: int, rep_w: int | None) -> _ZygoteRun:
-    """Start one run from zygote ``z``: fresh pipes, the run's fds passed as 0–5 (SCM_RIGHTS); then
-    have it prepare the next run's leader. A zygote that is gone or does not answer is replaced by
+    """Start one run from zygote ``z``: fresh pipes, the run's fds passed as 0–5 (SCM_RIGHTS). A zygote that is gone or does not answer is replaced by
     a fresh one and the start tried once more (nothing of the run has been sent yet)."""
     last = None
     for attempt in range(2):
@@ -1117,9 +1131,7 @@ def _zygote_popen(z: _Zygote, meta: dict, res_w: int, rep_w: int | None) -> _Zyg
             for fd in (in_r, out_w, err_w, st_w, *([null] if null is not None else [])):
                 os.close(fd)
         if isinstance(reply, dict) and type(reply.get("pid")) is int:
-            run = _ZygoteRun(z, reply["pid"], in_w, out_r, err_r, st_r)
-            z.prepare()
-            return run
+            return _ZygoteRun(z, reply["pid"], in_w, out_r, err_r, st_r)
         last = last or RuntimeError(f"sandbox zygote answered {reply!r:.200}")
         for fd in (in_w, out_r, err_r, st_r):
             os.close(fd)
