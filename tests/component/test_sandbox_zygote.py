@@ -194,3 +194,18 @@ def test_commands_and_stdio_through_the_zygote(zygote):
     assert r.all_passed, (r.status, r.reason)
     assert runner.zygote_pids()
 
+
+
+def test_zygote_reaps_its_leaders_and_leaves_no_cgroups(zygote):
+    for _ in range(5):
+        assert run_python("x = 1", tests="assert True\n").all_passed
+    (zpid,) = runner.zygote_pids()
+    time.sleep(0.2)  # the last release's reap is a message the zygote handles on its own time
+    with open(f"/proc/{zpid}/task/{zpid}/children") as f:
+        kids = f.read().split()
+    assert len(kids) <= 2, kids  # the next run's leader, waiting (+ the last run's, if not reaped yet)
+    runner.close_zygotes()
+    mine = f"seqrl-{os.getpid()}-"
+    left = [p for root in ("/sys/fs/cgroup/pids", "/sys/fs/cgroup/memory", "/sys/fs/cgroup/cpu")
+            for p, dirs, _ in os.walk(root) if os.path.basename(p).startswith(mine)]
+    assert left == []

@@ -1046,9 +1046,10 @@ def _end_leader(pid: int) -> None:
 
 def zygote_main(ctrl_fd: int) -> int:
     """Serve runs over ``ctrl_fd`` (an AF_UNIX SOCK_SEQPACKET socket) until it closes. Messages:
-    ``{"prepare": cgroups}`` forks the next run's leader into those cgroups; ``{"run": meta}`` with
-    the run's ``RUN_FDS`` fds hands them to it (forking one now when none was prepared for these
-    cgroups) → ``{"pid": leader}``; ``{"reap": pid}`` reaps a finished leader. Single-threaded by
+    ``{"prepare": cgroups}`` forks the next run's leader into those cgroups and answers
+    ``{"prepared": pid}`` with the leader's socket (the runner hands it the run directly);
+    ``{"run": meta}`` with the run's ``RUN_FDS`` fds forks a leader now and hands them to it →
+    ``{"pid": leader}``; ``{"reap": pid}`` reaps a leader the runner is done with. Single-threaded by
     construction (it never starts a thread), which the ``ready`` message reports."""
     import _socket
     import fcntl  # noqa: F401 — what every leader and driver imports, loaded once here
@@ -1070,24 +1071,21 @@ def zygote_main(ctrl_fd: int) -> int:
     if not _no_new_privs():
         sys_(nr["prctl"], _PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
     send({"ready": True, "threads": len(os.listdir("/proc/self/task")), "pid": me})
-    leaders: set[int] = set()  # handed to a run, not reaped yet
-    standby = None  # (pid, its socket, the cgroups it is in)
+    leaders: set[int] = set()  # forked, not reaped yet
 
-    def fork_standby(cgroups: str):
+    def fork_leader(cgroups: str):
         a, b = _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_SEQPACKET)
         pid = os.fork()
         if pid == 0:
-            _zygote_leader(sys_, me, [sock, a, b] + ([standby[1]] if standby else []), b.fileno())  # never returns
+            _zygote_leader(sys_, me, [sock, a, b], b.fileno())  # never returns
         b.close()
+        leaders.add(pid)
         _attach(pid, cgroups)  # while it unshares
-        return pid, a, cgroups
+        return pid, a
 
-    def drop_standby() -> None:
-        nonlocal standby
-        if standby is not None:
-            standby[1].close()
-            _end_leader(standby[0])
-            standby = None
+    def fds_msg(obj, fds: list[int]):
+        return [json_dumps(obj).encode()], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS,
+                                              b"".join(fd.to_bytes(4, sys.byteorder) for fd in fds))]
 
     try:
         while True:
@@ -1100,26 +1098,18 @@ def zygote_main(ctrl_fd: int) -> int:
                 return 0  # the runner closed the socket: the leaders die with this process (PDEATHSIG)
             msg = json_loads(data)
             meta = msg.get("run") if type(msg) is dict else None
-            if type(meta) is dict and len(fds) == RUN_FDS:
-                if standby is None or standby[2] != meta["cgroups"]:
-                    drop_standby()
-                    standby = fork_standby(meta["cgroups"])
-                leader, a, _ = standby
-                standby = None
+            if type(meta) is dict and len(fds) == RUN_FDS:  # a run without a leader forked ahead
+                leader, a = fork_leader(meta["cgroups"])
                 try:
-                    a.sendmsg([json_dumps(meta).encode()], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS,
-                                                            b"".join(fd.to_bytes(4, sys.byteorder) for fd in fds))])
-                except OSError:  # it died waiting
+                    a.sendmsg(*fds_msg(meta, fds))
+                except OSError:
+                    leaders.discard(leader)
                     _end_leader(leader)
                     leader = None
                 a.close()
                 for fd in fds:
                     os.close(fd)
-                if leader is None:
-                    send({"error": "the run's leader died before the run"})
-                    continue
-                leaders.add(leader)
-                send({"pid": leader})
+                send({"pid": leader} if leader is not None else {"error": "the run's leader died before the run"})
                 continue
             for fd in fds:
                 os.close(fd)
@@ -1128,9 +1118,10 @@ def zygote_main(ctrl_fd: int) -> int:
             if type(msg.get("reap")) is int and msg["reap"] in leaders:
                 leaders.discard(msg["reap"])
                 _end_leader(msg["reap"])
-            if type(msg.get("prepare")) is str:
-                drop_standby()
-                standby = fork_standby(msg["prepare"])
+            if type(msg.get("prepare")) is str:  # the next run's leader, its socket to the runner
+                leader, a = fork_leader(msg["prepare"])
+                sock.sendmsg(*fds_msg({"prepared": leader}, [a.fileno()]))
+                a.close()
     except OSError:  # the runner is gone
         return 0
 

@@ -924,36 +924,61 @@ class _Zygote:
             theirs.close()
         self.sock, self.owner, self.key = ours, os.getpid(), (python, driver)
         self.prepared: tuple[Path | None, Path | None, Path | None] | None = None
+        self.standby: tuple[int, socket.socket] | None = None
+        self._awaiting = False  # a "prepared" answer is on its way
         hello = self.recv(start_timeout_s)
         if not isinstance(hello, dict) or hello.get("ready") is not True or hello.get("threads") != 1:
             self.kill()
             raise RuntimeError(f"sandbox zygote did not start: {hello!r:.200}")
         self.pid = int(hello["pid"])
 
-    def recv(self, timeout_s: float | None):
-        """The next message (a dict); None when the zygote is gone; ``TimeoutError`` after ``timeout_s``."""
+    def recv(self, timeout_s: float | None, with_fds: bool = False):
+        """The next message (a dict; with ``with_fds``, ``(dict, fds)``); None when the zygote is gone;
+        ``TimeoutError`` after ``timeout_s``."""
         self.sock.settimeout(timeout_s)
+        fds: list[int] = []
         try:
-            data = self.sock.recv(1 << 16)
+            data, anc, _, _ = self.sock.recvmsg(1 << 16, socket.CMSG_SPACE(4 * RUN_FDS))
         except (socket.timeout, BlockingIOError):
             raise TimeoutError from None
         except OSError:
-            return None
-        if not data:
-            return None
-        try:
-            msg = json.loads(data)
-        except ValueError:
-            return None
-        return msg if isinstance(msg, dict) else None
+            data, anc = b"", []
+        for level, kind, blob in anc:
+            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                fds += [int.from_bytes(blob[i:i + 4], sys.byteorder) for i in range(0, len(blob) - 3, 4)]
+        msg = None
+        if data:
+            try:
+                msg = json.loads(data)
+            except ValueError:
+                msg = None
+        msg = msg if isinstance(msg, dict) else None
+        if with_fds:
+            return msg, fds
+        for fd in fds:
+            os.close(fd)
+        return msg
 
     def alive(self) -> bool:
         return self.owner == os.getpid() and self.proc.poll() is None
 
     def take_prepared(self) -> tuple[Path | None, Path | None, Path | None] | None:
-        """The fresh (pids, memory, cpu) cgroups, without limits yet, whose leader the zygote forked ahead."""
-        p, self.prepared = self.prepared, None
-        return p
+        """The fresh (pids, memory, cpu) cgroups, without limits yet, whose leader the zygote forked
+        ahead; that leader's pid and socket go to ``self.standby`` (None when it is not there)."""
+        groups, self.prepared = self.prepared, None
+        self._discard_standby()
+        if groups is not None and self._awaiting:
+            self._awaiting = False
+            try:
+                msg, fds = self.recv(10.0, with_fds=True)
+            except TimeoutError:
+                msg, fds = None, []
+            if msg is not None and type(msg.get("prepared")) is int and len(fds) == 1:
+                self.standby = (msg["prepared"], socket.socket(fileno=fds[0]))
+            else:
+                for fd in fds:
+                    os.close(fd)
+        return groups
 
     def prepare(self) -> None:
         """Make the next run's cgroups (no limits yet) and have the zygote fork that run's leader into them
@@ -971,10 +996,22 @@ class _Zygote:
                 if g is not None:
                     _destroy_cgroup(g)
             return
-        self.prepared = (groups[0], groups[1], groups[2])
+        self.prepared, self._awaiting = (groups[0], groups[1], groups[2]), True
+
+    def _discard_standby(self) -> None:
+        if self.standby is not None:
+            pid, s = self.standby
+            self.standby = None
+            s.close()  # it reads EOF and exits
+            try:
+                self.sock.send(json.dumps({"reap": pid}).encode())
+            except OSError:
+                pass
 
     def _drop_prepared(self) -> None:
-        for g in self.take_prepared() or ():
+        groups = self.take_prepared()  # reads an answer still in flight, so its socket is closed here
+        self._discard_standby()
+        for g in groups or ():
             if g is not None:
                 _destroy_cgroup(g)
 
@@ -989,8 +1026,14 @@ class _Zygote:
             self.proc.wait(timeout=5)
         except subprocess.TimeoutExpired:
             pass
+        self._awaiting = False
+        if self.standby is not None:
+            self.standby[1].close()
+            self.standby = None
+        for g in self.take_prepared() or ():  # its waiting leader died with it (PDEATHSIG)
+            if g is not None:
+                _destroy_cgroup(g)
         self.sock.close()
-        self._drop_prepared()  # its waiting leader died with it (PDEATHSIG)
 
 
 _ZYGOTE_LOCK = threading.Lock()
@@ -1107,8 +1150,10 @@ class _ZygoteRun:
 
 
 def _zygote_popen(z: _Zygote, meta: dict, res_w: int, rep_w: int | None) -> _ZygoteRun:
-    """Start one run from zygote ``z``: fresh pipes, the run's fds passed as 0–5 (SCM_RIGHTS). A zygote that is gone or does not answer is replaced by
-    a fresh one and the start tried once more (nothing of the run has been sent yet)."""
+    """Start one run from zygote ``z``: fresh pipes, the run's fds passed as 0–5 (SCM_RIGHTS) straight
+    to the leader it forked ahead for this run's cgroups (else through the zygote, which forks one
+    now). A zygote that is gone or does not answer is replaced by a fresh one and the start tried
+    once more (nothing of the run has been sent yet)."""
     last = None
     for attempt in range(2):
         if attempt:
@@ -1118,21 +1163,34 @@ def _zygote_popen(z: _Zygote, meta: dict, res_w: int, rep_w: int | None) -> _Zyg
         err_r, err_w = os.pipe()
         st_r, st_w = os.pipe()
         null = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC) if rep_w is None else None
-        reply = None
+        pid = None
         try:
             fds = [in_r, out_w, err_w, res_w, rep_w if rep_w is not None else null, st_w]
             assert len(fds) == RUN_FDS
-            z.sock.sendmsg([json.dumps({"run": meta}).encode()],
-                           [(socket.SOL_SOCKET, socket.SCM_RIGHTS, b"".join(fd.to_bytes(4, sys.byteorder) for fd in fds))])
-            reply = z.recv(10.0)
+            anc = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, b"".join(fd.to_bytes(4, sys.byteorder) for fd in fds))]
+            standby, z.standby = z.standby, None
+            if standby is not None:
+                try:
+                    standby[1].sendmsg([json.dumps(meta).encode()], anc)
+                    pid = standby[0]
+                except OSError:  # it died waiting
+                    z.sock.send(json.dumps({"reap": standby[0]}).encode())
+                finally:
+                    standby[1].close()
+            if pid is None:
+                z.sock.sendmsg([json.dumps({"run": meta}).encode()], anc)
+                reply = z.recv(10.0)
+                if isinstance(reply, dict) and type(reply.get("pid")) is int:
+                    pid = reply["pid"]
+                else:
+                    last = RuntimeError(f"sandbox zygote answered {reply!r:.200}")
         except (OSError, TimeoutError) as e:
             last = e
         finally:
             for fd in (in_r, out_w, err_w, st_w, *([null] if null is not None else [])):
                 os.close(fd)
-        if isinstance(reply, dict) and type(reply.get("pid")) is int:
-            return _ZygoteRun(z, reply["pid"], in_w, out_r, err_r, st_r)
-        last = last or RuntimeError(f"sandbox zygote answered {reply!r:.200}")
+        if pid is not None:
+            return _ZygoteRun(z, pid, in_w, out_r, err_r, st_r)
         for fd in (in_w, out_r, err_r, st_r):
             os.close(fd)
         z.kill()
