@@ -23,6 +23,10 @@ Layers (all on by default when running as root, see ``docs/sandbox.md``):
 seccomp and Landlock need neither root nor namespaces, so a run that is otherwise ``unconfined``
 (not root, opted in) still gets them where the kernel has them.
 
+Launch: as root a run's tree is forked from a pre-started driver interpreter (a *zygote*, one per
+concurrent run; ``_Zygote``, ``_driver.zygote_main``) with the same layers as ``setpriv`` + ``unshare``
++ a fresh interpreter, which ``USE_ZYGOTE = False`` (or ``SEQRL_SANDBOX_ZYGOTE=0``) selects instead.
+
 Verdict design: the solution runs in a child of the trusted in-sandbox driver
 (``_driver.py``), answers ``f(*args)`` requests with plain data over its own pipe, and never holds
 the result channel (a pipe fd passed only to the driver, records stamped with a per-run nonce).
