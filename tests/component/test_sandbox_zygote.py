@@ -209,3 +209,14 @@ def test_zygote_reaps_its_leaders_and_leaves_no_cgroups(zygote):
     left = [p for root in ("/sys/fs/cgroup/pids", "/sys/fs/cgroup/memory", "/sys/fs/cgroup/cpu")
             for p, dirs, _ in os.walk(root) if os.path.basename(p).startswith(mine)]
     assert left == []
+
+
+def test_no_zygote_falls_back_to_the_classic_launch(zygote, monkeypatch):
+    def broken(self, *a, **k):
+        raise RuntimeError("sandbox zygote did not start")
+
+    monkeypatch.setattr(runner._Zygote, "__init__", broken)
+    r = run_python("def f():\n    return 3\n", tests="assert f() == 3\n")
+    assert r.all_passed, (r.status, r.reason)
+    assert set(STRONG_LAYERS) <= set(r.layers)
+    assert runner.zygote_pids() == []

@@ -841,14 +841,14 @@ def _launch(boot: dict, job: dict, lim: Limits, *, cwd: str | None, env: dict | 
             layers.append("scratch_tmpfs")
         confine, names = _confine_spec(python, tuple(skip_layers), read, [workdir, *map(os.fspath, writable)])
         layers += names
-        zygote = zyg is not None
         try:
             if zyg is not None:  # the same tree, forked by a pre-started driver (it moves the leader into the cgroups)
                 meta = {"limits": limits, "cgroups": cg_procs or "-", "cwd": workdir, "env": _scrubbed_env(workdir),
                         "report": rep_w is not None}
                 z, zyg = zyg, None  # owned by _zygote_popen from here
-                proc = _zygote_popen(z, meta, res_w, rep_w)
-            else:
+                proc = _zygote_popen(z, meta, res_w, rep_w)  # None: no zygote answered, the classic launch
+            zygote = proc is not None
+            if proc is None:
                 cmd = [*nnp, *(unshare or ()), python, "-I", "-S", _driver_file(python) if unshare else str(DRIVER),
                        str(res_w), limits, cg_procs or "-"]
                 proc = subprocess.Popen(
@@ -930,7 +930,10 @@ class _Zygote:
         self.prepared: tuple[Path | None, Path | None, Path | None] | None = None
         self.standby: tuple[int, socket.socket] | None = None
         self._awaiting = False  # a "prepared" answer is on its way
-        hello = self.recv(start_timeout_s)
+        try:
+            hello = self.recv(start_timeout_s)
+        except TimeoutError:
+            hello = None
         if not isinstance(hello, dict) or hello.get("ready") is not True or hello.get("threads") != 1:
             self.kill()
             raise RuntimeError(f"sandbox zygote did not start: {hello!r:.200}")
@@ -1153,15 +1156,17 @@ class _ZygoteRun:
         return self.returncode
 
 
-def _zygote_popen(z: _Zygote, meta: dict, res_w: int, rep_w: int | None) -> _ZygoteRun:
+def _zygote_popen(z: _Zygote, meta: dict, res_w: int, rep_w: int | None) -> _ZygoteRun | None:
     """Start one run from zygote ``z``: fresh pipes, the run's fds passed as 0–5 (SCM_RIGHTS) straight
     to the leader it forked ahead for this run's cgroups (else through the zygote, which forks one
     now). A zygote that is gone or does not answer is replaced by a fresh one and the start tried
-    once more (nothing of the run has been sent yet)."""
-    last = None
+    once more (nothing of the run has been sent yet); None when that fails too."""
     for attempt in range(2):
         if attempt:
-            z = _Zygote(*z.key)
+            try:
+                z = _Zygote(*z.key)
+            except (OSError, RuntimeError, subprocess.SubprocessError):
+                return None
         in_r, in_w = os.pipe()
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
@@ -1186,10 +1191,8 @@ def _zygote_popen(z: _Zygote, meta: dict, res_w: int, rep_w: int | None) -> _Zyg
                 reply = z.recv(10.0)
                 if isinstance(reply, dict) and type(reply.get("pid")) is int:
                     pid = reply["pid"]
-                else:
-                    last = RuntimeError(f"sandbox zygote answered {reply!r:.200}")
-        except (OSError, TimeoutError) as e:
-            last = e
+        except (OSError, TimeoutError):
+            pass
         finally:
             for fd in (in_r, out_w, err_w, st_w, *([null] if null is not None else [])):
                 os.close(fd)
@@ -1198,7 +1201,7 @@ def _zygote_popen(z: _Zygote, meta: dict, res_w: int, rep_w: int | None) -> _Zyg
         for fd in (in_w, out_r, err_r, st_r):
             os.close(fd)
         z.kill()
-    raise SandboxUnavailable(f"sandbox zygote failed twice: {last}")
+    return None
 
 
 def _attach_driver(unshare_pid: int, cg_procs: str, timeout_s: float = 1.0) -> None:
