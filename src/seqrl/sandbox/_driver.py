@@ -910,7 +910,7 @@ def probe(spec_json: str) -> dict:
 # A cgroup-v1 attach waits for an RCU grace period (≈ 5–15 ms here), so while a run executes the
 # zygote forks the *next* run's leader ahead (``prepare``: the runner made that run's cgroups; their
 # limits are written when the run comes): it unshares, is moved into those cgroups, and waits on
-# its own socket for its run's fds and metadata. The leader waits for the driver and writes its
+# its own socket, whose other end the zygote hands to the runner, for its run's fds and metadata. The leader waits for the driver and writes its
 # status (a signal as 128 + signo) to fd 5, a pipe only it holds; the zygote reaps a leader only
 # when the runner says so (its pid, the run's process group id, cannot be reused before).
 
@@ -933,8 +933,8 @@ def _scm_fds(anc) -> list[int]:
 
 
 def _zygote_leader(sys_: _Sys, zygote_pid: int, detach: list, standby: int) -> None:
-    """A run's leader, forked ahead: unshares, then waits on ``standby`` (its socket to the zygote) for
-    the run's fds and metadata. Never returns (every path ends in ``os._exit``)."""
+    """A run's leader, forked ahead: unshares, then waits on ``standby`` (a socket whose other end the
+    runner holds) for the run's fds and metadata. Never returns (every path ends in ``os._exit``)."""
     code = 125
     try:
         import _socket
