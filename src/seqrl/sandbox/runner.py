@@ -23,6 +23,10 @@ Layers (all on by default when running as root, see ``docs/sandbox.md``):
 seccomp and Landlock need neither root nor namespaces, so a run that is otherwise ``unconfined``
 (not root, opted in) still gets them where the kernel has them.
 
+Launch: as root a run's tree is forked from a pre-started driver interpreter (a *zygote*, one per
+concurrent run; ``_Zygote``, ``_driver.zygote_main``) with the same layers as ``setpriv`` + ``unshare``
++ a fresh interpreter, which ``USE_ZYGOTE = False`` (or ``SEQRL_SANDBOX_ZYGOTE=0``) selects instead.
+
 Verdict design: the solution runs in a child of the trusted in-sandbox driver
 (``_driver.py``), answers ``f(*args)`` requests with plain data over its own pipe, and never holds
 the result channel (a pipe fd passed only to the driver, records stamped with a per-run nonce).
@@ -39,18 +43,21 @@ import json
 import math
 import os
 import secrets
+import select
 import selectors
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field, fields, replace
 from functools import lru_cache
 from pathlib import Path
 
-from seqrl.sandbox._driver import decode_plain, frame
+from seqrl.sandbox._driver import REPORT_FD_ZYGOTE, RUN_FDS, decode_plain, frame
 from seqrl.types import RewardResult
 
 DRIVER = Path(__file__).with_name("_driver.py")
@@ -286,38 +293,49 @@ def _cpu_cgroup_base() -> Path | None:
     return _own_cgroup_base(CPU_CGROUP_ROOT, "cpu", "cpu.cfs_quota_us", str(CPU_PERIOD_US))
 
 
-def _make_cpu_cgroup(cpus: float) -> Path | None:
-    """A cgroup-v1 ``cpu`` group whose CFS quota is ``cpus`` CPUs (``cpus * period`` per period)."""
+def _make_cpu_cgroup(cpus: float | None) -> Path | None:
+    """A cgroup-v1 ``cpu`` group whose CFS quota is ``cpus`` CPUs (``cpus * period`` per period;
+    None: no quota yet, see :func:`_set_cpu_quota`)."""
     base = _cpu_cgroup_base()
     if base is None:
         return None
     cg = base / f"seqrl-{os.getpid()}-{secrets.token_hex(6)}"
     cg.mkdir()
-    try:
-        (cg / "cpu.cfs_period_us").write_text(str(CPU_PERIOD_US))
-        (cg / "cpu.cfs_quota_us").write_text(str(max(1000, int(round(cpus * CPU_PERIOD_US)))))
-    except OSError:
-        cg.rmdir()
-        raise
+    if cpus is not None:
+        try:
+            _set_cpu_quota(cg, cpus)
+        except OSError:
+            cg.rmdir()
+            raise
     return cg
 
 
-def _make_memory_cgroup(limit_bytes: int) -> Path | None:
+def _set_cpu_quota(cg: Path, cpus: float) -> None:
+    (cg / "cpu.cfs_period_us").write_text(str(CPU_PERIOD_US))
+    (cg / "cpu.cfs_quota_us").write_text(str(max(1000, int(round(cpus * CPU_PERIOD_US)))))
+
+
+def _make_memory_cgroup(limit_bytes: int | None) -> Path | None:
     base = _memory_cgroup_base()
     if base is None:
         return None
     cg = base / f"seqrl-{os.getpid()}-{secrets.token_hex(6)}"
     cg.mkdir()
-    try:
-        (cg / "memory.limit_in_bytes").write_text(str(limit_bytes))
-    except OSError:
-        cg.rmdir()
-        raise
+    if limit_bytes is not None:
+        try:
+            _set_memory_limit(cg, limit_bytes)
+        except OSError:
+            cg.rmdir()
+            raise
+    return cg
+
+
+def _set_memory_limit(cg: Path, limit_bytes: int) -> None:
+    (cg / "memory.limit_in_bytes").write_text(str(limit_bytes))
     try:  # with swap accounting, swap counts too (absent or refused without it: RAM only)
         (cg / "memory.memsw.limit_in_bytes").write_text(str(limit_bytes))
     except OSError:
         pass
-    return cg
 
 
 def _oom_kills(cg: Path) -> int:
@@ -490,17 +508,19 @@ def _scrubbed_env(home: str) -> dict[str, str]:
     return {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "PYTHONHASHSEED": "0", "HOME": home}
 
 
-def _make_cgroup(max_tasks: int) -> Path | None:
+def _make_cgroup(max_tasks: int | None) -> Path | None:
     if not _pids_cgroup_ok():
         return None
     cg = PIDS_CGROUP_ROOT / f"seqrl-{os.getpid()}-{secrets.token_hex(6)}"
     cg.mkdir()
-    (cg / "pids.max").write_text(str(max_tasks))
+    if max_tasks is not None:
+        (cg / "pids.max").write_text(str(max_tasks))
     return cg
 
 
 def _destroy_cgroup(cg: Path) -> None:
     deadline = time.monotonic() + 2.0
+    nap = 0.0005  # a process killed a moment ago leaves the group within a millisecond or so
     while True:
         try:
             pids = [int(p) for p in (cg / "cgroup.procs").read_text().split()]
@@ -515,7 +535,8 @@ def _destroy_cgroup(cg: Path) -> None:
                 pass
         if time.monotonic() > deadline:
             break
-        time.sleep(0.01)
+        time.sleep(nap)
+        nap = min(0.01, nap * 2)
     for _ in range(100):
         try:
             cg.rmdir()
@@ -759,7 +780,8 @@ def _launch(boot: dict, job: dict, lim: Limits, *, cwd: str | None, env: dict | 
     mcg: Path | None = None
     ccg: Path | None = None
     oom = 0
-    proc: subprocess.Popen | None = None
+    proc: subprocess.Popen | _ZygoteRun | None = None
+    zyg: _Zygote | None = None
     t_start = time.monotonic()
     owned = []
     try:
@@ -768,18 +790,30 @@ def _launch(boot: dict, job: dict, lim: Limits, *, cwd: str | None, env: dict | 
             for tree in writable:
                 _chown_tree(tree, uid)
                 owned.append(tree)
-        cg = _make_cgroup(max_procs + 3) if unshare else None  # + unshare, driver, solution process
-        if cg is not None:
-            layers.append("pids_cgroup")
+        python = _sandbox_python() if unshare else sys.executable
+        if unshare is not None and zygote_enabled():
+            try:
+                zyg = _zygote_acquire(python, _driver_file(python))
+            except (OSError, RuntimeError, subprocess.SubprocessError):
+                zyg = None  # the classic launch: the same layers
         # The whole tree's resident memory (RLIMIT_AS bounds each process, not their sum)
         tree_mb = lim.tree_memory_mb if lim.tree_memory_mb is not None else memory_mb + TREE_MEMORY_SLACK_MB
-        mcg = _make_memory_cgroup(int(tree_mb) << 20) if unshare else None
-        if mcg is not None:
-            layers.append("memory_cgroup")
-        # A CPU quota for the whole tree: GIL-free busy threads cannot take the trainer's cores
-        ccg = _make_cpu_cgroup(float(lim.cpus)) if unshare else None
-        if ccg is not None:
-            layers.append("cpu_cgroup")
+        prepared = zyg.take_prepared() if zyg is not None else None
+        if prepared is not None:  # fresh groups made for this run, its leader already in them: set the limits
+            cg, mcg, ccg = prepared
+            if cg is not None:
+                (cg / "pids.max").write_text(str(max_procs + 3))
+            if mcg is not None:
+                _set_memory_limit(mcg, int(tree_mb) << 20)
+            if ccg is not None:
+                _set_cpu_quota(ccg, float(lim.cpus))
+        else:
+            cg = _make_cgroup(max_procs + 3) if unshare else None  # + unshare (leader), driver, solution process
+            mcg = _make_memory_cgroup(int(tree_mb) << 20) if unshare else None
+            # A CPU quota for the whole tree: GIL-free busy threads cannot take the trainer's cores
+            ccg = _make_cpu_cgroup(float(lim.cpus)) if unshare else None
+        layers += [name for name, g in (("pids_cgroup", cg), ("memory_cgroup", mcg), ("cpu_cgroup", ccg))
+                   if g is not None]
         cg_procs = ",".join(str(g / "cgroup.procs") for g in (cg, mcg, ccg) if g is not None) or None
         # Unconfined: RLIMIT_NPROC counts every process of our uid, so allow what already runs.
         nproc_unconfined = None if uid is not None else _count_own_processes() + max_procs + 3
@@ -800,7 +834,6 @@ def _launch(boot: dict, job: dict, lim: Limits, *, cwd: str | None, env: dict | 
             if uid is not None:  # the uid reopens it as /dev/fd/3 (a pipe inode is 0600, owner checked)
                 os.fchown(rep_w, uid, uid)
         pass_fds = (res_w,) if rep_w is None else (res_w, rep_w)
-        python = _sandbox_python() if unshare else sys.executable
         read = [*(p for p in [cwd] if p), *map(os.fspath, read_paths)]
         if "argv" in boot:  # the command's own install prefix (…/bin/x → …)
             read.append(os.path.dirname(os.path.dirname(os.path.realpath(boot["argv"][0]))))
@@ -808,19 +841,26 @@ def _launch(boot: dict, job: dict, lim: Limits, *, cwd: str | None, env: dict | 
             layers.append("scratch_tmpfs")
         confine, names = _confine_spec(python, tuple(skip_layers), read, [workdir, *map(os.fspath, writable)])
         layers += names
-        cmd = [*nnp, *(unshare or ()), python, "-I", "-S", _driver_file(python) if unshare else str(DRIVER),
-               str(res_w), limits, cg_procs or "-"]
         try:
-            proc = subprocess.Popen(
-                cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                cwd=workdir, env=_scrubbed_env(workdir), pass_fds=pass_fds, start_new_session=True,
-                preexec_fn=None if nnp else preexec,
-            )
+            if zyg is not None:  # the same tree, forked by a pre-started driver (it moves the leader into the cgroups)
+                meta = {"limits": limits, "cgroups": cg_procs or "-", "cwd": workdir, "env": _scrubbed_env(workdir),
+                        "report": rep_w is not None}
+                z, zyg = zyg, None  # owned by _zygote_popen from here
+                proc = _zygote_popen(z, meta, res_w, rep_w)  # None: no zygote answered, the classic launch
+            zygote = proc is not None
+            if proc is None:
+                cmd = [*nnp, *(unshare or ()), python, "-I", "-S", _driver_file(python) if unshare else str(DRIVER),
+                       str(res_w), limits, cg_procs or "-"]
+                proc = subprocess.Popen(
+                    cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                    cwd=workdir, env=_scrubbed_env(workdir), pass_fds=pass_fds, start_new_session=True,
+                    preexec_fn=None if nnp else preexec,
+                )
         finally:
             os.close(res_w)
             if rep_w is not None:
                 os.close(rep_w)
-        if cg_procs is not None:
+        if cg_procs is not None and not zygote:
             _attach_driver(proc.pid, cg_procs)
         boot = {**boot, "uid": uid, "nproc": max_procs if uid is not None else None, "confine": confine}
         if uid is not None and os.uname().machine in _SCRATCH_ARCHES:
@@ -829,13 +869,21 @@ def _launch(boot: dict, job: dict, lim: Limits, *, cwd: str | None, env: dict | 
         if "argv" in boot:
             boot["cwd"] = cwd or workdir
             boot["env"] = {**_scrubbed_env(workdir), "TMPDIR": workdir, **(env or {})}
-            boot["report_fd"] = rep_w
+            boot["report_fd"] = (REPORT_FD_ZYGOTE if zygote else rep_w) if rep_w is not None else None
         extra = {rep_r: report_cap} if rep_r is not None else {}
-        out, err, res, more, timed_out = _pump(proc, frame(boot) + frame(job), res_r,
+        data = frame(boot) + frame(job)
+        if isinstance(proc, _ZygoteRun):  # the run can start; then the zygote forks the next run's leader
+            data = data[proc.write_ahead(data):]
+            proc.zygote.prepare()
+        out, err, res, more, timed_out = _pump(proc, data, res_r,
                                                deadline=t_start + timeout_s, cap=int(lim.max_output_bytes), extra=extra)
     finally:
         if proc is not None:
             _kill_tree(proc)
+            if isinstance(proc, _ZygoteRun):
+                _zygote_release(proc.zygote, proc.pid)
+        if zyg is not None:  # acquired, but the run never reached it
+            _zygote_release(zyg, None)
         if cg is not None:
             _destroy_cgroup(cg)
         if mcg is not None:
@@ -849,6 +897,311 @@ def _launch(boot: dict, job: dict, lim: Limits, *, cwd: str | None, env: dict | 
     report, dropped = more.get(rep_r, (b"", 0)) if rep_r is not None else (b"", 0)
     return _Launched(out, err, res, report, dropped, timed_out, proc.returncode if proc else None,
                      time.monotonic() - t_start, layers, oom)
+
+
+# ----------------------------------------------------------------------------- pre-started drivers
+USE_ZYGOTE: bool | None = None
+"""Launch confined runs from a pre-started driver interpreter (a *zygote*, ``_driver.zygote_main``)
+that forks each run's process tree, instead of starting ``unshare`` and an interpreter per run.
+None: on unless the environment sets ``SEQRL_SANDBOX_ZYGOTE=0``. Every layer is the same either way."""
+MAX_IDLE_ZYGOTES = 8  # kept between runs; one per run in flight, the rest are closed when returned
+
+
+def zygote_enabled() -> bool:
+    if USE_ZYGOTE is not None:
+        return bool(USE_ZYGOTE)
+    return os.environ.get("SEQRL_SANDBOX_ZYGOTE", "1").strip().lower() not in ("0", "false", "no", "off")
+
+
+class _Zygote:
+    """A driver interpreter started once (``python -I -S _driver.pyc --zygote FD``, no_new_privs, its
+    own session, stdio on /dev/null), serving one run at a time over a SOCK_SEQPACKET socket."""
+
+    def __init__(self, python: str, driver: str, start_timeout_s: float = 30.0):
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            self.proc = subprocess.Popen(
+                [*_setpriv_nnp(), python, "-I", "-S", driver, "--zygote", str(theirs.fileno())],
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                pass_fds=(theirs.fileno(),), cwd="/", env=_scrubbed_env("/"), start_new_session=True)
+        finally:
+            theirs.close()
+        self.sock, self.owner, self.key = ours, os.getpid(), (python, driver)
+        self.prepared: tuple[Path | None, Path | None, Path | None] | None = None
+        self.standby: tuple[int, socket.socket] | None = None
+        self._awaiting = False  # a "prepared" answer is on its way
+        try:
+            hello = self.recv(start_timeout_s)
+        except TimeoutError:
+            hello = None
+        if not isinstance(hello, dict) or hello.get("ready") is not True or hello.get("threads") != 1:
+            self.kill()
+            raise RuntimeError(f"sandbox zygote did not start: {hello!r:.200}")
+        self.pid = int(hello["pid"])
+
+    def recv(self, timeout_s: float | None, with_fds: bool = False):
+        """The next message (a dict; with ``with_fds``, ``(dict, fds)``); None when the zygote is gone;
+        ``TimeoutError`` after ``timeout_s``."""
+        self.sock.settimeout(timeout_s)
+        fds: list[int] = []
+        try:
+            data, anc, _, _ = self.sock.recvmsg(1 << 16, socket.CMSG_SPACE(4 * RUN_FDS))
+        except (socket.timeout, BlockingIOError):
+            raise TimeoutError from None
+        except OSError:
+            data, anc = b"", []
+        for level, kind, blob in anc:
+            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                fds += [int.from_bytes(blob[i:i + 4], sys.byteorder) for i in range(0, len(blob) - 3, 4)]
+        msg = None
+        if data:
+            try:
+                msg = json.loads(data)
+            except ValueError:
+                msg = None
+        msg = msg if isinstance(msg, dict) else None
+        if with_fds:
+            return msg, fds
+        for fd in fds:
+            os.close(fd)
+        return msg
+
+    def alive(self) -> bool:
+        return self.owner == os.getpid() and self.proc.poll() is None
+
+    def take_prepared(self) -> tuple[Path | None, Path | None, Path | None] | None:
+        """The fresh (pids, memory, cpu) cgroups, without limits yet, whose leader the zygote forked
+        ahead; that leader's pid and socket go to ``self.standby`` (None when it is not there)."""
+        groups, self.prepared = self.prepared, None
+        self._discard_standby()
+        if groups is not None and self._awaiting:
+            self._awaiting = False
+            try:
+                msg, fds = self.recv(10.0, with_fds=True)
+            except TimeoutError:
+                msg, fds = None, []
+            if msg is not None and type(msg.get("prepared")) is int and len(fds) == 1:
+                self.standby = (msg["prepared"], socket.socket(fileno=fds[0]))
+            else:
+                for fd in fds:
+                    os.close(fd)
+        return groups
+
+    def prepare(self) -> None:
+        """Make the next run's cgroups (no limits yet) and have the zygote fork that run's leader into them
+        now, while a run executes (a cgroup-v1 attach waits for an RCU grace period)."""
+        self._drop_prepared()
+        groups: list[Path | None] = []
+        try:
+            groups = [_make_cgroup(None)]
+            groups.append(_make_memory_cgroup(None))
+            groups.append(_make_cpu_cgroup(None))
+            procs = ",".join(str(g / "cgroup.procs") for g in groups if g is not None) or "-"
+            self.sock.send(json.dumps({"prepare": procs}).encode())
+        except OSError:
+            for g in groups:
+                if g is not None:
+                    _destroy_cgroup(g)
+            return
+        self.prepared, self._awaiting = (groups[0], groups[1], groups[2]), True
+
+    def _discard_standby(self) -> None:
+        if self.standby is not None:
+            pid, s = self.standby
+            self.standby = None
+            s.close()  # it reads EOF and exits
+            try:
+                self.sock.send(json.dumps({"reap": pid}).encode())
+            except OSError:
+                pass
+
+    def _drop_prepared(self) -> None:
+        groups = self.take_prepared()  # reads an answer still in flight, so its socket is closed here
+        self._discard_standby()
+        for g in groups or ():
+            if g is not None:
+                _destroy_cgroup(g)
+
+    def kill(self) -> None:
+        if self.owner != os.getpid():
+            return  # a forked copy of the runner: the zygote is its parent's
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except OSError:
+            pass
+        try:
+            self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            pass
+        self._awaiting = False
+        if self.standby is not None:
+            self.standby[1].close()
+            self.standby = None
+        for g in self.take_prepared() or ():  # its waiting leader died with it (PDEATHSIG)
+            if g is not None:
+                _destroy_cgroup(g)
+        self.sock.close()
+
+
+_ZYGOTE_LOCK = threading.Lock()
+_ZYGOTES: list[_Zygote] = []
+
+
+def _forget_zygotes_in_child() -> None:
+    """A fork of the runner (a data-loader worker, ...) starts its own zygotes: the parent's are the
+    parent's (never used, killed or messaged from here), and the lock may have been held by a thread
+    that does not exist in the child."""
+    global _ZYGOTE_LOCK
+    _ZYGOTE_LOCK = threading.Lock()
+    _ZYGOTES.clear()
+
+
+os.register_at_fork(after_in_child=_forget_zygotes_in_child)
+
+
+def _zygote_acquire(python: str, driver: str) -> _Zygote:
+    with _ZYGOTE_LOCK:
+        while _ZYGOTES:
+            z = _ZYGOTES.pop()
+            if z.key == (python, driver) and z.alive():
+                return z
+            z.kill()
+    return _Zygote(python, driver)
+
+
+def _zygote_release(z: _Zygote, leader: int | None) -> None:
+    """Back to the idle list (the zygote reaps the run's ``leader`` now); a dead one is dropped."""
+    if z.alive():
+        try:
+            if leader is not None:
+                z.sock.send(json.dumps({"reap": leader}).encode())  # no reply
+        except OSError:
+            pass
+        else:
+            with _ZYGOTE_LOCK:
+                if len(_ZYGOTES) < MAX_IDLE_ZYGOTES:
+                    _ZYGOTES.append(z)
+                    return
+    z.kill()
+
+
+@atexit.register
+def close_zygotes() -> None:
+    """Stop every idle zygote (they also exit by themselves when this process ends)."""
+    with _ZYGOTE_LOCK:
+        zs = list(_ZYGOTES)
+        _ZYGOTES.clear()
+    for z in zs:
+        z.kill()
+
+
+def zygote_pids() -> list[int]:
+    """Pids of the idle zygotes (for tests and benchmarks)."""
+    with _ZYGOTE_LOCK:
+        return [z.pid for z in _ZYGOTES if z.alive()]
+
+
+class _ZygoteRun:
+    """One run forked by a zygote, with the ``subprocess.Popen`` surface ``_pump``/``_kill_tree`` use.
+    ``pid`` is the run's leader (its process group id; the zygote reaps it only when released); its
+    exit status comes over a pipe only the leader holds (EOF without a status: it was killed)."""
+
+    def __init__(self, z: _Zygote, pid: int, in_w: int, out_r: int, err_r: int, st_r: int):
+        self.zygote, self.pid, self.returncode = z, pid, None
+        self.stdin = os.fdopen(in_w, "wb", buffering=0)
+        self.stdout = os.fdopen(out_r, "rb", buffering=0)
+        self.stderr = os.fdopen(err_r, "rb", buffering=0)
+        self._st, self._buf = os.fdopen(st_r, "rb", buffering=0), b""
+        os.set_blocking(st_r, False)
+
+    def _read(self, timeout: float | None) -> None:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.returncode is None:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            r, _, _ = select.select([self._st], [], [], left)
+            if not r:
+                return
+            try:
+                chunk = os.read(self._st.fileno(), 64)
+            except BlockingIOError:
+                continue
+            if chunk:
+                self._buf += chunk[:32]
+                continue
+            self._st.close()
+            try:
+                st = int(self._buf)
+            except ValueError:
+                self.returncode = -signal.SIGKILL  # the leader was killed (timeout, or its zygote died)
+            else:
+                self.returncode = -(st - 128) if st > 128 else st
+
+    def write_ahead(self, data: bytes) -> int:
+        """Write what the stdin pipe takes now without blocking; returns the bytes written."""
+        fd = self.stdin.fileno()
+        os.set_blocking(fd, False)
+        try:
+            return os.write(fd, data[:1 << 16])
+        except (BlockingIOError, BrokenPipeError):
+            return 0
+
+    def poll(self) -> int | None:
+        self._read(0)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        self._read(timeout)
+        if self.returncode is None:
+            raise subprocess.TimeoutExpired("sandbox zygote run", timeout)
+        return self.returncode
+
+
+def _zygote_popen(z: _Zygote, meta: dict, res_w: int, rep_w: int | None) -> _ZygoteRun | None:
+    """Start one run from zygote ``z``: fresh pipes, the run's fds passed as 0–5 (SCM_RIGHTS) straight
+    to the leader it forked ahead for this run's cgroups (else through the zygote, which forks one
+    now). A zygote that is gone or does not answer is replaced by a fresh one and the start tried
+    once more (nothing of the run has been sent yet); None when that fails too."""
+    for attempt in range(2):
+        if attempt:
+            try:
+                z = _Zygote(*z.key)
+            except (OSError, RuntimeError, subprocess.SubprocessError):
+                return None
+        in_r, in_w = os.pipe()
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        st_r, st_w = os.pipe()
+        null = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC) if rep_w is None else None
+        pid = None
+        try:
+            fds = [in_r, out_w, err_w, res_w, rep_w if rep_w is not None else null, st_w]
+            assert len(fds) == RUN_FDS
+            anc = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, b"".join(fd.to_bytes(4, sys.byteorder) for fd in fds))]
+            standby, z.standby = z.standby, None
+            if standby is not None:
+                try:
+                    standby[1].sendmsg([json.dumps(meta).encode()], anc)
+                    pid = standby[0]
+                except OSError:  # it died waiting
+                    z.sock.send(json.dumps({"reap": standby[0]}).encode())
+                finally:
+                    standby[1].close()
+            if pid is None:
+                z.sock.sendmsg([json.dumps({"run": meta}).encode()], anc)
+                reply = z.recv(10.0)
+                if isinstance(reply, dict) and type(reply.get("pid")) is int:
+                    pid = reply["pid"]
+        except (OSError, TimeoutError):
+            pass
+        finally:
+            for fd in (in_r, out_w, err_w, st_w, *([null] if null is not None else [])):
+                os.close(fd)
+        if pid is not None:
+            return _ZygoteRun(z, pid, in_w, out_r, err_r, st_r)
+        for fd in (in_w, out_r, err_r, st_r):
+            os.close(fd)
+        z.kill()
+    return None
 
 
 def _attach_driver(unshare_pid: int, cg_procs: str, timeout_s: float = 1.0) -> None:
