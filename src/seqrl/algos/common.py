@@ -318,11 +318,17 @@ class RunGuard:
     * A `NonFiniteError` or `NonFiniteWeightsError` leaving the block gains the newest checkpoint's name.
     * Before the loop, on the main process: refuses a disk without room for one checkpoint of `model`
       (weights + Adam's two moments).
+
+    `unit` names what the loop checkpoints after ("step"; STaR: "iteration"). A loop whose unit is long
+    and cannot be saved midway sets `current` to the unit in progress, so that the messages say which
+    work a stop at once loses and where ``--resume`` restarts.
     """
 
-    def __init__(self, run: RunConfig, model: torch.nn.Module | None = None, skipped: int = 0) -> None:
-        self.run, self.dir, self.model, self.skipped = run, run.dir, model, int(skipped)
+    def __init__(self, run: RunConfig, model: torch.nn.Module | None = None, skipped: int = 0,
+                 unit: str = "step") -> None:
+        self.run, self.dir, self.model, self.skipped, self.unit = run, run.dir, model, int(skipped), unit
         self.signum: int | None = None
+        self.current: int | None = None
         self._previous: dict[int, Any] = {}
 
     def __enter__(self) -> RunGuard:
@@ -343,13 +349,18 @@ class RunGuard:
                 exc.args = (f"{exc.args[0]}; {newest_checkpoint_text(self.dir)}", *exc.args[1:])
 
     def _on_signal(self, signum: int, frame: Any) -> None:
-        name = signal.Signals(signum).name
+        name, unit, current = signal.Signals(signum).name, self.unit, self.current
         if self.signum is not None:
-            raise RunInterrupted(signum, f"stopped at once by a second {name}; {newest_checkpoint_text(self.dir)}")
+            if current is None:
+                raise RunInterrupted(signum, f"stopped at once by a second {name}; {newest_checkpoint_text(self.dir)}")
+            raise RunInterrupted(signum, f"stopped at once by a second {name} during {unit} {current}, whose work is "
+                                         f"lost; {newest_checkpoint_text(self.dir)} (--resume restarts {unit} "
+                                         f"{current} from it)")
         self.signum = signum
         if dist.is_main():
-            print(f"\n{name}: stopping after the current step and saving a checkpoint "
-                  f"(send it again to stop at once)", file=sys.stderr, flush=True)
+            lose = f", losing {unit} {current}'s work" if current is not None else ""
+            print(f"\n{name}: stopping after the current {unit} and saving a checkpoint "
+                  f"(send it again to stop at once{lose})", file=sys.stderr, flush=True)
 
     def stop_requested(self) -> bool:
         """Whether a signal asked to stop, agreed over processes; call once per step on every process."""
@@ -361,9 +372,9 @@ class RunGuard:
         return bool(signum)
 
     def stop(self, step: int) -> None:
-        """Raise `RunInterrupted` after the loop saved step `step`."""
+        """Raise `RunInterrupted` after the loop saved step (or `unit`) `step`."""
         signum = self.signum or signal.SIGTERM
-        raise RunInterrupted(signum, f"stopped by {signal.Signals(signum).name} after step {step}; "
+        raise RunInterrupted(signum, f"stopped by {signal.Signals(signum).name} after {self.unit} {step}; "
                                      f"{newest_checkpoint_text(self.dir)} (resume with --resume)")
 
     def check_finite(self, step: int, **values: float) -> bool:

@@ -27,6 +27,7 @@ from seqrl.algos.common import (
     releases_run_folder,
     OptimConfig,
     RunConfig,
+    RunGuard,
     TaskConfig,
     batch_indices,
     check_finite,
@@ -237,7 +238,8 @@ def train(cfg: PRMConfig) -> dict[str, float]:
     name = cfg.kind
     final: dict[str, float] = {}
     model.train()
-    with progress_bar(cfg.steps, f"{name} {cfg.run.name}", disable=not cfg.run.progress) as bar:
+    guard = RunGuard(cfg.run, model)
+    with progress_bar(cfg.steps, f"{name} {cfg.run.name}", disable=not cfg.run.progress) as bar, guard:
         bar.advance(start)
         try:
             for step in range(start, cfg.steps):
@@ -267,14 +269,14 @@ def train(cfg: PRMConfig) -> dict[str, float]:
                 if metrics:
                     logger.log(done, metrics)
                     final.update(metrics)
-                if (cfg.run.save_every and done % cfg.run.save_every == 0) or done == cfg.steps:
+                stopping = guard.stop_requested() and done < cfg.steps
+                if (cfg.run.save_every and done % cfg.run.save_every == 0) or done == cfg.steps or stopping:
                     save_checkpoint(run_dir, done, model, tok, optimizer, scheduler,
                                     state={"prm": {"kind": cfg.kind, "head": cfg.head, "source": source}},
                                     keep_last=cfg.run.keep_last)
+                if stopping:
+                    guard.stop(done)
                 bar.advance(1, loss=float(loss), **({"auc": final["eval/auc"]} if "eval/auc" in final else {}))
-        except KeyboardInterrupt:
-            print(f"\ninterrupted; checkpoints in {run_dir} are intact (resume with --resume)")
-            raise
         finally:
             logger.close()
     plot_metrics(read_metrics(run_dir / "metrics.jsonl"), [f"loss/{name}", "stats/step_accuracy", "eval/auc", "eval/loss"],

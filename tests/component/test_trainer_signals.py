@@ -1,0 +1,111 @@
+"""SIGTERM / SIGINT in the PRM, RM, PPO, STaR and VLA trainers: the first signal saves the step (STaR: the
+iteration) reached and exits 143 / 130 naming that checkpoint, ``--resume`` repeats the uninterrupted run
+exactly; a second signal stops at once and says what is lost.
+
+Signals are sent to this process from inside the loop (the trainer's `check_finite`, once per step, or
+once per STaR fine-tune), so the real handlers run.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+from types import SimpleNamespace
+
+import pytest
+import safetensors.torch
+import torch
+
+from seqrl.algos.common import OptimConfig, RunConfig, RunInterrupted, TaskConfig
+from seqrl.models.config import ModelConfig
+from seqrl.utils.checkpoint import list_checkpoints, verify_checkpoint
+from seqrl.utils.metrics import read_metrics
+
+
+def _signal_at(monkeypatch, module, at: int, *signums: int) -> None:
+    """Send `signums` to this process in the `at`-th call (1-based) of `module.check_finite`."""
+    real, calls = module.check_finite, []
+
+    def hooked(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == at:
+            for signum in signums:
+                os.kill(os.getpid(), signum)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(module, "check_finite", hooked)
+
+
+def _weights(checkpoint) -> dict[str, torch.Tensor]:
+    return safetensors.torch.load_file(checkpoint / "model.safetensors")
+
+
+def _same_weights(a, b) -> bool:
+    wa, wb = _weights(a), _weights(b)
+    return wa.keys() == wb.keys() and all(torch.equal(wa[k], wb[k]) for k in wa)
+
+
+def _records(run, key: str) -> list[tuple[int, float]]:
+    return [(r["step"], r[key]) for r in read_metrics(run / "metrics.jsonl") if key in r]
+
+
+def _run(name: str, out, **kw) -> RunConfig:
+    return RunConfig(name=name, out_dir=str(out), seed=1, progress=False, log_every=1, save_every=0, keep_last=5,
+                     **kw)
+
+
+def _interrupted(train, cfg, monkeypatch, module, at: int, *signums: int) -> RunInterrupted:
+    with monkeypatch.context() as patch:
+        _signal_at(patch, module, at, *signums)
+        with pytest.raises(RunInterrupted) as caught:
+            train(cfg)
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # handlers restored
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    return caught.value
+
+
+def _check_stop_and_resume(train, make_cfg, monkeypatch, module, tmp_path, loss_key: str, signum: int,
+                           at: int, last: int) -> None:
+    """Whole run vs one stopped by `signum` in step `at` and resumed: same final weights, same losses."""
+    whole = make_cfg(tmp_path / "whole")
+    train(whole)
+    cut = make_cfg(tmp_path / "cut")
+    e = _interrupted(train, cut, monkeypatch, module, at, signum)
+    run = cut.run.dir
+    assert e.exit_code == 128 + signum
+    assert (f"stopped by {signal.Signals(signum).name} after step {at}; newest complete checkpoint: "
+            f"{run / f'checkpoint-{at}'} (resume with --resume)") == e.message
+    assert [s for s, _ in list_checkpoints(run)] == [at]
+    verify_checkpoint(run / f"checkpoint-{at}")
+    resumed = make_cfg(tmp_path / "cut", resume=True)
+    train(resumed)
+    assert _same_weights(whole.run.dir / f"checkpoint-{last}", run / f"checkpoint-{last}")
+    assert _records(run, loss_key) == _records(whole.run.dir, loss_key) and len(_records(run, loss_key)) == last
+
+
+# ---- PRM ------------------------------------------------------------------------------------------
+
+def _prm_cfg(out, resume: bool = False):
+    from seqrl.algos.prm import PRMConfig
+
+    return PRMConfig(run=_run("p", out, resume=resume), model=ModelConfig(preset="tiny", max_seq_len=48),
+                     task=TaskConfig(name="arith", kwargs={"digits": 2}, n_train=32, n_test=8),
+                     optim=OptimConfig(lr=1e-3, warmup_steps=1), steps=4, batch_size=4)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_prm_saves_the_step_reached_and_resume_repeats_the_run(tmp_path, monkeypatch, signum):
+    import seqrl.algos.prm as prm
+
+    _check_stop_and_resume(prm.train, _prm_cfg, monkeypatch, prm, tmp_path, "loss/prm", signum, at=2, last=4)
+
+
+def test_prm_second_signal_stops_at_once_and_says_no_checkpoint_exists(tmp_path, monkeypatch):
+    import seqrl.algos.prm as prm
+
+    cfg = _prm_cfg(tmp_path)
+    e = _interrupted(prm.train, cfg, monkeypatch, prm, 2, signal.SIGTERM, signal.SIGTERM)
+    assert e.exit_code == 143
+    assert e.message == f"stopped at once by a second SIGTERM; no complete checkpoint in {cfg.run.dir}"
+    assert list_checkpoints(cfg.run.dir) == []
