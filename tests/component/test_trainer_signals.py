@@ -109,3 +109,29 @@ def test_prm_second_signal_stops_at_once_and_says_no_checkpoint_exists(tmp_path,
     assert e.exit_code == 143
     assert e.message == f"stopped at once by a second SIGTERM; no complete checkpoint in {cfg.run.dir}"
     assert list_checkpoints(cfg.run.dir) == []
+
+
+# ---- RM -------------------------------------------------------------------------------------------
+
+def _rm_cfg(out, resume: bool = False):
+    import json
+
+    from seqrl.algos.rm import PreferenceDataConfig, RMConfig
+
+    data = out.parent / "prefs.jsonl"
+    if not data.exists():
+        rng = random.Random(0)
+        rows = []
+        for _ in range(40):
+            a, b = rng.randint(0, 49), rng.randint(0, 49)
+            rows.append({"prompt": f"{a}+{b}=", "chosen": str(a + b), "rejected": str(a + b + rng.choice([-1, 1, 10]))})
+        data.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return RMConfig(run=_run("rm", out, resume=resume), model=ModelConfig(preset="tiny", max_seq_len=32),
+                    data=PreferenceDataConfig(path=str(data), heldout_frac=0.2),
+                    optim=OptimConfig(lr=1e-3, warmup_steps=1), steps=4, batch_size=4, micro_batch_size=2)
+
+
+def test_rm_saves_the_step_reached_and_resume_repeats_the_run(tmp_path, monkeypatch):
+    import seqrl.algos.rm as rm
+
+    _check_stop_and_resume(rm.train, _rm_cfg, monkeypatch, rm, tmp_path, "loss/bt", signal.SIGTERM, at=3, last=4)

@@ -34,6 +34,7 @@ from seqrl.algos.common import (
     refuse_skip_step,
     OptimConfig,
     RunConfig,
+    RunGuard,
     batch_indices,
     check_finite,
     load_resume_checkpoint,
@@ -229,7 +230,8 @@ def train(cfg: RMConfig) -> dict[str, float]:
         if main:
             logger.log(0, {**final, **placement})
     share = cfg.batch_size // world
-    with progress_bar(cfg.steps, f"rm {cfg.run.name}", disable=not (cfg.run.progress and main)) as bar:
+    guard = RunGuard(cfg.run, model)
+    with progress_bar(cfg.steps, f"rm {cfg.run.name}", disable=not (cfg.run.progress and main)) as bar, guard:
         bar.advance(start)
         try:
             for step in range(start, cfg.steps):
@@ -265,16 +267,15 @@ def train(cfg: RMConfig) -> dict[str, float]:
                 if main and (done % cfg.run.log_every == 0 or done == cfg.steps or "eval/pairwise_accuracy" in metrics):
                     logger.log(done, metrics)
                 final.update(metrics)
-                if (cfg.run.save_every and done % cfg.run.save_every == 0) or done == cfg.steps:
+                stopping = guard.stop_requested() and done < cfg.steps
+                if (cfg.run.save_every and done % cfg.run.save_every == 0) or done == cfg.steps or stopping:
                     if main:
                         save_checkpoint(run_dir, done, model, tok, optimizer, scheduler, keep_last=cfg.run.keep_last)
                     dist.barrier()
+                if stopping:
+                    guard.stop(done)
                 bar.advance(1, loss=metrics["loss/bt"], **({"acc": final["eval/pairwise_accuracy"]}
                                                             if "eval/pairwise_accuracy" in final else {}))
-        except KeyboardInterrupt:
-            if main:
-                print(f"\ninterrupted; checkpoints in {run_dir} are intact (resume with --resume)")
-            raise
         finally:
             if logger is not None:
                 logger.close()
