@@ -135,3 +135,25 @@ def test_rm_saves_the_step_reached_and_resume_repeats_the_run(tmp_path, monkeypa
     import seqrl.algos.rm as rm
 
     _check_stop_and_resume(rm.train, _rm_cfg, monkeypatch, rm, tmp_path, "loss/bt", signal.SIGTERM, at=3, last=4)
+
+
+# ---- PPO ------------------------------------------------------------------------------------------
+
+def _ppo_cfg(out, resume: bool = False):
+    from seqrl.algos.ppo import PPOConfig, SamplingConfig
+    from seqrl.evaluation import EvalConfig
+
+    return PPOConfig(run=_run("p", out, resume=resume), model=ModelConfig(preset="tiny", max_seq_len=64),
+                     task=TaskConfig(name="arith", n_train=32, n_test=2),
+                     optim=OptimConfig(lr=1e-3, warmup_steps=0, schedule="constant"),
+                     eval=EvalConfig(max_new_tokens=2, samples=0), sampling=SamplingConfig(max_new_tokens=4),
+                     steps=3, batch_size=8, group_size=4, micro_batch_size=8)
+
+
+def test_ppo_saves_policy_and_critic_at_the_step_reached_and_resume_repeats_the_run(tmp_path, monkeypatch):
+    import seqrl.algos.ppo as ppo
+
+    _check_stop_and_resume(ppo.train, _ppo_cfg, monkeypatch, ppo, tmp_path, "loss/value", signal.SIGTERM, at=2, last=3)
+    run = tmp_path / "cut" / "p"
+    assert [s for s, _ in list_checkpoints(run / "critic")] == [2, 3]  # the critic saved beside the policy
+    assert _same_weights(tmp_path / "whole" / "p" / "critic" / "checkpoint-3", run / "critic" / "checkpoint-3")

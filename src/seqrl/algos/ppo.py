@@ -46,6 +46,7 @@ from seqrl.algos.common import (
     refuse_skip_step,
     OptimConfig,
     RunConfig,
+    RunGuard,
     TaskConfig,
     check_finite,
     load_resume_checkpoint,
@@ -550,7 +551,8 @@ def train(cfg: PPOConfig) -> dict[str, float]:
                  "model/critic_parameters": float(num_parameters(critic)), **run_eval()}
         if main:
             logger.log(0, {**final, **placement})
-    with progress_bar(cfg.steps, f"ppo {cfg.run.name}", disable=not (cfg.run.progress and main)) as bar:
+    guard = RunGuard(cfg.run, policy.model)
+    with progress_bar(cfg.steps, f"ppo {cfg.run.name}", disable=not (cfg.run.progress and main)) as bar, guard:
         bar.advance(start)
         try:
             for step in range(start, cfg.steps):
@@ -565,7 +567,8 @@ def train(cfg: PPOConfig) -> dict[str, float]:
                 if main and (done % cfg.run.log_every == 0 or done == cfg.steps or "eval/accuracy" in metrics):
                     logger.log(done, metrics)
                 final.update(metrics)
-                if (cfg.run.save_every and done % cfg.run.save_every == 0) or done == cfg.steps:
+                stopping = guard.stop_requested() and done < cfg.steps
+                if (cfg.run.save_every and done % cfg.run.save_every == 0) or done == cfg.steps or stopping:
                     cursors = dist.all_gather_objects(trainer.prompt_cursor)
                     if main:  # the critic first: a policy checkpoint (the resume marker) implies its critic
                         save_checkpoint(run_dir / "critic", done, critic, None, trainer.critic_optimizer,
@@ -574,12 +577,10 @@ def train(cfg: PPOConfig) -> dict[str, float]:
                                         trainer.scheduler, keep_last=cfg.run.keep_last,
                                         state={"prompt_cursor": cursors if len(cursors) > 1 else cursors[0]})
                     dist.barrier()
+                if stopping:
+                    guard.stop(done)
                 bar.advance(1, reward=metrics["reward/total/mean"],
                             **({"acc": final["eval/accuracy"]} if "eval/accuracy" in final else {}))
-        except KeyboardInterrupt:
-            if main:
-                print(f"\ninterrupted; checkpoints in {run_dir} are intact (resume with --resume)")
-            raise
         finally:
             if logger is not None:
                 logger.close()
