@@ -157,3 +157,20 @@ def test_ppo_saves_policy_and_critic_at_the_step_reached_and_resume_repeats_the_
     run = tmp_path / "cut" / "p"
     assert [s for s, _ in list_checkpoints(run / "critic")] == [2, 3]  # the critic saved beside the policy
     assert _same_weights(tmp_path / "whole" / "p" / "critic" / "checkpoint-3", run / "critic" / "checkpoint-3")
+
+
+# ---- VLA ------------------------------------------------------------------------------------------
+
+def _vla_cfg(out, resume: bool = False):
+    from seqrl.algos.vla import VLAConfig, VLADataConfig, VLAEvalConfig
+    from seqrl.models.vla import VLAModelConfig
+
+    return VLAConfig(run=_run("v", out, resume=resume), data=VLADataConfig(dataset="quick:GoToRedBallGrey", quick_episodes=6),
+                     model=VLAModelConfig(hidden_size=16, n_layer=1, n_head=2, context_len=3, n_fusion=1, dropout=0.1),
+                     optim=OptimConfig(lr=3e-3, warmup_steps=1), eval=VLAEvalConfig(episodes=0), steps=4, batch_size=4)
+
+
+def test_vla_saves_the_step_reached_and_resume_repeats_the_run(tmp_path, monkeypatch):
+    import seqrl.algos.vla as vla
+
+    _check_stop_and_resume(vla.train, _vla_cfg, monkeypatch, vla, tmp_path, "loss/action", signal.SIGINT, at=2, last=4)

@@ -30,6 +30,7 @@ from seqrl.algos.common import (
     releases_run_folder,
     OptimConfig,
     RunConfig,
+    RunGuard,
     check_finite,
     load_resume_checkpoint,
     make_optimizer,
@@ -252,7 +253,8 @@ def train(cfg: VLAConfig, dataset: OfflineDataset | None = None) -> dict[str, fl
     clip = cfg.optim.grad_clip if cfg.optim.grad_clip > 0 else float("inf")
     window_s, window_steps = 0.0, 0
     policy.train()
-    with progress_bar(cfg.steps, f"vla {cfg.run.name}", disable=not cfg.run.progress) as bar:
+    guard = RunGuard(cfg.run, policy)
+    with progress_bar(cfg.steps, f"vla {cfg.run.name}", disable=not cfg.run.progress) as bar, guard:
         bar.advance(start)
         try:
             for step in range(start, cfg.steps):
@@ -297,14 +299,14 @@ def train(cfg: VLAConfig, dataset: OfflineDataset | None = None) -> dict[str, fl
                 if metrics:
                     logger.log(done, metrics)
                     final.update(metrics)
-                if (cfg.run.save_every and done % cfg.run.save_every == 0) or done == cfg.steps:
+                stopping = guard.stop_requested() and done < cfg.steps
+                if (cfg.run.save_every and done % cfg.run.save_every == 0) or done == cfg.steps or stopping:
                     save_checkpoint(run_dir, done, policy, optimizer=optimizer, scheduler=scheduler,
                                     state={"policy": info}, keep_last=cfg.run.keep_last)
+                if stopping:
+                    guard.stop(done)
                 shown = {k.split("/", 1)[1]: v for k, v in final.items() if k == "eval/success_rate"}
                 bar.advance(1, loss=loss.item(), **shown)
-        except KeyboardInterrupt:
-            print(f"\ninterrupted; checkpoints in {run_dir} are intact (resume with --resume)")
-            raise
         finally:
             logger.close()
     plot_metrics(read_metrics(run_dir / "metrics.jsonl"),
