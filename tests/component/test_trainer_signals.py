@@ -174,3 +174,59 @@ def test_vla_saves_the_step_reached_and_resume_repeats_the_run(tmp_path, monkeyp
     import seqrl.algos.vla as vla
 
     _check_stop_and_resume(vla.train, _vla_cfg, monkeypatch, vla, tmp_path, "loss/action", signal.SIGINT, at=2, last=4)
+
+
+# ---- STaR -----------------------------------------------------------------------------------------
+
+def _scripted(policy, prompts, n, params):
+    """A stand-in sampler: answers ``a+b=`` right with probability 0.6 (seeded by the call's seed)."""
+    from seqrl.data.arithmetic import addition_steps
+    from seqrl.types import format_completion
+
+    rng, texts = random.Random(params.seed), []
+    for ids in prompts:
+        question = policy.tokenizer.decode(ids, skip_special_tokens=True).partition(" hint: ")[0]
+        a, b = (int(x) for x in question.rstrip("=").split("+"))
+        texts += [format_completion(addition_steps(a, b), str(a + b + (rng.random() >= 0.6))) for _ in range(n)]
+    return SimpleNamespace(texts=texts, finish_reasons=["stop"] * len(texts), num_generated_tokens=10 * len(texts))
+
+
+def _star_cfg(out, resume: bool = False):
+    from seqrl.algos.star import BaseConfig, STaRConfig
+    from seqrl.evaluation import EvalConfig
+
+    return STaRConfig(run=_run("s", out, resume=resume), model=ModelConfig(preset="tiny", max_seq_len=64),
+                      base=BaseConfig(examples=8, hinted=4, steps=2, batch_size=4),
+                      task=TaskConfig(name="arith", kwargs={"digits": 2}, n_train=8, n_test=4),
+                      optim=OptimConfig(lr=1e-3, warmup_steps=1), eval=EvalConfig(max_new_tokens=8),
+                      iterations=3, max_new_tokens=8, steps=2, batch_size=4)
+
+
+def _star_records(run) -> list[dict]:
+    return [{k: v for k, v in r.items() if k != "time" and not k.startswith("perf/")}
+            for r in read_metrics(run / "metrics.jsonl")]
+
+
+@pytest.mark.parametrize("signals", [1, 2])
+def test_star_stops_after_the_iteration_or_at_once_saying_what_is_lost_and_resume_repeats_the_run(
+        tmp_path, monkeypatch, signals):
+    import seqrl.algos.star as star
+
+    monkeypatch.setattr(star, "generate", _scripted)
+    whole = _star_cfg(tmp_path / "whole")
+    star.train(whole)
+    cut = _star_cfg(tmp_path / "cut")
+    e = _interrupted(star.train, cut, monkeypatch, star, 3, *[signal.SIGTERM] * signals)  # the fine-tune of iteration 2
+    run = cut.run.dir
+    assert e.exit_code == 143
+    if signals == 1:  # iteration 2 finishes and is saved
+        assert e.message == (f"stopped by SIGTERM after iteration 2; newest complete checkpoint: {run / 'checkpoint-2'} "
+                             f"(resume with --resume)")
+        assert [s for s, _ in list_checkpoints(run)] == [0, 1, 2]
+    else:  # iteration 2's work is lost; its checkpoint was never started
+        assert e.message == (f"stopped at once by a second SIGTERM during iteration 2, whose work is lost; newest "
+                             f"complete checkpoint: {run / 'checkpoint-1'} (--resume restarts iteration 2 from it)")
+        assert [s for s, _ in list_checkpoints(run)] == [0, 1]
+    star.train(_star_cfg(tmp_path / "cut", resume=True))
+    assert _same_weights(whole.run.dir / "checkpoint-3", run / "checkpoint-3")
+    assert _star_records(run) == _star_records(whole.run.dir)

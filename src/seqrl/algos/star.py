@@ -42,6 +42,7 @@ from seqrl.algos.common import (
     releases_run_folder,
     OptimConfig,
     RunConfig,
+    RunGuard,
     TaskConfig,
     check_finite,
     load_resume_checkpoint,
@@ -426,6 +427,8 @@ def train(cfg: STaRConfig) -> dict[str, float]:
 
     logger = MetricsLogger(run_dir / "metrics.jsonl", resume_step=start if resume_from else None)
     final: dict[str, float] = {}
+    # a signal stops after the iteration in progress (its checkpoint); one cannot be saved midway
+    guard = RunGuard(cfg.run, unit="iteration").__enter__()
     try:
         if resume_from is None:
             metrics.update(held_out(policy, task, test_problems, cfg))
@@ -436,7 +439,10 @@ def train(cfg: STaRConfig) -> dict[str, float]:
             save_checkpoint(run_dir, 0, model, tok, state={"generated_tokens": 0}, keep_last=cfg.run.keep_last)
             print(f"{cfg.method} iteration 0 (base): held-out accuracy {metrics['eval/accuracy']:.3f}")
             final = metrics
+            if guard.stop_requested():
+                guard.stop(0)
         for it in range(start + 1, cfg.iterations + 1):
+            guard.current = it
             t0 = time.perf_counter()
             kept, stats = collect(policy, task, train_problems, cfg, it, cfg.run.seed)
             generated += int(stats["star/iteration_generated_tokens"])
@@ -448,14 +454,15 @@ def train(cfg: STaRConfig) -> dict[str, float]:
                           "perf/fine_tune_s": t2 - t1, "perf/eval_s": time.perf_counter() - t2})
             logger.log(it, stats)
             save_checkpoint(run_dir, it, model, tok, state={"generated_tokens": generated}, keep_last=cfg.run.keep_last)
+            guard.current = None
             print(f"{cfg.method} iteration {it}: kept {int(stats['star/kept'])} "
                   f"({int(stats['star/kept_from_rationalization'])} rationalized), coverage "
                   f"{stats['star/train_coverage']:.3f}, held-out accuracy {stats['eval/accuracy']:.3f}")
             final = stats
-    except KeyboardInterrupt:
-        print(f"\ninterrupted; checkpoints in {run_dir} are intact (resume with --resume)")
-        raise
+            if guard.stop_requested() and it < cfg.iterations:
+                guard.stop(it)
     finally:
+        guard.__exit__(*sys.exc_info())
         logger.close()
     plot_metrics(read_metrics(run_dir / "metrics.jsonl"),
                  ["eval/accuracy", "star/train_coverage", "star/kept", "star/kept_from_rationalization"],
