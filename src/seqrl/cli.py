@@ -111,23 +111,23 @@ def _config_class(algo: str) -> type:
 
         return ODTConfig
     if algo in ("prm", "orm"):
-        from seqrl.algos.prm import PRMConfig  # imports torch: its config lives beside its loop
+        from seqrl.algos.prm_config import PRMConfig
 
         return PRMConfig
     if algo == "vla":
-        from seqrl.algos.vla import VLAConfig  # imports torch: its config lives beside its loop
+        from seqrl.algos.vla_config import VLAConfig
 
         return VLAConfig
     if algo == "star":
-        from seqrl.algos.star import STaRConfig  # imports torch: its config lives beside its loop
+        from seqrl.algos.star_config import STaRConfig
 
         return STaRConfig
     if algo == "rm":
-        from seqrl.algos.rm import RMConfig  # imports torch: its config lives beside its loop
+        from seqrl.algos.rm_config import RMConfig
 
         return RMConfig
     if algo == "ppo":
-        from seqrl.algos.ppo import PPOConfig  # imports torch: its config lives beside its loop
+        from seqrl.algos.ppo_config import PPOConfig
 
         return PPOConfig
     raise ConfigError(f"unknown algorithm {algo!r}; implemented: {', '.join(ALGOS)}")
