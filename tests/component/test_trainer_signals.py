@@ -230,3 +230,17 @@ def test_star_stops_after_the_iteration_or_at_once_saying_what_is_lost_and_resum
     star.train(_star_cfg(tmp_path / "cut", resume=True))
     assert _same_weights(whole.run.dir / "checkpoint-3", run / "checkpoint-3")
     assert _star_records(run) == _star_records(whole.run.dir)
+
+
+# ---- start_run ------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("make_cfg", [_prm_cfg, _vla_cfg], ids=["prm", "vla"])
+def test_a_one_process_trainer_under_torchrun_is_refused_before_its_run_folder_exists(tmp_path, monkeypatch, make_cfg):
+    import seqrl.algos.prm as prm
+    import seqrl.algos.vla as vla
+
+    cfg = make_cfg(tmp_path)
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    with pytest.raises(ValueError, match=r"runs in one process \(WORLD_SIZE=2\); start it without torchrun"):
+        (prm if make_cfg is _prm_cfg else vla).train(cfg)
+    assert not cfg.run.dir.exists()

@@ -17,7 +17,7 @@ import sys
 import threading
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 import yaml
@@ -32,6 +32,7 @@ from seqrl.utils.checkpoint import (
     latest_checkpoint,
     list_checkpoints,
 )
+from seqrl.utils.seeding import seed_everything
 
 RESUMABLE_CHANGES = ("steps", "eval.every", "run.log_every", "run.save_every", "run.keep_last", "run.progress",
                      "run.threads", "run.resume", "run.on_nonfinite", "online.iterations", "run.device", "iterations")
@@ -130,6 +131,45 @@ def prepare_run_dir(run: RunConfig, cfg: Any) -> Path | None:
     except OSError as e:
         raise write_error(e, run.dir) from e
     return None
+
+
+class RunStart(NamedTuple):
+    """What `start_run` set up."""
+
+    device: torch.device
+    main: bool
+    """Whether this is the process that writes (rank 0; the only one outside torchrun)."""
+    dir: Path
+    resume_from: Path | None
+    """The checkpoint to resume from (run.resume), else None."""
+    placement: dict[str, Any]
+    """The device and precision as step-0 metrics (`RunConfig.announce`)."""
+
+
+def start_run(cfg: Any, distributed: bool = True, seed: bool = True) -> RunStart:
+    """The set-up every trainer begins with, in this order: the device; the torchrun process group
+    (`distributed`: a one-process trainer passes False and is refused under torchrun); torch threads; the global seed (`seed`: a
+    trainer that builds its data from the global RNGs first passes False and seeds after); the locked
+    run folder with its config.yaml (`prepare_run_dir`, on rank 0; the other ranks then find the same
+    checkpoint to resume); the device and precision line.
+    """
+    run = cfg.run
+    if not distributed and dist.world_size() > 1:
+        raise ValueError(f"seqrl train {type(cfg).__name__.removesuffix('Config').lower()} runs in one process "
+                         f"(WORLD_SIZE={dist.world_size()}); start it without torchrun")
+    device = run.torch_device
+    if distributed:
+        dist.init_distributed(device)
+    main = dist.is_main()
+    set_threads(run.threads)
+    if seed:
+        seed_everything(run.seed)  # the same on every process: identical initial weights
+    resume_from = prepare_run_dir(run, cfg) if main else None
+    if distributed:
+        dist.barrier()
+        if not main and run.resume:
+            resume_from = latest_checkpoint(run.dir)
+    return RunStart(device, main, run.dir, resume_from, run.announce())
 
 
 def lock_run_dir(run_dir: Path) -> None:

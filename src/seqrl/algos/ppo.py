@@ -50,9 +50,8 @@ from seqrl.algos.common import (
     check_finite,
     load_resume_checkpoint,
     make_optimizer,
-    prepare_run_dir,
-    set_threads,
     stream_indices,
+    start_run,
 )
 from seqrl.algos.ppo_config import CriticConfig, PPOConfig, PPOLossConfig, SamplingConfig  # noqa: F401 (re-exported)
 from seqrl.core.advantages import gae, group_advantages, returns_to_go
@@ -69,17 +68,15 @@ from seqrl.rewards.combine import (
     build_reward,
     build_rewards,
     check_reward_columns,
-    check_reward_keys,
     score_completions,
 )
 from seqrl.rollout import SamplingParams, generate, sequence_logprobs
 from seqrl.types import Problem, Task
 from seqrl.utils import dist
-from seqrl.utils.checkpoint import CheckpointError, latest_checkpoint, load_checkpoint, save_checkpoint
+from seqrl.utils.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from seqrl.utils.metrics import MetricsLogger, read_metrics
 from seqrl.utils.plots import plot_metrics
 from seqrl.utils.progress import progress_bar
-from seqrl.utils.seeding import seed_everything
 
 VERIFIER_KEYS = ("accuracy", "math", "code")
 
@@ -352,24 +349,14 @@ def train(cfg: PPOConfig) -> dict[str, float]:
     each process samples its share of the prompts, gradients are summed, rank 0 evaluates and saves
     (advantage whitening uses each process's own share)."""
     refuse_skip_step(cfg.run, "ppo")
-    dist.init_distributed(cfg.run.torch_device)
-    main = dist.is_main()
-    set_threads(cfg.run.threads)
-    seed_everything(cfg.run.seed)
     cfg.local_prompts_per_step  # noqa: B018 - raises when the prompts do not split over the processes
-    resume_from = prepare_run_dir(cfg.run, cfg) if main else None
-    dist.barrier()
-    if not main and cfg.run.resume:
-        resume_from = latest_checkpoint(cfg.run.dir)
-    run_dir = cfg.run.dir
-    placement = cfg.run.announce()
+    device, main, run_dir, resume_from, placement = start_run(cfg)
     task = cfg.task.build()
     problems = task.problems("train", cfg.task.n_train, cfg.task.seed)
     test_problems = task.problems("test", cfg.task.n_test, cfg.task.seed)
     check_template(cfg.prompt, problems + test_problems)
     reward_fns = build_rewards(cfg.rewards, task)
     check_reward_columns(reward_fns, problems)
-    device = cfg.run.torch_device
     policy = load_policy(cfg.model, device)
     policy.prompt = cfg.prompt
     if cfg.critic.shared_backbone:

@@ -32,8 +32,7 @@ from seqrl.algos.common import (
     check_finite,
     load_resume_checkpoint,
     make_optimizer,
-    prepare_run_dir,
-    set_threads,
+    start_run,
 )
 from seqrl.algos.prm_config import PRMConfig, PRMDataConfig  # noqa: F401 (re-exported)
 from seqrl.core.search import binary_auc, step_label_loss
@@ -44,7 +43,6 @@ from seqrl.utils.checkpoint import load_checkpoint, save_checkpoint
 from seqrl.utils.metrics import MetricsLogger, read_metrics
 from seqrl.utils.plots import plot_metrics
 from seqrl.utils.progress import progress_bar
-from seqrl.utils.seeding import seed_everything
 
 IGNORE = -1.0  # target of positions without a label
 
@@ -153,12 +151,7 @@ def load_rows(cfg: PRMConfig) -> tuple[list[StepExample], list[StepExample], str
 def train(cfg: PRMConfig) -> dict[str, float]:
     """Train a PRM or ORM; returns the final metrics (held-out AUC and step accuracy among them)."""
     refuse_skip_step(cfg.run, "prm")
-    device = cfg.run.torch_device
-    set_threads(cfg.run.threads)
-    seed_everything(cfg.run.seed)
-    resume_from = prepare_run_dir(cfg.run, cfg)
-    run_dir = cfg.run.dir
-    placement = cfg.run.announce()
+    device, _, run_dir, resume_from, placement = start_run(cfg, distributed=False)
 
     train_rows, test_rows, source = load_rows(cfg)
     prm = ProcessRewardModel.build(cfg.model, cfg.kind, cfg.head, device)

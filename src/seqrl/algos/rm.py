@@ -39,8 +39,7 @@ from seqrl.algos.common import (
     check_finite,
     load_resume_checkpoint,
     make_optimizer,
-    prepare_run_dir,
-    set_threads,
+    start_run,
 )
 from seqrl.algos.rm_config import PreferenceDataConfig, RMConfig  # noqa: F401 (re-exported)
 from seqrl.core.preference import bradley_terry_loss
@@ -52,11 +51,10 @@ from seqrl.rewards.combine import RewardSpec, build_reward, score_completions
 from seqrl.rollout import SamplingParams, generate
 from seqrl.types import Problem, Task
 from seqrl.utils import dist
-from seqrl.utils.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from seqrl.utils.checkpoint import load_checkpoint, save_checkpoint
 from seqrl.utils.metrics import MetricsLogger, read_metrics
 from seqrl.utils.plots import plot_metrics
 from seqrl.utils.progress import progress_bar
-from seqrl.utils.seeding import seed_everything
 
 
 @dataclass
@@ -136,19 +134,10 @@ def evaluate_pairs(model, pairs: list[EncodedPair], pad_id: int, batch: int, cen
 def train(cfg: RMConfig) -> dict[str, float]:
     """Train a reward model; returns the final metrics (held-out pairwise accuracy among them)."""
     refuse_skip_step(cfg.run, "rm")
-    device = cfg.run.torch_device
-    dist.init_distributed(device)
-    main, world = dist.is_main(), dist.world_size()
+    world = dist.world_size()
     if cfg.batch_size % world:
         raise ValueError(f"batch_size ({cfg.batch_size}) must be divisible by the number of processes ({world})")
-    set_threads(cfg.run.threads)
-    seed_everything(cfg.run.seed)
-    resume_from = prepare_run_dir(cfg.run, cfg) if main else None
-    dist.barrier()
-    if not main and cfg.run.resume:
-        resume_from = latest_checkpoint(cfg.run.dir)
-    run_dir = cfg.run.dir
-    placement = cfg.run.announce()
+    device, main, run_dir, resume_from, placement = start_run(cfg)
     bf16 = cfg.run.use_bf16
 
     model, tok = load_scalar_model(cfg.model)

@@ -45,8 +45,7 @@ from seqrl.algos.common import (
     check_finite,
     load_resume_checkpoint,
     make_optimizer,
-    prepare_run_dir,
-    set_threads,
+    start_run,
 )
 from seqrl.algos.star_config import _WORD_RE, BaseConfig, STaRConfig, hint_words  # noqa: F401 (re-exported)
 from seqrl.evaluation import EvalConfig, evaluate
@@ -59,7 +58,6 @@ from seqrl.utils import dist
 from seqrl.utils.checkpoint import load_checkpoint, save_checkpoint
 from seqrl.utils.metrics import MetricsLogger, read_metrics
 from seqrl.utils.plots import plot_metrics
-from seqrl.utils.seeding import seed_everything
 
 BASE_DIR = "base"
 """The run folder's copy of the base model M_0 (restart_from_base reloads it; resume reads it)."""
@@ -261,12 +259,7 @@ def train(cfg: STaRConfig) -> dict[str, float]:
     if dist.world_size() > 1:
         raise ValueError("seqrl train star runs in one process (its sampling and fine-tunes are not "
                          "distributed); start it without torchrun")
-    device = cfg.run.torch_device
-    set_threads(cfg.run.threads)
-    seed_everything(cfg.run.seed)
-    resume_from = prepare_run_dir(cfg.run, cfg)
-    run_dir = cfg.run.dir
-    placement = cfg.run.announce()
+    device, _, run_dir, resume_from, placement = start_run(cfg, distributed=False)
     task = cfg.task.build()
     train_problems, base_problems, test_problems = split_problems(task, cfg)
     check_template(cfg.prompt, train_problems + base_problems + test_problems)

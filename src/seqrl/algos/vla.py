@@ -32,8 +32,7 @@ from seqrl.algos.common import (
     check_finite,
     load_resume_checkpoint,
     make_optimizer,
-    prepare_run_dir,
-    set_threads,
+    start_run,
 )
 from seqrl.algos.vla_config import VLAConfig, VLADataConfig, VLAEvalConfig  # noqa: F401 (re-exported)
 from seqrl.core.losses import action_loss
@@ -144,11 +143,7 @@ def episode_strip(frames: list, out_png: str | Path, title: str, max_frames: int
 def train(cfg: VLAConfig, dataset: OfflineDataset | None = None) -> dict[str, float]:
     """Behaviour-clone a VLA on `dataset` (default: the one `cfg.data` names); returns the final metrics."""
     refuse_skip_step(cfg.run, "vla")
-    device = cfg.run.torch_device
-    set_threads(cfg.run.threads)
-    resume_from = prepare_run_dir(cfg.run, cfg)
-    run_dir = cfg.run.dir
-    placement = cfg.run.announce()
+    device, _, run_dir, resume_from, placement = start_run(cfg, distributed=False, seed=False)
 
     dataset = dataset if dataset is not None else load_demos(cfg.data)
     if not dataset.env_id.startswith("BabyAI-"):
