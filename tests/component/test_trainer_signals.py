@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import random
 import signal
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -244,3 +245,47 @@ def test_a_one_process_trainer_under_torchrun_is_refused_before_its_run_folder_e
     with pytest.raises(ValueError, match=r"runs in one process \(WORLD_SIZE=2\); start it without torchrun"):
         (prm if make_cfg is _prm_cfg else vla).train(cfg)
     assert not cfg.run.dir.exists()
+
+
+def _rm_stop_worker(rank: int, world: int, port: int, out: str) -> None:
+    """One torchrun-like process of a 4-step RM run; only rank 1 gets SIGTERM, during step 2."""
+    import seqrl.algos.rm as rm
+
+    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1",
+                      MASTER_PORT=str(port))
+    torch.set_num_threads(1)
+    real, calls = rm.check_finite, []
+
+    def hooked(*args, **kwargs):
+        calls.append(1)
+        if rank == 1 and len(calls) == 2:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return real(*args, **kwargs)
+
+    rm.check_finite = hooked
+    cfg = _rm_cfg(Path(out) / "runs")
+    cfg.run.device = "cpu"
+    try:
+        rm.train(cfg)
+        result = "finished"
+    except RunInterrupted as e:
+        result = f"{e.exit_code} {e.message}"
+    Path(out, f"rank{rank}.txt").write_text(result)
+
+
+def test_rm_under_torchrun_a_signal_to_one_process_stops_every_process_at_the_same_step(tmp_path):
+    import socket
+
+    import torch.multiprocessing as mp
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    _rm_cfg(tmp_path / "runs")  # writes the preference file once, before the processes read it
+    mp.spawn(_rm_stop_worker, args=(2, port, str(tmp_path)), nprocs=2, join=True)
+    run = tmp_path / "runs" / "rm"
+    for r in (0, 1):
+        assert (tmp_path / f"rank{r}.txt").read_text() == (
+            f"143 stopped by SIGTERM after step 2; newest complete checkpoint: {run / 'checkpoint-2'} (resume with --resume)")
+    assert [s for s, _ in list_checkpoints(run)] == [2]
+    verify_checkpoint(run / "checkpoint-2")
