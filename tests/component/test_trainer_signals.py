@@ -3,7 +3,8 @@ iteration) reached and exits 143 / 130 naming that checkpoint, ``--resume`` repe
 exactly; a second signal stops at once and says what is lost.
 
 Signals are sent to this process from inside the loop (the trainer's `check_finite`, once per step, or
-once per STaR fine-tune), so the real handlers run.
+once per STaR fine-tune), so the real handlers run. Also `start_run`'s side of it: a one-process trainer
+refuses torchrun, and under torchrun a signal to one RM process stops every process at the same step.
 """
 
 from __future__ import annotations

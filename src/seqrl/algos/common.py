@@ -148,10 +148,10 @@ class RunStart(NamedTuple):
 
 def start_run(cfg: Any, distributed: bool = True, seed: bool = True) -> RunStart:
     """The set-up every trainer begins with, in this order: the device; the torchrun process group
-    (`distributed`: a one-process trainer passes False and is refused under torchrun); torch threads; the global seed (`seed`: a
-    trainer that builds its data from the global RNGs first passes False and seeds after); the locked
-    run folder with its config.yaml (`prepare_run_dir`, on rank 0; the other ranks then find the same
-    checkpoint to resume); the device and precision line.
+    (`distributed`; a one-process trainer passes False and is refused under torchrun); torch threads;
+    the global seed (`seed`; a trainer that builds its data from the global RNGs first passes False
+    and seeds after); the locked run folder with its config.yaml (`prepare_run_dir`, on rank 0; the
+    other ranks then find the same checkpoint to resume); the device and precision line.
     """
     run = cfg.run
     if not distributed and dist.world_size() > 1:
