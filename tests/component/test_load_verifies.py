@@ -52,3 +52,25 @@ def test_a_prm_checkpoint_with_a_changed_file_is_refused_naming_it(tmp_path):
     _flip(checkpoint / "model.safetensors")
     with pytest.raises(CheckpointError, match="checkpoint-2/model.safetensors: checksum mismatch"):
         ProcessRewardModel.load(checkpoint)
+
+
+def test_a_folder_whose_trainer_state_is_not_seqrls_loads_unchecked(tmp_path, tiny_policy):
+    import json
+
+    from seqrl.models.lm import load_policy
+
+    tiny_policy.save(tmp_path / "hf")  # a transformers Trainer checkpoint has a trainer_state.json of its own
+    (tmp_path / "hf" / "trainer_state.json").write_text(json.dumps({"global_step": 5, "log_history": []}))
+    assert load_policy(ModelConfig(path=str(tmp_path / "hf"))).model.num_parameters() > 0
+
+
+def test_seqrl_eval_of_a_run_folder_verifies_the_checkpoint_it_picks(tmp_path, tiny_policy, capsys):
+    from seqrl.cli import main
+
+    checkpoint = save_checkpoint(tmp_path / "run", 1, tiny_policy.model, tiny_policy.tokenizer)
+    _flip(checkpoint / "model.safetensors")
+    capsys.readouterr()
+    assert main(["eval", str(tmp_path / "run"), "--task", "arith", "--n", "2", "--max-new-tokens", "2"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("seqrl: error: ") and "checkpoint-1/model.safetensors: checksum mismatch" in err
+    assert err.count("\n") == 1

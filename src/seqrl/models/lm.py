@@ -24,7 +24,7 @@ from seqrl.models.config import PRESETS, ModelConfig
 from seqrl.models.tokenizer import build_char_tokenizer
 from seqrl.prompts import PromptConfig, render_prompt
 from seqrl.types import Problem
-from seqrl.utils.checkpoint import STATE_FILE, verify_checkpoint
+from seqrl.utils.checkpoint import verify_if_recorded
 
 
 @dataclass
@@ -122,11 +122,10 @@ def load_pretrained(path: str | Path, attn_implementation: str = "sdpa") -> Poli
 
     A PEFT adapter folder (``adapter_config.json``, e.g. a LoRA checkpoint) loads its base model
     from the path the adapter names, with the adapter applied (transformers' PEFT integration).
-    A seqrl checkpoint folder is first checked against the sha256 digests of its save: a changed or
-    missing file is a `CheckpointError` naming it.
+    A seqrl checkpoint folder is first checked against the sha256 digests of its save
+    (`verify_if_recorded`): a changed or missing file is a `CheckpointError` naming it.
     """
-    if (Path(path) / STATE_FILE).is_file():
-        verify_checkpoint(path)
+    verify_if_recorded(path)
     tokenizer = AutoTokenizer.from_pretrained(path)
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, attn_implementation=attn_implementation)
     if tokenizer.pad_token_id is None:
