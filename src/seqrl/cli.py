@@ -111,23 +111,23 @@ def _config_class(algo: str) -> type:
 
         return ODTConfig
     if algo in ("prm", "orm"):
-        from seqrl.algos.prm import PRMConfig  # imports torch: its config lives beside its loop
+        from seqrl.algos.prm_config import PRMConfig
 
         return PRMConfig
     if algo == "vla":
-        from seqrl.algos.vla import VLAConfig  # imports torch: its config lives beside its loop
+        from seqrl.algos.vla_config import VLAConfig
 
         return VLAConfig
     if algo == "star":
-        from seqrl.algos.star import STaRConfig  # imports torch: its config lives beside its loop
+        from seqrl.algos.star_config import STaRConfig
 
         return STaRConfig
     if algo == "rm":
-        from seqrl.algos.rm import RMConfig  # imports torch: its config lives beside its loop
+        from seqrl.algos.rm_config import RMConfig
 
         return RMConfig
     if algo == "ppo":
-        from seqrl.algos.ppo import PPOConfig  # imports torch: its config lives beside its loop
+        from seqrl.algos.ppo_config import PPOConfig
 
         return PPOConfig
     raise ConfigError(f"unknown algorithm {algo!r}; implemented: {', '.join(ALGOS)}")
@@ -167,10 +167,9 @@ def check_model_path(cfg) -> None:
         raise ConfigError(f"model.path {model_path!r}: not found" + (
             f"; `{producer}` creates it (run it first, from this folder)" if producer else ""))
     if looks_local:
-        from seqrl.utils.checkpoint import STATE_FILE, verify_checkpoint
+        from seqrl.utils.checkpoint import verify_if_recorded
 
-        if (Path(model_path) / STATE_FILE).is_file():
-            verify_checkpoint(model_path)
+        verify_if_recorded(model_path)
 
 
 def cmd_prompt(args: argparse.Namespace, overrides: list[str]) -> int:
@@ -311,13 +310,11 @@ def cmd_eval(args: argparse.Namespace, overrides: list[str]) -> int:
         task = get_task(args.task, **task_kwargs)
     except TypeError as e:  # an argument the task does not take
         raise ConfigError(f"--task-kwargs {args.task_kwargs!r}: {e}") from e
-    from seqrl.utils.checkpoint import STATE_FILE, verify_checkpoint
+    from seqrl.utils.checkpoint import CheckpointError
 
-    if (Path(args.checkpoint) / STATE_FILE).is_file():
-        verify_checkpoint(args.checkpoint)  # a file changed since the save: CheckpointError naming it
     try:
-        policy = load_policy(ModelConfig(path=checkpoint))
-    except (ValueError, FileNotFoundError):
+        policy = load_policy(ModelConfig(path=checkpoint))  # a file changed since the save: CheckpointError naming it
+    except (ValueError, FileNotFoundError, CheckpointError):
         raise
     except Exception as e:  # safetensors / torch raise their own types for cut-short or garbage files
         raise ConfigError(f"checkpoint {checkpoint}: cannot load the model: {type(e).__name__}: "

@@ -93,7 +93,8 @@ def test_plain_progress_lines_off_a_terminal():
 
 
 @pytest.mark.parametrize("algo,preset", [("sft", "arith_tiny"), ("grpo", "arith_tiny_dapo"), ("dt", "pendulum_medium_expert"),
-                                         ("odt", "pendulum_medium")])
+                                         ("odt", "pendulum_medium"), ("prm", "arith_tiny_prm"), ("rm", "arith_tiny_rm"),
+                                         ("ppo", "arith_tiny_ppo"), ("star", "arith_tiny_star"), ("vla", "gotoredballgrey")])
 def test_an_unchanged_preset_resumes_without_a_reported_change(tmp_path, algo, preset):
     from seqrl.algos.common import check_resume_changes
     from seqrl.cli import _config_class, resolve_config

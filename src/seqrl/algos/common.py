@@ -17,7 +17,7 @@ import sys
 import threading
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 import yaml
@@ -32,6 +32,7 @@ from seqrl.utils.checkpoint import (
     latest_checkpoint,
     list_checkpoints,
 )
+from seqrl.utils.seeding import seed_everything
 
 RESUMABLE_CHANGES = ("steps", "eval.every", "run.log_every", "run.save_every", "run.keep_last", "run.progress",
                      "run.threads", "run.resume", "run.on_nonfinite", "online.iterations", "run.device", "iterations")
@@ -130,6 +131,45 @@ def prepare_run_dir(run: RunConfig, cfg: Any) -> Path | None:
     except OSError as e:
         raise write_error(e, run.dir) from e
     return None
+
+
+class RunStart(NamedTuple):
+    """What `start_run` set up."""
+
+    device: torch.device
+    main: bool
+    """Whether this is the process that writes (rank 0; the only one outside torchrun)."""
+    dir: Path
+    resume_from: Path | None
+    """The checkpoint to resume from (run.resume), else None."""
+    placement: dict[str, Any]
+    """The device and precision as step-0 metrics (`RunConfig.announce`)."""
+
+
+def start_run(cfg: Any, distributed: bool = True, seed: bool = True) -> RunStart:
+    """The set-up every trainer begins with, in this order: the device; the torchrun process group
+    (`distributed`; a one-process trainer passes False and is refused under torchrun); torch threads;
+    the global seed (`seed`; a trainer that builds its data from the global RNGs first passes False
+    and seeds after); the locked run folder with its config.yaml (`prepare_run_dir`, on rank 0; the
+    other ranks then find the same checkpoint to resume); the device and precision line.
+    """
+    run = cfg.run
+    if not distributed and dist.world_size() > 1:
+        raise ValueError(f"seqrl train {type(cfg).__name__.removesuffix('Config').lower()} runs in one process "
+                         f"(WORLD_SIZE={dist.world_size()}); start it without torchrun")
+    device = run.torch_device
+    if distributed:
+        dist.init_distributed(device)
+    main = dist.is_main()
+    set_threads(run.threads)
+    if seed:
+        seed_everything(run.seed)  # the same on every process: identical initial weights
+    resume_from = prepare_run_dir(run, cfg) if main else None
+    if distributed:
+        dist.barrier()
+        if not main and run.resume:
+            resume_from = latest_checkpoint(run.dir)
+    return RunStart(device, main, run.dir, resume_from, run.announce())
 
 
 def lock_run_dir(run_dir: Path) -> None:
@@ -318,11 +358,17 @@ class RunGuard:
     * A `NonFiniteError` or `NonFiniteWeightsError` leaving the block gains the newest checkpoint's name.
     * Before the loop, on the main process: refuses a disk without room for one checkpoint of `model`
       (weights + Adam's two moments).
+
+    `unit` names what the loop checkpoints after ("step"; STaR: "iteration"). A loop whose unit is long
+    and cannot be saved midway sets `current` to the unit in progress, so that the messages say which
+    work a stop at once loses and where ``--resume`` restarts.
     """
 
-    def __init__(self, run: RunConfig, model: torch.nn.Module | None = None, skipped: int = 0) -> None:
-        self.run, self.dir, self.model, self.skipped = run, run.dir, model, int(skipped)
+    def __init__(self, run: RunConfig, model: torch.nn.Module | None = None, skipped: int = 0,
+                 unit: str = "step") -> None:
+        self.run, self.dir, self.model, self.skipped, self.unit = run, run.dir, model, int(skipped), unit
         self.signum: int | None = None
+        self.current: int | None = None
         self._previous: dict[int, Any] = {}
 
     def __enter__(self) -> RunGuard:
@@ -343,13 +389,18 @@ class RunGuard:
                 exc.args = (f"{exc.args[0]}; {newest_checkpoint_text(self.dir)}", *exc.args[1:])
 
     def _on_signal(self, signum: int, frame: Any) -> None:
-        name = signal.Signals(signum).name
+        name, unit, current = signal.Signals(signum).name, self.unit, self.current
         if self.signum is not None:
-            raise RunInterrupted(signum, f"stopped at once by a second {name}; {newest_checkpoint_text(self.dir)}")
+            if current is None:
+                raise RunInterrupted(signum, f"stopped at once by a second {name}; {newest_checkpoint_text(self.dir)}")
+            raise RunInterrupted(signum, f"stopped at once by a second {name} during {unit} {current}, whose work is "
+                                         f"lost; {newest_checkpoint_text(self.dir)} (--resume restarts {unit} "
+                                         f"{current} from it)")
         self.signum = signum
         if dist.is_main():
-            print(f"\n{name}: stopping after the current step and saving a checkpoint "
-                  f"(send it again to stop at once)", file=sys.stderr, flush=True)
+            lose = f", losing {unit} {current}'s work" if current is not None else ""
+            print(f"\n{name}: stopping after the current {unit} and saving a checkpoint "
+                  f"(send it again to stop at once{lose})", file=sys.stderr, flush=True)
 
     def stop_requested(self) -> bool:
         """Whether a signal asked to stop, agreed over processes; call once per step on every process."""
@@ -361,9 +412,9 @@ class RunGuard:
         return bool(signum)
 
     def stop(self, step: int) -> None:
-        """Raise `RunInterrupted` after the loop saved step `step`."""
+        """Raise `RunInterrupted` after the loop saved step (or `unit`) `step`."""
         signum = self.signum or signal.SIGTERM
-        raise RunInterrupted(signum, f"stopped by {signal.Signals(signum).name} after step {step}; "
+        raise RunInterrupted(signum, f"stopped by {signal.Signals(signum).name} after {self.unit} {step}; "
                                      f"{newest_checkpoint_text(self.dir)} (resume with --resume)")
 
     def check_finite(self, step: int, **values: float) -> bool:

@@ -17,8 +17,7 @@ The data order is a pure function of (seed, step), so a resumed run repeats an u
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
-from typing import Literal
+from dataclasses import dataclass
 
 import torch
 
@@ -27,14 +26,15 @@ from seqrl.algos.common import (
     releases_run_folder,
     OptimConfig,
     RunConfig,
+    RunGuard,
     TaskConfig,
     batch_indices,
     check_finite,
     load_resume_checkpoint,
     make_optimizer,
-    prepare_run_dir,
-    set_threads,
+    start_run,
 )
+from seqrl.algos.prm_config import PRMConfig, PRMDataConfig  # noqa: F401 (re-exported)
 from seqrl.core.search import binary_auc, step_label_loss
 from seqrl.data.stepwise import StepExample, corrupted_arith_examples, read_stepwise
 from seqrl.models.lm import ModelConfig, num_parameters
@@ -43,62 +43,8 @@ from seqrl.utils.checkpoint import load_checkpoint, save_checkpoint
 from seqrl.utils.metrics import MetricsLogger, read_metrics
 from seqrl.utils.plots import plot_metrics
 from seqrl.utils.progress import progress_bar
-from seqrl.utils.seeding import seed_everything
 
 IGNORE = -1.0  # target of positions without a label
-
-
-@dataclass
-class PRMDataConfig:
-    """Where the step labels come from."""
-
-    path: str | None = None
-    """A stepwise file (.jsonl/.json/.parquet/.csv); None: exactly labelled arithmetic solutions
-    built from `task` (gold steps, one value moved in about two thirds of them)."""
-    test_fraction: float = 0.1
-    """Rows of `path` held out for evaluation (a seeded permutation of the rows)."""
-    overlong: Literal["drop", "error"] = "drop"
-    """A solution longer than the context: drop the steps that do not fit (counted), or stop."""
-
-    def __post_init__(self) -> None:
-        if not 0 < self.test_fraction < 1:
-            raise ValueError(f"data.test_fraction must be in (0, 1) (got {self.test_fraction})")
-        if self.overlong not in ("drop", "error"):
-            raise ValueError(f"data.overlong must be 'drop' or 'error' (got {self.overlong!r})")
-
-
-@dataclass
-class PRMConfig:
-    run: RunConfig = field(default_factory=lambda: RunConfig(name="prm"))
-    model: ModelConfig = field(default_factory=ModelConfig)
-    """The backbone: a preset (fresh weights) or a causal-LM folder such as an SFT checkpoint."""
-    task: TaskConfig = field(default_factory=TaskConfig)
-    """Problems for the built-in arithmetic labels (used when data.path is None)."""
-    data: PRMDataConfig = field(default_factory=PRMDataConfig)
-    optim: OptimConfig = field(default_factory=OptimConfig)
-    kind: Literal["prm", "orm"] = "prm"
-    """prm: a label at every step; orm: one label at the last step. `seqrl train orm` sets it."""
-    head: Literal["2class", "scalar"] = "2class"
-    """2class: softmax over (wrong, right); scalar: one logit through a sigmoid."""
-    steps: int = 300
-    """Optimizer steps."""
-    batch_size: int = 32
-    """Solutions per optimizer step."""
-    eval_every: int = 0
-    """Steps between held-out evaluations (0: only after the last step)."""
-    eval_batch_size: int = 64
-    """Solutions per forward pass in evaluation."""
-
-    def __post_init__(self) -> None:
-        if self.kind not in ("prm", "orm"):
-            raise ValueError(f"kind must be 'prm' or 'orm' (got {self.kind!r})")
-        if self.head not in ("2class", "scalar"):
-            raise ValueError(f"head must be '2class' or 'scalar' (got {self.head!r})")
-        for name in ("steps", "batch_size", "eval_batch_size"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1 (got {getattr(self, name)})")
-        if self.eval_every < 0:
-            raise ValueError(f"eval_every must be >= 0 (got {self.eval_every})")
 
 
 @dataclass
@@ -205,12 +151,7 @@ def load_rows(cfg: PRMConfig) -> tuple[list[StepExample], list[StepExample], str
 def train(cfg: PRMConfig) -> dict[str, float]:
     """Train a PRM or ORM; returns the final metrics (held-out AUC and step accuracy among them)."""
     refuse_skip_step(cfg.run, "prm")
-    device = cfg.run.torch_device
-    set_threads(cfg.run.threads)
-    seed_everything(cfg.run.seed)
-    resume_from = prepare_run_dir(cfg.run, cfg)
-    run_dir = cfg.run.dir
-    placement = cfg.run.announce()
+    device, _, run_dir, resume_from, placement = start_run(cfg, distributed=False)
 
     train_rows, test_rows, source = load_rows(cfg)
     prm = ProcessRewardModel.build(cfg.model, cfg.kind, cfg.head, device)
@@ -237,7 +178,8 @@ def train(cfg: PRMConfig) -> dict[str, float]:
     name = cfg.kind
     final: dict[str, float] = {}
     model.train()
-    with progress_bar(cfg.steps, f"{name} {cfg.run.name}", disable=not cfg.run.progress) as bar:
+    guard = RunGuard(cfg.run, model)
+    with progress_bar(cfg.steps, f"{name} {cfg.run.name}", disable=not cfg.run.progress) as bar, guard:
         bar.advance(start)
         try:
             for step in range(start, cfg.steps):
@@ -267,14 +209,14 @@ def train(cfg: PRMConfig) -> dict[str, float]:
                 if metrics:
                     logger.log(done, metrics)
                     final.update(metrics)
-                if (cfg.run.save_every and done % cfg.run.save_every == 0) or done == cfg.steps:
+                stopping = guard.stop_requested() and done < cfg.steps
+                if (cfg.run.save_every and done % cfg.run.save_every == 0) or done == cfg.steps or stopping:
                     save_checkpoint(run_dir, done, model, tok, optimizer, scheduler,
                                     state={"prm": {"kind": cfg.kind, "head": cfg.head, "source": source}},
                                     keep_last=cfg.run.keep_last)
+                if stopping:
+                    guard.stop(done)
                 bar.advance(1, loss=float(loss), **({"auc": final["eval/auc"]} if "eval/auc" in final else {}))
-        except KeyboardInterrupt:
-            print(f"\ninterrupted; checkpoints in {run_dir} are intact (resume with --resume)")
-            raise
         finally:
             logger.close()
     plot_metrics(read_metrics(run_dir / "metrics.jsonl"), [f"loss/{name}", "stats/step_accuracy", "eval/auc", "eval/loss"],

@@ -24,7 +24,7 @@ import hashlib
 import json
 import random
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -34,13 +34,14 @@ from seqrl.algos.common import (
     refuse_skip_step,
     OptimConfig,
     RunConfig,
+    RunGuard,
     batch_indices,
     check_finite,
     load_resume_checkpoint,
     make_optimizer,
-    prepare_run_dir,
-    set_threads,
+    start_run,
 )
+from seqrl.algos.rm_config import PreferenceDataConfig, RMConfig  # noqa: F401 (re-exported)
 from seqrl.core.preference import bradley_terry_loss
 from seqrl.data.preferences import PreferencePair, load_preferences
 from seqrl.models.heads import encode_pair, load_scalar_model, pad_sequences, sequence_scores
@@ -50,62 +51,10 @@ from seqrl.rewards.combine import RewardSpec, build_reward, score_completions
 from seqrl.rollout import SamplingParams, generate
 from seqrl.types import Problem, Task
 from seqrl.utils import dist
-from seqrl.utils.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from seqrl.utils.checkpoint import load_checkpoint, save_checkpoint
 from seqrl.utils.metrics import MetricsLogger, read_metrics
 from seqrl.utils.plots import plot_metrics
 from seqrl.utils.progress import progress_bar
-from seqrl.utils.seeding import seed_everything
-
-
-@dataclass
-class PreferenceDataConfig:
-    """Where the preference pairs come from and how they are split."""
-
-    path: str = ""
-    """A JSONL / JSON / parquet / CSV file in TRL's preference format, or a `datasets` name or folder."""
-    limit: int = -1
-    """Read at most this many pairs (-1: all)."""
-    heldout_frac: float = 0.1
-    """Fraction of prompts whose pairs are held out (split by a hash of the prompt text)."""
-    use_margin: bool = False
-    """Subtract each row's ``margin`` column in the loss (every row must have one)."""
-
-    def __post_init__(self) -> None:
-        if not 0 < self.heldout_frac < 1:
-            raise ValueError(f"data.heldout_frac must be in (0, 1) (got {self.heldout_frac})")
-        if self.limit < 1 and self.limit != -1:
-            raise ValueError(f"data.limit must be >= 1 or -1 (got {self.limit})")
-
-
-@dataclass
-class RMConfig:
-    run: RunConfig = field(default_factory=lambda: RunConfig(name="rm"))
-    model: ModelConfig = field(default_factory=ModelConfig)
-    """The backbone: a causal-LM or reward-model folder (model.path), or a preset from scratch."""
-    data: PreferenceDataConfig = field(default_factory=PreferenceDataConfig)
-    optim: OptimConfig = field(default_factory=lambda: OptimConfig(lr=1e-4, warmup_steps=10))
-    prompt: PromptConfig = field(default_factory=PromptConfig)
-    """How a conversational prompt (a message list) is rendered; text prompts are used as written."""
-    steps: int = 200
-    """Optimizer steps."""
-    batch_size: int = 32
-    """Pairs per optimizer step."""
-    micro_batch_size: int = 32
-    """Pairs per forward/backward (memory only: the gradient does not depend on it)."""
-    center_coef: float = 0.0
-    """Weight of the score-centring term mean((r_c + r_r)²) (TRL's center_rewards_coefficient; 0.01 there)."""
-    eval_every: int = 0
-    """Steps between held-out evaluations (0: only after the last step)."""
-
-    def __post_init__(self) -> None:
-        for name in ("steps", "batch_size", "micro_batch_size"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1 (got {getattr(self, name)})")
-        if self.center_coef < 0 or self.eval_every < 0:
-            raise ValueError("center_coef and eval_every must be >= 0")
-        if not self.data.path:
-            raise ValueError("data.path must name the preference data (TRL format: prompt, chosen, rejected); "
-                             "`seqrl data preferences` builds a synthetic set")
 
 
 @dataclass
@@ -185,19 +134,10 @@ def evaluate_pairs(model, pairs: list[EncodedPair], pad_id: int, batch: int, cen
 def train(cfg: RMConfig) -> dict[str, float]:
     """Train a reward model; returns the final metrics (held-out pairwise accuracy among them)."""
     refuse_skip_step(cfg.run, "rm")
-    device = cfg.run.torch_device
-    dist.init_distributed(device)
-    main, world = dist.is_main(), dist.world_size()
+    world = dist.world_size()
     if cfg.batch_size % world:
         raise ValueError(f"batch_size ({cfg.batch_size}) must be divisible by the number of processes ({world})")
-    set_threads(cfg.run.threads)
-    seed_everything(cfg.run.seed)
-    resume_from = prepare_run_dir(cfg.run, cfg) if main else None
-    dist.barrier()
-    if not main and cfg.run.resume:
-        resume_from = latest_checkpoint(cfg.run.dir)
-    run_dir = cfg.run.dir
-    placement = cfg.run.announce()
+    device, main, run_dir, resume_from, placement = start_run(cfg)
     bf16 = cfg.run.use_bf16
 
     model, tok = load_scalar_model(cfg.model)
@@ -229,7 +169,8 @@ def train(cfg: RMConfig) -> dict[str, float]:
         if main:
             logger.log(0, {**final, **placement})
     share = cfg.batch_size // world
-    with progress_bar(cfg.steps, f"rm {cfg.run.name}", disable=not (cfg.run.progress and main)) as bar:
+    guard = RunGuard(cfg.run, model)
+    with progress_bar(cfg.steps, f"rm {cfg.run.name}", disable=not (cfg.run.progress and main)) as bar, guard:
         bar.advance(start)
         try:
             for step in range(start, cfg.steps):
@@ -265,16 +206,15 @@ def train(cfg: RMConfig) -> dict[str, float]:
                 if main and (done % cfg.run.log_every == 0 or done == cfg.steps or "eval/pairwise_accuracy" in metrics):
                     logger.log(done, metrics)
                 final.update(metrics)
-                if (cfg.run.save_every and done % cfg.run.save_every == 0) or done == cfg.steps:
+                stopping = guard.stop_requested() and done < cfg.steps
+                if (cfg.run.save_every and done % cfg.run.save_every == 0) or done == cfg.steps or stopping:
                     if main:
                         save_checkpoint(run_dir, done, model, tok, optimizer, scheduler, keep_last=cfg.run.keep_last)
                     dist.barrier()
+                if stopping:
+                    guard.stop(done)
                 bar.advance(1, loss=metrics["loss/bt"], **({"acc": final["eval/pairwise_accuracy"]}
                                                             if "eval/pairwise_accuracy" in final else {}))
-        except KeyboardInterrupt:
-            if main:
-                print(f"\ninterrupted; checkpoints in {run_dir} are intact (resume with --resume)")
-            raise
         finally:
             if logger is not None:
                 logger.close()

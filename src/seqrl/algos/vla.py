@@ -17,9 +17,7 @@ checkpoint restores, so a resumed run repeats an uninterrupted one exactly.
 
 from __future__ import annotations
 
-import re
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -30,12 +28,13 @@ from seqrl.algos.common import (
     releases_run_folder,
     OptimConfig,
     RunConfig,
+    RunGuard,
     check_finite,
     load_resume_checkpoint,
     make_optimizer,
-    prepare_run_dir,
-    set_threads,
+    start_run,
 )
+from seqrl.algos.vla_config import VLAConfig, VLADataConfig, VLAEvalConfig  # noqa: F401 (re-exported)
 from seqrl.core.losses import action_loss
 from seqrl.data.babyai import load_babyai, quick_babyai, unpack_obs
 from seqrl.data.offline import DatasetError, OfflineDataset, Trajectories
@@ -50,73 +49,6 @@ from seqrl.utils.seeding import seed_everything
 
 QUICK_PREFIX = "quick:"
 MAX_EP_LEN = 100_000  # BabyAI levels stop far earlier; Trajectories only checks against it
-
-
-@dataclass
-class VLADataConfig:
-    """Which demonstrations."""
-
-    dataset: str = "quick:GoToRedBallGrey"
-    """A BabyAI Minari dataset id present locally (``seqrl/babyai/GoToLocal-n5000-s0-v0``; build it with
-    ``seqrl data babyai``), a dataset folder, or ``quick:<level>``: bot demonstrations built in memory."""
-    quick_episodes: int = 300
-    """Episodes of a ``quick:`` dataset."""
-    quick_seed: int = 0
-    """Seed of a ``quick:`` dataset (independent of the run seed)."""
-    max_episodes: int = 0
-    """Train on the first this many episodes only (0: all) — demonstration-count sweeps from one dataset."""
-
-    def __post_init__(self) -> None:
-        if not self.dataset:
-            raise ValueError("data.dataset must name a dataset (a Minari id, a folder or quick:<level>)")
-        if self.quick_episodes < 1 or self.max_episodes < 0:
-            raise ValueError(f"data.quick_episodes must be >= 1 and data.max_episodes >= 0 "
-                             f"(got {self.quick_episodes}, {self.max_episodes})")
-
-
-@dataclass
-class VLAEvalConfig:
-    """Greedy rollouts on held-out layouts of the dataset's level."""
-
-    every: int = 0
-    """Steps between evaluations (0: only after the last step)."""
-    episodes: int = 100
-    """Held-out episodes per evaluation (0: no evaluation)."""
-    seed: int = 0
-    """Seed of the held-out layouts (`eval_reset_seed`; disjoint from every demonstration seed)."""
-    max_steps: int = 0
-    """Cap on episode length (0: the level's own limit)."""
-    strip: bool = True
-    """After the last step, draw one evaluation episode as a PNG strip (plots/episode.png)."""
-
-    def __post_init__(self) -> None:
-        if self.every < 0 or self.episodes < 0 or self.max_steps < 0:
-            raise ValueError("eval.every, eval.episodes and eval.max_steps must be >= 0")
-
-
-def _optim_defaults() -> OptimConfig:
-    return OptimConfig(lr=1e-3, weight_decay=0.01, warmup_steps=100, schedule="cosine", grad_clip=1.0)
-
-
-@dataclass
-class VLAConfig:
-    run: RunConfig = field(default_factory=lambda: RunConfig(name="auto"))
-    """``run.name: auto`` becomes ``vla_<level>_<fusion>_<language>_s<seed>``."""
-    data: VLADataConfig = field(default_factory=VLADataConfig)
-    model: VLAModelConfig = field(default_factory=VLAModelConfig)
-    optim: OptimConfig = field(default_factory=_optim_defaults)
-    eval: VLAEvalConfig = field(default_factory=VLAEvalConfig)
-    steps: int = 2000
-    """Gradient steps."""
-    batch_size: int = 64
-    """Windows of K steps per gradient step."""
-
-    def __post_init__(self) -> None:
-        if self.steps < 1 or self.batch_size < 1:
-            raise ValueError(f"steps and batch_size must be >= 1 (got {self.steps}, {self.batch_size})")
-        if self.run.name == "auto":
-            slug = re.sub(r"[^A-Za-z0-9.]+", "-", self.data.dataset.split("/")[-1]).strip("-")
-            self.run.name = f"vla_{slug}_{self.model.fusion}_{self.model.language}_s{self.run.seed}"
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -225,11 +157,7 @@ def episode_strip(frames: list, out_png: str | Path, title: str, max_frames: int
 def train(cfg: VLAConfig, dataset: OfflineDataset | None = None) -> dict[str, float]:
     """Behaviour-clone a VLA on `dataset` (default: the one `cfg.data` names); returns the final metrics."""
     refuse_skip_step(cfg.run, "vla")
-    device = cfg.run.torch_device
-    set_threads(cfg.run.threads)
-    resume_from = prepare_run_dir(cfg.run, cfg)
-    run_dir = cfg.run.dir
-    placement = cfg.run.announce()
+    device, _, run_dir, resume_from, placement = start_run(cfg, distributed=False, seed=False)
 
     dataset = dataset if dataset is not None else load_demos(cfg.data)
     if not dataset.env_id.startswith("BabyAI-"):
@@ -266,7 +194,8 @@ def train(cfg: VLAConfig, dataset: OfflineDataset | None = None) -> dict[str, fl
     clip = cfg.optim.grad_clip if cfg.optim.grad_clip > 0 else float("inf")
     window_s, window_steps = 0.0, 0
     policy.train()
-    with progress_bar(cfg.steps, f"vla {cfg.run.name}", disable=not cfg.run.progress) as bar:
+    guard = RunGuard(cfg.run, policy)
+    with progress_bar(cfg.steps, f"vla {cfg.run.name}", disable=not cfg.run.progress) as bar, guard:
         bar.advance(start)
         try:
             for step in range(start, cfg.steps):
@@ -306,14 +235,14 @@ def train(cfg: VLAConfig, dataset: OfflineDataset | None = None) -> dict[str, fl
                 if metrics:
                     logger.log(done, metrics)
                     final.update(metrics)
-                if (cfg.run.save_every and done % cfg.run.save_every == 0) or done == cfg.steps:
+                stopping = guard.stop_requested() and done < cfg.steps
+                if (cfg.run.save_every and done % cfg.run.save_every == 0) or done == cfg.steps or stopping:
                     save_checkpoint(run_dir, done, policy, optimizer=optimizer, scheduler=scheduler,
                                     state={"policy": info}, keep_last=cfg.run.keep_last)
+                if stopping:
+                    guard.stop(done)
                 shown = {k.split("/", 1)[1]: v for k, v in final.items() if k == "eval/success_rate"}
                 bar.advance(1, loss=loss.item(), **shown)
-        except KeyboardInterrupt:
-            print(f"\ninterrupted; checkpoints in {run_dir} are intact (resume with --resume)")
-            raise
         finally:
             logger.close()
     plot_metrics(read_metrics(run_dir / "metrics.jsonl"),

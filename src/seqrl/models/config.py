@@ -1,6 +1,6 @@
 """The models' configs, importable without torch (the command line checks a config before it loads torch).
 
-`seqrl.models.lm`, `seqrl.models.lora` and `seqrl.models.dt` use and re-export them.
+`seqrl.models.lm`, `seqrl.models.lora`, `seqrl.models.dt` and `seqrl.models.vla` use and re-export them.
 """
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-__all__ = ["DTModelConfig", "LoRAConfig", "ModelConfig", "PRESETS"]
+__all__ = ["DTModelConfig", "LoRAConfig", "ModelConfig", "PRESETS", "VLAModelConfig"]
 
 # name -> (hidden, layers, heads, intermediate)
 PRESETS: dict[str, tuple[int, int, int, int]] = {
@@ -97,5 +97,48 @@ class DTModelConfig:
                 raise ValueError(f"model.{name} must be >= 1 (got {getattr(self, name)})")
         if self.hidden_size % self.n_head:
             raise ValueError(f"model.hidden_size ({self.hidden_size}) must be divisible by model.n_head ({self.n_head})")
+        if not 0 <= self.dropout < 1:
+            raise ValueError(f"model.dropout must be in [0, 1) (got {self.dropout})")
+
+
+LANGUAGES = ("gru", "minilm")
+"""Mission encoders of the VLA (`seqrl.models.vla`)."""
+FUSIONS = ("film", "cross_attention")
+"""How the VLA's mission conditions its image."""
+
+
+@dataclass
+class VLAModelConfig:
+    """The VLA (sized for one CPU thread)."""
+
+    hidden_size: int = 64
+    """d, the width of every part."""
+    n_layer: int = 2
+    """Causal transformer blocks of the action decoder."""
+    n_head: int = 2
+    """Attention heads (decoder and cross-attention)."""
+    context_len: int = 4
+    """K, steps of (observation, previous action) the decoder sees."""
+    language: Literal["gru", "minilm"] = "gru"
+    """Mission encoder: a trainable GRU (BabyAI paper) or frozen all-MiniLM-L6-v2 (cached per mission)."""
+    fusion: Literal["film", "cross_attention"] = "film"
+    """How the mission conditions the image: FiLM (BabyAI) or cross-attention from cells to mission tokens."""
+    n_fusion: int = 2
+    """FiLM / cross-attention blocks."""
+    dropout: float = 0.1
+    """Dropout in the decoder (and cross-attention)."""
+    max_mission_len: int = 32
+    """Mission words kept (BabyAI's longest are ≈ 30)."""
+
+    def __post_init__(self) -> None:
+        for name in ("hidden_size", "n_layer", "n_head", "context_len", "n_fusion", "max_mission_len"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"model.{name} must be >= 1 (got {getattr(self, name)})")
+        if self.hidden_size % self.n_head:
+            raise ValueError(f"model.hidden_size ({self.hidden_size}) must be divisible by model.n_head ({self.n_head})")
+        if self.language not in LANGUAGES:
+            raise ValueError(f"model.language must be one of {LANGUAGES} (got {self.language!r})")
+        if self.fusion not in FUSIONS:
+            raise ValueError(f"model.fusion must be one of {FUSIONS} (got {self.fusion!r})")
         if not 0 <= self.dropout < 1:
             raise ValueError(f"model.dropout must be in [0, 1) (got {self.dropout})")

@@ -22,6 +22,7 @@ from seqrl.models.lm import ModelConfig, build_model, model_device
 from seqrl.models.tokenizer import build_char_tokenizer
 from seqrl.prompts import PromptConfig, render_prompt
 from seqrl.types import Problem, RewardResult
+from seqrl.utils.checkpoint import verify_if_recorded
 
 
 def load_scalar_model(cfg: ModelConfig) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
@@ -39,6 +40,7 @@ def load_scalar_model(cfg: ModelConfig) -> tuple[PreTrainedModel, PreTrainedToke
         path = Path(cfg.path)
         if (path.exists() or cfg.path.startswith((".", "/", "~"))) and not (path / "config.json").is_file():
             raise ValueError(f"model.path {cfg.path!r} is not a model directory (no config.json)")
+        verify_if_recorded(path)  # a seqrl checkpoint: a file changed since its save is named
         try:
             tokenizer = AutoTokenizer.from_pretrained(cfg.path)
             model = AutoModelForSequenceClassification.from_pretrained(

@@ -24,6 +24,7 @@ from seqrl.models.config import PRESETS, ModelConfig
 from seqrl.models.tokenizer import build_char_tokenizer
 from seqrl.prompts import PromptConfig, render_prompt
 from seqrl.types import Problem
+from seqrl.utils.checkpoint import verify_if_recorded
 
 
 @dataclass
@@ -123,7 +124,10 @@ def load_pretrained(path: str | Path, attn_implementation: str = "sdpa", hub_ker
 
     A PEFT adapter folder (``adapter_config.json``, e.g. a LoRA checkpoint) loads its base model
     from the path the adapter names, with the adapter applied (transformers' PEFT integration).
+    A seqrl checkpoint folder is first checked against the sha256 digests of its save
+    (`verify_if_recorded`): a changed or missing file is a `CheckpointError` naming it.
     """
+    verify_if_recorded(path)
     tokenizer = AutoTokenizer.from_pretrained(path)
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, attn_implementation=attn_implementation,
                                                  use_kernels=hub_kernels)

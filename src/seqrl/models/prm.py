@@ -30,6 +30,7 @@ from transformers import AutoConfig, AutoModelForTokenClassification, AutoTokeni
 from seqrl.data.stepwise import split_steps, step_pieces
 from seqrl.models.lm import ModelConfig, Policy, load_policy, model_device
 from seqrl.types import Problem
+from seqrl.utils.checkpoint import verify_if_recorded
 
 KINDS = ("prm", "orm")
 HEADS = ("2class", "scalar")
@@ -104,6 +105,7 @@ class ProcessRewardModel:
         path = Path(path)
         if not (path / "config.json").is_file():
             raise ValueError(f"{path}: not a reward-model folder (no config.json)")
+        verify_if_recorded(path)  # a seqrl checkpoint: a file changed since its save is named
         model = AutoModelForTokenClassification.from_pretrained(path, dtype=torch.float32, use_kernels=False)
         info = getattr(model.config, "seqrl_prm", None)
         if not isinstance(info, dict) or "kind" not in info or "head" not in info:

@@ -25,7 +25,6 @@ from __future__ import annotations
 import importlib.util
 import math
 import re
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
@@ -34,6 +33,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from seqrl.core.sequences import causal_attention_mask
+from seqrl.models.config import FUSIONS, LANGUAGES, VLAModelConfig  # noqa: F401 (re-exported)
 from seqrl.models.dt import Block
 
 __all__ = ["BABYAI_WORDS", "MissionVocab", "VLAModel", "VLAModelConfig", "minilm_path"]
@@ -44,8 +44,6 @@ BABYAI_WORDS = ("go", "to", "the", "a", "pick", "up", "put", "next", "open", "do
 """Every word of BabyAI's instruction grammar (minigrid's verifier)."""
 CELL_VALUES = 16
 """Per-channel index range of the symbolic image (objects < 11, colours < 6, states < 3)."""
-LANGUAGES = ("gru", "minilm")
-FUSIONS = ("film", "cross_attention")
 
 
 class MissionVocab:
@@ -353,40 +351,3 @@ class VLAModel(nn.Module):
             image, previous_actions, mask = pad(image), pad(previous_actions), pad(mask)
             direction = None if direction is None else pad(direction)
         return self(image, text, previous_actions, direction, mask)[:, -1].argmax(-1)  # (B,)
-
-
-@dataclass
-class VLAModelConfig:
-    """The VLA (sized for one CPU thread)."""
-
-    hidden_size: int = 64
-    """d, the width of every part."""
-    n_layer: int = 2
-    """Causal transformer blocks of the action decoder."""
-    n_head: int = 2
-    """Attention heads (decoder and cross-attention)."""
-    context_len: int = 4
-    """K, steps of (observation, previous action) the decoder sees."""
-    language: Literal["gru", "minilm"] = "gru"
-    """Mission encoder: a trainable GRU (BabyAI paper) or frozen all-MiniLM-L6-v2 (cached per mission)."""
-    fusion: Literal["film", "cross_attention"] = "film"
-    """How the mission conditions the image: FiLM (BabyAI) or cross-attention from cells to mission tokens."""
-    n_fusion: int = 2
-    """FiLM / cross-attention blocks."""
-    dropout: float = 0.1
-    """Dropout in the decoder (and cross-attention)."""
-    max_mission_len: int = 32
-    """Mission words kept (BabyAI's longest are ≈ 30)."""
-
-    def __post_init__(self) -> None:
-        for name in ("hidden_size", "n_layer", "n_head", "context_len", "n_fusion", "max_mission_len"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"model.{name} must be >= 1 (got {getattr(self, name)})")
-        if self.hidden_size % self.n_head:
-            raise ValueError(f"model.hidden_size ({self.hidden_size}) must be divisible by model.n_head ({self.n_head})")
-        if self.language not in LANGUAGES:
-            raise ValueError(f"model.language must be one of {LANGUAGES} (got {self.language!r})")
-        if self.fusion not in FUSIONS:
-            raise ValueError(f"model.fusion must be one of {FUSIONS} (got {self.fusion!r})")
-        if not 0 <= self.dropout < 1:
-            raise ValueError(f"model.dropout must be in [0, 1) (got {self.dropout})")

@@ -317,6 +317,19 @@ def verify_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
     return trainer_state
 
 
+def verify_if_recorded(path: str | os.PathLike) -> None:
+    """`verify_checkpoint` for a model folder whose ``trainer_state.json`` records seqrl's sha256 digests;
+    any other folder passes unchecked (a Hugging Face model, a transformers Trainer checkpoint, whose
+    ``trainer_state.json`` is its own, a checkpoint from before digests were recorded)."""
+    state_file = Path(path) / STATE_FILE
+    try:
+        state = json.loads(state_file.read_text(encoding="utf-8")) if state_file.is_file() else None
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return
+    if isinstance(state, dict) and CHECKSUM_KEY in state:
+        verify_checkpoint(path)
+
+
 def load_checkpoint(
     path: str | os.PathLike,
     model: nn.Module,

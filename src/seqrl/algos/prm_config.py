@@ -1,0 +1,65 @@
+"""`PRMConfig` (process and outcome reward models), importable without torch (the command line checks a
+config before it loads torch)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from seqrl.algos.config import OptimConfig, RunConfig, TaskConfig
+from seqrl.models.config import ModelConfig
+
+__all__ = ["PRMConfig", "PRMDataConfig"]
+
+
+@dataclass
+class PRMDataConfig:
+    """Where the step labels come from."""
+
+    path: str | None = None
+    """A stepwise file (.jsonl/.json/.parquet/.csv); None: exactly labelled arithmetic solutions
+    built from `task` (gold steps, one value moved in about two thirds of them)."""
+    test_fraction: float = 0.1
+    """Rows of `path` held out for evaluation (a seeded permutation of the rows)."""
+    overlong: Literal["drop", "error"] = "drop"
+    """A solution longer than the context: drop the steps that do not fit (counted), or stop."""
+
+    def __post_init__(self) -> None:
+        if not 0 < self.test_fraction < 1:
+            raise ValueError(f"data.test_fraction must be in (0, 1) (got {self.test_fraction})")
+        if self.overlong not in ("drop", "error"):
+            raise ValueError(f"data.overlong must be 'drop' or 'error' (got {self.overlong!r})")
+
+
+@dataclass
+class PRMConfig:
+    run: RunConfig = field(default_factory=lambda: RunConfig(name="prm"))
+    model: ModelConfig = field(default_factory=ModelConfig)
+    """The backbone: a preset (fresh weights) or a causal-LM folder such as an SFT checkpoint."""
+    task: TaskConfig = field(default_factory=TaskConfig)
+    """Problems for the built-in arithmetic labels (used when data.path is None)."""
+    data: PRMDataConfig = field(default_factory=PRMDataConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    kind: Literal["prm", "orm"] = "prm"
+    """prm: a label at every step; orm: one label at the last step. `seqrl train orm` sets it."""
+    head: Literal["2class", "scalar"] = "2class"
+    """2class: softmax over (wrong, right); scalar: one logit through a sigmoid."""
+    steps: int = 300
+    """Optimizer steps."""
+    batch_size: int = 32
+    """Solutions per optimizer step."""
+    eval_every: int = 0
+    """Steps between held-out evaluations (0: only after the last step)."""
+    eval_batch_size: int = 64
+    """Solutions per forward pass in evaluation."""
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("prm", "orm"):
+            raise ValueError(f"kind must be 'prm' or 'orm' (got {self.kind!r})")
+        if self.head not in ("2class", "scalar"):
+            raise ValueError(f"head must be '2class' or 'scalar' (got {self.head!r})")
+        for name in ("steps", "batch_size", "eval_batch_size"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1 (got {getattr(self, name)})")
+        if self.eval_every < 0:
+            raise ValueError(f"eval_every must be >= 0 (got {self.eval_every})")
