@@ -466,7 +466,8 @@ def train(cfg: STaRConfig) -> dict[str, float]:
                             "star/generated_tokens": 0.0, **placement})
             logger.log(0, metrics)
             save_checkpoint(run_dir, 0, model, tok, state={"generated_tokens": 0}, keep_last=cfg.run.keep_last)
-            print(f"{cfg.method} iteration 0 (base): held-out accuracy {metrics['eval/accuracy']:.3f}{by_group(metrics, cfg.accuracy_by)}")
+            print(f"{cfg.method} iteration 0 (base): held-out accuracy {metrics['eval/accuracy']:.3f}"
+                  f"{by_group(metrics, cfg.accuracy_by)}")
             final = metrics
         for it in range(start + 1, cfg.iterations + 1):
             t0 = time.perf_counter()
@@ -482,7 +483,8 @@ def train(cfg: STaRConfig) -> dict[str, float]:
             save_checkpoint(run_dir, it, model, tok, state={"generated_tokens": generated}, keep_last=cfg.run.keep_last)
             print(f"{cfg.method} iteration {it}: kept {int(stats['star/kept'])} "
                   f"({int(stats['star/kept_from_rationalization'])} rationalized), coverage "
-                  f"{stats['star/train_coverage']:.3f}, held-out accuracy {stats['eval/accuracy']:.3f}{by_group(stats, cfg.accuracy_by)}")
+                  f"{stats['star/train_coverage']:.3f}, held-out accuracy {stats['eval/accuracy']:.3f}"
+                  f"{by_group(stats, cfg.accuracy_by)}")
             final = stats
     except KeyboardInterrupt:
         print(f"\ninterrupted; checkpoints in {run_dir} are intact (resume with --resume)")
@@ -491,7 +493,8 @@ def train(cfg: STaRConfig) -> dict[str, float]:
         logger.close()
     records = read_metrics(run_dir / "metrics.jsonl")
     groups = [k for k in dict.fromkeys(k for r in records for k in r) if k.startswith("eval/acc_")]
-    plot_metrics(records, ["eval/accuracy", *groups, "star/train_coverage", "star/kept", "star/kept_from_rationalization"],
+    plot_metrics(records, ["eval/accuracy", *groups, "star/train_coverage", "star/kept",
+                           "star/kept_from_rationalization"],
                  run_dir / "plots" / "star.png", title=f"{cfg.method} {cfg.run.name}")
     return final
 
