@@ -88,11 +88,13 @@ def run_seed(quick: bool, seed: int, out: Path) -> dict:
         steps=steps, batch_size=batch, group_size=8, micro_batch_size=64,
     )
     grpo_final = train_grpo(grpo)
-    grpo_tokens, grpo_curve = 0.0, [(0.0, base_acc)]
+    grpo_tokens, grpo_curve = 0.0, []
     for r in read_metrics(grpo.run.dir / "metrics.jsonl"):
         grpo_tokens += r.get("perf/gen_tokens", 0.0)
         if "eval/accuracy" in r:
             grpo_curve.append((grpo_tokens, r["eval/accuracy"]))
+    if not grpo_curve or grpo_curve[0][0] > 0:  # GRPO's own evaluation before its first step is the base's
+        grpo_curve.insert(0, (0.0, base_acc))
     row = {"seed": seed, "base_acc": base_acc, "budget_tokens": budget,
            "star_acc": records[-1]["eval/accuracy"], "star_tokens": budget,
            "rft_acc": rft_records[-1]["eval/accuracy"], "rft_tokens": rft_records[-1]["star/generated_tokens"],
