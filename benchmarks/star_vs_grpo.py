@@ -107,17 +107,19 @@ def run_seed(quick: bool, seed: int, out: Path) -> dict:
 
 
 def mean_curve(curves: list[list[tuple[float, float]]]) -> tuple[list[float], list[float], list[float]]:
-    """Point by point over seeds (curves cut to the shortest): mean tokens, mean accuracy, and its
-    standard error (0 for one seed).
+    """Point by point over seeds: mean tokens, mean accuracy, and its standard error (0 for one
+    seed). Curves of different lengths are aligned on their first points and on their last (the
+    final evaluation), the extra middle points of the longer ones left out.
 
     >>> mean_curve([[(0, 0.1), (10, 0.3)], [(0, 0.3), (20, 0.5), (30, 0.9)]])
-    ([0.0, 15.0], [0.2, 0.4], [0.1, 0.1])
+    ([0.0, 20.0], [0.2, 0.6], [0.1, 0.3])
     """
     n = min(len(c) for c in curves)
     xs, ys, ses = [], [], []
     for i in range(n):
-        x = [c[i][0] for c in curves]
-        y = [c[i][1] for c in curves]
+        points = [c[i] if i < n - 1 else c[-1] for c in curves]
+        x = [pt[0] for pt in points]
+        y = [pt[1] for pt in points]
         m = sum(y) / len(y)
         xs.append(round(sum(x) / len(x), 6))
         ys.append(round(m, 6))
@@ -183,7 +185,7 @@ def main() -> int:
     json_path.parent.mkdir(parents=True, exist_ok=True)
     json_path.write_text(json.dumps({"summary": summary, "rows": rows}, indent=1) + "\n")
     png = plot(rows, json_path.with_suffix(".png"),
-               f"STaR vs RFT vs GRPO at equal generated tokens, 2-digit addition, tiny preset ({seeds} seeds)")
+               f"STaR vs RFT vs GRPO, 2-digit addition, tiny preset ({seeds} seed{'s' * (seeds > 1)})")
     print(f"wrote {json_path} and {png}", file=sys.stderr)
     print(json.dumps(summary))
     return 0
