@@ -15,7 +15,9 @@ are scored on the same held-out problems by greedy accuracy:
 
 The budget is the tokens STaR generated for training (evaluation excluded). Each method's own count
 is printed beside its accuracy. The last line is one JSON object: star_acc, rft_acc, grpo_acc (means
-over seeds), base_acc, and the tokens each used.
+over seeds), base_acc, and the tokens each used. It is also written, with every seed's curves, to
+``--json`` (default ``runs/bench-star/star_vs_grpo[-quick].json``), and held-out accuracy against
+generated training tokens, the three methods on one plot, to the PNG of the same name beside it.
 """
 
 from __future__ import annotations
@@ -86,11 +88,13 @@ def run_seed(quick: bool, seed: int, out: Path) -> dict:
         steps=steps, batch_size=batch, group_size=8, micro_batch_size=64,
     )
     grpo_final = train_grpo(grpo)
-    grpo_tokens, grpo_curve = 0.0, [(0.0, base_acc)]
+    grpo_tokens, grpo_curve = 0.0, []
     for r in read_metrics(grpo.run.dir / "metrics.jsonl"):
         grpo_tokens += r.get("perf/gen_tokens", 0.0)
         if "eval/accuracy" in r:
             grpo_curve.append((grpo_tokens, r["eval/accuracy"]))
+    if not grpo_curve or grpo_curve[0][0] > 0:  # GRPO's own evaluation before its first step is the base's
+        grpo_curve.insert(0, (0.0, base_acc))
     row = {"seed": seed, "base_acc": base_acc, "budget_tokens": budget,
            "star_acc": records[-1]["eval/accuracy"], "star_tokens": budget,
            "rft_acc": rft_records[-1]["eval/accuracy"], "rft_tokens": rft_records[-1]["star/generated_tokens"],
@@ -102,25 +106,50 @@ def run_seed(quick: bool, seed: int, out: Path) -> dict:
     return row
 
 
-def plot(rows: list[dict], path: Path) -> None:
-    """Held-out accuracy against generated training tokens, one line per method and seed."""
-    import matplotlib
+def mean_curve(curves: list[list[tuple[float, float]]]) -> tuple[list[float], list[float], list[float]]:
+    """Point by point over seeds: mean tokens, mean accuracy, and its standard error (0 for one
+    seed). Curves of different lengths are aligned on their first points and on their last (the
+    final evaluation), the extra middle points of the longer ones left out.
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    >>> mean_curve([[(0, 0.1), (10, 0.3)], [(0, 0.3), (20, 0.5), (30, 0.9)]])
+    ([0.0, 20.0], [0.2, 0.6], [0.1, 0.3])
+    """
+    n = min(len(c) for c in curves)
+    xs, ys, ses = [], [], []
+    for i in range(n):
+        points = [c[i] if i < n - 1 else c[-1] for c in curves]
+        x = [pt[0] for pt in points]
+        y = [pt[1] for pt in points]
+        m = sum(y) / len(y)
+        xs.append(round(sum(x) / len(x), 6))
+        ys.append(round(m, 6))
+        ses.append(round(math.sqrt(sum((v - m) ** 2 for v in y) / (len(y) - 1) / len(y)), 6) if len(y) > 1 else 0.0)
+    return xs, ys, ses
 
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for method, color in (("star", "C0"), ("rft", "C1"), ("grpo", "C2")):
-        for i, row in enumerate(rows):
-            xs, ys = zip(*row[f"{method}_curve"])
-            ax.plot(xs, ys, marker="o", color=color, alpha=0.8, label=method if i == 0 else None)
+
+def plot(rows: list[dict], path: Path, title: str) -> Path:
+    """Held-out accuracy against generated training tokens on one plot: a thin line per method and
+    seed, and per method the point-by-point mean over seeds with its standard error."""
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(6.5, 4.2), layout="constrained")
+    ax = fig.subplots()
+    for method, name, color in (("star", "STaR", "C0"), ("rft", "RFT", "C1"), ("grpo", "GRPO", "C2")):
+        curves = [row[f"{method}_curve"] for row in rows]
+        for curve in curves:
+            xs, ys = zip(*curve)
+            ax.plot(xs, ys, color=color, alpha=0.3, linewidth=1)
+        xs, ys, ses = mean_curve(curves)
+        ax.errorbar(xs, ys, yerr=ses, color=color, marker="o", linewidth=2, capsize=3,
+                    label=f"{name} (mean of {len(rows)} seed{'s' * (len(rows) > 1)})")
     ax.set_xlabel("generated training tokens")
     ax.set_ylabel("held-out greedy accuracy")
-    ax.set_title("STaR vs RFT vs GRPO, 2-digit addition, tiny preset")
+    ax.set_title(title, fontsize=10)
+    ax.grid(alpha=0.3)
     ax.legend()
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120, bbox_inches="tight")
-    plt.close(fig)
+    fig.savefig(path, dpi=120)
+    return path
 
 
 def main() -> int:
@@ -128,14 +157,14 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="one seed, 2 iterations on 512 problems")
     parser.add_argument("--seeds", type=int, default=None, help="seeds 0..N-1 (default: 1 quick, 3 full)")
     parser.add_argument("--out", default=None, help="run folders (default: a temporary folder)")
-    parser.add_argument("--plot", default=None, help="write accuracy vs generated tokens to this PNG")
+    parser.add_argument("--json", default=None, help="the result file (default runs/bench-star/star_vs_grpo[-quick].json); "
+                                                     "the plot goes beside it, as .png")
     args = parser.parse_args()
     seeds = args.seeds or (1 if args.quick else 3)
+    json_path = Path(args.json or ROOT / "runs" / "bench-star" / f"star_vs_grpo{'-quick' if args.quick else ''}.json")
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(args.out or tmp)
         rows = [run_seed(args.quick, s, out) for s in range(seeds)]
-    if args.plot:
-        plot(rows, Path(args.plot))
 
     def mean(key):
         return sum(r[key] for r in rows) / len(rows)
@@ -147,10 +176,18 @@ def main() -> int:
     print(f"{'base':<8} {mean('base_acc'):>14.3f} {0:>10}")
     for m in ("star", "rft", "grpo"):
         print(f"{m:<8} {mean(m + '_acc'):>8.3f} ± {se(m + '_acc'):.3f} {mean(m + '_tokens'):>10.0f}")
-    print(json.dumps({"star_acc": round(mean("star_acc"), 4), "rft_acc": round(mean("rft_acc"), 4),
-                      "grpo_acc": round(mean("grpo_acc"), 4), "base_acc": round(mean("base_acc"), 4),
-                      "budget_tokens": round(mean("budget_tokens")), "rft_tokens": round(mean("rft_tokens")),
-                      "grpo_tokens": round(mean("grpo_tokens")), "seeds": seeds, "quick": args.quick}))
+    summary = {"star_acc": round(mean("star_acc"), 4), "rft_acc": round(mean("rft_acc"), 4),
+               "grpo_acc": round(mean("grpo_acc"), 4), "base_acc": round(mean("base_acc"), 4),
+               "star_acc_se": round(se("star_acc"), 4), "rft_acc_se": round(se("rft_acc"), 4),
+               "grpo_acc_se": round(se("grpo_acc"), 4),
+               "budget_tokens": round(mean("budget_tokens")), "rft_tokens": round(mean("rft_tokens")),
+               "grpo_tokens": round(mean("grpo_tokens")), "seeds": seeds, "quick": args.quick}
+    json_path.parent.mkdir(parents=True, exist_ok=True)
+    json_path.write_text(json.dumps({"summary": summary, "rows": rows}, indent=1) + "\n")
+    png = plot(rows, json_path.with_suffix(".png"),
+               f"STaR vs RFT vs GRPO, 2-digit addition, tiny preset ({seeds} seed{'s' * (seeds > 1)})")
+    print(f"wrote {json_path} and {png}", file=sys.stderr)
+    print(json.dumps(summary))
     return 0
 
 

@@ -165,6 +165,21 @@ def test_each_fine_tune_starts_from_the_base_weights_only_with_restart_from_base
     assert metrics["star/fine_tune_steps"] == round(2 * 1.2**2) and metrics["star/kept"] == 12
 
 
+def test_held_out_accuracy_by_digit_count_is_logged_each_iteration_and_plotted(tmp_path, monkeypatch):
+    monkeypatch.setattr(star, "generate", Scripted(_always_right))
+    cfg = _cfg(tmp_path, task=TaskConfig(name="arith", kwargs={"digits": [1, 2]}, n_train=12, n_test=10))
+    train(cfg)
+    _, _, test = star.split_problems(cfg.task.build(), cfg)
+    sizes = {d: sum(p.metadata["digits"] == d for p in test) for d in (1, 2)}
+    assert all(sizes.values())
+    records = read_metrics(cfg.run.dir / "metrics.jsonl")
+    assert [r["step"] for r in records] == [0, 1, 2]
+    for r in records:  # the groups partition the held-out problems: their weighted mean is the accuracy
+        weighted = sum(r[f"eval/acc_digits_{d}"] * n for d, n in sizes.items()) / len(test)
+        assert weighted == pytest.approx(r["eval/accuracy"], abs=1e-12)
+    assert (cfg.run.dir / "plots" / "star.png").stat().st_size > 0
+
+
 def test_training_examples_never_hold_the_hint(tmp_path, monkeypatch):
     rec = Recorder(star.finetune)
     monkeypatch.setattr(star, "finetune", rec)

@@ -143,6 +143,19 @@ def test_arithmetic_prompts_and_one_step_per_digit(op, digits):
         assert p.answer == str({"add": a + b, "sub": a - b, "mul": a * b}[op])
 
 
+def test_arithmetic_metadata_carries_the_digit_count_and_a_list_mixes_counts():
+    fixed = ArithmeticTask(digits=2).problems("test", 4, seed=0)
+    assert [p.prompt for p in fixed] == ["54+39=", "68+61=", "71+21=", "38+21="]  # a fixed count draws as before
+    assert {p.metadata["digits"] for p in fixed} == {2}
+    assert [p.prompt for p in ArithmeticTask(digits=[2]).problems("test", 4, seed=0)] == [p.prompt for p in fixed]
+    mixed = ArithmeticTask(digits=[2, 3]).problems("train", 200, seed=0)
+    for p in mixed:
+        d = p.metadata["digits"]
+        assert len(str(p.metadata["a"])) == len(str(p.metadata["b"])) == d
+    counts = [sum(p.metadata["digits"] == d for p in mixed) for d in (2, 3)]
+    assert min(counts) > 60  # drawn uniformly: ~100 each
+
+
 def test_countdown_generation_is_fast():
     start = time.perf_counter()
     CountdownTask().problems("train", 1000, seed=0)
@@ -354,6 +367,9 @@ def test_get_task_rejects_unknown_names(spec):
     [
         (lambda: ArithmeticTask(ops=("div",)), "arith.ops"),
         (lambda: ArithmeticTask(digits=0), "arith.digits"),
+        (lambda: ArithmeticTask(digits=[]), "arith.digits"),
+        (lambda: ArithmeticTask(digits=[2, 19]), "arith.digits"),
+        (lambda: ArithmeticTask(digits="2"), "arith.digits"),
         (lambda: CountdownTask(num_numbers=(1,)), "countdown.num_numbers"),
         (lambda: CountdownTask(max_number=99, max_target=50), "countdown.max_target"),
         (lambda: ArithmeticTask().problems("dev", 1), "split must be one of"),

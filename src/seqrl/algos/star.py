@@ -29,6 +29,7 @@ after an interrupted iteration repeats the uninterrupted one exactly.
 
 from __future__ import annotations
 
+import re
 import sys
 import time
 from dataclasses import dataclass, replace
@@ -207,12 +208,40 @@ def fine_tune(policy: Policy, kept: list[Kept], cfg: STaRConfig, iteration: int,
     return {**out, "star/fine_tune_steps": float(steps), "star/fine_tune_skipped": 0.0}
 
 
+def accuracy_by(problems: list[Problem], records: list[dict], key: str) -> dict[str, float]:
+    """Greedy accuracy per value of ``problem.metadata[key]``: ``eval/acc_<key>_<value>`` (numeric
+    values in numeric order). `records` are `evaluate`'s, one per problem (score ≥ 1 is correct);
+    problems without the key, or records without a greedy score, are left out.
+
+    >>> ps = [Problem("1+2=", "3", metadata={"digits": d}) for d in (1, 2, 2, 10)]
+    >>> accuracy_by(ps, [{"score": s} for s in (1.0, 0.0, 1.0, 0.0)], "digits")
+    {'eval/acc_digits_1': 1.0, 'eval/acc_digits_2': 0.5, 'eval/acc_digits_10': 0.0}
+    """
+    if len(problems) != len(records):
+        raise ValueError(f"accuracy_by: {len(problems)} problems but {len(records)} records")
+    groups: dict[str, list[bool]] = {}
+    for problem, record in zip(problems, records):
+        if key in problem.metadata and "score" in record:
+            groups.setdefault(str(problem.metadata[key]), []).append(record["score"] >= 1.0)
+    order = sorted(groups, key=lambda v: (0, int(v), v) if re.fullmatch(r"-?[0-9]+", v) else (1, 0, v))
+    return {f"eval/acc_{key}_{v}": sum(groups[v]) / len(groups[v]) for v in order}
+
+
 def held_out(policy: Policy, task: Task, problems: list[Problem], cfg: STaRConfig) -> dict[str, float]:
-    """Step 4: held-out greedy accuracy, and pass@k (pass_k) / pass@1 (eval.samples) when asked."""
+    """Step 4: held-out greedy accuracy (overall and by `accuracy_by`), and pass@k (pass_k) /
+    pass@1 (eval.samples) when asked."""
     ks = sorted({k for k in (cfg.pass_k, 1 if cfg.eval.samples else 0) if k})
-    return evaluate(policy, task, problems, pass_k=ks, n_samples=max([cfg.eval.samples, *ks]),
-                    temperature=cfg.eval.temperature, max_new_tokens=cfg.eval.max_new_tokens,
-                    batch_size=cfg.eval.batch_size, seed=cfg.run.seed, stop=list(cfg.eval.stop) or list(cfg.stop)).metrics
+    result = evaluate(policy, task, problems, pass_k=ks, n_samples=max([cfg.eval.samples, *ks]),
+                      temperature=cfg.eval.temperature, max_new_tokens=cfg.eval.max_new_tokens,
+                      batch_size=cfg.eval.batch_size, seed=cfg.run.seed, stop=list(cfg.eval.stop) or list(cfg.stop))
+    return {**result.metrics, **(accuracy_by(problems, result.records, cfg.accuracy_by) if cfg.accuracy_by else {})}
+
+
+def by_group(metrics: dict[str, float], key: str) -> str:
+    """`` (digits 2: 0.610, 3: 0.290)`` from the eval/acc_<key>_<value> metrics; empty without them."""
+    prefix = f"eval/acc_{key}_"
+    parts = [f"{k[len(prefix):]}: {v:.3f}" for k, v in metrics.items() if key and k.startswith(prefix)]
+    return f" ({key} {', '.join(parts)})" if parts else ""
 
 
 # ---- the base model -------------------------------------------------------------------------------
@@ -308,7 +337,8 @@ def train(cfg: STaRConfig) -> dict[str, float]:
                             "star/generated_tokens": 0.0, **placement})
             logger.log(0, metrics)
             save_checkpoint(run_dir, 0, model, tok, state={"generated_tokens": 0}, keep_last=cfg.run.keep_last)
-            print(f"{cfg.method} iteration 0 (base): held-out accuracy {metrics['eval/accuracy']:.3f}")
+            print(f"{cfg.method} iteration 0 (base): held-out accuracy {metrics['eval/accuracy']:.3f}"
+                  f"{by_group(metrics, cfg.accuracy_by)}")
             final = metrics
             if guard.stop_requested():
                 guard.stop(0)
@@ -328,15 +358,18 @@ def train(cfg: STaRConfig) -> dict[str, float]:
             guard.current = None
             print(f"{cfg.method} iteration {it}: kept {int(stats['star/kept'])} "
                   f"({int(stats['star/kept_from_rationalization'])} rationalized), coverage "
-                  f"{stats['star/train_coverage']:.3f}, held-out accuracy {stats['eval/accuracy']:.3f}")
+                  f"{stats['star/train_coverage']:.3f}, held-out accuracy {stats['eval/accuracy']:.3f}"
+                  f"{by_group(stats, cfg.accuracy_by)}")
             final = stats
             if guard.stop_requested() and it < cfg.iterations:
                 guard.stop(it)
     finally:
         guard.__exit__(*sys.exc_info())
         logger.close()
-    plot_metrics(read_metrics(run_dir / "metrics.jsonl"),
-                 ["eval/accuracy", "star/train_coverage", "star/kept", "star/kept_from_rationalization"],
+    records = read_metrics(run_dir / "metrics.jsonl")
+    groups = [k for k in dict.fromkeys(k for r in records for k in r) if k.startswith("eval/acc_")]
+    plot_metrics(records, ["eval/accuracy", *groups, "star/train_coverage", "star/kept",
+                           "star/kept_from_rationalization"],
                  run_dir / "plots" / "star.png", title=f"{cfg.method} {cfg.run.name}")
     return final
 

@@ -82,6 +82,10 @@ class STaRConfig:
     """Also report held-out eval/pass@k from k samples per problem at eval.temperature (0: greedy only)."""
     sample_batch_size: int = 256
     """Prompts per generation call when sampling rationales."""
+    accuracy_by: str = "digits"
+    """Problem metadata key that splits held-out greedy accuracy into eval/acc_<key>_<value> (e.g.
+    eval/acc_digits_3 with arithmetic's operand digit count); problems without the key are left out
+    of the split; empty: no split."""
 
     def __post_init__(self) -> None:
         for name in ("iterations", "samples_per_problem", "max_new_tokens", "steps", "batch_size", "sample_batch_size"):

@@ -97,34 +97,41 @@ def parse_int_answer(text: str) -> tuple[int | None, str]:
 class ArithmeticTask(Task):
     """Integer ``a op b`` with ops from {"add", "sub", "mul"}, each operand `digits` digits long.
 
-    Operands are uniform in ``[10**(digits-1), 10**digits - 1]`` (``[0, 9]`` for one digit). The
-    canonical key is the expression (``47+85``); splits are disjoint by its hash. A split too
-    small for `n` distinct problems (one-digit operands) repeats problems; see `sample_split`.
+    Operands are uniform in ``[10**(digits-1), 10**digits - 1]`` (``[0, 9]`` for one digit). A list
+    of digit counts (``digits: [2, 3]``) mixes them: each problem draws its count uniformly, then
+    both operands with that many digits; ``metadata["digits"]`` holds the count. The canonical
+    key is the expression (``47+85``); splits are disjoint by its hash. A split too small for `n`
+    distinct problems (one-digit operands) repeats problems; see `sample_split`.
     """
 
-    def __init__(self, ops: tuple[str, ...] = ("add",), digits: int = 2, name: str = "arith"):
+    def __init__(self, ops: tuple[str, ...] = ("add",), digits: int | list[int] | tuple[int, ...] = 2,
+                 name: str = "arith"):
         ops = tuple(ops)
         if not ops or any(op not in SYMBOLS for op in ops):
             raise ValueError(
                 f"arith.ops must be a non-empty subset of {tuple(SYMBOLS)} (got {ops})"
             )
-        if not 1 <= digits <= 18:
-            raise ValueError(f"arith.digits must be in [1, 18] (got {digits})")
-        self.ops, self.digits, self.name = ops, digits, name
-        self._low = 0 if digits == 1 else 10 ** (digits - 1)
-        self._high = 10**digits - 1
+        counts = (digits,) if isinstance(digits, int) else tuple(digits) if isinstance(digits, (list, tuple)) else ()
+        if not counts or any(isinstance(d, bool) or not isinstance(d, int) or not 1 <= d <= 18 for d in counts):
+            raise ValueError(f"arith.digits must be in [1, 18], or a non-empty list of such counts (got {digits!r})")
+        self.ops, self.name = ops, name
+        self.digits = digits if isinstance(digits, int) else counts
+        self._counts = counts
 
     def problems(self, split: str, n: int, seed: int = 0) -> list[Problem]:
         return sample_split(self._draw, self.name, split, n, seed)
 
     def _draw(self, rng: random.Random):
         op = rng.choice(self.ops)
-        a, b = rng.randint(self._low, self._high), rng.randint(self._low, self._high)
+        # one count draws nothing more: a fixed `digits` gives the same problems as before mixes existed
+        digits = self._counts[0] if len(self._counts) == 1 else rng.choice(self._counts)
+        low, high = (0 if digits == 1 else 10 ** (digits - 1)), 10**digits - 1
+        a, b = rng.randint(low, high), rng.randint(low, high)
         key = f"{a}{SYMBOLS[op]}{b}"
-        return key, lambda: self._problem(op, a, b, key)
+        return key, lambda: self._problem(op, a, b, key, digits)
 
     @staticmethod
-    def _problem(op: str, a: int, b: int, key: str) -> Problem:
+    def _problem(op: str, a: int, b: int, key: str, digits: int) -> Problem:
         if op == "add":
             steps, answer = addition_steps(a, b), a + b
         elif op == "sub":
@@ -135,7 +142,7 @@ class ArithmeticTask(Task):
             prompt=f"{key}=",
             answer=str(answer),
             steps=tuple(steps),
-            metadata={"op": op, "a": a, "b": b},
+            metadata={"op": op, "a": a, "b": b, "digits": digits},
         )
 
     def verify(self, problem: Problem, completion: str) -> RewardResult:
