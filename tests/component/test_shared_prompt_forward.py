@@ -1,0 +1,206 @@
+"""The shared-prompt training forward computes what the padded forward computes: log-probs, the GRPO
+loss and every parameter's gradient, in float64, for every loss aggregation and GSPO's sequence ratio,
+with zero-advantage rows skipped and prompts of different lengths in one batch."""
+
+from __future__ import annotations
+
+import types
+
+import pytest
+import torch
+
+from seqrl.algos.common import OptimConfig, RunConfig, TaskConfig
+from seqrl.algos.grpo import GRPOBatch, GRPOConfig, GRPOTrainer, LossConfig, SamplingConfig, shared_forward_choice
+from seqrl.core.policy_loss import AGG_MODES
+from seqrl.models import ModelConfig, load_policy
+from seqrl.rollout.logprobs import (
+    pack_micro_batches,
+    sequence_logprobs,
+    shared_prompt_logprobs,
+    shared_prompt_unsupported,
+)
+
+G = 4
+PROMPT_LENGTHS = (3, 6, 9)  # three prompts of different lengths, G completions each
+T = 7
+
+
+def _float64_norms(model: torch.nn.Module) -> None:
+    """HF's RMSNorm computes in float32 even in a float64 model, which rounds the backward to float32
+    (the padded forward differs from itself by ≈ 1e-6 on the embedding gradient when a row is padded
+    further); here it computes in the model's dtype, so the comparison is a float64 one."""
+    for module in model.modules():
+        if type(module).__name__.endswith("RMSNorm"):
+            def forward(self, x):
+                return self.weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.variance_epsilon))
+            module.forward = types.MethodType(forward, module)
+
+
+def _model(arch: str = "llama"):
+    torch.manual_seed(0)
+    policy = load_policy(ModelConfig(preset="tiny", max_seq_len=64, arch=arch))
+    policy.model.double()
+    _float64_norms(policy.model)
+    return policy
+
+
+def _rows(vocab: int, pad: int, seed: int = 1):
+    """prompt_ids (N lists), completion_ids (N, T) padded with `pad` after each end, completion_mask (N, T)."""
+    gen = torch.Generator().manual_seed(seed)
+    prompts = [torch.randint(3, vocab, (n,), generator=gen).tolist() for n in PROMPT_LENGTHS]
+    prompt_ids = [p for p in prompts for _ in range(G)]
+    n = len(prompt_ids)
+    lengths = torch.tensor([7, 2, 5, 1, 3, 3, 6, 4, 1, 2, 5, 2])  # varied; the longest fills T
+    mask = (torch.arange(T)[None, :] < lengths[:, None]).double()  # (N, T)
+    ids = torch.where(mask.bool(), torch.randint(3, vocab, (n, T), generator=gen), torch.full((n, T), pad))
+    return prompt_ids, ids, mask
+
+
+def _params(model):
+    return [p for p in model.parameters() if p.requires_grad]
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2"])
+def test_log_probs_entropy_and_gradients_equal_the_padded_forward(arch):
+    policy = _model(arch)
+    model, pad = policy.model, policy.tokenizer.pad_token_id
+    assert shared_prompt_unsupported(model) is None
+    prompt_ids, ids, mask = _rows(model.config.vocab_size, pad)
+    weights = torch.randn(ids.shape, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
+    results = []
+    for fn in (lambda: sequence_logprobs(model, prompt_ids, ids, pad, 0.7, with_entropy=True),
+               lambda: shared_prompt_logprobs(model, prompt_ids, ids, mask, pad, 0.7, with_entropy=True)):
+        model.zero_grad(set_to_none=True)
+        logp, entropy = fn()
+        (logp * weights * mask).sum().backward()
+        results.append((logp.detach() * mask, entropy * mask, [p.grad.clone() for p in _params(model)]))
+    (lp_a, ent_a, grads_a), (lp_b, ent_b, grads_b) = results
+    assert torch.allclose(lp_a, lp_b, atol=1e-10, rtol=0)
+    assert torch.allclose(ent_a, ent_b, atol=1e-10, rtol=0)
+    assert all(g.abs().sum() > 0 for g in grads_a[:3])  # the gradient reaches the embeddings and first layer
+    for a, b in zip(grads_a, grads_b):
+        assert torch.allclose(a, b, atol=1e-10, rtol=0)
+
+
+def test_rows_may_be_any_subset_of_a_group_in_any_order():
+    policy = _model()
+    model, pad = policy.model, policy.tokenizer.pad_token_id
+    prompt_ids, ids, mask = _rows(model.config.vocab_size, pad)
+    rows = torch.tensor([9, 1, 5, 2, 11, 4])  # three prompts, their rows interleaved
+    sub_prompts = [prompt_ids[i] for i in rows.tolist()]
+    with torch.no_grad():
+        a, _ = sequence_logprobs(model, sub_prompts, ids[rows], pad)
+        b, _ = shared_prompt_logprobs(model, sub_prompts, ids[rows], mask[rows], pad)
+    assert torch.allclose(a * mask[rows], b * mask[rows], atol=1e-10, rtol=0)
+    assert (b[:, 5:] == 0).all()  # no row of this subset reaches columns 5, 6: they are not computed
+
+
+def test_a_micro_batch_with_a_one_token_prompt_falls_back_to_the_padded_forward():
+    policy = _model()
+    model, pad = policy.model, policy.tokenizer.pad_token_id
+    ids = torch.tensor([[5, 6, 7], [8, 9, pad]])
+    mask = torch.tensor([[1.0, 1, 1], [1, 1, 0]])
+    with torch.no_grad():
+        a, _ = sequence_logprobs(model, [[4], [4, 5, 6]], ids, pad)
+        b, _ = shared_prompt_logprobs(model, [[4], [4, 5, 6]], ids, mask, pad)
+    assert torch.equal(a, b)
+
+
+def test_packing_keeps_groups_together_longest_first_and_every_row_once():
+    prompt_ids = [[1, 2]] * 3 + [[3, 4, 5]] * 3 + [[6, 7]] * 3
+    mask = torch.zeros(9, 6)
+    for row, n in enumerate([2, 1, 2, 6, 3, 1, 4, 4, 0]):
+        mask[row, :n] = 1
+    rows = torch.tensor([0, 2, 3, 4, 5, 6, 7, 8])  # row 1 skipped (zero advantage)
+    parts = pack_micro_batches(rows, prompt_ids, mask, 3)
+    assert [p.tolist() for p in parts] == [[3, 4, 5], [6, 7, 8], [0, 2]]
+    assert pack_micro_batches(torch.tensor([], dtype=torch.long), prompt_ids, mask, 3) == []
+
+
+class _NotHF(torch.nn.Module):
+    def forward(self, input_ids):  # pragma: no cover - never called
+        return input_ids
+
+
+def test_auto_falls_back_with_a_note_and_on_refuses_a_model_it_cannot_share(capsys):
+    assert shared_prompt_unsupported(_NotHF()) is not None
+    assert shared_forward_choice("auto", _NotHF()) is False
+    assert "padded forward" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="shared_prompt_forward = 'on'.*not a Hugging Face model"):
+        shared_forward_choice("on", _NotHF())
+    assert shared_forward_choice("off", _model().model) is False
+    assert shared_forward_choice("auto", _model().model) is True
+
+
+def _trainer_step(setting: str, loss: LossConfig, advantages: torch.Tensor, **kw):
+    """One `train_step` on a fixed batch in float64; returns (trainer, metrics, [grads per optimizer step])."""
+    cfg = GRPOConfig(
+        run=RunConfig(name="s", seed=1, progress=False),
+        model=ModelConfig(preset="tiny", max_seq_len=64),
+        task=TaskConfig(name="arith", n_train=8, n_test=2),
+        optim=OptimConfig(lr=1e-3, warmup_steps=0, schedule="constant", grad_clip=0.0),
+        sampling=SamplingConfig(max_new_tokens=T, temperature=0.9),
+        loss=loss, batch_size=len(PROMPT_LENGTHS) * G, group_size=G, micro_batch_size=3,
+        shared_prompt_forward=setting, **kw)
+    policy = _model()
+    task = cfg.task.build()
+    trainer = GRPOTrainer(cfg, policy, task, task.problems("train", 8, 0))
+    if trainer.ref is not None:  # a deep copy: its norms are float64 already
+        trainer.ref.double()
+    prompt_ids, ids, mask = _rows(policy.model.config.vocab_size, policy.tokenizer.pad_token_id)
+    batch = GRPOBatch(prompt_ids=prompt_ids, completion_ids=ids, completion_mask=mask, loss_mask=mask.clone(),
+                      sampler_logprobs=torch.zeros_like(mask), rewards=advantages.clone(), advantages=advantages)
+    grads: list[list[torch.Tensor]] = []
+    trainer.optimizer.register_step_pre_hook(
+        lambda *_: grads.append([p.grad.clone() for p in _params(policy.model)]))
+    metrics = trainer.train_step(batch)
+    return trainer, metrics, grads
+
+
+# the middle prompt's group has equal rewards (all advantages 0, skipped), and one row of the last group is 0
+ADVANTAGES = torch.tensor([1.0, -0.5, 0.25, -0.75, 0, 0, 0, 0, 0.5, 0.0, -1.0, 0.75], dtype=torch.float64)
+
+
+@pytest.mark.parametrize("loss", [LossConfig(agg=a) for a in AGG_MODES]
+                         + [LossConfig(ratio_level="sequence", agg="seq_mean_token_mean"),  # GSPO
+                            LossConfig(scale_rewards="none", agg="seq_mean_token_sum_norm", max_tokens=5)],  # Dr. GRPO
+                         ids=[*AGG_MODES, "gspo", "dr_grpo"])
+def test_grpo_loss_and_every_gradient_equal_the_padded_forwards(loss):
+    runs = [_trainer_step(s, loss, ADVANTAGES) for s in ("off", "on")]
+    (off, m_off, g_off), (on, m_on, g_on) = runs
+    assert not off.shared_forward and on.shared_forward
+    assert m_on["stats/skipped_rows_frac"] == m_off["stats/skipped_rows_frac"] == pytest.approx(5 / 12)
+    assert abs(m_off["loss/policy"]) > 1e-3
+    assert m_on["loss/policy"] == pytest.approx(m_off["loss/policy"], abs=1e-6, rel=0)
+    for key in ("stats/entropy", "stats/sampler_logprob_gap", "stats/ratio_mean"):
+        assert m_on[key] == pytest.approx(m_off[key], abs=1e-6, rel=0)
+    assert len(g_off) == len(g_on) == 1
+    for a, b in zip(g_off[0], g_on[0]):
+        assert torch.allclose(a, b, atol=1e-6, rtol=0)
+    assert sum(float(g.abs().sum()) for g in g_off[0]) > 0
+
+
+def test_several_updates_a_step_and_a_kl_penalty_give_the_same_gradients():
+    """π_old (μ = 2, two minibatches) and π_ref (β > 0, every row trained) through the shared forward too."""
+    loss = LossConfig(beta=0.04, agg="token_mean")
+    runs = [_trainer_step(s, loss, ADVANTAGES, num_iterations=2, minibatches=2) for s in ("off", "on")]
+    (_, m_off, g_off), (_, m_on, g_on) = runs
+    assert m_on["stats/skipped_rows_frac"] == 0.0
+    assert m_on["loss/policy"] == pytest.approx(m_off["loss/policy"], abs=1e-6, rel=0)
+    assert m_on["stats/kl"] == pytest.approx(m_off["stats/kl"], abs=1e-6, rel=0)
+    assert len(g_off) == len(g_on) == 4
+    for step_a, step_b in zip(g_off, g_on):
+        for a, b in zip(step_a, step_b):
+            assert torch.allclose(a, b, atol=1e-6, rtol=0)
+
+
+def test_skipping_zero_advantage_rows_changes_no_gradient_of_the_shared_forward():
+    """Skipping regroups the micro-batches (a group's prompt gradient is summed in another order): the
+    gradients stay equal to float64 rounding."""
+    loss = LossConfig(agg="seq_mean_token_mean")
+    runs = [_trainer_step("on", loss, ADVANTAGES, skip_zero_advantage=skip) for skip in (False, True)]
+    (_, m_all, g_all), (_, m_skip, g_skip) = runs
+    assert m_all["stats/skipped_rows_frac"] == 0.0 and m_skip["stats/skipped_rows_frac"] > 0.4
+    assert m_skip["loss/policy"] == pytest.approx(m_all["loss/policy"], abs=1e-12, rel=0)
+    for a, b in zip(g_all[0], g_skip[0]):
+        assert torch.allclose(a, b, atol=1e-12, rtol=0)
