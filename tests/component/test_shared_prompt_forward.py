@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from seqrl.algos.common import OptimConfig, RunConfig, TaskConfig
-from seqrl.algos.grpo import GRPOBatch, GRPOConfig, GRPOTrainer, LossConfig, SamplingConfig, shared_forward_choice
+from seqrl.algos.grpo import GRPOBatch, GRPOConfig, GRPOTrainer, LossConfig, SamplingConfig
 from seqrl.core.policy_loss import AGG_MODES
 from seqrl.models import ModelConfig, load_policy
 from seqrl.rollout.logprobs import (
@@ -18,6 +18,7 @@ from seqrl.rollout.logprobs import (
     sequence_logprobs,
     shared_prompt_logprobs,
     shared_prompt_unsupported,
+    use_shared_prompt_forward,
 )
 
 G = 4
@@ -124,12 +125,12 @@ class _NotHF(torch.nn.Module):
 
 def test_auto_falls_back_with_a_note_and_on_refuses_a_model_it_cannot_share(capsys):
     assert shared_prompt_unsupported(_NotHF()) is not None
-    assert shared_forward_choice("auto", _NotHF()) is False
+    assert use_shared_prompt_forward("auto", _NotHF()) is False
     assert "padded forward" in capsys.readouterr().err
     with pytest.raises(ValueError, match="shared_prompt_forward = 'on'.*not a Hugging Face model"):
-        shared_forward_choice("on", _NotHF())
-    assert shared_forward_choice("off", _model().model) is False
-    assert shared_forward_choice("auto", _model().model) is True
+        use_shared_prompt_forward("on", _NotHF())
+    assert use_shared_prompt_forward("off", _model().model) is False
+    assert use_shared_prompt_forward("auto", _model().model) is True
 
 
 def _trainer_step(setting: str, loss: LossConfig, advantages: torch.Tensor, **kw):
@@ -204,3 +205,71 @@ def test_skipping_zero_advantage_rows_changes_no_gradient_of_the_shared_forward(
     assert m_skip["loss/policy"] == pytest.approx(m_all["loss/policy"], abs=1e-12, rel=0)
     for a, b in zip(g_all[0], g_skip[0]):
         assert torch.allclose(a, b, atol=1e-12, rtol=0)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_on_cuda_the_gradients_equal_the_padded_forwards():
+    policy = _model()
+    model, pad = policy.model.cuda(), policy.tokenizer.pad_token_id
+    prompt_ids, ids, mask = _rows(model.config.vocab_size, pad)
+    grads = []
+    for fn in (lambda: sequence_logprobs(model, prompt_ids, ids, pad),
+               lambda: shared_prompt_logprobs(model, prompt_ids, ids, mask, pad)):
+        model.zero_grad(set_to_none=True)
+        logp, _ = fn()
+        assert logp.device.type == "cpu"  # returned where the completions are
+        (logp * mask).sum().backward()
+        grads.append([p.grad.clone() for p in _params(model)])
+    for a, b in zip(*grads):
+        assert torch.allclose(a, b, atol=1e-9, rtol=0)
+
+
+def _ppo_trainer(setting: str, **kw):
+    from seqrl.algos.ppo import PPOConfig, PPOLossConfig, PPOTrainer
+    from seqrl.algos.ppo import SamplingConfig as PPOSampling
+    from seqrl.models.heads import load_scalar_model
+    from seqrl.rewards import RewardResult
+
+    cfg = PPOConfig(
+        run=RunConfig(name="p", seed=1, progress=False), model=ModelConfig(preset="tiny", max_seq_len=64),
+        task=TaskConfig(name="arith", n_train=16, n_test=2),
+        optim=OptimConfig(lr=1e-3, warmup_steps=0, schedule="constant", grad_clip=0.0),
+        sampling=PPOSampling(max_new_tokens=T), loss=PPOLossConfig(beta=0.05, entropy_coef=0.0),
+        batch_size=len(PROMPT_LENGTHS) * G, group_size=G, micro_batch_size=5, num_iterations=2, minibatches=2,
+        shared_prompt_forward=setting, **kw)
+    policy = _model()
+    torch.manual_seed(1)
+    critic, _ = load_scalar_model(cfg.model)
+    critic.double()
+    _float64_norms(critic)
+    task = cfg.task.build()
+    lengths = lambda problems, completions: [RewardResult(len(c) / 8.0) for c in completions]  # noqa: E731
+    trainer = PPOTrainer(cfg, policy, critic, task, task.problems("train", 16, 0), {"accuracy": (lengths, 1.0)})
+    return trainer
+
+
+def test_ppo_targets_loss_and_policy_gradients_equal_the_padded_forwards():
+    """PPO's π_old / π_ref (collect) and its policy forward (entropy_coef = 0) use the shared forward too."""
+    trainers = [_ppo_trainer(s) for s in ("off", "on")]
+    assert [t.shared_forward for t in trainers] == [False, True]
+    batches = [t.collect(0) for t in trainers]  # the same seed samples the same completions
+    a, b = batches
+    assert torch.equal(a.completion_ids, b.completion_ids)
+    for key in ("old_logp", "ref_logp", "values", "advantages", "returns"):
+        assert torch.allclose(getattr(a, key) * a.mask, getattr(b, key) * a.mask, atol=1e-9, rtol=0), key
+    # prompts of different lengths for the update (the task's are all 8 tokens)
+    a.prompt_ids = _rows(trainers[0].policy.model.config.vocab_size, 0)[0]
+    results = []
+    for trainer in trainers:
+        grads = []
+        trainer.optimizer.register_step_pre_hook(
+            lambda *_, t=trainer, g=grads: g.append([p.grad.clone() for p in _params(t.policy.model)]))
+        results.append((trainer.train_step(a), grads))
+    (m_off, g_off), (m_on, g_on) = results
+    assert abs(m_off["loss/policy"]) > 1e-4
+    for key in ("loss/policy", "loss/value", "stats/entropy", "stats/ratio_mean"):
+        assert m_on[key] == pytest.approx(m_off[key], abs=1e-6, rel=0), key
+    assert len(g_off) == len(g_on) == 4
+    for step_a, step_b in zip(g_off, g_on):
+        for x, y in zip(step_a, step_b):
+            assert torch.allclose(x, y, atol=1e-6, rtol=0)

@@ -67,7 +67,7 @@ from seqrl.models.lora import LoRAConfig, adapter_disabled, apply_lora, is_lora
 from seqrl.prompts import check_template
 from seqrl.rewards.combine import RewardFn, RewardSpec, build_rewards, check_reward_columns, score_completions  # noqa: F401 (RewardSpec re-exported)
 from seqrl.rollout import SamplingParams, generate, sequence_logprobs
-from seqrl.rollout.logprobs import pack_micro_batches, shared_prompt_logprobs, shared_prompt_unsupported
+from seqrl.rollout.logprobs import pack_micro_batches, shared_prompt_logprobs, use_shared_prompt_forward
 from seqrl.types import Problem, Task
 from seqrl.utils import dist
 from seqrl.utils.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
@@ -124,7 +124,7 @@ class GRPOTrainer:
         # reads the global positions r, r + W, r + 2W, … so the shares never overlap.
         self.prompt_cursor = 0
         self.skipped_updates = 0  # optimizer updates run.on_nonfinite=skip_step skipped
-        self.shared_forward = shared_forward_choice(cfg.shared_prompt_forward, policy.model)
+        self.shared_forward = use_shared_prompt_forward(cfg.shared_prompt_forward, policy.model)
 
     # -- sampling -------------------------------------------------------------------------------
     def _sampling(self, seed: int) -> SamplingParams:
@@ -415,22 +415,6 @@ class GRPOTrainer:
     def sync_reference(self) -> None:
         if self.ref is not None:
             self.ref.load_state_dict(self.policy.model.state_dict())
-
-
-def shared_forward_choice(setting: str, model: torch.nn.Module) -> bool:
-    """Whether `shared_prompt_forward` (auto | on | off) runs the shared-prompt forward for `model`:
-    auto falls back to the padded forward with a one-line note, on refuses an unsupported model."""
-    if setting == "off":
-        return False
-    reason = shared_prompt_unsupported(model)
-    if reason is None:
-        return True
-    if setting == "on":
-        raise ValueError(f"shared_prompt_forward = 'on' but this model cannot share prompts: {reason}; "
-                         f"use 'auto' (falls back to the padded forward) or 'off'")
-    if dist.is_main():
-        print(f"note: shared_prompt_forward auto: padded forward ({reason})", file=sys.stderr)
-    return False
 
 
 def _reduce_metrics(per_rank: list[dict[str, float]]) -> dict[str, float]:

@@ -16,11 +16,13 @@ Two forwards compute the same numbers (tested: loss and every gradient within 1e
 from __future__ import annotations
 
 import inspect
+import sys
 
 import torch
 
 from seqrl.core.policy_loss import entropy_from_logits
 from seqrl.models.lm import model_device
+from seqrl.utils import dist
 
 
 def sequence_logprobs(
@@ -107,6 +109,23 @@ def shared_prompt_unsupported(model: torch.nn.Module) -> str | None:
     if sliding:
         return "sliding-window attention (it counts cache slots, which prompt padding shifts)"
     return None
+
+
+def use_shared_prompt_forward(setting: str, model: torch.nn.Module) -> bool:
+    """Whether a trainer's `shared_prompt_forward` setting (auto | on | off) runs `shared_prompt_logprobs`
+    for `model`: auto falls back to the padded forward with a one-line note, on refuses a model it
+    cannot run, naming why."""
+    if setting == "off":
+        return False
+    reason = shared_prompt_unsupported(model)
+    if reason is None:
+        return True
+    if setting == "on":
+        raise ValueError(f"shared_prompt_forward = 'on' but this model cannot share prompts: {reason}; "
+                         f"use 'auto' (falls back to the padded forward) or 'off'")
+    if dist.is_main():
+        print(f"note: shared_prompt_forward auto: padded forward ({reason})", file=sys.stderr)
+    return False
 
 
 def _cache_kwarg(model: torch.nn.Module) -> str | None:
