@@ -1,8 +1,8 @@
 #!/usr/bin/env python
 """GRPO's training phase with the shared-prompt forward against the padded forward, on the same batches.
 
-    python benchmarks/shared_prompt_forward.py --quick     # ≈ 2–3 min on one thread
-    python benchmarks/shared_prompt_forward.py             # more steps
+    python benchmarks/shared_prompt_forward.py --quick     # ≈ 3 min on one idle thread
+    python benchmarks/shared_prompt_forward.py             # 8 timed steps per side, batch 128 on both presets
 
 What is timed: `GRPOTrainer.train_step` (forward, backward, optimizer step; μ = 1, one minibatch,
 β = 0) — the training phase only; sampling is the same code either way and is not timed. Two
@@ -15,11 +15,12 @@ this shared machine hits both alike; the first step of each is a warm-up and not
 
 Batches: sampled by GRPO's own `collect` from the warm start of `grpo_vs_trl.py` when it is cached
 (``runs/bench-cache/grpo-warm-<preset>-*``; else the fresh preset, said in the JSON), 2-digit addition,
-128 completions per step, G = 8, micro-batch 64, at most 48 new tokens, natural EOS. Every row's
+128 completions per step (``--quick``: 64 on tiny, 32 on small; both forwards scale with the batch
+alike), G = 8, micro-batch 64, at most 48 new tokens, natural EOS. Every row's
 advantage is set to ±1 so every completion is trained (skipping zero-advantage groups is a separate
 saving that works with either forward and would hide this one).
 
-Two prompt settings per preset: ``arith`` — the task's own prompts (8 tokens with the tiny
+Two prompt settings (``--quick``: the second on tiny only): ``arith`` — the task's own prompts (8 tokens with the tiny
 tokenizer's chat template), so the prompt is a small part of each row and the saving comes mostly
 from not computing padding; ``long_prompt`` — the same batches with the R1 system instruction
 (`seqrl.prompts.SYSTEM_PRESETS["r1"]`, a few hundred tokens here) in front of every prompt, the
@@ -58,16 +59,24 @@ def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true", help="few steps (≈ 2–3 min)")
     p.add_argument("--presets", default="tiny,small", help="comma-separated presets (tiny, small)")
-    p.add_argument("--steps", type=int, default=None, help="timed steps per forward and setting (default 8; 4 quick)")
-    p.add_argument("--batch-size", type=int, default=128)
+    p.add_argument("--steps", type=int, default=None, help="timed steps per forward and setting (default 8; 3 quick)")
+    p.add_argument("--long-prompt-presets", default=None,
+                   help="presets that also run the long-prompt setting (default: all; tiny with --quick)")
+    p.add_argument("--batch-size", type=int, default=None, help="completions per step (default 128; 64 quick)")
+    p.add_argument("--small-batch-size", type=int, default=None,
+                   help="completions per step on small (default: --batch-size; 32 quick)")
     p.add_argument("--group-size", type=int, default=8)
     p.add_argument("--micro-batch-size", type=int, default=64)
     p.add_argument("--max-new-tokens", type=int, default=48)
     p.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
     p.add_argument("--cache-dir", default=str(ROOT / "runs" / "bench-cache"), help="where grpo_vs_trl.py keeps warm starts")
     args = p.parse_args(argv)
-    args.steps = args.steps or (4 if args.quick else 8)
+    args.steps = args.steps or (3 if args.quick else 8)
+    args.batch_size = args.batch_size or (64 if args.quick else 128)
+    args.small_batch_size = args.small_batch_size or (32 if args.quick else args.batch_size)
     args.presets = [x for x in args.presets.split(",") if x]
+    long = args.long_prompt_presets if args.long_prompt_presets is not None else ("tiny" if args.quick else ",".join(args.presets))
+    args.long_prompt_presets = [x for x in long.split(",") if x]
     return args
 
 
@@ -78,6 +87,7 @@ def warm_start(cache: Path, preset: str) -> Path | None:
 
 
 def make_trainer(args, preset: str, checkpoint: Path | None, setting: str) -> GRPOTrainer:
+    batch_size = args.small_batch_size if preset == "small" else args.batch_size
     cfg = GRPOConfig(
         run=RunConfig(name="bench", out_dir=tempfile.gettempdir(), seed=0, threads=args.threads, bf16=False,
                       progress=False),
@@ -86,7 +96,7 @@ def make_trainer(args, preset: str, checkpoint: Path | None, setting: str) -> GR
         optim=OptimConfig(lr=5e-5, weight_decay=0.0, betas=(0.9, 0.95), warmup_steps=0, schedule="constant",
                           grad_clip=1.0),
         sampling=SamplingConfig(temperature=1.0, max_new_tokens=args.max_new_tokens),
-        loss=LossConfig(beta=0.0), batch_size=args.batch_size, group_size=args.group_size,
+        loss=LossConfig(beta=0.0), batch_size=batch_size, group_size=args.group_size,
         micro_batch_size=args.micro_batch_size, shared_prompt_forward=setting,
     )
     torch.manual_seed(0)
@@ -116,12 +126,12 @@ def bench_preset(args, preset: str) -> dict:
         batch = off.collect(step)
         batch.advantages = torch.where(torch.rand(len(batch.rewards), generator=gen) < 0.5, -1.0, 1.0)
         batches.append(batch)
-    out: dict = {"weights": "warm start" if checkpoint else "fresh preset"}
+    out: dict = {"weights": "warm start" if checkpoint else "fresh preset", "batch_size": off.cfg.batch_size}
     lengths = torch.cat([b.completion_mask.sum(1) for b in batches])
     out["completion_len_mean"] = round(float(lengths.mean()), 2)
     out["completion_len_max"] = int(lengths.max())
     out["batch_width_mean"] = round(statistics.mean(b.completion_ids.shape[1] for b in batches), 2)
-    for setting in ("arith", "long_prompt"):
+    for setting in ("arith", "long_prompt") if preset in args.long_prompt_presets else ("arith",):
         if setting == "long_prompt":
             for b in batches:
                 b.prompt_ids = [prefix + list(p) for p in b.prompt_ids]
@@ -161,7 +171,7 @@ def main(argv=None) -> None:
     torch.set_num_threads(args.threads)
     t0 = time.perf_counter()
     result: dict = {"bench": "shared_prompt_forward", "quick": args.quick, "steps": args.steps,
-                    "batch_size": args.batch_size, "group_size": args.group_size,
+                    "group_size": args.group_size,
                     "micro_batch_size": args.micro_batch_size, "max_new_tokens": args.max_new_tokens}
     load_start = [round(x, 2) for x in os.getloadavg()]
     for preset in args.presets:

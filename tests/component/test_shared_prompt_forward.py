@@ -273,3 +273,26 @@ def test_ppo_targets_loss_and_policy_gradients_equal_the_padded_forwards():
     for step_a, step_b in zip(g_off, g_on):
         for x, y in zip(step_a, step_b):
             assert torch.allclose(x, y, atol=1e-6, rtol=0)
+
+
+def test_a_lora_model_shares_prompts_with_the_same_adapter_gradients():
+    from seqrl.models.lora import LoRAConfig, apply_lora
+
+    policy = _model()
+    pad = policy.tokenizer.pad_token_id
+    model = apply_lora(policy.model, LoRAConfig(r=4, alpha=8))
+    for name, p in model.named_parameters():
+        if "lora_B" in name:  # B = 0 at the start: give the adapter an effect
+            torch.nn.init.normal_(p, std=0.1)
+    assert shared_prompt_unsupported(model) is None
+    prompt_ids, ids, mask = _rows(policy.model.config.vocab_size, pad)
+    grads = []
+    for fn in (lambda: sequence_logprobs(model, prompt_ids, ids, pad),
+               lambda: shared_prompt_logprobs(model, prompt_ids, ids, mask, pad)):
+        model.zero_grad(set_to_none=True)
+        logp, _ = fn()
+        (logp * mask).sum().backward()
+        grads.append([p.grad.clone() for p in _params(model)])
+    assert len(grads[0]) == 4 * 4 * 2  # A and B of q, k, v, o in 4 layers: only the adapter trains
+    for a, b in zip(*grads):
+        assert torch.allclose(a, b, atol=1e-9, rtol=0)
