@@ -123,6 +123,15 @@ class _NotHF(torch.nn.Module):
         return input_ids
 
 
+def test_sliding_window_and_non_attention_layers_are_refused_by_name():
+    model = _model("qwen2").model
+    model.config.use_sliding_window, model.config.sliding_window = True, 16
+    assert "sliding-window" in shared_prompt_unsupported(model)
+    model.config.use_sliding_window, model.config.sliding_window = False, None
+    model.config.layer_types = ["full_attention", "linear_attention"] * 2
+    assert "linear_attention" in shared_prompt_unsupported(model)
+
+
 def test_auto_falls_back_with_a_note_and_on_refuses_a_model_it_cannot_share(capsys):
     assert shared_prompt_unsupported(_NotHF()) is not None
     assert use_shared_prompt_forward("auto", _NotHF()) is False

@@ -90,7 +90,8 @@ def shared_prompt_unsupported(model: torch.nn.Module) -> str | None:
 
     It needs a Hugging Face decoder-only causal LM whose forward takes a KV cache (`cache`, or
     `past_key_values` in older versions) and `position_ids`, with full attention in every layer:
-    sliding-window attention counts cache slots, which the prompts' padding would shift.
+    sliding-window attention counts cache slots, which the prompts' padding would shift, and a
+    linear-attention or recurrent layer would fold that padding into its state.
     """
     base = model.get_base_model() if hasattr(model, "get_base_model") else model  # a PEFT model's own
     config = getattr(base, "config", None)
@@ -103,11 +104,12 @@ def shared_prompt_unsupported(model: torch.nn.Module) -> str | None:
         return f"{type(base).__name__}.forward takes no KV cache (cache / past_key_values)"
     if "position_ids" not in params:
         return f"{type(base).__name__}.forward takes no position_ids"
-    layer_types = getattr(config, "layer_types", None) or ()
-    sliding = any("sliding" in str(t) for t in layer_types) or (
-        getattr(config, "sliding_window", None) and getattr(config, "use_sliding_window", True))
-    if sliding:
+    other = sorted({str(t) for t in getattr(config, "layer_types", None) or () if t != "full_attention"})
+    if any("sliding" in t for t in other) or (
+            getattr(config, "sliding_window", None) and getattr(config, "use_sliding_window", True)):
         return "sliding-window attention (it counts cache slots, which prompt padding shifts)"
+    if other:  # linear attention / recurrent layers would carry the prefix's padding in their state
+        return f"layers other than full attention ({', '.join(other)})"
     return None
 
 
