@@ -305,3 +305,19 @@ def test_a_lora_model_shares_prompts_with_the_same_adapter_gradients():
     assert len(grads[0]) == 4 * 4 * 2  # A and B of q, k, v, o in 4 layers: only the adapter trains
     for a, b in zip(*grads):
         assert torch.allclose(a, b, atol=1e-9, rtol=0)
+
+
+def test_a_run_saved_before_the_setting_existed_resumes(tmp_path):
+    """`shared_prompt_forward` computes the same log-probs, so a resumed run may set or change it."""
+    import yaml
+
+    from seqrl.algos.common import check_resume_changes
+    from seqrl.config import dump_yaml
+
+    cfg = GRPOConfig(run=RunConfig(name="r", out_dir=str(tmp_path)))
+    dump_yaml(cfg, tmp_path / "config.yaml")
+    saved = yaml.safe_load((tmp_path / "config.yaml").read_text())
+    assert saved.pop("shared_prompt_forward") == "auto"
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(saved))
+    cfg.shared_prompt_forward = "off"
+    assert check_resume_changes(tmp_path / "config.yaml", cfg) == ["shared_prompt_forward: None -> 'off'"]
