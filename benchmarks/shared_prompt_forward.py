@@ -26,6 +26,10 @@ from not computing padding; ``long_prompt`` — the same batches with the R1 sys
 (`seqrl.prompts.SYSTEM_PRESETS["r1"]`, a few hundred tokens here) in front of every prompt, the
 shape of LLM RL prompts, where computing each prompt once per group saves most.
 
+``--memory`` adds the peak RSS growth (``VmHWM``) of one training step of the tiny long-prompt setting
+per forward, each in a fresh process (activations kept for the backward: 64 rows × the whole prompt
+padded, against the prompt once per group).
+
 The last line is one JSON object: ``speedup_<preset>[_long_prompt]`` (padded median s / shared median
 s; > 1: the shared forward is faster), the medians, the batch geometry and the CPU's capabilities
 (``avx512_bf16``, ``amx_bf16``).
@@ -69,6 +73,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--micro-batch-size", type=int, default=64)
     p.add_argument("--max-new-tokens", type=int, default=48)
     p.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
+    p.add_argument("--memory", action="store_true",
+                   help="also: peak RSS of one train_step per forward, each in a fresh process (tiny, long prompt)")
+    p.add_argument("--memory-worker", choices=("off", "on"), help=argparse.SUPPRESS)
     p.add_argument("--cache-dir", default=str(ROOT / "runs" / "bench-cache"), help="where grpo_vs_trl.py keeps warm starts")
     args = p.parse_args(argv)
     args.steps = args.steps or (3 if args.quick else 8)
@@ -153,6 +160,40 @@ def bench_preset(args, preset: str) -> dict:
     return out
 
 
+def peak_rss_kib() -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1])
+    raise RuntimeError("VmHWM not in /proc/self/status")
+
+
+def memory_worker(args) -> None:
+    """One train_step of the tiny long-prompt setting with one forward; prints the peak RSS growth."""
+    checkpoint = warm_start(Path(args.cache_dir), "tiny")
+    trainer = make_trainer(args, "tiny", checkpoint, args.memory_worker)
+    batch = trainer.collect(0)
+    batch.advantages = torch.where(torch.arange(len(batch.rewards)) % 2 == 0, -1.0, 1.0)
+    prefix = trainer.policy.tokenizer(SYSTEM_PRESETS["r1"] + "\n\n", add_special_tokens=False)["input_ids"]
+    batch.prompt_ids = [prefix + list(p) for p in batch.prompt_ids]
+    before = peak_rss_kib()
+    trainer.train_step(batch)
+    print(json.dumps({"peak_rss_growth_mib": round((peak_rss_kib() - before) / 1024, 1)}))
+
+
+def memory_runs(args) -> dict:
+    """Peak RSS growth of one step per forward, each in a fresh process."""
+    import subprocess
+
+    out = {}
+    for setting in ("off", "on"):
+        cmd = [sys.executable, __file__, "--memory-worker", setting, "--batch-size", str(args.batch_size),
+               "--cache-dir", args.cache_dir, "--threads", str(args.threads)]
+        line = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout.strip().splitlines()[-1]
+        out["padded" if setting == "off" else "shared"] = json.loads(line)["peak_rss_growth_mib"]
+    return {"peak_rss_growth_mib_padded_long_prompt_tiny": out["padded"],
+            "peak_rss_growth_mib_shared_long_prompt_tiny": out["shared"]}
+
+
 def machine_info() -> dict:
     caps = torch.cpu.get_capabilities() if hasattr(torch.cpu, "get_capabilities") else {}
     model = ""
@@ -169,6 +210,9 @@ def machine_info() -> dict:
 def main(argv=None) -> None:
     args = parse_args(argv)
     torch.set_num_threads(args.threads)
+    if args.memory_worker:
+        memory_worker(args)
+        return
     t0 = time.perf_counter()
     result: dict = {"bench": "shared_prompt_forward", "quick": args.quick, "steps": args.steps,
                     "group_size": args.group_size,
@@ -177,6 +221,8 @@ def main(argv=None) -> None:
     for preset in args.presets:
         for key, value in bench_preset(args, preset).items():
             result[f"{key}_{preset}" if not key.startswith("speedup") else key.replace("speedup", f"speedup_{preset}", 1)] = value
+    if args.memory:
+        result.update(memory_runs(args))
     result.update(machine_info())
     result["load_avg_start_1_5_15"] = load_start
     result["total_s"] = round(time.perf_counter() - t0, 1)
