@@ -35,9 +35,11 @@ from seqrl.utils.checkpoint import (
 from seqrl.utils.seeding import seed_everything
 
 RESUMABLE_CHANGES = ("steps", "eval.every", "run.log_every", "run.save_every", "run.keep_last", "run.progress",
-                     "run.threads", "run.resume", "run.on_nonfinite", "online.iterations", "run.device", "iterations")
+                     "run.threads", "run.resume", "run.on_nonfinite", "online.iterations", "run.device", "iterations",
+                     "shared_prompt_forward")
 """Fields a resumed run may change from its saved config.yaml (length, intervals, display, the device
-it continues on); any other change is refused, so the run folder's config always says what was trained."""
+it continues on, how the same log-probs are computed); any other change is refused, so the run
+folder's config always says what was trained."""
 
 
 class NonFiniteError(ValueError):

@@ -67,6 +67,7 @@ from seqrl.models.lora import LoRAConfig, adapter_disabled, apply_lora, is_lora
 from seqrl.prompts import check_template
 from seqrl.rewards.combine import RewardFn, RewardSpec, build_rewards, check_reward_columns, score_completions  # noqa: F401 (RewardSpec re-exported)
 from seqrl.rollout import SamplingParams, generate, sequence_logprobs
+from seqrl.rollout.logprobs import pack_micro_batches, shared_prompt_logprobs, use_shared_prompt_forward
 from seqrl.types import Problem, Task
 from seqrl.utils import dist
 from seqrl.utils.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
@@ -123,6 +124,7 @@ class GRPOTrainer:
         # reads the global positions r, r + W, r + 2W, … so the shares never overlap.
         self.prompt_cursor = 0
         self.skipped_updates = 0  # optimizer updates run.on_nonfinite=skip_step skipped
+        self.shared_forward = use_shared_prompt_forward(cfg.shared_prompt_forward, policy.model)
 
     # -- sampling -------------------------------------------------------------------------------
     def _sampling(self, seed: int) -> SamplingParams:
@@ -264,9 +266,17 @@ class GRPOTrainer:
 
     # -- learning -------------------------------------------------------------------------------
     def _logprobs(self, model, batch: GRPOBatch, rows: torch.Tensor, with_entropy: bool = False):
-        return sequence_logprobs(model, [batch.prompt_ids[i] for i in rows.tolist()], batch.completion_ids[rows],
-                                 self.policy.tokenizer.pad_token_id, self.cfg.sampling.temperature,
-                                 self.cfg.run.use_bf16, with_entropy)
+        prompts = [batch.prompt_ids[i] for i in rows.tolist()]
+        args = (self.policy.tokenizer.pad_token_id, self.cfg.sampling.temperature, self.cfg.run.use_bf16, with_entropy)
+        if self.shared_forward:
+            return shared_prompt_logprobs(model, prompts, batch.completion_ids[rows], batch.completion_mask[rows], *args)
+        return sequence_logprobs(model, prompts, batch.completion_ids[rows], *args)
+
+    def _micro_batches(self, batch: GRPOBatch, rows: torch.Tensor) -> list[torch.Tensor]:
+        """`rows` in micro-batches: packed by prompt and length for the shared-prompt forward, else in order."""
+        if self.shared_forward:
+            return pack_micro_batches(rows, batch.prompt_ids, batch.completion_mask, self.cfg.micro_batch_size)
+        return list(rows.split(self.cfg.micro_batch_size)) if len(rows) else []
 
     @torch.no_grad()
     def _no_grad_logprobs(self, model, batch: GRPOBatch, rows: torch.Tensor | None = None) -> torch.Tensor:
@@ -278,7 +288,7 @@ class GRPOTrainer:
         was_training = model.training
         model.eval()
         try:
-            for chunk in rows.split(self.cfg.micro_batch_size) if len(rows) else ():
+            for chunk in self._micro_batches(batch, rows):
                 lp = self._logprobs(model, batch, chunk)[0]  # (m, T)
                 out = out.to(lp.dtype)
                 out[chunk] = lp
@@ -345,7 +355,7 @@ class GRPOTrainer:
                 num_tokens, num_seqs = float(counts[0].clamp(min=1)), int(counts[1])
                 trained = mb[active[mb]]
                 mb_loss = 0.0
-                for rows in trained.split(cfg.micro_batch_size) if len(trained) else ():
+                for rows in self._micro_batches(batch, trained):
                     logp, entropy = self._logprobs(model, batch, rows, with_entropy=True)  # (m, T)
                     mask = batch.loss_mask[rows]  # (m, T)
                     loss, stats = grpo_loss(

@@ -141,6 +141,13 @@ class GRPOConfig:
     `stats/entropy` and `stats/sampler_logprob_gap` then cover the completions trained on."""
     lora: LoRAConfig = field(default_factory=LoRAConfig)
     """LoRA adapters (`lora.r` > 0) instead of full fine-tuning; needs `model.path` (a trained base)."""
+    shared_prompt_forward: Literal["auto", "on", "off"] = "auto"
+    """Training-time log-probs (the update, π_old, π_ref) computing each prompt once per micro-batch,
+    its KV cache shared by the group's completions, with micro-batches packed by completion length
+    (`seqrl.rollout.logprobs.shared_prompt_logprobs`; the same loss and gradient as the padded
+    forward, tested). auto: where the model supports it (a Hugging Face causal LM with a KV cache and
+    full attention), else the padded forward with a one-line note; on: that, or an error naming why
+    not; off: the padded forward."""
 
     def __post_init__(self) -> None:
         if self.lora.r and self.model.path is None:

@@ -71,6 +71,7 @@ from seqrl.rewards.combine import (
     score_completions,
 )
 from seqrl.rollout import SamplingParams, generate, sequence_logprobs
+from seqrl.rollout.logprobs import pack_micro_batches, shared_prompt_logprobs, use_shared_prompt_forward
 from seqrl.types import Problem, Task
 from seqrl.utils import dist
 from seqrl.utils.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
@@ -128,6 +129,7 @@ class PPOTrainer:
         if cfg.loss.beta > 0:
             self.ref = copy.deepcopy(policy.model).eval().requires_grad_(False)
         self.prompt_cursor = 0
+        self.shared_forward = use_shared_prompt_forward(cfg.shared_prompt_forward, policy.model)
 
     # -- sampling -------------------------------------------------------------------------------
     def _sampling(self, seed: int) -> SamplingParams:
@@ -145,15 +147,18 @@ class PPOTrainer:
             idx = [stream_indices(p * world + r, 1, len(self.problems), self.cfg.run.seed)[0] for p in local]
         return [self.problems[i] for i in idx]
 
-    def _logprobs(self, model, prompt_ids: list[list[int]], completion_ids: torch.Tensor, entropy_grad: bool = False
-                  ) -> tuple[torch.Tensor, torch.Tensor]:
+    def _logprobs(self, model, prompt_ids: list[list[int]], completion_ids: torch.Tensor, entropy_grad: bool = False,
+                  mask: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """(log π of each completion token, entropy there) (m, T); the entropy carries a gradient only
-        when `entropy_grad` (the entropy bonus)."""
+        when `entropy_grad` (the entropy bonus). With the completions' `mask` and the shared-prompt
+        forward on, each prompt is computed once (positions past the longest completion are 0)."""
         cfg = self.cfg
-        if not entropy_grad:
-            return sequence_logprobs(model, prompt_ids, completion_ids, self.policy.tokenizer.pad_token_id,
-                                     cfg.sampling.temperature, cfg.run.use_bf16, with_entropy=True)
-        return self._forward(model, prompt_ids, completion_ids)[:2]
+        if entropy_grad:
+            return self._forward(model, prompt_ids, completion_ids)[:2]
+        args = (self.policy.tokenizer.pad_token_id, cfg.sampling.temperature, cfg.run.use_bf16, True)
+        if self.shared_forward and mask is not None:
+            return shared_prompt_logprobs(model, prompt_ids, completion_ids, mask, *args)
+        return sequence_logprobs(model, prompt_ids, completion_ids, *args)
 
     def _forward(self, model, prompt_ids: list[list[int]], completion_ids: torch.Tensor,
                  value_head: torch.nn.Module | None = None
@@ -177,17 +182,31 @@ class PPOTrainer:
         return logp.to(completion_ids.device), entropy_from_logits(picked).to(completion_ids.device), values
 
     @torch.no_grad()
-    def _no_grad(self, fn, model, prompt_ids, completion_ids) -> torch.Tensor:
-        """`fn` over micro-batches without a graph, in eval mode (no dropout noise in fixed targets)."""
+    def _no_grad(self, fn, model, prompt_ids, completion_ids, mask: torch.Tensor | None = None) -> torch.Tensor:
+        """`fn` over micro-batches without a graph, in eval mode (no dropout noise in fixed targets);
+        with `mask`, fn(model, prompts, ids, mask) over micro-batches packed for the shared-prompt forward."""
         was = model.training
         model.eval()
         try:
-            outs = [fn(model, prompt_ids[i : i + self.cfg.micro_batch_size],
-                       completion_ids[i : i + self.cfg.micro_batch_size])
-                    for i in range(0, len(prompt_ids), self.cfg.micro_batch_size)]
+            if mask is None:
+                outs = [fn(model, prompt_ids[i : i + self.cfg.micro_batch_size],
+                           completion_ids[i : i + self.cfg.micro_batch_size])
+                        for i in range(0, len(prompt_ids), self.cfg.micro_batch_size)]
+                return torch.cat(outs).float()
+            out = None
+            for rows in self._micro_batches(torch.arange(len(prompt_ids)), prompt_ids, mask):
+                part = fn(model, [prompt_ids[i] for i in rows.tolist()], completion_ids[rows], mask[rows]).float()
+                out = part.new_zeros((len(prompt_ids), *part.shape[1:])) if out is None else out
+                out[rows] = part
+            return out
         finally:
             model.train(was)
-        return torch.cat(outs).float()
+
+    def _micro_batches(self, rows: torch.Tensor, prompt_ids: list[list[int]], mask: torch.Tensor) -> list[torch.Tensor]:
+        """`rows` in micro-batches: packed by prompt and length for the shared-prompt forward, else in order."""
+        if self.shared_forward:
+            return pack_micro_batches(rows, prompt_ids, mask, self.cfg.micro_batch_size)
+        return list(rows.split(self.cfg.micro_batch_size))
 
     def _values(self, model, prompt_ids, completion_ids) -> torch.Tensor:
         if self.cfg.critic.shared_backbone:  # the head on the policy's backbone (`model` is the policy)
@@ -207,9 +226,9 @@ class PPOTrainer:
         gen_s = time.perf_counter() - t0
         prompt_ids = [ro.prompt_ids[i // g] for i in range(len(ro.texts))]
         ids, mask = ro.completion_ids.cpu(), ro.completion_mask.float().cpu()  # (N, T)
-        logp_fn = lambda m, p, c: self._logprobs(m, p, c)[0]  # noqa: E731
-        old = self._no_grad(logp_fn, self.policy.model, prompt_ids, ids)  # (N, T)
-        ref = self._no_grad(logp_fn, self.ref, prompt_ids, ids) if self.ref is not None else None  # (N, T)
+        logp_fn = lambda m, p, c, k: self._logprobs(m, p, c, mask=k)[0]  # noqa: E731
+        old = self._no_grad(logp_fn, self.policy.model, prompt_ids, ids, mask)  # (N, T)
+        ref = self._no_grad(logp_fn, self.ref, prompt_ids, ids, mask) if self.ref is not None else None  # (N, T)
         values = self._no_grad(self._values, self.policy.model if cfg.critic.shared_backbone else self.critic,
                                prompt_ids, ids)  # (N, T); shared: eval mode is the policy's
         beta_r = cfg.loss.beta if cfg.loss.kl_in == "reward" else 0.0
@@ -271,13 +290,14 @@ class PPOTrainer:
                                                           dtype=torch.float64))
                 num_tokens, num_seqs = float(counts[0].clamp(min=1)), int(counts[1])
                 norm = dict(num_tokens=num_tokens, num_seqs=num_seqs)
-                for rows in mb.split(cfg.micro_batch_size):
+                for rows in self._micro_batches(mb, batch.prompt_ids, batch.mask):
                     prompts = [batch.prompt_ids[i] for i in rows.tolist()]
                     ids, mask = batch.completion_ids[rows], batch.mask[rows]  # (m, T)
                     if shared:
                         logp, entropy, values = self._forward(model, prompts, ids, critic)
                     else:
-                        logp, entropy = self._logprobs(model, prompts, ids, entropy_grad=cfg.loss.entropy_coef > 0)
+                        logp, entropy = self._logprobs(model, prompts, ids, entropy_grad=cfg.loss.entropy_coef > 0,
+                                                       mask=mask)
                     old = logp.detach() if single else batch.old_logp[rows]
                     loss, stats = grpo_loss(
                         logp, old, batch.advantages[rows], mask, clip_eps_low=cfg.loss.clip_eps_low,

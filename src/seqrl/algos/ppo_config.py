@@ -125,6 +125,12 @@ class PPOConfig:
     """Optimizer steps per pass."""
     micro_batch_size: int = 64
     """Completions per forward/backward (memory only)."""
+    shared_prompt_forward: Literal["auto", "on", "off"] = "auto"
+    """The policy's log-probs (π_old, π_ref, and the update when `loss.entropy_coef` = 0 without a
+    shared critic backbone) computing each prompt once per micro-batch, with micro-batches packed by
+    completion length (`seqrl.rollout.logprobs.shared_prompt_logprobs`: the same loss and gradient,
+    tested); auto: where the model supports it, on: that or an error, off: the padded forward. The
+    critic's values and the entropy-bonus forward stay padded."""
 
     def __post_init__(self) -> None:
         for name in ("steps", "num_iterations", "minibatches", "micro_batch_size", "group_size"):
