@@ -41,7 +41,9 @@ alternating between rounds (seqrl, TRL, TRL, seqrl, …); round r uses seed r fo
 Step time is the wall time between the ends of two consecutive optimizer steps, which takes in all
 of a trainer's per-step work (batching, padding, forward/backward, clipping, optimizer, its own
 bookkeeping and logging): seqrl's from the time stamps of its per-step metric records, TRL's from a
-``TrainerCallback.on_step_end``. The first and the last step of each run are not counted (warm-up;
+``TrainerCallback.on_step_end``; beside it the process CPU time over the same interval
+(``time.process_time``, at seqrl's metric records and at TRL's callback), which the load of other
+jobs on a shared machine does not stretch. The first and the last step of each run are not counted (warm-up;
 seqrl's last record also holds the held-out evaluation). Per trainer, the median over all counted
 steps of all its runs. Peak RSS is each process's ``VmHWM`` at its end (imports, model, data,
 training, held-out evaluation; seqrl's run also draws its metrics plot, which imports matplotlib).
@@ -53,7 +55,8 @@ over rounds of seqrl − TRL (paired: same seed, data and order), with the binom
 one model's accuracy beside it.
 
 The last printed line is one JSON object: ``rm_step_time_ratio`` (seqrl median s / TRL median s;
-< 1: seqrl faster), ``rm_pairwise_acc_delta``, ``rm_peak_rss_ratio``, the raw figures and the machine
+< 1: seqrl faster), ``rm_cpu_time_ratio`` (the same for CPU seconds), ``rm_pairwise_acc_delta``,
+``rm_peak_rss_ratio``, the raw figures and the machine
 (CPU model, ``avx512_bf16`` / ``amx_bf16``, load average). Every step of every run goes to
 ``runs/bench-cache/rm_vs_trl-runs[-quick].json``.
 """
@@ -190,14 +193,14 @@ def trl_trainer(args: argparse.Namespace, model, tokenizer, data: Data, on_step=
         class StepCallback(TrainerCallback):
             def on_step_begin(self, args_, state, control, **kwargs):
                 if state.global_step == 0 and on_step.mark is None:
-                    on_step.mark = time.perf_counter()
+                    on_step.mark, on_step.cpu_mark = time.perf_counter(), time.process_time()
 
             def on_step_end(self, args_, state, control, **kwargs):
-                now = time.perf_counter()
-                on_step(state.global_step - 1, now - on_step.mark)
-                on_step.mark = time.perf_counter()
+                now, cpu = time.perf_counter(), time.process_time()
+                on_step(state.global_step - 1, now - on_step.mark, cpu - on_step.cpu_mark)
+                on_step.mark, on_step.cpu_mark = time.perf_counter(), time.process_time()
 
-        on_step.mark = None
+        on_step.mark = on_step.cpu_mark = None
         callbacks.append(StepCallback())
     trainer = RewardTrainer(model=model, args=config, train_dataset=Dataset.from_list(rows),
                             processing_class=tokenizer, callbacks=callbacks)
@@ -217,7 +220,7 @@ def worker_ours(args: argparse.Namespace) -> dict:
     from seqrl.algos.config import OptimConfig, RunConfig
     from seqrl.algos.rm import PreferenceDataConfig, RMConfig, train
     from seqrl.models.lm import ModelConfig
-    from seqrl.utils.metrics import read_metrics
+    from seqrl.utils.metrics import MetricsLogger, read_metrics
 
     out_dir = tempfile.mkdtemp(prefix="rm_vs_trl-")
     cfg = RMConfig(
@@ -230,15 +233,26 @@ def worker_ours(args: argparse.Namespace) -> dict:
         steps=args.steps, batch_size=args.batch_size, micro_batch_size=args.batch_size,
         center_coef=args.center_coef, eval_every=0,
     )
+    # The process CPU time at each metric record (seqrl logs every step): the same points as the
+    # records' wall-clock stamps, and a measure of work that other jobs' load does not stretch.
+    cpu_at: dict[int, float] = {}
+    log = MetricsLogger.log
+
+    def log_with_cpu(self, step, metrics):
+        cpu_at[step] = time.process_time()
+        return log(self, step, metrics)
+
+    MetricsLogger.log = log_with_cpu
     final = train(cfg)
     records = [r for r in read_metrics(Path(out_dir) / "ours" / "metrics.jsonl") if r["step"] >= 1]
     if [r["step"] for r in records] != list(range(1, args.steps + 1)):
         raise RuntimeError("seqrl did not log every step")
-    times = [records[0]["time"] - min(r["time"] for r in read_metrics(Path(out_dir) / "ours" / "metrics.jsonl"))]
-    times += [b["time"] - a["time"] for a, b in zip(records, records[1:])]
+    first = min(r["time"] for r in read_metrics(Path(out_dir) / "ours" / "metrics.jsonl"))
+    times = [records[0]["time"] - first] + [b["time"] - a["time"] for a, b in zip(records, records[1:])]
+    cpu = [cpu_at[s] - cpu_at[s - 1] for s in range(1, args.steps + 1)]
     shutil.rmtree(out_dir, ignore_errors=True)
     for step, seconds in enumerate(times):
-        emit("step", step=step, seconds=seconds, inner_s=records[step]["perf/step_s"])
+        emit("step", step=step, seconds=seconds, cpu_s=cpu[step], inner_s=records[step]["perf/step_s"])
     return {"accuracy": final["eval/pairwise_accuracy"], "margin": final["eval/margin"],
             "heldout_pairs": int(final["eval/pairs"]), "train_loss_last": final["loss/bt"]}
 
@@ -255,7 +269,8 @@ def worker_trl(args: argparse.Namespace) -> dict:
     model, tok = load_scalar_model(ModelConfig(path=args.init))
     checksum = weights_checksum(model)
     data = Data(args, tok)
-    trainer, out_dir = trl_trainer(args, model, tok, data, on_step=lambda step, s: emit("step", step=step, seconds=s))
+    trainer, out_dir = trl_trainer(args, model, tok, data, on_step=lambda step, s, c: emit("step", step=step, seconds=s,
+                                                                                   cpu_s=c))
     torch.set_num_threads(args.threads)
     trainer.train()
     ev = evaluate_pairs(model, data.held_enc, tok.pad_token_id, args.batch_size, args.center_coef)
@@ -303,7 +318,7 @@ def worker_gradcheck(args: argparse.Namespace) -> dict:
     shutil.rmtree(out_dir, ignore_errors=True)
     a = torch.cat([p.grad.flatten() for p in ours.parameters()]).double()
     b = torch.cat([p.grad.flatten() for p in other.parameters()]).double()
-    return {"loss_ours": float(loss_ours), "loss_trl": float(loss_trl), "grad_norm_ours": float(a.norm()),
+    return {"loss_ours": loss_ours.item(), "loss_trl": loss_trl.item(), "grad_norm_ours": float(a.norm()),
             "grad_norm_trl": float(b.norm()), "grad_rel_diff": float((a - b).norm() / b.norm().clamp(min=1e-30))}
 
 
@@ -475,6 +490,7 @@ def main(argv: list[str] | None = None) -> dict | None:
         counted = [s["seconds"] for r in mine for s in r["steps"][1:-1]]
         res[fw] = {
             "median_s": statistics.median(counted),
+            "cpu_median_s": statistics.median(s["cpu_s"] for r in mine for s in r["steps"][1:-1]),
             "run_medians_s": [round(statistics.median(s["seconds"] for s in r["steps"][1:-1]), 4) for r in mine],
             "warmup_s": statistics.median(r["steps"][0]["seconds"] for r in mine),
             "accuracy": statistics.fmean(r["accuracy"] for r in mine),
@@ -509,7 +525,9 @@ def main(argv: list[str] | None = None) -> dict | None:
                       f"{s['warmup_s']:.3f}", str(s["accuracies"]), f"{s['accuracy']:.4f}", f"{s['margin']:.3f}",
                       f"{s['peak_rss_mib']:.0f}", str(s["wall_s"]))
     console.print(table)
-    console.print(f"step time ratio seqrl/TRL {o['median_s'] / t['median_s']:.3f} (seqrl's in-step timer: "
+    console.print(f"step time ratio seqrl/TRL {o['median_s'] / t['median_s']:.3f}, process CPU time per step "
+                  f"{o['cpu_median_s']:.4f} / {t['cpu_median_s']:.4f} s = {o['cpu_median_s'] / t['cpu_median_s']:.3f} "
+                  f"(seqrl's in-step timer: "
                   f"{o['inner_median_s']:.4f} s); held-out accuracy delta seqrl − TRL {statistics.fmean(deltas):+.4f} "
                   f"per round {[round(d, 4) for d in deltas]} ({n_held} held-out pairs, s.e. of one accuracy "
                   f"{acc_se:.3f}); TRL's own evaluate() accuracy {t['native_accuracies']}; same initial weights: "
@@ -520,11 +538,13 @@ def main(argv: list[str] | None = None) -> dict | None:
     summary = {
         "benchmark": "rm_vs_trl", "date": datetime.now(timezone.utc).strftime("%Y-%m-%d"), "quick": args.quick,
         "rm_step_time_ratio": round(o["median_s"] / t["median_s"], 3),
+        "rm_cpu_time_ratio": round(o["cpu_median_s"] / t["cpu_median_s"], 3),
         "rm_pairwise_acc_delta": round(statistics.fmean(deltas), 4),
         "rm_pairwise_acc_deltas": [round(d, 4) for d in deltas],
         "rm_peak_rss_ratio": round(o["peak_rss_mib"] / t["peak_rss_mib"], 3),
         "ours_median_s": round(o["median_s"], 4), "trl_median_s": round(t["median_s"], 4),
         "ours_inner_median_s": round(o["inner_median_s"], 4),
+        "ours_cpu_median_s": round(o["cpu_median_s"], 4), "trl_cpu_median_s": round(t["cpu_median_s"], 4),
         "ours_run_medians_s": o["run_medians_s"], "trl_run_medians_s": t["run_medians_s"],
         "ours_pairwise_acc": round(o["accuracy"], 4), "trl_pairwise_acc": round(t["accuracy"], 4),
         "trl_native_eval_acc": t["native_accuracies"], "acc_se": round(acc_se, 4),
