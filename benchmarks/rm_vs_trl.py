@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Reward model: seqrl's `seqrl train rm` (`seqrl.algos.rm.train`) against TRL's `RewardTrainer` on the same work.
 
-    python benchmarks/rm_vs_trl.py --quick      # 2 rounds × 40 steps: ≈ 8 min at load 10 on 2 cores, inputs cached
+    python benchmarks/rm_vs_trl.py --quick      # 2 rounds × 40 steps: 3–8 min at load 6–10 on 2 cores, inputs cached
     python benchmarks/rm_vs_trl.py              # full run: 3 repeats × 150 steps per trainer
 
 Both trainers get the same things:
