@@ -69,8 +69,11 @@ def token_scores(model: PreTrainedModel, input_ids: torch.Tensor, attention_mask
     Position ids count real tokens only, so padding on either side leaves the real tokens' values
     unchanged."""
     dev = model_device(model)
+    left_padded = bool((attention_mask[:, 0] == 0).any())  # before the copy: no device sync
     ids, attn = input_ids.to(dev), attention_mask.to(dev)
-    pos = (attn.long().cumsum(1) - 1).clamp(min=0)  # (B, L)
+    # Without left padding the model's own positions (0..L-1) are already right for every real token;
+    # per-row positions made the tiny RM's forward + backward 5 % slower.
+    pos = (attn.long().cumsum(1) - 1).clamp(min=0) if left_padded else None  # (B, L)
     with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=bf16):
         hidden = model.base_model(input_ids=ids, attention_mask=attn, position_ids=pos).last_hidden_state  # (B, L, H)
         out = _head(model)(hidden)  # (B, L, 1)
