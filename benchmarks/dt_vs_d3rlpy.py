@@ -73,9 +73,16 @@ d3rlpy ``ReplayBuffer.sample_trajectory_batch(B, length=K)`` + ``algo.update(bat
 medians over all rounds (also split into sampling and update). Evaluation and dataset building are
 not timed.
 
+bf16: where the CPU has AVX-512 BF16 or AMX-BF16 (``--bf16 auto``, the default; ``on`` / ``off``
+force it), a third side ``seqrl_bf16`` joins the interleaving: seqrl with ``run.bf16`` on (its
+forward under bf16 autocast, fp32 master weights and optimiser, as `algos.dt.train` runs it), built
+from the same seed (the same initial weights as the fp32 side) and evaluated the same way (fp32).
+Reported: ``steps_per_s_ratio_bf16`` (vs d3rlpy), ``bf16_vs_fp32_paired_median`` and
+``normalized_delta_bf16[_vs_fp32]`` ± SE over seeds. The sides take turns going first in each round.
+
 Return ablations: ``--only seqrl|d3rlpy`` trains and evaluates one side alone (no speed ratio; the
 sides then do not share the global RNG stream, so per-seed numbers differ from the interleaved run's),
-and ``--d3rlpy-choices a,b,…|all`` switches d3rlpy's unmatched choices above on in seqrl's side
+(``--only seqrl`` keeps the bf16 side when it is on), and ``--d3rlpy-choices a,b,…|all`` switches d3rlpy's unmatched choices above on in seqrl's side
 (``head_init``, ``unscaled_residuals``, ``ln_eps``, ``decay_embeddings``, ``window_end``, ``loss``).
 
 The last printed line (stdout) is one JSON object; it is also written to ``runs/bench_dt/<tag>.json``.
@@ -493,8 +500,10 @@ def main(argv=None) -> dict:
 
     from seqrl.utils.dist import bf16_fast
 
-    bf16_row = not args.only and (args.bf16 == "on" or (args.bf16 == "auto" and bf16_fast(torch.device("cpu"))))
-    names = [args.only] if args.only else ["seqrl", "seqrl_bf16", "d3rlpy"] if bf16_row else ["seqrl", "d3rlpy"]
+    bf16_row = args.only != "d3rlpy" and (args.bf16 == "on" or (args.bf16 == "auto" and bf16_fast(torch.device("cpu"))))
+    names = [args.only] if args.only else ["seqrl", "d3rlpy"]
+    if bf16_row:
+        names.insert(1, "seqrl_bf16")
     load_start = [round(x, 2) for x in os.getloadavg()]
     rounds = {n: [] for n in names}
     per_seed = []
@@ -555,13 +564,17 @@ def main(argv=None) -> dict:
             sample_ms_seqrl=round(sample_ms["seqrl"], 3),
             sample_ms_d3rlpy=round(sample_ms["d3rlpy"], 3),
         )
-        if bf16_row:
+    if bf16_row:
+        upd16 = {n: med([x["steps"] / x["update_s"] for x in rounds[n]]) for n in ("seqrl", "seqrl_bf16")}
+        out.update(
+            bf16_vs_fp32_paired_median=round(paired_ratio(rounds["seqrl"], rounds["seqrl_bf16"]), 3),
+            update_steps_per_s_seqrl_bf16=round(upd16["seqrl_bf16"], 3),
+            update_ratio_bf16_vs_fp32=round(upd16["seqrl_bf16"] / upd16["seqrl"], 3),
+        )
+        if "d3rlpy" in names:
             out.update(
                 steps_per_s_ratio_bf16=round(out["steps_per_s_seqrl_bf16"] / out["steps_per_s_d3rlpy"], 3),
                 steps_per_s_ratio_bf16_paired_median=round(paired_ratio(rounds["d3rlpy"], rounds["seqrl_bf16"]), 3),
-                bf16_vs_fp32_paired_median=round(paired_ratio(rounds["seqrl"], rounds["seqrl_bf16"]), 3),
-                update_steps_per_s_seqrl_bf16=round(upd["seqrl_bf16"], 3),
-                update_ratio_bf16_vs_fp32=round(upd["seqrl_bf16"] / upd["seqrl"], 3),
             )
     out["rounds_per_side"] = len(rounds[names[0]])
     if not args.speed_only and args.episodes > 0:
@@ -573,6 +586,8 @@ def main(argv=None) -> dict:
                         f"normalized_std_{n}": round(float(np.std(norm[n])), 2)})
         if bf16_row:
             for key, other in (("normalized_delta_bf16", "d3rlpy"), ("normalized_delta_bf16_vs_fp32", "seqrl")):
+                if other not in names:
+                    continue
                 d = np.array(norm["seqrl_bf16"]) - np.array(norm[other])  # paired by seed
                 out[key] = round(float(d.mean()), 2)
                 out[key + "_se"] = round(float(d.std(ddof=1) / np.sqrt(len(d))), 2) if len(d) > 1 else None
