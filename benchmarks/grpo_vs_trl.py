@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """GRPO: seqrl's `GRPOTrainer` against TRL's `GRPOTrainer` on the same work.
 
-    python benchmarks/grpo_vs_trl.py --quick      # ≈ 4 min once the warm starts are cached (≈ 3 min more to train them)
+    python benchmarks/grpo_vs_trl.py --quick      # ≈ 5 min on an idle machine once the warm starts are cached (≈ 6 min more to train them once)
     python benchmarks/grpo_vs_trl.py              # full run, ≈ 13 min: 3 seeds × 30 steps on tiny, 2 × 5 on small
 
 Both trainers get the same things: the same warm-start weights (a short SFT of the tiny / small preset
