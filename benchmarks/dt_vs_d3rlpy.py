@@ -2,6 +2,8 @@
 """Decision Transformer: seqrl's (`seqrl.algos.dt`) against d3rlpy 2.8.0's `DecisionTransformer` on equal work.
 
     python benchmarks/dt_vs_d3rlpy.py --quick                 # ≈ 3 min: Pendulum preset size, 3 seeds × 1000 steps
+                                                              # (≈ 4.5 min with the bf16 side; --bf16 off drops it)
+    python benchmarks/dt_vs_d3rlpy.py --quick --only seqrl    # seqrl fp32 vs bf16 only, return within noise?
     python benchmarks/dt_vs_d3rlpy.py                         # ≈ 6 min: 5 seeds × 1500 steps each side
     python benchmarks/dt_vs_d3rlpy.py --preset paper --speed-only --steps 40 --round-steps 8   # paper size, speed
     python benchmarks/dt_vs_d3rlpy.py --quick --only seqrl --d3rlpy-choices all   # return ablation, one side
