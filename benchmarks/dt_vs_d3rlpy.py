@@ -2,6 +2,8 @@
 """Decision Transformer: seqrl's (`seqrl.algos.dt`) against d3rlpy 2.8.0's `DecisionTransformer` on equal work.
 
     python benchmarks/dt_vs_d3rlpy.py --quick                 # ≈ 3 min: Pendulum preset size, 3 seeds × 1000 steps
+                                                              # (≈ 4.5 min with the bf16 side; --bf16 off drops it)
+    python benchmarks/dt_vs_d3rlpy.py --quick --only seqrl    # seqrl fp32 vs bf16 only, return within noise?
     python benchmarks/dt_vs_d3rlpy.py                         # ≈ 6 min: 5 seeds × 1500 steps each side
     python benchmarks/dt_vs_d3rlpy.py --preset paper --speed-only --steps 40 --round-steps 8   # paper size, speed
     python benchmarks/dt_vs_d3rlpy.py --quick --only seqrl --d3rlpy-choices all   # return ablation, one side
@@ -73,9 +75,16 @@ d3rlpy ``ReplayBuffer.sample_trajectory_batch(B, length=K)`` + ``algo.update(bat
 medians over all rounds (also split into sampling and update). Evaluation and dataset building are
 not timed.
 
+bf16: where the CPU has AVX-512 BF16 or AMX-BF16 (``--bf16 auto``, the default; ``on`` / ``off``
+force it), a third side ``seqrl_bf16`` joins the interleaving: seqrl with ``run.bf16`` on (its
+forward under bf16 autocast, fp32 master weights and optimiser, as `algos.dt.train` runs it), built
+from the same seed (the same initial weights as the fp32 side) and evaluated the same way (fp32).
+Reported: ``steps_per_s_ratio_bf16`` (vs d3rlpy), ``bf16_vs_fp32_paired_median`` and
+``normalized_delta_bf16[_vs_fp32]`` ± SE over seeds. The sides take turns going first in each round.
+
 Return ablations: ``--only seqrl|d3rlpy`` trains and evaluates one side alone (no speed ratio; the
 sides then do not share the global RNG stream, so per-seed numbers differ from the interleaved run's),
-and ``--d3rlpy-choices a,b,…|all`` switches d3rlpy's unmatched choices above on in seqrl's side
+(``--only seqrl`` keeps the bf16 side when it is on), and ``--d3rlpy-choices a,b,…|all`` switches d3rlpy's unmatched choices above on in seqrl's side
 (``head_init``, ``unscaled_residuals``, ``ln_eps``, ``decay_embeddings``, ``window_end``, ``loss``).
 
 The last printed line (stdout) is one JSON object; it is also written to ``runs/bench_dt/<tag>.json``.
@@ -157,6 +166,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="seqrl's window sampler (`data.windows`; start = the official code's rule)")
     p.add_argument("--compile", action="store_true",
                    help="seqrl's forward/backward under torch.compile (inductor; needs a C++ compiler)")
+    p.add_argument("--bf16", choices=("auto", "on", "off"), default="auto",
+                   help="also train seqrl with bf16 autocast (run.bf16 on) as a third side, interleaved with\n"
+                        "the other two and evaluated the same way; auto: where the CPU has AVX-512 BF16 or AMX-BF16")
     p.add_argument("--only", choices=("seqrl", "d3rlpy"), default=None,
                    help="train and evaluate one side alone (no speed comparison; for return ablations)")
     p.add_argument("--d3rlpy-choices", type=str, default="",
@@ -184,6 +196,7 @@ def parse_args(argv=None) -> argparse.Namespace:
         a.tag = f"{a.preset}{'_quick' if a.quick else ''}_{a.schedule}{'_speed' if a.speed_only else ''}"
         a.tag += f"_only_{a.only}" if a.only else ""
         a.tag += "_compile" if a.compile else ""
+        a.tag += "_bf16" if a.bf16 == "on" else ""
         a.tag += "_cover" if a.windows == "cover" else ""
         a.tag += "_d3choices_" + "+".join(sorted(a.choices)) if a.choices else ""
     return a
@@ -194,7 +207,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 class SeqrlSide:
-    def __init__(self, args, dataset, seed: int) -> None:
+    def __init__(self, args, dataset, seed: int, bf16: bool = False) -> None:
         from seqrl.algos.common import OptimConfig, RunConfig, make_optimizer
         from seqrl.algos.dt import DTConfig, build_policy
         from seqrl.data.minari_data import DataConfig
@@ -206,7 +219,8 @@ class SeqrlSide:
 
         max_ep_len = max(len(ep) for ep in dataset.episodes)
         self.cfg = DTConfig(
-            run=RunConfig(name="bench_dt", out_dir=str(OUT_DIR), seed=seed, threads=args.threads, progress=False),
+            run=RunConfig(name="bench_dt", out_dir=str(OUT_DIR), seed=seed, threads=args.threads, progress=False,
+                          bf16=bf16),
             data=DataConfig(dataset="quick:medium-expert", quick_steps=args.data_steps, quick_seed=args.data_seed,
                             windows=args.windows),
             model=DTModelConfig(hidden_size=args.hidden, n_layer=args.layers, n_head=args.heads,
@@ -222,6 +236,7 @@ class SeqrlSide:
         self.info = policy_info(self.cfg, dataset, self.data, self.policy)
         self.optimizer, self.scheduler = make_optimizer(self.policy, self.cfg.optim, self.cfg.steps, fused=True)
         self.clip = args.grad_clip if args.grad_clip > 0 else float("inf")
+        self.bf16 = bf16  # the forward under bf16 autocast, as `train` runs it with run.bf16 on
         self.seed, self.K, self.B = seed, args.context, args.batch
         self.step_no = 0
         self.choices = args.choices
@@ -270,7 +285,8 @@ class SeqrlSide:
         t0 = time.perf_counter()
         b = self.data.batch(self.step_no, self.B, self.K, self.seed)
         t1 = time.perf_counter()
-        pred = self.forward(b["returns"], b["states"], b["actions"], b["timesteps"], b["mask"])  # (B, K, A)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.bf16):
+            pred = self.forward(b["returns"], b["states"], b["actions"], b["timesteps"], b["mask"])  # (B, K, A)
         loss = self._loss(pred, b)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(self.policy.parameters(), self.clip)
@@ -453,6 +469,19 @@ def med(xs) -> float:
     return float(statistics.median(xs))
 
 
+def paired_ratio(slow_rounds: list[dict], fast_rounds: list[dict]) -> float:
+    """Median over rounds of slow wall / fast wall (the two sides' rounds of the same interleaving turn)."""
+    return med([a["wall_s"] / b["wall_s"] for a, b in zip(slow_rounds, fast_rounds)])
+
+
+def machine_info() -> dict:
+    """torch's CPU capabilities that decide fp32 vs bf16 speed, and the load average at the end."""
+    caps = torch.cpu.get_capabilities() if hasattr(torch.cpu, "get_capabilities") else {}
+    return {"cpu_name": caps.get("cpu_name", ""), "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+            "avx512_bf16": bool(caps.get("avx512_bf16", False)), "amx_bf16": bool(caps.get("amx_bf16", False)),
+            "avx2": bool(caps.get("avx2", False)), "load_avg_1_5_15": [round(x, 2) for x in os.getloadavg()]}
+
+
 def main(argv=None) -> dict:
     args = parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -471,7 +500,13 @@ def main(argv=None) -> dict:
     log(f"dataset: {len(dataset.episodes)} episodes, {dataset.env_id}, built in {time.perf_counter() - t0:.1f} s "
         f"(d3rlpy: {mdp.transition_count} transitions, {len(mdp.episodes)} episodes)")
 
+    from seqrl.utils.dist import bf16_fast
+
+    bf16_row = args.only != "d3rlpy" and (args.bf16 == "on" or (args.bf16 == "auto" and bf16_fast(torch.device("cpu"))))
     names = [args.only] if args.only else ["seqrl", "d3rlpy"]
+    if bf16_row:
+        names.insert(1, "seqrl_bf16")
+    load_start = [round(x, 2) for x in os.getloadavg()]
     rounds = {n: [] for n in names}
     per_seed = []
     params = {}
@@ -479,6 +514,8 @@ def main(argv=None) -> dict:
         ours = SeqrlSide(args, dataset, seed)  # built on either path: its state statistics feed d3rlpy's scaler
         mean, std = ours.data.state_stats()
         sides = {"seqrl": ours}
+        if "seqrl_bf16" in names:
+            sides["seqrl_bf16"] = SeqrlSide(args, dataset, seed, bf16=True)  # the same initial weights
         if "d3rlpy" in names:
             sides["d3rlpy"] = D3rlpySide(args, dataset, mdp, mean, std, seed)
         sides = {n: sides[n] for n in names}
@@ -490,8 +527,7 @@ def main(argv=None) -> dict:
         while done < args.steps:
             n = min(args.round_steps, args.steps - done)
             order = list(sides.items())
-            if r % 2:
-                order.reverse()
+            order = order[r % len(order):] + order[: r % len(order)]  # each side first in turn
             for name, side in order:
                 res = run_round(side, n)
                 res.update(seed=seed, round=r)
@@ -516,11 +552,11 @@ def main(argv=None) -> dict:
     out = {}
     for name in names:
         out[f"steps_per_s_{name}"] = round(med([x["steps"] / x["wall_s"] for x in rounds[name]]), 3)
-    both = len(names) == 2
+    both = "seqrl" in names and "d3rlpy" in names
     if both:
         upd = {n: med([x["steps"] / x["update_s"] for x in rounds[n]]) for n in names}
         sample_ms = {n: 1000 * med([x["sample_s"] / x["steps"] for x in rounds[n]]) for n in names}
-        paired = med([a["wall_s"] / b["wall_s"] for a, b in zip(rounds["d3rlpy"], rounds["seqrl"])])
+        paired = paired_ratio(rounds["d3rlpy"], rounds["seqrl"])
         out.update(
             steps_per_s_ratio=round(out["steps_per_s_seqrl"] / out["steps_per_s_d3rlpy"], 3),
             steps_per_s_ratio_paired_median=round(paired, 3),
@@ -530,6 +566,18 @@ def main(argv=None) -> dict:
             sample_ms_seqrl=round(sample_ms["seqrl"], 3),
             sample_ms_d3rlpy=round(sample_ms["d3rlpy"], 3),
         )
+    if bf16_row:
+        upd16 = {n: med([x["steps"] / x["update_s"] for x in rounds[n]]) for n in ("seqrl", "seqrl_bf16")}
+        out.update(
+            bf16_vs_fp32_paired_median=round(paired_ratio(rounds["seqrl"], rounds["seqrl_bf16"]), 3),
+            update_steps_per_s_seqrl_bf16=round(upd16["seqrl_bf16"], 3),
+            update_ratio_bf16_vs_fp32=round(upd16["seqrl_bf16"] / upd16["seqrl"], 3),
+        )
+        if "d3rlpy" in names:
+            out.update(
+                steps_per_s_ratio_bf16=round(out["steps_per_s_seqrl_bf16"] / out["steps_per_s_d3rlpy"], 3),
+                steps_per_s_ratio_bf16_paired_median=round(paired_ratio(rounds["d3rlpy"], rounds["seqrl_bf16"]), 3),
+            )
     out["rounds_per_side"] = len(rounds[names[0]])
     if not args.speed_only and args.episodes > 0:
         ret = {n: [e[f"return_{n}"] for e in per_seed] for n in names}
@@ -538,6 +586,13 @@ def main(argv=None) -> dict:
             out.update({f"return_{n}": round(float(np.mean(ret[n])), 2),
                         f"normalized_{n}": round(float(np.mean(norm[n])), 2),
                         f"normalized_std_{n}": round(float(np.std(norm[n])), 2)})
+        if bf16_row:
+            for key, other in (("normalized_delta_bf16", "d3rlpy"), ("normalized_delta_bf16_vs_fp32", "seqrl")):
+                if other not in names:
+                    continue
+                d = np.array(norm["seqrl_bf16"]) - np.array(norm[other])  # paired by seed
+                out[key] = round(float(d.mean()), 2)
+                out[key + "_se"] = round(float(d.std(ddof=1) / np.sqrt(len(d))), 2) if len(d) > 1 else None
         if both:
             diff = np.array(norm["seqrl"]) - np.array(norm["d3rlpy"])  # paired by seed
             out.update(
@@ -555,11 +610,14 @@ def main(argv=None) -> dict:
                       weight_decay=args.weight_decay, dropout=args.dropout, grad_clip=args.grad_clip,
                       return_scale=args.return_scale, target=args.target, episodes=args.episodes,
                       eval_seed=args.eval_seed, dataset=f"quick:medium-expert/{args.data_steps}/seed{args.data_seed}",
-                      threads=args.threads, dtype="float32", parameters=params, sides=names,
+                      threads=args.threads, dtype="float32 (seqrl_bf16: bf16 autocast, fp32 master weights)",
+                      parameters=params, sides=names,
                       seqrl_d3rlpy_choices=sorted(args.choices), seqrl_compile=args.compile,
                       seqrl_windows=args.windows,
                       d3rlpy=d3rlpy.__version__,
                       torch=torch.__version__),
+        machine=machine_info(),
+        load_avg_start_1_5_15=load_start,
         wall_s=round(time.perf_counter() - t_start, 1),
     )
     path = OUT_DIR / f"{args.tag}.json"

@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """GRPO: seqrl's `GRPOTrainer` against TRL's `GRPOTrainer` on the same work.
 
-    python benchmarks/grpo_vs_trl.py --quick      # ≈ 4 min once the warm starts are cached (≈ 3 min more to train them)
+    python benchmarks/grpo_vs_trl.py --quick      # ≈ 5 min on an idle machine once the warm starts are cached (≈ 6 min more to train them once)
     python benchmarks/grpo_vs_trl.py              # full run, ≈ 13 min: 3 seeds × 30 steps on tiny, 2 × 5 on small
 
 Both trainers get the same things: the same warm-start weights (a short SFT of the tiny / small preset
@@ -53,11 +53,18 @@ each prompt once and drops finished rows. Both recompute the policy's log-probs 
 forward and neither recomputes π_old (μ = 1), both compute the token entropy, both pad completions
 to the longest of the batch.
 
-bf16 is not run: on this AVX2-only CPU bf16 autocast made a small-preset step ≈ 12× slower than fp32.
+Zero-variance groups (all G completions scored alike) have advantage 0: seqrl skips their rows in the
+training forward (``skip_zero_advantage``, exact with β = 0), TRL computes them. Both trainers'
+fraction of such groups is reported; ``--noskip-repeats`` adds paired runs with seqrl's skipping off
+(equal work). The small warm start is trained until held-out pass@1 is ≈ 0.2–0.7, so that most
+groups are mixed and skipping does not decide the small ratio.
+
+Both sides run fp32 (bf16 vs fp32 of seqrl's GRPO step: ``benchmarks/grpo_bf16.py``).
 
 The last printed line is one JSON object: ``step_time_ratio_{tiny,small}`` (seqrl median s / TRL
-median s; < 1: seqrl faster), ``peak_rss_ratio_{tiny,small}``, ``final_reward_delta_tiny`` and the
-raw medians. Every step of every run goes to ``runs/bench-cache/grpo_vs_trl-runs[-quick].json``.
+median s; < 1: seqrl faster), ``step_time_ratio_noskip_*``, ``{ours,trl}_zero_var_groups_*``,
+``peak_rss_ratio_*``, ``final_reward_delta_*``, ``warm_start_pass1_*``, the raw medians, torch's CPU
+capabilities and the load average. Every step of every run goes to ``runs/bench-cache/grpo_vs_trl-runs[-quick].json``.
 """
 
 from __future__ import annotations
@@ -83,10 +90,12 @@ PRESETS = ("tiny", "small")
 FRAMEWORKS = ("ours", "trl")
 # Warm starts: the recipe of preset sft/arith_tiny_short (batch 32, lr 3e-3, 2-digit addition).
 # tiny: 200 steps, as the GRPO presets' warm start (held-out greedy accuracy ≈ 0.9, sampled ≈ 0.5).
-# small: a short SFT (its steps cost ≈ 8× the tiny's) that learns the answer format and stops at EOS
-# but not the sums yet (accuracy ≈ 0: on small only time and memory are compared, not reward).
+# small: long enough that held-out pass@1 (T = 1) sits between 0.2 and 0.7, so that most groups have
+# both right and wrong completions and skipping zero-variance groups does not decide the step time
+# (40 steps gave greedy accuracy 0.01 and 97 % of the groups skipped). Its steps cost ≈ 8× the tiny's;
+# trained once and cached.
 SFT_CONFIG = ROOT / "src" / "seqrl" / "configs" / "sft" / "arith_tiny_short.yaml"
-SFT_STEPS = {"tiny": 200, "small": 40}
+SFT_STEPS = {"tiny": 200, "small": 150}
 N_TRAIN = 5000  # training problems of the GRPO runs (task seed 0)
 EVENT = "@@grpo_vs_trl "  # prefix of the worker's machine-readable stdout lines
 
@@ -104,6 +113,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--small-repeats", type=int, default=None, help="paired runs on small (default 2; 1 quick)")
     p.add_argument("--tiny-steps", type=int, default=None, help="steps per paired tiny run (default 30; 6 quick)")
     p.add_argument("--small-steps", type=int, default=None, help="steps per paired small run (default 5; 2 quick)")
+    p.add_argument("--noskip-repeats", type=int, default=1,
+                   help="paired runs per preset with seqrl's zero-variance skipping off (equal work; 0: none)")
     p.add_argument("--mem-runs", type=int, default=None, help="memory runs per trainer and preset (default 2; 1 quick)")
     p.add_argument("--mem-steps", type=int, default=None, help="steps per memory run (default 3; 2 quick)")
     p.add_argument("--last", type=int, default=None,
@@ -123,6 +134,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     # Internal: one run in this process (the parent starts these).
     p.add_argument("--worker", choices=("ours", "trl", "pair", "gradcheck"), help=argparse.SUPPRESS)
     p.add_argument("--checkpoint", help=argparse.SUPPRESS)
+    p.add_argument("--skip-zero", choices=("on", "off"), default="on", help=argparse.SUPPRESS)
     p.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
     p.add_argument("--steps", type=int, default=0, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -135,6 +147,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     for name, (full, quick) in defaults.items():
         if getattr(args, name) is None:
             setattr(args, name, quick if args.quick else full)
+    if args.noskip_repeats < 0:
+        p.error("--noskip-repeats must be >= 0")
     if min(args.seeds, args.small_repeats, args.mem_runs, args.last, args.threads) < 1:
         p.error("--seeds, --small-repeats, --mem-runs, --last and --threads must be >= 1")
     if min(args.tiny_steps, args.small_steps, args.mem_steps) < 2:
@@ -215,7 +229,7 @@ class OursRun:
             loss=LossConfig(advantage="grpo", scale_rewards="group", clip_eps_low=0.2, clip_eps_high=0.2, beta=0.0,
                             agg="seq_mean_token_mean" if args.loss == "grpo" else "token_mean"),
             steps=args.steps, batch_size=args.batch_size, group_size=args.group_size, num_iterations=1,
-            minibatches=1, micro_batch_size=args.micro_batch_size,
+            minibatches=1, micro_batch_size=args.micro_batch_size, skip_zero_advantage=args.skip_zero == "on",
         )
         self.policy = load_pretrained(args.checkpoint)
         self.trainer = GRPOTrainer(cfg, self.policy, shared.task, shared.problems)
@@ -232,6 +246,8 @@ class OursRun:
         lengths = batch.completion_mask.sum(1)
         return {"seconds": seconds, "gen_s": batch.metrics["perf/gen_s"], "train_s": metrics["perf/train_s"],
                 "reward": batch.metrics["reward/accuracy/mean"], "mean_len": float(lengths.float().mean()),
+                "zero_var_groups": batch.metrics["stats/zero_var_groups"],
+                "skipped_rows_frac": metrics.get("stats/skipped_rows_frac", 0.0),
                 "max_len": int(lengths.max()),
                 "prompts_match": [tr.problems[i].prompt for i in drawn] == self.shared.step_prompts(step)}
 
@@ -263,8 +279,10 @@ class TRLRun:
             texts = [c[-1]["content"] if isinstance(c, list) else c for c in completions]
             scores = [float(task.verify(Problem(q, a), t).score)
                       for q, a, t in zip(question, answer, texts, strict=True)]
+            groups = [scores[i:i + args.group_size] for i in range(0, len(scores), args.group_size)]
             rewards.append({"reward": sum(scores) / len(scores), "questions": list(question)[:: args.group_size],
-                            "lengths": [len(ids) for ids in completion_ids]})
+                            "lengths": [len(ids) for ids in completion_ids],
+                            "zero_var_groups": sum(len(set(g)) == 1 for g in groups) / len(groups)})
             return scores
 
         self.out_dir = tempfile.mkdtemp(prefix="grpo_vs_trl-")
@@ -312,6 +330,7 @@ class TRLRun:
                     "seconds": seconds, "gen_s": gen, "train_s": seconds - gen, "generate_s": timings["generate"][step],
                     "reward": info["reward"], "mean_len": sum(info["lengths"]) / len(info["lengths"]),
                     "max_len": max(info["lengths"]), "prompts_match": info["questions"] == shared.step_prompts(step),
+                    "zero_var_groups": info["zero_var_groups"],
                 })
                 run.mark = time.perf_counter()
 
@@ -439,9 +458,8 @@ def warm_start(preset: str, args: argparse.Namespace, console) -> dict:
         return load_config(SFTConfig, SFT_CONFIG, [
             f"--run.name={run_dir.name}", f"--run.out_dir={run_dir.parent}", "--run.save_every=0",
             "--run.keep_last=1", f"--run.threads={args.threads}", "--run.bf16=false",
-            f"--model.preset={preset}", f"--steps={steps}", "--eval.every=0",
-            *(["--eval.samples=0"] if preset == "small" else []),  # small's sampled accuracy: ≈ 0 and slow
-        ])
+            f"--model.preset={preset}", f"--steps={steps}", f"--eval.every={50 if preset == 'small' else 0}",
+        ])  # eval.samples 4 (the preset's): the held-out pass@1 of the warm start is reported
 
     def announce() -> None:
         console.print(f"training the {preset} warm start: SFT {steps} steps as {SFT_CONFIG.relative_to(ROOT)} "
@@ -452,7 +470,9 @@ def warm_start(preset: str, args: argparse.Namespace, console) -> dict:
 
 def run_worker(kind: str, preset: str, seed: int, steps: int, args: argparse.Namespace, ckpt: str, bar,
                log_dir: Path) -> dict:
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", kind, "--checkpoint", ckpt,
+    worker = "pair" if kind == "pair_noskip" else kind
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", worker, "--checkpoint", ckpt,
+           "--skip-zero", "off" if kind == "pair_noskip" else "on",
            "--seed", str(seed), "--steps", str(steps), "--batch-size", str(args.batch_size),
            "--group-size", str(args.group_size), "--micro-batch-size", str(args.micro_batch_size),
            "--max-new-tokens", str(args.max_new_tokens), "--lr", repr(args.lr), "--loss", args.loss,
@@ -498,6 +518,9 @@ def step_stats(runs: list[dict], fw: str) -> dict:
     out["mean_len"] = statistics.fmean(s[fw]["mean_len"] for r in runs for s in r["steps"])
     out["max_len"] = max(s[fw]["max_len"] for r in runs for s in r["steps"])
     out["prompts_match"] = all(s[fw]["prompts_match"] for r in runs for s in r["steps"])
+    out["zero_var_groups"] = statistics.fmean(s[fw]["zero_var_groups"] for r in runs for s in r["steps"])
+    if fw == "ours":
+        out["skipped_rows_frac"] = statistics.fmean(s[fw]["skipped_rows_frac"] for r in runs for s in r["steps"])
     out["steps_counted"] = len(counted)
     return out
 
@@ -528,6 +551,7 @@ def main(argv: list[str] | None = None) -> dict | None:
         n = args.seeds if preset == "tiny" else args.small_repeats
         steps = args.tiny_steps if preset == "tiny" else args.small_steps
         plan += [("pair", preset, seed, steps) for seed in range(n)]
+        plan += [("pair_noskip", preset, seed, steps) for seed in range(args.noskip_repeats)]
         for i in range(args.mem_runs):
             plan += [(fw, preset, 100 + i, args.mem_steps) for fw in (FRAMEWORKS if i % 2 == 0 else FRAMEWORKS[::-1])]
     runs: list[dict] = []
@@ -569,6 +593,11 @@ def main(argv: list[str] | None = None) -> dict | None:
         n = len(pairs) * last * args.batch_size
         res["final_reward_delta_se"] = math.sqrt(sum(p * (1 - p) / n for p in (o["final_reward"], t["final_reward"])))
         res["loadavg"] = [round(r[k], 2) for r in pairs for k in ("loadavg_start", "loadavg_end")]
+        noskip = [r for r in runs if r["preset"] == preset and r["kind"] == "pair_noskip"]
+        if noskip:  # seqrl computes every row, as TRL does: equal work
+            res["noskip"] = {fw: step_stats(noskip, fw) for fw in FRAMEWORKS}
+            res["noskip"]["step_time_ratio"] = res["noskip"]["ours"]["seconds"] / res["noskip"]["trl"]["seconds"]
+            res["noskip"]["train_time_ratio"] = res["noskip"]["ours"]["train_s"] / res["noskip"]["trl"]["train_s"]
         results[preset] = res
     trl_info = next(r for r in runs if r["kind"] in ("pair", "trl"))
     grad = next((r for r in runs if r["kind"] == "gradcheck"), None)
@@ -600,10 +629,20 @@ def main(argv: list[str] | None = None) -> dict | None:
                   "steps; 'alone': the same from the memory runs (one trainer per process). reward last: mean over "
                   "the last " + ", ".join(f"{p} {r['last']}" for p, r in results.items()) + " steps of each run.")
     for preset, res in results.items():
+        if "noskip" in res:
+            ns = res["noskip"]
+            console.print(f"{preset}, seqrl's zero-variance skipping off (equal work): s/step seqrl "
+                          f"{ns['ours']['seconds']:.3f} (train {ns['ours']['train_s']:.3f}) TRL {ns['trl']['seconds']:.3f} "
+                          f"(train {ns['trl']['train_s']:.3f}), ratio {ns['step_time_ratio']:.2f}× "
+                          f"(train {ns['train_time_ratio']:.2f}×)")
+        console.print(f"{preset}: zero-variance groups seqrl {res['ours']['zero_var_groups']:.1%} (rows skipped "
+                      f"{res['ours']['skipped_rows_frac']:.1%}), TRL {res['trl']['zero_var_groups']:.1%}")
+    for preset, res in results.items():
         w = warm[preset]
         how = "cached" if w["cached"] else f"trained now in {w['train_s']} s"
         console.print(f"{preset}: warm start SFT {w['sft_steps']} steps ({how}), held-out greedy accuracy "
-                      f"{w.get('greedy_accuracy', float('nan')):.2f}; final reward seqrl "
+                      f"{w.get('greedy_accuracy', float('nan')):.2f}, pass@1 {w.get('sampled_accuracy', float('nan')):.2f}; "
+                      f"final reward seqrl "
                       f"{res['ours']['final_rewards']} "
                       f"TRL {res['trl']['final_rewards']}, delta {res['final_reward_delta']:+.4f} ± "
                       f"{res['final_reward_delta_se']:.4f} (s.e.); run medians s/step seqrl "
@@ -624,8 +663,6 @@ def main(argv: list[str] | None = None) -> dict | None:
                      "loss": args.loss, "threads": args.threads}
     for key in ("step_time_ratio", "peak_rss_ratio", "final_reward_delta"):
         for preset, res in results.items():
-            if key == "final_reward_delta" and preset != "tiny":
-                continue  # small's warm start does not solve the task yet: its rewards are ≈ 0
             summary[f"{key}_{preset}"] = round(res[key], 4 if key == "final_reward_delta" else 3)
     if "tiny" in results:
         summary["final_reward_delta_se_tiny"] = round(results["tiny"]["final_reward_delta_se"], 4)
@@ -650,6 +687,21 @@ def main(argv: list[str] | None = None) -> dict | None:
         summary[f"last_steps_{preset}"] = res["last"]
         summary[f"prompts_match_{preset}"] = res["ours"]["prompts_match"] and res["trl"]["prompts_match"]
         summary[f"warm_start_greedy_accuracy_{preset}"] = warm[preset].get("greedy_accuracy")
+        summary[f"warm_start_pass1_{preset}"] = warm[preset].get("sampled_accuracy")
+        for fw in FRAMEWORKS:
+            summary[f"{fw}_zero_var_groups_{preset}"] = round(res[fw]["zero_var_groups"], 3)
+        summary[f"ours_skipped_rows_frac_{preset}"] = round(res["ours"]["skipped_rows_frac"], 3)
+        if "noskip" in res:
+            ns = res["noskip"]
+            summary[f"step_time_ratio_noskip_{preset}"] = round(ns["step_time_ratio"], 3)
+            summary[f"train_time_ratio_noskip_{preset}"] = round(ns["train_time_ratio"], 3)
+            for fw in FRAMEWORKS:
+                summary[f"{fw}_noskip_median_s_{preset}"] = round(ns[fw]["seconds"], 4)
+                summary[f"{fw}_noskip_train_s_{preset}"] = round(ns[fw]["train_s"], 4)
+    caps = torch.cpu.get_capabilities() if hasattr(torch.cpu, "get_capabilities") else {}
+    summary.update(cpu_capability=torch.backends.cpu.get_cpu_capability(),
+                   avx512_bf16=bool(caps.get("avx512_bf16", False)), amx_bf16=bool(caps.get("amx_bf16", False)),
+                   load_avg_1_5_15=[round(x, 2) for x in os.getloadavg()])
     summary["total_s"] = round(time.perf_counter() - started, 1)
     print(json.dumps(summary), flush=True)
     return summary

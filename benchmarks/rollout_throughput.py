@@ -20,9 +20,12 @@ Two modes per preset (tiny, small):
   ``min_new_tokens`` which masks the EOS logit). Both are checked to give exactly
   `max_new_tokens` tokens per row.
 
-Three engines: seqrl with its default lean decode path (`seqrl.rollout.lean`: static KV cache, fused
+Three engines (four with bf16): seqrl with its default lean decode path (`seqrl.rollout.lean`: static KV cache, fused
 projections), seqrl with the HF forward (``SamplingParams(decode="hf")``, the same sampling loop over
-the HF model and a `DynamicCache`), and HF `generate`.
+the HF model and a `DynamicCache`), and HF `generate`; where the CPU has AVX-512 BF16 or AMX-BF16
+(``--bf16 auto``, the default), also seqrl lean under ``torch.autocast(bf16)`` (projections and head
+in bf16, weights cast once per call; KV cache and attention fp32). bf16 samples other tokens than
+fp32, so in natural mode its lengths differ: compare its seconds per call *and* tokens/s.
 
 For each (preset, mode): one warm-up call per engine (same batch, at most 16 new tokens: the same
 code paths at a fraction of the cost), then R repeats interleaved (lean, seqrl-HF-forward, HF, …).
@@ -94,6 +97,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=0, help="seed of the prompt draw and of sampling (training uses seed 0)")
     p.add_argument("--tiny-steps", type=int, default=DEFAULT_STEPS["tiny"], help="SFT steps of the tiny preset")
     p.add_argument("--small-steps", type=int, default=DEFAULT_STEPS["small"], help="SFT steps of the small preset")
+    p.add_argument("--bf16", choices=("auto", "on", "off"), default="auto",
+                   help="a fourth engine, seqrl lean under bf16 autocast (projections in bf16); auto: where the CPU "
+                        "has AVX-512 BF16 or AMX-BF16")
     p.add_argument("--cache-dir", default=str(ROOT / "runs" / "bench-cache"), help="trained checkpoints")
     p.add_argument("--retrain", action="store_true", help="train again even when a cached checkpoint exists")
     args = p.parse_args(argv)
@@ -156,11 +162,12 @@ def eos_ids(policy: Policy) -> list[int]:
 
 
 def run_ours(policy: Policy, prompt_ids: list[list[int]], n: int, max_new: int, forced: bool, seed: int,
-             decode: str = "auto") -> dict:
+             decode: str = "auto", bf16: bool = False) -> dict:
     params = SamplingParams(temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=max_new, seed=seed,
                             ignore_eos=forced, decode=decode)
     t0 = time.perf_counter()
-    ro = generate(policy, prompt_ids, n, params)
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+        ro = generate(policy, prompt_ids, n, params)
     seconds = time.perf_counter() - t0
     lengths = ro.lengths
     if forced and not bool((lengths == max_new).all()):
@@ -291,6 +298,10 @@ def main(argv: list[str] | None = None) -> dict:
     if len(set(questions)) != len(questions):
         raise RuntimeError("prompts are not distinct")
     rows = args.prompts * args.n
+    from seqrl.utils.dist import bf16_fast
+
+    bf16 = args.bf16 == "on" or (args.bf16 == "auto" and bf16_fast(torch.device("cpu")))
+    engines = 4 if bf16 else 3
     results: dict[str, dict] = {}
     train_info: dict[str, dict] = {}
     parity: dict[str, bool] = {}
@@ -302,10 +313,10 @@ def main(argv: list[str] | None = None) -> dict:
         inputs = hf_inputs(policy, prompt_ids)
         parity[preset] = greedy_parity(policy, prompt_ids, args.max_new_tokens)
         repeats = {"natural": args.repeats, "forced": args.forced_repeats}
-        with progress_bar(sum(3 * (repeats[m] + 1) for m in args.modes), f"{preset}: ours vs HF") as bar:
+        with progress_bar(sum(engines * (repeats[m] + 1) for m in args.modes), f"{preset}: ours vs HF") as bar:
             for mode in args.modes:
                 forced = mode == "forced"
-                ours, ours_hf, hf = [], [], []
+                ours, ours_hf, hf, ours_bf16 = [], [], [], []
                 # Warm-up (not timed): the same batch, shorter (it runs the same code paths), then
                 # interleaved repeats.
                 warm = min(args.max_new_tokens, 16)
@@ -315,6 +326,9 @@ def main(argv: list[str] | None = None) -> dict:
                 bar.advance(1)
                 run_hf(policy, inputs, args.n, warm, forced, seed=10_000)
                 bar.advance(1)
+                if bf16:
+                    run_ours(policy, prompt_ids, args.n, warm, forced, seed=10_000, bf16=True)
+                    bar.advance(1)
                 for r in range(repeats[mode]):
                     seed = args.seed * 1000 + r
                     ours.append(run_ours(policy, prompt_ids, args.n, args.max_new_tokens, forced, seed))
@@ -324,6 +338,10 @@ def main(argv: list[str] | None = None) -> dict:
                     bar.advance(1, ours_hf_s=ours_hf[-1]["seconds"])
                     hf.append(run_hf(policy, inputs, args.n, args.max_new_tokens, forced, seed))
                     bar.advance(1, hf_s=hf[-1]["seconds"])
+                    if bf16:
+                        ours_bf16.append(run_ours(policy, prompt_ids, args.n, args.max_new_tokens, forced, seed,
+                                                  bf16=True))
+                        bar.advance(1, bf16_s=ours_bf16[-1]["seconds"])
                 o, oh, h = summarize(ours, rows), summarize(ours_hf, rows), summarize(hf, rows)
                 results[f"{preset}_{mode}"] = {
                     "preset": preset, "mode": mode, "ours": o, "ours_hf": oh, "hf": h,
@@ -331,6 +349,12 @@ def main(argv: list[str] | None = None) -> dict:
                     "lean_vs_hf_forward": oh["median_s"] / o["median_s"], "repeats": repeats[mode],
                     "tok_s_ratio": o["tok_s"] / h["tok_s"],
                 }
+                if bf16:  # seconds per call and per token: bf16 samples other tokens (natural lengths differ)
+                    ob = summarize(ours_bf16, rows)
+                    results[f"{preset}_{mode}"].update(
+                        ours_bf16=ob, speedup_bf16=h["median_s"] / ob["median_s"],
+                        lean_bf16_vs_fp32=o["median_s"] / ob["median_s"],
+                        lean_bf16_vs_fp32_tok_s=ob["tok_s"] / o["tok_s"])
         del policy
 
     # ---- readable table (stdout) ----
@@ -341,12 +365,16 @@ def main(argv: list[str] | None = None) -> dict:
                 "mean len", "max len", "rows×steps", "decode work", "speedup"):
         table.add_column(col, justify="right" if col not in ("preset", "mode", "engine") else "left")
     for key, res in results.items():
-        for engine in ("ours", "ours_hf", "hf"):
+        for engine in ("ours", "ours_hf", "hf", "ours_bf16"):
+            if engine not in res:
+                continue
             s = res[engine]
-            speedup = {"ours": res["speedup"], "ours_hf": res["speedup_hf_forward"]}.get(engine)
+            speedup = {"ours": res["speedup"], "ours_hf": res["speedup_hf_forward"],
+                       "ours_bf16": res.get("speedup_bf16")}.get(engine)
             table.add_row(
                 res["preset"] if engine == "ours" else "", res["mode"] if engine == "ours" else "",
-                {"ours": "seqrl lean", "ours_hf": "seqrl HF forward", "hf": "HF generate"}[engine],
+                {"ours": "seqrl lean", "ours_hf": "seqrl HF forward", "hf": "HF generate",
+                 "ours_bf16": "seqrl lean bf16"}[engine],
                 f"{s['median_s']:.3f}", f"{s['median_tokens']:.0f}", f"{s['tok_s']:.0f}",
                 f"{s['stop_frac']:.1%}" if res["mode"] == "natural" else "forced",
                 f"{s['mean_len']:.1f}", f"{s['max_len']}", f"{s['rows_x_steps']:.0f}",
@@ -373,6 +401,11 @@ def main(argv: list[str] | None = None) -> dict:
         suffix = res["preset"] + ("_forced" if res["mode"] == "forced" else "")
         summary[f"speedup_hf_forward_vs_hf_{suffix}"] = round(res["speedup_hf_forward"], 3)
         summary[f"lean_vs_hf_forward_{suffix}"] = round(res["lean_vs_hf_forward"], 3)
+        if "ours_bf16" in res:
+            summary[f"speedup_vs_hf_bf16_{suffix}"] = round(res["speedup_bf16"], 3)
+            summary[f"lean_bf16_vs_fp32_{suffix}"] = round(res["lean_bf16_vs_fp32"], 3)
+            summary[f"lean_bf16_vs_fp32_tok_s_{suffix}"] = round(res["lean_bf16_vs_fp32_tok_s"], 3)
+            summary[f"ours_bf16_median_s_{suffix}"] = round(res["ours_bf16"]["median_s"], 4)
     for key, res in results.items():
         suffix = res["preset"] + ("_forced" if res["mode"] == "forced" else "")
         o, h = res["ours"], res["hf"]

@@ -234,3 +234,42 @@ def test_an_lm_head_bias_falls_back_to_the_hf_forward(tiny_policy):
     finally:
         policy.model.lm_head.bias = None
     assert decode_path(policy.model) == ("lean", None)
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2"])
+def test_lean_under_bf16_autocast_runs_projections_in_bf16_close_to_fp32(arch):
+    """Under `torch.autocast(bf16)` the projections run in bf16 (weights cast once per call): the
+    sampled log-probs differ from the fp32 forward's by bf16 rounding only, and the model stays fp32."""
+    policy = _preset(arch, 2)
+    before = {k: v.clone() for k, v in policy.model.state_dict().items()}
+    prompts = policy.encode_prompts(QUESTIONS[:3])
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        ro = generate(policy, prompts, 3, SamplingParams(temperature=1.0, max_new_tokens=20, seed=3))
+    assert ro.stats["lean_decode"] == 1.0 and ro.logprobs.dtype == torch.float32
+    worst = 0.0
+    for i in range(9):
+        n = int(ro.lengths[i])
+        full = _full_forward_logprobs(policy, ro.prompt_ids[i // 3], ro.completion_ids[i, :n])
+        worst = max(worst, float((ro.logprobs[i, :n].double() - full).abs().max()))
+    assert 1e-4 < worst < 0.05, worst  # bf16 ran (fp32 agrees to 1e-5), and only rounding differs
+    after = policy.model.state_dict()
+    assert all(after[k].dtype == v.dtype and torch.equal(after[k], v) for k, v in before.items())
+
+
+def test_lean_decoder_casts_only_the_projections_under_autocast(tiny_policy):
+    from seqrl.rollout.lean import LeanDecoder
+
+    model = tiny_policy.model
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        dec = LeanDecoder(model, rows=2, slots=8)
+    try:
+        assert dec.mm_dtype == torch.bfloat16 and dec.lm_head.dtype == torch.bfloat16
+        assert dec.layers[0][1].dtype == torch.bfloat16  # fused q/k/v
+        assert dec.kv.dtype == torch.float32 and dec.embed.dtype == torch.float32  # cache, residual stream
+    finally:
+        dec.close()
+    dec = LeanDecoder(model, rows=2, slots=8)
+    try:
+        assert dec.mm_dtype == torch.float32 and dec.layers[0][1].dtype == torch.float32
+    finally:
+        dec.close()
