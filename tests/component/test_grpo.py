@@ -463,3 +463,21 @@ def test_accuracy_filter_needs_a_verifier_reward():
     with pytest.raises(ValueError, match="dapo.filter_key accuracy needs a verifier reward"):
         _cfg(dapo=DAPOConfig(dynamic_sampling=True), rewards=[RewardSpec("format", 1.0)])
     _cfg(dapo=DAPOConfig(dynamic_sampling=True, filter_key="reward"), rewards=[RewardSpec("format", 1.0)])
+
+
+@pytest.mark.parametrize("bf16", [False, True])
+def test_run_bf16_covers_sampling_too(monkeypatch, bf16):
+    """run.bf16 is autocast for every forward pass of the step, the rollout's included."""
+    import seqrl.algos.grpo as grpo_mod
+
+    seen = []
+    real = grpo_mod.generate
+
+    def spy(*args, **kwargs):
+        seen.append(torch.is_autocast_enabled("cpu") and torch.get_autocast_dtype("cpu") == torch.bfloat16)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(grpo_mod, "generate", spy)
+    trainer = _trainer(_cfg(run=RunConfig(name="g", out_dir="runs", seed=1, progress=False, device="cpu", bf16=bf16)))
+    trainer.collect(0)
+    assert seen and all(s == bf16 for s in seen)

@@ -62,7 +62,7 @@ from seqrl.core.advantages import (
 from seqrl.core.policy_loss import grpo_loss
 from seqrl.core.shaping import soft_overlong_penalty
 from seqrl.evaluation import EvalConfig, run_evaluation
-from seqrl.models.lm import ModelConfig, Policy, load_policy, num_parameters
+from seqrl.models.lm import ModelConfig, Policy, load_policy, model_device, num_parameters
 from seqrl.models.lora import LoRAConfig, adapter_disabled, apply_lora, is_lora
 from seqrl.prompts import check_template
 from seqrl.rewards.combine import RewardFn, RewardSpec, build_rewards, check_reward_columns, score_completions  # noqa: F401 (RewardSpec re-exported)
@@ -161,7 +161,9 @@ class GRPOTrainer:
         while len(kept) < want and (rounds == 0 or (cfg.dapo.dynamic_sampling and rounds < cfg.dapo.max_sampling_rounds)):
             need = want - len(kept)
             probs = self._next_prompts(need)
-            ro = generate(self.policy, self.policy.encode_prompts(probs), g, self._params(step, rounds))
+            with torch.autocast(model_device(self.policy.model).type, dtype=torch.bfloat16,
+                                enabled=cfg.run.use_bf16):  # run.bf16: sampling too
+                ro = generate(self.policy, self.policy.encode_prompts(probs), g, self._params(step, rounds))
             rounds += 1
             generated += ro.num_generated_tokens
             row_problems = [probs[i // g] for i in range(len(ro.texts))]

@@ -219,7 +219,8 @@ class PPOTrainer:
         t0 = time.perf_counter()
         probs = self._next_prompts(cfg.local_prompts_per_step)
         seed = cfg.run.seed * 1_000_003 + step * 101 + 7_919_111 * dist.rank()
-        ro = generate(self.policy, self.policy.encode_prompts(probs), g, self._sampling(seed))
+        with torch.autocast(model_device(self.policy.model).type, dtype=torch.bfloat16, enabled=cfg.run.use_bf16):
+            ro = generate(self.policy, self.policy.encode_prompts(probs), g, self._sampling(seed))  # run.bf16: sampling too
         row_problems = [probs[i // g] for i in range(len(ro.texts))]
         scored = score_completions(self.reward_fns, row_problems, ro.texts, cfg.reward_budget_s)
         scores = torch.tensor(scored.total, dtype=torch.float32)  # (N,)
