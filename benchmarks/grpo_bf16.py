@@ -13,9 +13,8 @@ alternate step by step (which goes first alternates too), so the machine's load 
 step time = ``collect`` + ``train_step``, split into generation+scoring and training. Sampling uses
 the trainer's own per-step seeds, so the first step's completions are the same on both sides.
 
-``--decode-bf16`` also runs the bf16 trainer's ``collect`` under ``torch.autocast`` (the lean decode
-path then runs its projections in bf16, `seqrl.rollout.lean`); the library's trainers sample in
-fp32 today, so that row shows what routing ``run.bf16`` into generation would give.
+The bf16 trainer samples under autocast too (``run.bf16`` covers ``collect``'s generation: the
+lean decode path then runs its projections in bf16, `seqrl.rollout.lean`).
 
 Learning: held-out greedy accuracy and pass@1 (8 samples at T = 1 on 200 test problems, fp32 for
 both) before training and after each side's last step. The last printed line is one JSON object
@@ -55,7 +54,6 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--steps", type=int, default=None, help="GRPO steps per side (90; quick 30)")
     p.add_argument("--seeds", default="0", help="comma-separated run seeds")
     p.add_argument("--preset", choices=("tiny", "small"), default="tiny", help="warm start of grpo_vs_trl.py")
-    p.add_argument("--decode-bf16", action="store_true", help="the bf16 side also samples under autocast")
     p.add_argument("--no-eval", action="store_true", help="step times only")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--cache-dir", default=str(ROOT / "runs" / "bench-cache"))
@@ -106,10 +104,9 @@ def evaluate(cfg, task, policy, seed: int) -> dict:
     return {"greedy": round(out["eval/accuracy"], 4), "pass@1": round(out["eval/pass@1"], 4)}
 
 
-def one_step(trainer, step: int, autocast: bool) -> dict:
+def one_step(trainer, step: int) -> dict:
     t0 = time.perf_counter()
-    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
-        batch = trainer.collect(step)
+    batch = trainer.collect(step)
     metrics = trainer.train_step(batch)
     return {"seconds": time.perf_counter() - t0, "gen_s": batch.metrics["perf/gen_s"],
             "train_s": metrics["perf/train_s"], "reward": batch.metrics["reward/accuracy/mean"],
@@ -140,7 +137,7 @@ def main(argv=None) -> dict:
             order = SIDES if step % 2 == 0 else SIDES[::-1]
             row = {}
             for side in order:
-                row[side] = one_step(runs[side][3], step, side == "bf16" and args.decode_bf16)
+                row[side] = one_step(runs[side][3], step)
             row.update(seed=seed, step=step)
             all_rows.append(row)
             if step % 10 == 0 or step == args.steps - 1:
@@ -162,7 +159,6 @@ def main(argv=None) -> dict:
 
     out = {
         "benchmark": "grpo_bf16", "preset": args.preset, "steps": args.steps, "seeds": args.seed_list,
-        "decode_bf16": args.decode_bf16,
         "bf16_vs_fp32_step": round(statistics.median(r["fp32"]["seconds"] / r["bf16"]["seconds"] for r in rows), 3),
         "bf16_vs_fp32_train": round(statistics.median(r["fp32"]["train_s"] / r["bf16"]["train_s"] for r in rows), 3),
         "bf16_vs_fp32_gen": round(statistics.median(r["fp32"]["gen_s"] / r["bf16"]["gen_s"] for r in rows), 3),
@@ -178,7 +174,7 @@ def main(argv=None) -> dict:
     if not args.no_eval:
         for side in SIDES:
             out[f"pass1_gain_{side}"] = round(statistics.fmean(e[f"pass1_gain_{side}"] for e in per_seed), 4)
-    path = Path(args.cache_dir) / f"grpo_bf16-{args.preset}-{args.steps}{'-decode' if args.decode_bf16 else ''}.json"
+    path = Path(args.cache_dir) / f"grpo_bf16-{args.preset}-{args.steps}.json"
     path.write_text(json.dumps({**out, "steps_detail": all_rows}, indent=1))
     print(json.dumps(out), flush=True)
     return out
