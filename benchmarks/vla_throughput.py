@@ -2,7 +2,7 @@
 """VLA throughput on BabyAI: training samples/s and evaluation env steps/s (fp32 vs bf16 autocast), bot
 demonstrations/s (1 and 2 worker processes), and the held-out GoToLocal success of a quick run.
 
-    python benchmarks/vla_throughput.py --quick     # ≈ 2–3 min on a loaded 2-core machine
+    python benchmarks/vla_throughput.py --quick     # ≈ 3 min of CPU time (11 min wall at load 10 on 2 cores)
     python benchmarks/vla_throughput.py             # more demonstrations, repeats and a longer training run
 
 * demos/s: `seqrl data babyai GoToLocal --episodes N --workers W` run as a command; its demos/s counts
@@ -166,7 +166,7 @@ def quick_run(episodes: int, steps: int, eval_episodes: int, out_dir: str) -> di
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--quick", action="store_true", help="small sizes (≈ 2–3 min on 2 loaded cores)")
+    p.add_argument("--quick", action="store_true", help="small sizes (≈ 3 min of CPU time)")
     p.add_argument("--threads", type=int, default=1)
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
