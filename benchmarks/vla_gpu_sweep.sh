@@ -10,7 +10,8 @@
 #   DEVICE=cpu COUNTS="20 50" STEPS=5 BATCH=16 EVAL_EPISODES=10 WORKERS=2 bash benchmarks/vla_gpu_sweep.sh
 #
 # Sized for a 16-core H200 machine in about 8 minutes with the defaults. Needs python with torch and the
-# project's dependencies (minigrid, gymnasium, minari, matplotlib); PYTHONPATH gets ./src first.
+# project's dependencies; PYTHONPATH gets ./src first. The BabyAI path imports minigrid (3.2), pygame-ce,
+# gymnasium (1.4), farama-notifications and minari (0.5) — images without them need those wheels.
 # Any failed step stops the script with a non-zero exit status and the failing log's tail.
 set -euo pipefail
 
