@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # VLA demonstration-count sweep on one GPU machine: build BabyAI bot demonstrations once (the largest count,
 # in WORKERS processes), behaviour-clone the preset on the first N of them for each N in COUNTS (runs side
-# by side on the GPU), evaluate every final checkpoint on two sets of held-out layouts, and write
+# by side on the GPU), evaluate every final checkpoint greedily on two sets of held-out layouts and with sampled
+# actions on one, and write
 # $OUT/summary.json, $OUT/summary.md and $OUT/sweep.log. Everything else (datasets, run folders, logs)
 # goes to $WORK, so $OUT stays a handful of files.
 #
@@ -27,6 +28,7 @@ PARALLEL=${PARALLEL:-3}                # training runs at once on the device
 DEVICE=${DEVICE:-cuda}                 # run.device: cuda, cuda:N, cpu, auto
 BF16=${BF16:-auto}                     # run.bf16: auto (on where the device runs bf16 fast), true, false
 EVAL_EPISODES=${EVAL_EPISODES:-500}    # held-out episodes per evaluation
+TEMPERATURE=${TEMPERATURE:-1}          # sampling temperature of the extra sampled evaluation
 DATA_SEED=${DATA_SEED:-0}              # demonstrations seed
 SEEDS=${SEEDS:-0}                      # run seeds (weights, batch order), one run per count and seed
 TRAIN_ARGS=${TRAIN_ARGS:-}             # extra overrides for seqrl train vla, e.g. "--model.fusion=cross_attention"
@@ -49,7 +51,7 @@ seqrl() { "$PYTHON" -m seqrl "$@"; }
 trap 'rc=$?; [ $rc -eq 0 ] || say "FAILED (exit $rc); datasets, runs and logs are in $WORK"' EXIT
 
 say "vla_gpu_sweep: LEVEL=$LEVEL PRESET=$PRESET COUNTS=($COUNTS) STEPS=$STEPS BATCH=$BATCH LR=$LR DEVICE=$DEVICE" \
-    "BF16=$BF16 WORKERS=$WORKERS PARALLEL=$PARALLEL EVAL_EPISODES=$EVAL_EPISODES SEEDS=($SEEDS) WORK=$WORK"
+    "BF16=$BF16 WORKERS=$WORKERS PARALLEL=$PARALLEL EVAL_EPISODES=$EVAL_EPISODES TEMPERATURE=$TEMPERATURE SEEDS=($SEEDS) WORK=$WORK"
 
 # --- preflight: fail in seconds, not after the demonstrations
 for n in $COUNTS $STEPS $BATCH $WORKERS $PARALLEL $EVAL_EPISODES $THREADS; do
@@ -110,13 +112,17 @@ done
 while [ ${#PIDS[@]} -gt 0 ]; do wait_one; done
 [ "$failed" -eq 0 ] || die "a training run failed"
 
-# --- a second evaluation of every final checkpoint on other held-out layouts (eval seed 1), through seqrl eval vla
+# --- every final checkpoint again through seqrl eval vla: greedy on other held-out layouts (eval seed 1), and
+# sampled at TEMPERATURE on the training run's layouts (eval seed 0; a greedy BC policy can loop forever)
 for name in "${RUNS[@]}"; do
   ckpt=$(ls -d "$WORK/runs/$name"/checkpoint-* | sort -t- -k2 -n | tail -1)
-  say "eval $name ($ckpt, seed 1)"
-  seqrl eval vla --checkpoint "$ckpt" --episodes "$EVAL_EPISODES" --seed 1 --device "$DEVICE" --threads "$THREADS" \
-    --out "$WORK/runs/$name/eval_seed1.json" >"$WORK/logs/$name.eval.log" 2>&1 \
-    || { tail -20 "$WORK/logs/$name.eval.log" | tee -a "$LOG"; die "seqrl eval vla $name"; }
+  for spec in "1 0 greedy_seed1" "0 $TEMPERATURE sampled_seed0"; do
+    set -- $spec
+    say "eval $name ($ckpt, seed $1, temperature $2)"
+    seqrl eval vla --checkpoint "$ckpt" --episodes "$EVAL_EPISODES" --seed "$1" --temperature "$2" --device "$DEVICE" \
+      --threads "$THREADS" --out "$WORK/runs/$name/eval_$3.json" >"$WORK/logs/$name.eval_$3.log" 2>&1 \
+      || { tail -20 "$WORK/logs/$name.eval_$3.log" | tee -a "$LOG"; die "seqrl eval vla $name ($3)"; }
+  done
 done
 
 # --- summary
@@ -135,13 +141,15 @@ for name in runs:
     for r in recs:
         last.update(r)
     first = recs[0]
-    e1 = json.loads((work / "runs" / name / "eval_seed1.json").read_text())["metrics"]
+    e1 = json.loads((work / "runs" / name / "eval_greedy_seed1.json").read_text())["metrics"]
+    es = json.loads((work / "runs" / name / "eval_sampled_seed0.json").read_text())
     n, seed = re.search(r"_n(\d+)_s(\d+)$", name).groups()
     for key in ("eval/success_rate", "loss/action"):
         if key not in last:
             sys.exit(f"{name}: no {key} in its metrics.jsonl")
     rows.append({"run": name, "demos": int(n), "seed": int(seed), "success_eval0": last["eval/success_rate"],
-                 "success_eval1": e1["eval/success_rate"], "episode_length_eval0": last["eval/episode_length"],
+                 "success_eval1": e1["eval/success_rate"],
+                 "success_sampled_eval0": es["metrics"]["eval/success_rate"], "temperature": es["temperature"], "episode_length_eval0": last["eval/episode_length"],
                  "random_success": first.get("eval/random_success_rate"), "final_loss": last["loss/action"],
                  "batch_accuracy": last.get("stats/action_accuracy"), "samples_per_s": last.get("perf/samples_per_s"),
                  "eval_s": last.get("perf/eval_s"), "device": first.get("run/device"), "bf16": first.get("run/bf16"),
@@ -150,18 +158,22 @@ summary = {"level": level, "preset": preset, "steps": int(steps), "batch_size": 
            "bf16": bf16, "train_args": extra, "dataset": data, "runs": rows}
 by_n = {}
 for r in rows:
-    by_n.setdefault(r["demos"], []).append((r["success_eval0"] + r["success_eval1"]) / 2)
-summary["success_by_demos"] = {str(n): {"mean": statistics.mean(v), "runs": len(v)} for n, v in sorted(by_n.items())}
+    by_n.setdefault(r["demos"], []).append(r)
+summary["success_by_demos"] = {
+    str(n): {"greedy_mean": statistics.mean((r["success_eval0"] + r["success_eval1"]) / 2 for r in v),
+             "sampled_mean": statistics.mean(r["success_sampled_eval0"] for r in v), "runs": len(v)}
+    for n, v in sorted(by_n.items())}
 (out / "summary.json").write_text(json.dumps(summary, indent=1))
 md = [f"# VLA sweep: {level}, preset {preset}", "",
       f"{steps} steps x {batch} windows, device {device}, bf16 {bf16}, extra overrides `{extra or '-'}`; "
       f"demonstrations: {data['episodes']} built ({data['steps']} steps, {data['missions']} missions, "
       f"{data['bot_failures']} bot failures skipped, {data['demos_per_s']} demos/s with {data.get('workers')} workers).", "",
-      "| demos | seed | success (eval seed 0) | success (eval seed 1) | random | mean length | final loss | batch acc | samples/s |",
-      "|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+      "| demos | seed | greedy success (eval seed 0) | greedy (eval seed 1) | sampled T (eval seed 0) | random | mean length (greedy, seed 0) | final loss | batch acc | samples/s |",
+      "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
 fmt = lambda x, f="{:.3f}": "-" if x is None else f.format(x)  # noqa: E731
 for r in rows:
     md.append(f"| {r['demos']} | {r['seed']} | {fmt(r['success_eval0'])} | {fmt(r['success_eval1'])} | "
+              f"{fmt(r['success_sampled_eval0'])} (T {r['temperature']:g}) | "
               f"{fmt(r['random_success'])} | {fmt(r['episode_length_eval0'], '{:.1f}')} | {fmt(r['final_loss'])} | "
               f"{fmt(r['batch_accuracy'])} | {fmt(r['samples_per_s'], '{:.0f}')} |")
 (out / "summary.md").write_text("\n".join(md) + "\n")
