@@ -7,9 +7,10 @@
 Behaviour cloning: batches of B windows of K consecutive steps of the demonstrations (episodes drawn
 ∝ their length, every step in K windows — the DT floor's `Trajectories` with ``cover`` windows),
 cross-entropy of the bot's action at every real step (`seqrl.core.losses.action_loss`), AdamW with
-warm-up and cosine decay, gradient clipping. Evaluation: greedy actions on held-out layouts
-(`seqrl.envs.babyai.eval_reset_seed`, never a demonstration's), all episodes in lockstep with one
-batched forward per step; success rate and mean episode length, next to a uniform random policy's.
+warm-up and cosine decay, gradient clipping. Evaluation: greedy (or, with ``eval.temperature``, sampled)
+actions on held-out layouts (`seqrl.envs.babyai.eval_reset_seed`, never a demonstration's), all episodes
+in lockstep with one batched forward per step; success rate and mean episode length, next to a uniform
+random policy's.
 
 The data order is a pure function of (seed, step) and dropout draws from the global RNG that the
 checkpoint restores, so a resumed run repeats an uninterrupted one exactly.
