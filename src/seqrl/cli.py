@@ -504,7 +504,6 @@ def cmd_eval_vla(argv: list[str]) -> int:
     from seqrl.algos.vla import episode_strip, evaluate, load_policy, random_baseline
     from seqrl.envs.babyai import resolve_level
     from seqrl.utils.checkpoint import CheckpointError
-
     from seqrl.utils.dist import resolve_device
 
     torch.set_num_threads(args.threads)
@@ -527,8 +526,7 @@ def cmd_eval_vla(argv: list[str]) -> int:
     metrics.update(random_baseline(env_id, args.episodes, args.seed, args.max_steps))
     _print_table(f"{args.checkpoint} on {env_id} ({args.episodes} held-out episodes, {device})", metrics)
     out = _write_new(out, {"checkpoint": args.checkpoint, "env_id": env_id, "seed": args.seed, "device": str(device),
-                           "temperature": args.temperature,
-                           "metrics": metrics})
+                           "temperature": args.temperature, "metrics": metrics})
     if frames:
         strip = episode_strip(frames, out.with_suffix(".png"), f"{args.checkpoint}: held-out episode 0 — {caption}")
         print(f"wrote {strip}")
