@@ -10,7 +10,9 @@
 #   LEVEL=PickupLoc PRESET=pickuploc COUNTS="5000 20000" bash benchmarks/vla_gpu_sweep.sh
 #   DEVICE=cpu COUNTS="20 50" STEPS=5 BATCH=16 EVAL_EPISODES=10 WORKERS=2 bash benchmarks/vla_gpu_sweep.sh
 #
-# Sized for a 16-core H200 machine in about 8 minutes with the defaults. Needs python with torch and the
+# Sized for a 16-core H200 machine in about 8 minutes with the defaults (not yet run there; the single-threaded
+# Minari/HDF5 write of the largest count is the least known part: ≈ 33 ms per episode on a loaded 2-core
+# machine, so maybe 2–3 min for 20000 on an idle core — COUNTS="1000 5000 10000" if time is short). Needs python with torch and the
 # project's dependencies; PYTHONPATH gets ./src first. The BabyAI path imports minigrid (3.2), pygame-ce,
 # gymnasium (1.4), farama-notifications and minari (0.5) — images without them need those wheels.
 # Any failed step stops the script with a non-zero exit status and the failing log's tail.
@@ -90,7 +92,7 @@ wait_one() {  # wait for the oldest running job; record a failure
   local pid=${PIDS[0]} name=${NAMES[0]}
   PIDS=("${PIDS[@]:1}"); NAMES=("${NAMES[@]:1}")
   if wait "$pid"; then say "done: $name"; else
-    say "run $name failed; last lines of $WORK/logs/$name.log:"; tail -25 "$WORK/logs/$name.log" | tee -a "$LOG"; failed=1
+    say "$name failed; last lines of $WORK/logs/$name.log:"; tail -25 "$WORK/logs/$name.log" | tee -a "$LOG"; failed=1
   fi
 }
 RUNS=()
@@ -114,16 +116,20 @@ while [ ${#PIDS[@]} -gt 0 ]; do wait_one; done
 
 # --- every final checkpoint again through seqrl eval vla: greedy on other held-out layouts (eval seed 1), and
 # sampled at TEMPERATURE on the training run's layouts (eval seed 0; a greedy BC policy can loop forever)
+# (PARALLEL at a time, like the training runs)
 for name in "${RUNS[@]}"; do
   ckpt=$(ls -d "$WORK/runs/$name"/checkpoint-* | sort -t- -k2 -n | tail -1)
   for spec in "1 0 greedy_seed1" "0 $TEMPERATURE sampled_seed0"; do
     set -- $spec
+    while [ ${#PIDS[@]} -ge "$PARALLEL" ]; do wait_one; done
     say "eval $name ($ckpt, seed $1, temperature $2)"
     seqrl eval vla --checkpoint "$ckpt" --episodes "$EVAL_EPISODES" --seed "$1" --temperature "$2" --device "$DEVICE" \
-      --threads "$THREADS" --out "$WORK/runs/$name/eval_$3.json" >"$WORK/logs/$name.eval_$3.log" 2>&1 \
-      || { tail -20 "$WORK/logs/$name.eval_$3.log" | tee -a "$LOG"; die "seqrl eval vla $name ($3)"; }
+      --threads "$THREADS" --out "$WORK/runs/$name/eval_$3.json" >"$WORK/logs/$name.eval_$3.log" 2>&1 &
+    PIDS+=($!); NAMES+=("$name.eval_$3")
   done
 done
+while [ ${#PIDS[@]} -gt 0 ]; do wait_one; done
+[ "$failed" -eq 0 ] || die "an evaluation failed"
 
 # --- summary
 "$PYTHON" - "$WORK" "$OUT" "$LEVEL" "$PRESET" "$STEPS" "$BATCH" "$DEVICE" "$BF16" "$TRAIN_ARGS" "${RUNS[@]}" >>"$LOG" 2>&1 <<'PY' \
