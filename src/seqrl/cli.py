@@ -488,17 +488,19 @@ def cmd_eval_vla(argv: list[str]) -> int:
     p.add_argument("--strip", action="store_true", help="also draw episode 0 as a PNG strip beside the JSON")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--device", default="auto", help="auto (CUDA when available), cpu, cuda or cuda:N")
+    p.add_argument("--temperature", type=float, default=0.0, help="0: greedy actions; > 0: sampled from "
+                   "softmax(logits / T), seeded by --seed")
     p.add_argument("--out", help="JSON output: a new file, or a folder (default: <run folder>/evals/)")
     args = p.parse_args(argv)
     _check_threads(args.threads)
-    if args.episodes < 1 or args.max_steps < 0:
-        raise ConfigError(f"--episodes must be >= 1 and --max-steps >= 0 (got {args.episodes}, {args.max_steps})")
+    if args.episodes < 1 or args.max_steps < 0 or args.temperature < 0:
+        raise ConfigError(f"--episodes must be >= 1, --max-steps and --temperature >= 0 (got {args.episodes}, "
+                          f"{args.max_steps}, {args.temperature})")
     import torch
 
     from seqrl.algos.vla import episode_strip, evaluate, load_policy, random_baseline
     from seqrl.envs.babyai import resolve_level
     from seqrl.utils.checkpoint import CheckpointError
-
     from seqrl.utils.dist import resolve_device
 
     torch.set_num_threads(args.threads)
@@ -512,15 +514,16 @@ def cmd_eval_vla(argv: list[str]) -> int:
         raise ValueError(f"--checkpoint: {e}") from e
     policy.to(device)
     env_id = resolve_level(args.level or info["env_id"])
-    out = eval_output(args.out, args.checkpoint, f"vla-{env_id}-{args.episodes}ep-s{args.seed}")
+    tag = f"vla-{env_id}-{args.episodes}ep-s{args.seed}" + (f"-T{args.temperature:g}" if args.temperature else "")
+    out = eval_output(args.out, args.checkpoint, tag)
     t0 = time.perf_counter()
     metrics, frames, caption = evaluate(policy, env_id, args.episodes, args.seed, args.max_steps,
-                                        record=0 if args.strip else None)
+                                        record=0 if args.strip else None, temperature=args.temperature)
     metrics["perf/eval_s"] = time.perf_counter() - t0
     metrics.update(random_baseline(env_id, args.episodes, args.seed, args.max_steps))
     _print_table(f"{args.checkpoint} on {env_id} ({args.episodes} held-out episodes, {device})", metrics)
     out = _write_new(out, {"checkpoint": args.checkpoint, "env_id": env_id, "seed": args.seed, "device": str(device),
-                           "metrics": metrics})
+                           "temperature": args.temperature, "metrics": metrics})
     if frames:
         strip = episode_strip(frames, out.with_suffix(".png"), f"{args.checkpoint}: held-out episode 0 — {caption}")
         print(f"wrote {strip}")

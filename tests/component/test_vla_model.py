@@ -152,3 +152,27 @@ def test_bad_inputs_are_named():
     with pytest.raises(ValueError, match="divisible"):
         VLAModelConfig(hidden_size=10, n_head=3)
     assert MissionVocab().encode(["go to the zebra"], 5)[0, 3] == MissionVocab.UNK
+
+
+def test_get_action_is_greedy_at_zero_temperature_and_samples_the_softmax_above():
+    m = _model("film", hidden_size=8, n_layer=1, n_fusion=1)
+    image, prev, direction = _inputs(B=1, K=2)
+    text = m.encode_missions(["go to the red ball"])
+    with torch.no_grad():  # a window of 2 < K = 4 steps: get_action left-pads it
+        padded = m(torch.cat([image.new_zeros(1, 2, 7, 7, 3), image], 1), text,
+                   torch.cat([prev.new_zeros(1, 2), prev], 1), torch.cat([direction.new_zeros(1, 2), direction], 1),
+                   torch.tensor([[0, 0, 1, 1]]))[:, -1]
+    assert m.get_action(image, text, prev, direction).item() == padded.argmax(-1).item()
+    n = 3000
+    rows = lambda t: t.expand(n, *t.shape[1:])  # noqa: E731 — the same window n times
+    for T in (1.0, 2.0):
+        draws = m.get_action(rows(image), rows(text), rows(prev), rows(direction), temperature=T,
+                             generator=torch.Generator().manual_seed(1))
+        freq = torch.bincount(draws, minlength=7).double() / n
+        want = torch.softmax(padded[0].double() / T, -1)
+        assert (freq - want).abs().max() < 0.035, (T, freq, want)  # 3000 draws: std ≤ 0.0092
+        again = m.get_action(rows(image), rows(text), rows(prev), rows(direction), temperature=T,
+                             generator=torch.Generator().manual_seed(1))
+        assert torch.equal(draws, again)
+    with pytest.raises(ValueError, match="temperature"):
+        m.get_action(image, text, prev, direction, temperature=-1.0)

@@ -70,7 +70,16 @@ def test_training_writes_metrics_plots_strip_and_evaluates_held_out(tmp_path, ca
                  "--device", "cpu", "--out", str(tmp_path / "out.json")]) == 0
     saved = json.loads((tmp_path / "out.json").read_text())
     assert saved["metrics"]["eval/success_rate"] == final["eval/success_rate"]  # same held-out layouts, greedy
-    assert saved["device"] == "cpu"
+    assert saved["device"] == "cpu" and saved["temperature"] == 0
+    sampled = []
+    for k in range(2):  # sampled actions: reproducible from --seed
+        assert main(["eval", "vla", "--checkpoint", str(run / "checkpoint-4"), "--episodes", "6", "--temperature", "1",
+                     "--device", "cpu", "--out", str(tmp_path / f"t{k}.json")]) == 0
+        sampled.append(json.loads((tmp_path / f"t{k}.json").read_text()))
+    assert sampled[0]["metrics"] == {**sampled[1]["metrics"], "perf/eval_s": sampled[0]["metrics"]["perf/eval_s"]}
+    assert sampled[0]["temperature"] == 1.0
+    with pytest.raises(ValueError, match="eval.temperature"):
+        VLAEvalConfig(temperature=-0.5)
     assert main(["eval", "vla", "--checkpoint", str(run / "checkpoint-4"), "--device", "tpu"]) == 2
     assert "--device" in capsys.readouterr().err
     assert (tmp_path / "out.png").is_file()

@@ -7,9 +7,10 @@
 Behaviour cloning: batches of B windows of K consecutive steps of the demonstrations (episodes drawn
 ∝ their length, every step in K windows — the DT floor's `Trajectories` with ``cover`` windows),
 cross-entropy of the bot's action at every real step (`seqrl.core.losses.action_loss`), AdamW with
-warm-up and cosine decay, gradient clipping. Evaluation: greedy actions on held-out layouts
-(`seqrl.envs.babyai.eval_reset_seed`, never a demonstration's), all episodes in lockstep with one
-batched forward per step; success rate and mean episode length, next to a uniform random policy's.
+warm-up and cosine decay, gradient clipping. Evaluation: greedy (or, with ``eval.temperature``, sampled)
+actions on held-out layouts (`seqrl.envs.babyai.eval_reset_seed`, never a demonstration's), all episodes
+in lockstep with one batched forward per step; success rate and mean episode length, next to a uniform
+random policy's.
 
 The data order is a pure function of (seed, step) and dropout draws from the global RNG that the
 checkpoint restores, so a resumed run repeats an uninterrupted one exactly.
@@ -76,27 +77,31 @@ def build_policy(cfg: VLAConfig, dataset: OfflineDataset) -> VLAModel:
                     n_fusion=m.n_fusion, dropout=m.dropout, max_mission_len=m.max_mission_len)
 
 
-def policy_act(policy: VLAModel):
-    """`evaluate_babyai`'s policy: numpy windows → greedy actions of `policy` on its device."""
+def policy_act(policy: VLAModel, temperature: float = 0.0, seed: int = 0):
+    """`evaluate_babyai`'s policy: numpy windows → actions of `policy` on its device (greedy at temperature 0,
+    else sampled with a generator seeded by `seed`)."""
     dev = next(policy.parameters()).device
+    generator = torch.Generator().manual_seed(seed) if temperature > 0 else None
 
     def act(images, directions, missions, previous_actions):
         text = policy.encode_missions(missions).to(dev)  # (n, L)
         return policy.get_action(torch.from_numpy(images).to(dev), text, torch.from_numpy(previous_actions).to(dev),
-                                 torch.from_numpy(directions).to(dev)).cpu().numpy()  # (n,)
+                                 torch.from_numpy(directions).to(dev), temperature=temperature,
+                                 generator=generator).cpu().numpy()  # (n,)
 
     return act
 
 
 def evaluate(policy: VLAModel, env_id: str, episodes: int, seed: int, max_steps: int = 0,
-             record: int | None = None) -> tuple[dict[str, float], list, str]:
-    """Success rate, mean episode length and return of greedy `policy` on `episodes` held-out layouts; the
-    frames of episode `record` (if given) and a caption of it (mission, outcome, length)."""
+             record: int | None = None, temperature: float = 0.0) -> tuple[dict[str, float], list, str]:
+    """Success rate, mean episode length and return of `policy` (greedy, or sampled at `temperature`) on
+    `episodes` held-out layouts; the frames of episode `record` (if given) and a caption of it (mission,
+    outcome, length)."""
     was_training = policy.training
     policy.eval()
     try:
-        result, frames = evaluate_babyai(policy_act(policy), env_id, episodes, seed, policy.context_len, max_steps,
-                                         record=record)
+        result, frames = evaluate_babyai(policy_act(policy, temperature, seed), env_id, episodes, seed,
+                                         policy.context_len, max_steps, record=record)
     finally:
         policy.train(was_training)
     caption = ""
@@ -226,7 +231,7 @@ def train(cfg: VLAConfig, dataset: OfflineDataset | None = None) -> dict[str, fl
                     t_eval = time.perf_counter()
                     last = done == cfg.steps and cfg.eval.strip
                     ev, frames, caption = evaluate(policy, env_id, cfg.eval.episodes, cfg.eval.seed, cfg.eval.max_steps,
-                                          record=0 if last else None)
+                                                   record=0 if last else None, temperature=cfg.eval.temperature)
                     metrics.update(ev)
                     metrics["perf/eval_s"] = time.perf_counter() - t_eval
                     if frames:

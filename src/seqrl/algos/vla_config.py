@@ -36,7 +36,7 @@ class VLADataConfig:
 
 @dataclass
 class VLAEvalConfig:
-    """Greedy rollouts on held-out layouts of the dataset's level."""
+    """Rollouts (greedy, or sampled at `temperature`) on held-out layouts of the dataset's level."""
 
     every: int = 0
     """Steps between evaluations (0: only after the last step)."""
@@ -48,10 +48,13 @@ class VLAEvalConfig:
     """Cap on episode length (0: the level's own limit)."""
     strip: bool = True
     """After the last step, draw one evaluation episode as a PNG strip (plots/episode.png)."""
+    temperature: float = 0.0
+    """0: greedy actions; > 0: actions drawn from softmax(logits / temperature), seeded by `seed` (a greedy
+    behaviour-cloned policy can repeat one action forever where the demonstrations never went)."""
 
     def __post_init__(self) -> None:
-        if self.every < 0 or self.episodes < 0 or self.max_steps < 0:
-            raise ValueError("eval.every, eval.episodes and eval.max_steps must be >= 0")
+        if self.every < 0 or self.episodes < 0 or self.max_steps < 0 or self.temperature < 0:
+            raise ValueError("eval.every, eval.episodes, eval.max_steps and eval.temperature must be >= 0")
 
 
 def _optim_defaults() -> OptimConfig:

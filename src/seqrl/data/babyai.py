@@ -8,7 +8,8 @@ Stored (Minari, HDF5): observations a Dict of ``image`` (7, 7, 3) uint8, ``direc
 ``mission`` Text; actions Discrete(7); BabyAI's rewards, terminations and truncations. Episode i of
 seed s starts from `seqrl.envs.babyai.demo_reset_seed` (s, i); the bot's failures (it raised, or the
 goal was not reached in time) are skipped and counted, never stored, and the next index is tried, so a
-dataset is a pure function of (level, episodes, seed).
+dataset is a pure function of (level, episodes, seed) — also when ``workers`` processes build it. Beside
+Minari's files a dataset folder holds `PACKED`: the same episodes as flat arrays, which load in seconds.
 
 In memory each step is one flat float32 row (`OBS_DIM` values, see `unpack_obs`): the 147 image
 values, the direction, the mission's index into ``metadata["missions"]`` and the previous action

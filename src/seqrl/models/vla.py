@@ -337,8 +337,12 @@ class VLAModel(nn.Module):
 
     @torch.no_grad()
     def get_action(self, image: torch.Tensor, text: torch.Tensor, previous_actions: torch.Tensor,
-                   direction: torch.Tensor | None = None) -> torch.Tensor:
-        """Greedy action for the last step of each (B, k ≤ K) window, left-padded to K: (B,) long."""
+                   direction: torch.Tensor | None = None, temperature: float = 0.0,
+                   generator: torch.Generator | None = None) -> torch.Tensor:
+        """Action for the last step of each (B, k ≤ K) window, left-padded to K: (B,) long — greedy at
+        `temperature` 0, else drawn from softmax(logits / temperature) with `generator` (a CPU one)."""
+        if temperature < 0:
+            raise ValueError(f"VLAModel.get_action: temperature must be >= 0 (got {temperature})")
         B, k = image.shape[:2]
         K = self.context_len
         if k > K:
@@ -350,4 +354,9 @@ class VLAModel(nn.Module):
             pad = lambda t: torch.cat([t.new_zeros((B, K - k, *t.shape[2:])), t], dim=1)  # noqa: E731
             image, previous_actions, mask = pad(image), pad(previous_actions), pad(mask)
             direction = None if direction is None else pad(direction)
-        return self(image, text, previous_actions, direction, mask)[:, -1].argmax(-1)  # (B,)
+        logits = self(image, text, previous_actions, direction, mask)[:, -1].float()  # (B, A)
+        if temperature == 0:
+            return logits.argmax(-1)  # (B,)
+        probs = torch.softmax(logits / temperature, dim=-1).cpu()  # (B, A); sampled on the CPU: one generator anywhere
+        return torch.multinomial(probs, 1, generator=generator)[:, 0].to(logits.device)  # (B,)
+
