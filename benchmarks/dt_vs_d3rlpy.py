@@ -109,6 +109,7 @@ from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
+from _machine import machine_info  # noqa: E402 — benchmarks/, the script's own folder
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT_DIR = ROOT / "runs" / "bench_dt"
@@ -472,14 +473,6 @@ def med(xs) -> float:
 def paired_ratio(slow_rounds: list[dict], fast_rounds: list[dict]) -> float:
     """Median over rounds of slow wall / fast wall (the two sides' rounds of the same interleaving turn)."""
     return med([a["wall_s"] / b["wall_s"] for a, b in zip(slow_rounds, fast_rounds)])
-
-
-def machine_info() -> dict:
-    """torch's CPU capabilities that decide fp32 vs bf16 speed, and the load average at the end."""
-    caps = torch.cpu.get_capabilities() if hasattr(torch.cpu, "get_capabilities") else {}
-    return {"cpu_name": caps.get("cpu_name", ""), "cpu_capability": torch.backends.cpu.get_cpu_capability(),
-            "avx512_bf16": bool(caps.get("avx512_bf16", False)), "amx_bf16": bool(caps.get("amx_bf16", False)),
-            "avx2": bool(caps.get("avx2", False)), "load_avg_1_5_15": [round(x, 2) for x in os.getloadavg()]}
 
 
 def main(argv=None) -> dict:

@@ -40,6 +40,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import torch  # noqa: E402
+from _machine import machine_info  # noqa: E402 — benchmarks/, the script's own folder
 
 SIDES = ("fp32", "bf16")
 
@@ -63,13 +64,6 @@ def parse_args(argv=None) -> argparse.Namespace:
     if a.steps < 2 or not a.seed_list:
         p.error("--steps must be >= 2 (the first step is a warm-up) and --seeds non-empty")
     return a
-
-
-def machine_info() -> dict:
-    caps = torch.cpu.get_capabilities() if hasattr(torch.cpu, "get_capabilities") else {}
-    return {"cpu_name": caps.get("cpu_name", ""), "cpu_capability": torch.backends.cpu.get_cpu_capability(),
-            "avx512_bf16": bool(caps.get("avx512_bf16", False)), "amx_bf16": bool(caps.get("amx_bf16", False)),
-            "avx2": bool(caps.get("avx2", False)), "load_avg_1_5_15": [round(x, 2) for x in os.getloadavg()]}
 
 
 def make_trainer(checkpoint: str, seed: int, bf16: bool, steps: int, threads: int):

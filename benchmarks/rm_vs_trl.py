@@ -75,6 +75,7 @@ import tempfile
 import time
 from datetime import datetime, timezone
 from pathlib import Path
+from _machine import machine_info  # noqa: E402 — benchmarks/, the script's own folder
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))  # runnable from a checkout without installing the package
@@ -344,22 +345,6 @@ def worker_main(args: argparse.Namespace) -> None:
 
 # ---------------------------------------------------------------------------------------------
 # Parent side: inputs, runs, summary
-
-
-def machine_info() -> dict:
-    """CPU model and the capabilities that decide fp32 vs bf16 speed, and the load while running."""
-    import torch
-
-    caps = torch.cpu.get_capabilities() if hasattr(torch.cpu, "get_capabilities") else {}
-    model = ""
-    try:
-        out = subprocess.run(["lscpu"], capture_output=True, text=True, timeout=10).stdout
-        model = next((line.split(":", 1)[1].strip() for line in out.splitlines() if line.startswith("Model name")), "")
-    except (OSError, subprocess.SubprocessError):
-        pass
-    return {"cpu_model": model, "cpu_capability": torch.backends.cpu.get_cpu_capability(),
-            "avx512_bf16": bool(caps.get("avx512_bf16", False)), "amx_bf16": bool(caps.get("amx_bf16", False)),
-            "load_avg_1_5_15": [round(x, 2) for x in os.getloadavg()]}
 
 
 def prepare_inputs(args: argparse.Namespace, console) -> dict:

@@ -47,7 +47,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 from datetime import datetime, timezone
@@ -70,6 +69,7 @@ from seqrl.rollout import SamplingParams, generate  # noqa: E402
 from seqrl.utils.progress import progress_bar  # noqa: E402
 
 from _warm_start import cached_sft  # noqa: E402  (benchmarks/, the script's own folder)
+from _machine import machine_info  # noqa: E402 — benchmarks/, the script's own folder
 
 PRESETS = ("tiny", "small")
 MODES = ("natural", "forced")
@@ -246,20 +246,6 @@ def greedy_parity(policy: Policy, prompt_ids: list[list[int]], max_new: int) -> 
         if hf_len != length or row[:hf_len] != ro.completion_ids[i, :length].tolist():
             return False
     return True
-
-
-def machine_info() -> dict:
-    """CPU model and the capabilities that decide fp32 vs bf16 speed, and the load while running."""
-    caps = torch.cpu.get_capabilities() if hasattr(torch.cpu, "get_capabilities") else {}
-    model = ""
-    try:
-        out = subprocess.run(["lscpu"], capture_output=True, text=True, timeout=10).stdout
-        model = next((line.split(":", 1)[1].strip() for line in out.splitlines() if line.startswith("Model name")), "")
-    except (OSError, subprocess.SubprocessError):
-        pass
-    return {"cpu_model": model, "cpu_capability": torch.backends.cpu.get_cpu_capability(),
-            "avx512_bf16": bool(caps.get("avx512_bf16", False)), "amx_bf16": bool(caps.get("amx_bf16", False)),
-            "avx2": bool(caps.get("avx2", False)), "load_avg_1_5_15": [round(x, 2) for x in os.getloadavg()]}
 
 
 # ---------------------------------------------------------------------------------------------

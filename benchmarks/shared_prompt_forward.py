@@ -57,6 +57,7 @@ from seqrl.algos.common import OptimConfig, RunConfig, TaskConfig  # noqa: E402
 from seqrl.algos.grpo import GRPOConfig, GRPOTrainer, LossConfig, SamplingConfig  # noqa: E402
 from seqrl.models import ModelConfig, load_policy, load_pretrained  # noqa: E402
 from seqrl.prompts import SYSTEM_PRESETS  # noqa: E402
+from _machine import machine_info  # noqa: E402 — benchmarks/, the script's own folder
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -192,19 +193,6 @@ def memory_runs(args) -> dict:
         out["padded" if setting == "off" else "shared"] = json.loads(line)["peak_rss_growth_mib"]
     return {"peak_rss_growth_mib_padded_long_prompt_tiny": out["padded"],
             "peak_rss_growth_mib_shared_long_prompt_tiny": out["shared"]}
-
-
-def machine_info() -> dict:
-    caps = torch.cpu.get_capabilities() if hasattr(torch.cpu, "get_capabilities") else {}
-    model = ""
-    try:
-        model = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                      if line.startswith("model name")), "")
-    except OSError:
-        pass
-    return {"cpu_model": model, "cpu_capability": torch.backends.cpu.get_cpu_capability(),
-            "avx512_bf16": bool(caps.get("avx512_bf16", False)), "amx_bf16": bool(caps.get("amx_bf16", False)),
-            "avx2": bool(caps.get("avx2", False)), "load_avg_1_5_15": [round(x, 2) for x in os.getloadavg()]}
 
 
 def main(argv=None) -> None:

@@ -51,22 +51,9 @@ from seqrl.cli import resolve_config  # noqa: E402
 from seqrl.config import load_config  # noqa: E402
 from seqrl.data.babyai import quick_babyai  # noqa: E402
 from seqrl.data.offline import Trajectories  # noqa: E402
+from _machine import machine_info  # noqa: E402 — benchmarks/, the script's own folder
 
 LEVEL = "BabyAI-GoToLocal-v0"
-
-
-def machine_info() -> dict:
-    """CPU model and the capabilities that decide fp32 vs bf16 speed."""
-    caps = torch.cpu.get_capabilities() if hasattr(torch.cpu, "get_capabilities") else {}
-    model = ""
-    try:
-        out = subprocess.run(["lscpu"], capture_output=True, text=True, timeout=10).stdout
-        model = next((line.split(":", 1)[1].strip() for line in out.splitlines() if line.startswith("Model name")), "")
-    except (OSError, subprocess.SubprocessError):
-        pass
-    return {"cpu_model": model, "cpu_capability": torch.backends.cpu.get_cpu_capability(),
-            "avx512_bf16": bool(caps.get("avx512_bf16", False)), "amx_bf16": bool(caps.get("amx_bf16", False)),
-            "cpu_count": os.cpu_count()}
 
 
 def load() -> list[float]:
