@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+from pathlib import Path
 
 
 def machine_info() -> dict:
@@ -23,3 +24,11 @@ def machine_info() -> dict:
             "avx512_bf16": bool(caps.get("avx512_bf16", False)), "amx_bf16": bool(caps.get("amx_bf16", False)),
             "avx2": bool(caps.get("avx2", False)), "cpu_count": os.cpu_count(),
             "load_avg_1_5_15": [round(x, 2) for x in os.getloadavg()]}
+
+
+def proc_status_kib(key: str) -> int:
+    """A field of /proc/self/status in KiB (VmRSS: now; VmHWM: peak resident set size so far)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(key + ":"):
+            return int(line.split()[1])
+    raise RuntimeError(f"{key} not in /proc/self/status")

@@ -75,7 +75,7 @@ import tempfile
 import time
 from datetime import datetime, timezone
 from pathlib import Path
-from _machine import machine_info  # noqa: E402 — benchmarks/, the script's own folder
+from _machine import machine_info, proc_status_kib  # noqa: E402 — benchmarks/, the script's own folder
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))  # runnable from a checkout without installing the package
@@ -131,14 +131,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def emit(kind: str, **fields) -> None:
     print(EVENT + json.dumps({"event": kind, **fields}), flush=True)
-
-
-def proc_status_kib(key: str) -> int:
-    """A field of /proc/self/status in KiB (VmRSS: now; VmHWM: peak resident set size so far)."""
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith(key + ":"):
-            return int(line.split()[1])
-    raise RuntimeError(f"{key} not in /proc/self/status")
 
 
 def weights_checksum(model) -> float:
