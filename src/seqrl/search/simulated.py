@@ -57,7 +57,7 @@ class NoisyArithmeticPolicy:
         if not m:
             raise ValueError(f"NoisyArithmeticPolicy: not an arithmetic prompt {question!r}")
         a, op, b = int(m.group(1)), _OPS[m.group(2)], int(m.group(3))
-        return ArithmeticTask._problem(op, a, b, f"{a}{m.group(2)}{b}")
+        return ArithmeticTask._problem(op, a, b, f"{a}{m.group(2)}{b}", max(len(str(abs(a))), len(str(abs(b)))))
 
     def _continue(self, question: str, prefix: str, rng: random.Random) -> str:
         gold = self._problem(question)
