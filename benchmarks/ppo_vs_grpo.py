@@ -2,6 +2,7 @@
 """PPO with a critic vs GRPO, both seqrl's, from the same weak SFT model with the verifier as reward.
 
     python benchmarks/ppo_vs_grpo.py --quick     # 1 seed × 30 steps of 64 completions each
+    python benchmarks/ppo_vs_grpo.py --quick --seeds 0,1,2   # 3 seeds × 30 steps
     python benchmarks/ppo_vs_grpo.py             # 3 seeds × 60 steps
 
 No maintained CPU-runnable PPO trainer exists to pair ours with (TRL 1.x removed its PPOTrainer),
@@ -58,8 +59,11 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--retrain", action="store_true", help="retrain the cached SFT warm start")
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--seeds", help="comma-separated RL seeds (default: 0 with --quick, else 0,1,2)")
     args = parser.parse_args()
     seeds, steps = ([0], 30) if args.quick else ([0, 1, 2], 60)
+    if args.seeds:
+        seeds = [int(x) for x in args.seeds.split(",")]
     cache = Path("runs/bench-cache/ppo_sft1")
     info = cached_sft(cache, 100, lambda: sft_config(cache), args.retrain)
     common = dict(model=ModelConfig(path=info["checkpoint"]), task=TASK,
@@ -84,6 +88,7 @@ def main() -> None:
     for name, runs in out.items():
         for key in runs[0]:
             result[f"{name}_{key}"] = round(statistics.mean(r[key] for r in runs), 4)
+        result[f"{name}_pass1_gain_per_seed"] = [round(r["pass1_after"] - r["pass1_before"], 4) for r in runs]
     result["step_time_ratio_ppo_vs_grpo"] = round(result["ppo_step_s_median"] / result["grpo_step_s_median"], 3)
     result["pass1_gain_delta_ppo_minus_grpo"] = round(
         (result["ppo_pass1_after"] - result["ppo_pass1_before"]) - (result["grpo_pass1_after"] - result["grpo_pass1_before"]), 4)
