@@ -26,33 +26,20 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _warm_start import cached_sft  # noqa: E402
+from ppo_vs_grpo import SFT_CACHE, SFT_STEPS, TASK, ppo_config, sft_config  # noqa: E402
 
-from seqrl.algos.ppo import PPOConfig  # noqa: E402
 from seqrl.algos.ppo import train as train_ppo  # noqa: E402
 from seqrl.algos.rm import (RMConfig, build_preferences, encode_pairs, evaluate_pairs, split_by_prompt,  # noqa: E402
                             write_jsonl)
 from seqrl.algos.rm import train as train_rm  # noqa: E402
-from seqrl.algos.common import OptimConfig, RunConfig, TaskConfig  # noqa: E402
-from seqrl.algos.sft import SFTConfig  # noqa: E402
+from seqrl.algos.common import RunConfig  # noqa: E402
 from seqrl.cli import preset_file  # noqa: E402
 from seqrl.config import load_config  # noqa: E402
 from seqrl.data.preferences import load_preferences  # noqa: E402
-from seqrl.evaluation import EvalConfig  # noqa: E402
 from seqrl.models import ModelConfig  # noqa: E402
 from seqrl.models.heads import load_scalar_model  # noqa: E402
 from seqrl.prompts import PromptConfig  # noqa: E402
 from seqrl.utils.metrics import read_metrics  # noqa: E402
-
-TASK = TaskConfig(name="arith", kwargs={"digits": 2}, n_train=4000, n_test=200)
-
-
-def sft_config(out: Path) -> SFTConfig:
-    """The end-to-end tests' shared SFT model (tests/e2e/conftest.py)."""
-    return SFTConfig(run=RunConfig(name=out.name, out_dir=str(out.parent), seed=0, progress=False),
-                     model=ModelConfig(preset="tiny", max_seq_len=64), task=TASK,
-                     optim=OptimConfig(lr=3e-3, warmup_steps=30), eval=EvalConfig(max_new_tokens=32, samples=4),
-                     steps=240, batch_size=32)
-
 
 def reward_model(sft: str, noise: float, args, out: Path) -> tuple[str, dict]:
     """The preference file and RM for one noise level (reused when present); (checkpoint, stats)."""
@@ -81,15 +68,11 @@ def reward_model(sft: str, noise: float, args, out: Path) -> tuple[str, dict]:
 
 
 def ppo_run(sft: str, rm: str | None, seed: int, args, out: Path, name: str) -> list[dict]:
-    over = [f"--run.name={name}", f"--run.out_dir={out}", f"--run.seed={seed}", "--run.progress=false",
-            "--run.save_every=0", "--run.log_every=1", f"--model.path={sft}",
-            "--task.kwargs={digits: 2}", "--task.n_train=4000", "--task.n_test=200", "--eval.every=15",
-            "--eval.max_new_tokens=32", "--eval.samples=4", "--sampling.max_new_tokens=32",
-            f"--steps={args.steps}", "--batch_size=64", "--micro_batch_size=64"]
-    if rm is not None:
-        over.append(f"--rewards=[{{name: rm, path: {rm}}}]")
+    """PPO at the preset's settings (`ppo_vs_grpo.ppo_config`) on the verifier (rm None) or an RM."""
     if not (out / name / f"checkpoint-{args.steps}").is_dir():  # else: reuse the finished run
-        train_ppo(load_config(PPOConfig, preset_file("ppo/arith_tiny_ppo"), over))
+        run = RunConfig(name=name, out_dir=str(out), seed=seed, log_every=1)
+        extra = (f"--rewards=[{{name: rm, path: {rm}}}]",) if rm is not None else ()
+        train_ppo(ppo_config(run, sft, args.steps, eval_every=15, extra=extra))
     return read_metrics(out / name / "metrics.jsonl")
 
 
@@ -114,8 +97,7 @@ def main() -> None:
         args.steps = 30
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    sft = args.sft or cached_sft(Path("runs/bench-cache/ppo_sft2"), 240,
-                                 lambda: sft_config(Path("runs/bench-cache/ppo_sft2")))["checkpoint"]
+    sft = args.sft or cached_sft(SFT_CACHE, SFT_STEPS, lambda: sft_config(SFT_CACHE))["checkpoint"]
     noises = [float(x) for x in args.noise.split(",") if x]  # --noise '': no reward model
     seeds = [int(x) for x in args.seeds.split(",")]
     result: dict = {"steps": args.steps, "seeds": seeds, "arms": {}}
