@@ -127,3 +127,7 @@ def test_loaded_models_are_not_swapped_for_hub_kernels(tmp_path):
     assert prm.model.use_kernels is False
     prm.save(tmp_path / "prm")
     assert ProcessRewardModel.load(tmp_path / "prm").model.use_kernels is False
+    opted_in = ModelConfig(path=str(tmp_path / "lm"), hub_kernels=True)  # nothing to swap on a CPU: loads offline
+    assert load_policy(opted_in).model.use_kernels is True
+    assert load_scalar_model(opted_in)[0].use_kernels is True
+    assert ProcessRewardModel.build(opted_in, kind="prm").model.use_kernels is True

@@ -45,7 +45,7 @@ def load_scalar_model(cfg: ModelConfig) -> tuple[PreTrainedModel, PreTrainedToke
             tokenizer = AutoTokenizer.from_pretrained(cfg.path)
             model = AutoModelForSequenceClassification.from_pretrained(
                 cfg.path, num_labels=1, dtype=torch.float32, attn_implementation=cfg.attn_implementation,
-                use_kernels=False)
+                use_kernels=cfg.hub_kernels)
         except OSError as e:
             raise ValueError(f"model.path {cfg.path!r} could not be loaded as a scalar-head model: {e}") from e
         if tokenizer.pad_token_id is None:

@@ -93,7 +93,7 @@ class ProcessRewardModel:
             config.num_labels, config.classifier_dropout = num_labels, 0.0
             model = AutoModelForTokenClassification.from_pretrained(
                 backbone.path, config=config, dtype=torch.float32, attn_implementation=backbone.attn_implementation,
-                use_kernels=False)
+                use_kernels=backbone.hub_kernels)
             tokenizer = _load_tokenizer(backbone.path)
         if device is not None:
             model.to(device)
