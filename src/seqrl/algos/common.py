@@ -31,7 +31,9 @@ from seqrl.utils.checkpoint import (
     clean_stale_tmp,
     latest_checkpoint,
     list_checkpoints,
+    load_checkpoint,
 )
+from seqrl.utils.metrics import MetricsLogger
 from seqrl.utils.seeding import seed_everything
 
 RESUMABLE_CHANGES = ("steps", "eval.every", "run.log_every", "run.save_every", "run.keep_last", "run.progress",
@@ -323,6 +325,22 @@ def load_resume_checkpoint(run_dir: Path, load: Any) -> tuple[Path, Any]:
         commit_resumed_config(run_dir, path)
         return path, result
     raise CheckpointError(f"{run_dir}: no checkpoint could be loaded ({'; '.join(errors) or 'none found'})")
+
+
+def resume_and_open_log(run_dir: Path, resume_from: Path | None, model: torch.nn.Module, optimizer, scheduler,
+                        main: bool = True) -> tuple[Path | None, dict, int, MetricsLogger | None]:
+    """A single-model trainer's start: with `resume_from`, `model`, `optimizer` and `scheduler` from
+    the newest checkpoint that loads (`load_resume_checkpoint`, reported on the main process); then
+    the run's metrics log, truncated to the resumed step (None off the main process). Returns
+    (the checkpoint or None, its trainer state ({} on a fresh run), the start step, the logger)."""
+    start, state = 0, {}
+    if resume_from is not None:
+        resume_from, state = load_resume_checkpoint(run_dir, lambda p: load_checkpoint(p, model, optimizer, scheduler))
+        start = state["step"]
+        if main:
+            print(f"resumed from {resume_from} at step {start}")
+    logger = MetricsLogger(run_dir / "metrics.jsonl", resume_step=start if resume_from else None) if main else None
+    return resume_from, state, start, logger
 
 
 def refuse_skip_step(run: RunConfig, algo: str) -> None:

@@ -32,7 +32,7 @@ from seqrl.algos.common import (
     OptimConfig,
     RunConfig,
     RunGuard,
-    load_resume_checkpoint,
+    resume_and_open_log,
     make_optimizer,
     prepare_run_dir,
     releases_run_folder,
@@ -45,8 +45,8 @@ from seqrl.data.offline import OfflineDataset, Trajectories
 from seqrl.envs.evaluate import DTEvalConfig, run_evaluation, target_label, warn_far_targets
 from seqrl.models.dt import DecisionTransformer, DTModelConfig, MLPPolicy
 from seqrl.utils import dist
-from seqrl.utils.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
-from seqrl.utils.metrics import MetricsLogger, read_metrics
+from seqrl.utils.checkpoint import latest_checkpoint, save_checkpoint
+from seqrl.utils.metrics import read_metrics
 from seqrl.utils.plots import plot_bars, plot_metrics
 from seqrl.utils.progress import progress_bar
 from seqrl.utils.seeding import seed_everything
@@ -120,13 +120,7 @@ def train(cfg: DTConfig, dataset: OfflineDataset | None = None, env=None) -> dic
         warn_far_targets(cfg.eval.target_returns, dataset.returns, f"{prefix}.eval.target_returns")
     optimizer, scheduler = make_optimizer(policy, cfg.optim, cfg.steps, fused=True)
 
-    start, state = 0, {}
-    if resume_from is not None:
-        resume_from, state = load_resume_checkpoint(run_dir, lambda p: load_checkpoint(p, policy, optimizer, scheduler))
-        start = state["step"]
-        if main:
-            print(f"resumed from {resume_from} at step {start}")
-    logger = MetricsLogger(run_dir / "metrics.jsonl", resume_step=start if resume_from else None) if main else None
+    resume_from, state, start, logger = resume_and_open_log(run_dir, resume_from, policy, optimizer, scheduler, main)
     if start == 0 and main:
         first = {"model/parameters": sum(p.numel() for p in policy.parameters()),
                  "data/episodes": len(data.returns), "data/steps": data.n_steps,

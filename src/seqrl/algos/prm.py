@@ -30,7 +30,7 @@ from seqrl.algos.common import (
     TaskConfig,
     batch_indices,
     check_finite,
-    load_resume_checkpoint,
+    resume_and_open_log,
     make_optimizer,
     start_run,
 )
@@ -39,8 +39,8 @@ from seqrl.core.search import binary_auc, step_label_loss
 from seqrl.data.stepwise import StepExample, corrupted_arith_examples, read_stepwise
 from seqrl.models.lm import ModelConfig, num_parameters
 from seqrl.models.prm import ProcessRewardModel, pad_right
-from seqrl.utils.checkpoint import load_checkpoint, save_checkpoint
-from seqrl.utils.metrics import MetricsLogger, read_metrics
+from seqrl.utils.checkpoint import save_checkpoint
+from seqrl.utils.metrics import read_metrics
 from seqrl.utils.plots import plot_metrics
 from seqrl.utils.progress import progress_bar
 
@@ -162,12 +162,7 @@ def train(cfg: PRMConfig) -> dict[str, float]:
         raise ValueError(f"{source}: no solution fits the context of {prm.max_seq_len} tokens (model.max_seq_len)")
     optimizer, scheduler = make_optimizer(model, cfg.optim, cfg.steps)
 
-    start = 0
-    if resume_from is not None:
-        resume_from, state = load_resume_checkpoint(run_dir, lambda p: load_checkpoint(p, model, optimizer, scheduler))
-        start = state["step"]
-        print(f"resumed from {resume_from} at step {start}")
-    logger = MetricsLogger(run_dir / "metrics.jsonl", resume_step=start if resume_from else None)
+    resume_from, _, start, logger = resume_and_open_log(run_dir, resume_from, model, optimizer, scheduler)
     if start == 0:
         labels = [y for e in examples for y in e.labels]
         logger.log(0, {"model/parameters": num_parameters(model), "data/train_examples": len(examples),

@@ -37,7 +37,7 @@ from seqrl.algos.common import (
     RunGuard,
     batch_indices,
     check_finite,
-    load_resume_checkpoint,
+    resume_and_open_log,
     make_optimizer,
     start_run,
 )
@@ -51,8 +51,8 @@ from seqrl.rewards.combine import RewardSpec, build_reward, score_completions
 from seqrl.rollout import SamplingParams, generate
 from seqrl.types import Problem, Task
 from seqrl.utils import dist
-from seqrl.utils.checkpoint import load_checkpoint, save_checkpoint
-from seqrl.utils.metrics import MetricsLogger, read_metrics
+from seqrl.utils.checkpoint import save_checkpoint
+from seqrl.utils.metrics import read_metrics
 from seqrl.utils.plots import plot_metrics
 from seqrl.utils.progress import progress_bar
 
@@ -149,13 +149,7 @@ def train(cfg: RMConfig) -> dict[str, float]:
     held_enc = encode_pairs(held_pairs, tok, cfg.prompt, max_len, cfg.data.use_margin)
     optimizer, scheduler = make_optimizer(model, cfg.optim, cfg.steps)
 
-    start = 0
-    if resume_from is not None:
-        resume_from, state = load_resume_checkpoint(run_dir, lambda p: load_checkpoint(p, model, optimizer, scheduler))
-        start = state["step"]
-        if main:
-            print(f"resumed from {resume_from} at step {start}")
-    logger = MetricsLogger(run_dir / "metrics.jsonl", resume_step=start if resume_from else None) if main else None
+    resume_from, _, start, logger = resume_and_open_log(run_dir, resume_from, model, optimizer, scheduler, main)
 
     def run_eval() -> dict[str, float]:
         out = evaluate_pairs(model, held_enc, tok.pad_token_id, cfg.micro_batch_size, cfg.center_coef, bf16) if main else {}

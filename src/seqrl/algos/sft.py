@@ -18,7 +18,7 @@ from seqrl.algos.common import (
     RunGuard,
     TaskConfig,
     batch_indices,
-    load_resume_checkpoint,
+    resume_and_open_log,
     make_optimizer,
     prepare_run_dir,
     releases_run_folder,
@@ -31,8 +31,8 @@ from seqrl.models.lm import ModelConfig, load_policy, num_parameters
 from seqrl.prompts import check_template
 from seqrl.training.finetune import accumulate_gradients, collate, encode_examples  # noqa: F401 (re-exported)
 from seqrl.utils import dist
-from seqrl.utils.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
-from seqrl.utils.metrics import MetricsLogger, read_metrics
+from seqrl.utils.checkpoint import latest_checkpoint, save_checkpoint
+from seqrl.utils.metrics import read_metrics
 from seqrl.utils.plots import plot_metrics
 from seqrl.utils.progress import progress_bar
 from seqrl.utils.seeding import seed_everything
@@ -66,13 +66,7 @@ def train(cfg: SFTConfig) -> dict[str, float]:
     examples = encode_examples(policy, train_problems)
     optimizer, scheduler = make_optimizer(model, cfg.optim, cfg.steps)
 
-    start, state = 0, {}
-    if resume_from is not None:
-        resume_from, state = load_resume_checkpoint(run_dir, lambda p: load_checkpoint(p, model, optimizer, scheduler))
-        start = state["step"]
-        if main:
-            print(f"resumed from {resume_from} at step {start}")
-    logger = MetricsLogger(run_dir / "metrics.jsonl", resume_step=start if resume_from else None) if main else None
+    resume_from, state, start, logger = resume_and_open_log(run_dir, resume_from, model, optimizer, scheduler, main)
     if start == 0 and main:
         logger.log(0, {"model/parameters": num_parameters(model), "data/train_examples": len(examples), **placement})
 

@@ -31,7 +31,7 @@ from seqrl.algos.common import (
     RunConfig,
     RunGuard,
     check_finite,
-    load_resume_checkpoint,
+    resume_and_open_log,
     make_optimizer,
     start_run,
 )
@@ -42,8 +42,8 @@ from seqrl.data.offline import DatasetError, OfflineDataset, Trajectories
 from seqrl.envs.babyai import evaluate_babyai, random_act, resolve_level
 from seqrl.models.loading import load_policy_checkpoint
 from seqrl.models.vla import VLAModel, VLAModelConfig
-from seqrl.utils.checkpoint import load_checkpoint, save_checkpoint
-from seqrl.utils.metrics import MetricsLogger, read_metrics
+from seqrl.utils.checkpoint import save_checkpoint
+from seqrl.utils.metrics import read_metrics
 from seqrl.utils.plots import _save, plot_metrics
 from seqrl.utils.progress import progress_bar
 from seqrl.utils.seeding import seed_everything
@@ -181,12 +181,7 @@ def train(cfg: VLAConfig, dataset: OfflineDataset | None = None) -> dict[str, fl
             "episodes": len(dataset.episodes)}
     optimizer, scheduler = make_optimizer(policy, cfg.optim, cfg.steps, fused=True)
 
-    start = 0
-    if resume_from is not None:
-        resume_from, state = load_resume_checkpoint(run_dir, lambda p: load_checkpoint(p, policy, optimizer, scheduler))
-        start = state["step"]
-        print(f"resumed from {resume_from} at step {start}")
-    logger = MetricsLogger(run_dir / "metrics.jsonl", resume_step=start if resume_from else None)
+    resume_from, _, start, logger = resume_and_open_log(run_dir, resume_from, policy, optimizer, scheduler)
     if start == 0:
         first = {"model/parameters": sum(p.numel() for p in policy.parameters() if p.requires_grad),
                  "data/episodes": len(dataset.episodes), "data/steps": data.n_steps,
