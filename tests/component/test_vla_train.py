@@ -10,7 +10,7 @@ import safetensors.torch
 import torch
 
 from seqrl.algos.common import OptimConfig, RunConfig
-from seqrl.algos.vla import VLAConfig, VLADataConfig, VLAEvalConfig, load_demos, train
+from seqrl.algos.vla import VLAConfig, VLADaggerConfig, VLADataConfig, VLAEvalConfig, load_demos, train
 from seqrl.config import load_config
 from seqrl.envs.babyai import evaluate_babyai, random_act
 from seqrl.models.vla import VLAModelConfig
@@ -127,3 +127,63 @@ def test_datasets_that_are_not_babyai_demonstrations_are_refused_by_name(tmp_pat
     other = OfflineDataset(demos.episodes, env_id="Pendulum-v1", discrete=True, action_dim=7, name="pend")
     with pytest.raises(DatasetError, match="pend: not a BabyAI dataset"):
         train(_cfg(tmp_path, 1, "pend"), other)
+
+
+def _dagger_cfg(tmp_path, name: str, resume: bool = False) -> VLAConfig:
+    cfg = _cfg(tmp_path, 8, name, resume)
+    cfg.dagger = VLADaggerConfig(every=3, episodes=4)  # rounds after steps 3 and 6
+    cfg.run.save_every = 4
+    return cfg
+
+
+def test_dagger_rounds_add_bot_labelled_states_and_resume_trains_on_the_same_data(tmp_path, monkeypatch):
+    import seqrl.algos.vla as vla
+    from seqrl.data.babyai import load_episodes
+    from seqrl.utils.metrics import read_metrics
+
+    train(_dagger_cfg(tmp_path, "straight"))
+    run = tmp_path / "straight"
+    rounds = sorted(p.name for p in (run / "dagger").iterdir())
+    assert rounds == ["round-0000003.npz", "round-0000006.npz"]
+    records = [r for r in read_metrics(run / "metrics.jsonl") if "dagger/episodes" in r]
+    assert [r["step"] for r in records] == [4, 7]  # logged with the first step trained on the round
+    first = records[0]
+    base = read_metrics(run / "metrics.jsonl")[0]["data/steps"]
+    added = sum(len(e.labels) for e in load_episodes(run / "dagger" / rounds[0]))
+    assert first["dagger/round_steps"] == added > 0 and first["data/steps"] == base + added
+    assert records[1]["data/steps"] > first["data/steps"] and records[1]["dagger/episodes"] == 8
+    assert 0 <= first["dagger/disagreement"] <= 1 and 0 <= first["dagger/success_rate"] <= 1
+
+    real, calls = vla.action_loss, {"n": 0}
+
+    def interrupt_at_step_7(*args, **kwargs):  # after the checkpoint at 4 and the round at 6
+        calls["n"] += 1
+        if calls["n"] == 7:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(vla, "action_loss", interrupt_at_step_7)
+    with pytest.raises(KeyboardInterrupt):
+        train(_dagger_cfg(tmp_path, "cut"))
+    monkeypatch.undo()
+    cut = tmp_path / "cut"
+    (cut / "dagger" / "round-0000006.npz").unlink()  # collected after the checkpoint: the resume collects it again
+    train(_dagger_cfg(tmp_path, "cut", resume=True))
+    a = safetensors.torch.load_file(run / "checkpoint-8" / "model.safetensors")
+    b = safetensors.torch.load_file(cut / "checkpoint-8" / "model.safetensors")
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    for name in rounds:
+        x, y = load_episodes(run / "dagger" / name), load_episodes(cut / "dagger" / name)
+        assert [e.labels.tolist() for e in x] == [e.labels.tolist() for e in y]
+
+    # a round before the resumed checkpoint cannot be collected again: its loss is named
+    (cut / "dagger" / "round-0000003.npz").unlink()
+    cfg = _dagger_cfg(tmp_path, "cut", resume=True)
+    cfg.steps = 8
+    import shutil
+
+    shutil.rmtree(cut / "checkpoint-8")
+    with pytest.raises(ValueError, match="round-0000003.npz"):
+        train(cfg)
+    with pytest.raises(ValueError, match="dagger.beta"):
+        VLADaggerConfig(beta=2.0)

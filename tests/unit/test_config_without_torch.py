@@ -60,7 +60,7 @@ def test_the_trainers_still_export_their_configs():
         assert getattr(ppo, name) is getattr(ppo_config, name)
     assert star.STaRConfig is star_config.STaRConfig and star.BaseConfig is star_config.BaseConfig
     assert star.hint_words is star_config.hint_words
-    for name in ("VLAConfig", "VLADataConfig", "VLAEvalConfig"):
+    for name in ("VLAConfig", "VLADataConfig", "VLAEvalConfig", "VLADaggerConfig"):
         assert getattr(vla, name) is getattr(vla_config, name)
     assert vla_model.VLAModelConfig is config.VLAModelConfig
 

@@ -12,6 +12,10 @@ actions on held-out layouts (`seqrl.envs.babyai.eval_reset_seed`, never a demons
 in lockstep with one batched forward per step; success rate and mean episode length, next to a uniform
 random policy's.
 
+DAgger (``dagger.every``): every that many steps the policy plays fresh training layouts, a bot that
+follows each episode labels every state reached, and the labelled states join the demonstrations
+(`collect_round`); each round is stored in ``<run>/dagger/`` so a resumed run trains on the same data.
+
 The data order is a pure function of (seed, step) and dropout draws from the global RNG that the
 checkpoint restores, so a resumed run repeats an uninterrupted one exactly.
 """
@@ -35,11 +39,11 @@ from seqrl.algos.common import (
     make_optimizer,
     start_run,
 )
-from seqrl.algos.vla_config import VLAConfig, VLADataConfig, VLAEvalConfig  # noqa: F401 (re-exported)
+from seqrl.algos.vla_config import VLAConfig, VLADaggerConfig, VLADataConfig, VLAEvalConfig  # noqa: F401 (re-exported)
 from seqrl.core.losses import action_loss
-from seqrl.data.babyai import load_babyai, quick_babyai, unpack_obs
+from seqrl.data.babyai import load_babyai, load_episodes, pack_episodes, quick_babyai, save_episodes, unpack_obs
 from seqrl.data.offline import DatasetError, OfflineDataset, Trajectories
-from seqrl.envs.babyai import evaluate_babyai, random_act, resolve_level
+from seqrl.envs.babyai import dagger_reset_seed, evaluate_babyai, labelled_rollouts, random_act, resolve_level
 from seqrl.models.loading import load_policy_checkpoint
 from seqrl.models.vla import VLAModel, VLAModelConfig
 from seqrl.utils.checkpoint import save_checkpoint
@@ -118,6 +122,30 @@ def random_baseline(env_id: str, episodes: int, seed: int, max_steps: int = 0) -
     return {"eval/random_success_rate": m["eval/success_rate"], "eval/random_episode_length": m["eval/episode_length"]}
 
 
+def dagger_round_path(run_dir: Path, step: int) -> Path:
+    """Where the round collected after `step` optimizer steps is stored."""
+    return Path(run_dir) / "dagger" / f"round-{step:07d}.npz"
+
+
+def collect_round(policy: VLAModel, env_id: str, cfg: VLADaggerConfig, run_seed: int, step: int, index: int,
+                  max_steps: int = 0):
+    """DAgger round `index` (collected after `step` steps): the policy plays ``cfg.episodes`` layouts
+    ``dagger_reset_seed(run_seed, index · episodes + i)``, labelled by the bot. Returns (episodes, metrics).
+    Deterministic in (policy weights, run_seed, step): the β draws and sampled actions use their own seeded RNGs."""
+    seeds = [dagger_reset_seed(run_seed, index * cfg.episodes + i) for i in range(cfg.episodes)]
+    was_training = policy.training
+    policy.eval()
+    try:
+        episodes, result, stats = labelled_rollouts(
+            policy_act(policy, cfg.temperature, seed=run_seed * 1_000_003 + step), env_id, seeds, policy.context_len,
+            max_steps, beta=cfg.beta, rng=np.random.default_rng([run_seed, step, 7]),
+            bot_memory=policy.context_len if cfg.bot_memory == -1 else cfg.bot_memory)
+    finally:
+        policy.train(was_training)
+    return episodes, {"dagger/success_rate": float(result.success.mean()), "dagger/disagreement": stats["disagreement"],
+                      "dagger/bot_errors": stats["bot_errors"], "dagger/round_steps": stats["labelled_steps"]}
+
+
 def bc_loss(policy: VLAModel, batch: dict[str, torch.Tensor], mission_ids: torch.Tensor, bf16: bool = False):
     """Behaviour-cloning loss of one `Trajectories` batch of B windows of K steps on the policy's device:
     (loss, logits (B, K, A), actions (B, K), mask (B, K)). `mission_ids` (M, L): word ids of the dataset's
@@ -177,11 +205,33 @@ def train(cfg: VLAConfig, dataset: OfflineDataset | None = None) -> dict[str, fl
     policy = build_policy(cfg, dataset).to(device)
     missions = list(dataset.metadata["missions"])
     mission_ids = policy.encode_missions(missions).to(device)  # (M, L)
+    dagger = cfg.dagger
+    collected: list = []  # the DAgger rounds' labelled episodes (packed), in order
+
+    def add_round(episodes: list) -> None:
+        nonlocal data, missions, mission_ids
+        if not episodes:
+            return
+        packed, missions = pack_episodes(episodes, missions)
+        collected.extend(packed)
+        data = Trajectories(OfflineDataset(list(dataset.episodes) + collected, env_id=dataset.env_id, discrete=True,
+                                           action_dim=dataset.action_dim, name=dataset.name),
+                            1.0, MAX_EP_LEN, "vla.model", windows="cover")
+        mission_ids = policy.encode_missions(missions).to(device)
     info = {"method": "vla", "model": dict(policy.kwargs), "env_id": env_id, "dataset": dataset.name,
             "episodes": len(dataset.episodes)}
     optimizer, scheduler = make_optimizer(policy, cfg.optim, cfg.steps, fused=True)
 
     resume_from, _, start, logger = resume_and_open_log(run_dir, resume_from, policy, optimizer, scheduler)
+    round_at = range(dagger.every, cfg.steps, dagger.every) if dagger.every else range(0)
+    for r, at in enumerate(round_at):  # rounds before the resumed step: as they were collected
+        if at >= start:
+            break
+        path = dagger_round_path(run_dir, at)
+        if not path.exists():
+            raise DatasetError(f"{path}: DAgger round {r} (after step {at}) is missing, and the policy that "
+                               f"collected it is gone; resume from a checkpoint before step {at} or start a new run")
+        add_round(load_episodes(path))
     if start == 0:
         first = {"model/parameters": sum(p.numel() for p in policy.parameters() if p.requires_grad),
                  "data/episodes": len(dataset.episodes), "data/steps": data.n_steps,
@@ -199,6 +249,15 @@ def train(cfg: VLAConfig, dataset: OfflineDataset | None = None) -> dict[str, fl
         bar.advance(start)
         try:
             for step in range(start, cfg.steps):
+                round_metrics: dict[str, float] = {}
+                if step in round_at:  # collected with the weights after `step` steps; stored before training on it
+                    t_round = time.perf_counter()
+                    episodes, round_metrics = collect_round(policy, env_id, dagger, cfg.run.seed, step,
+                                                            round_at.index(step), cfg.eval.max_steps)
+                    save_episodes(dagger_round_path(run_dir, step), episodes)
+                    add_round(episodes)
+                    round_metrics.update({"dagger/episodes": float(len(collected)), "data/steps": float(data.n_steps),
+                                          "perf/dagger_s": time.perf_counter() - t_round})
                 t0 = time.perf_counter()
                 b = data.batch(step, cfg.batch_size, K, cfg.run.seed)
                 loss, logits, actions, mask = bc_loss(policy, b, mission_ids, cfg.run.use_bf16)
@@ -212,15 +271,15 @@ def train(cfg: VLAConfig, dataset: OfflineDataset | None = None) -> dict[str, fl
                 done = step + 1
                 window_s += time.perf_counter() - t0
                 window_steps += 1
-                metrics: dict[str, float] = {}
+                metrics: dict[str, float] = dict(round_metrics)
                 if done % cfg.run.log_every == 0 or done == cfg.steps:
                     with torch.no_grad():
                         real = mask.bool()
                         acc = (logits.argmax(-1)[real] == actions[real]).float().mean().item()
-                    metrics = {"loss/action": loss.item(), "stats/action_accuracy": acc,
-                               "stats/grad_norm": float(grad_norm), "stats/lr": lr,
-                               "perf/steps_per_s": window_steps / window_s,
-                               "perf/samples_per_s": window_steps * cfg.batch_size / window_s}
+                    metrics.update({"loss/action": loss.item(), "stats/action_accuracy": acc,
+                                    "stats/grad_norm": float(grad_norm), "stats/lr": lr,
+                                    "perf/steps_per_s": window_steps / window_s,
+                                    "perf/samples_per_s": window_steps * cfg.batch_size / window_s})
                     window_s, window_steps = 0.0, 0
                 if cfg.eval.episodes and ((cfg.eval.every and done % cfg.eval.every == 0) or done == cfg.steps):
                     t_eval = time.perf_counter()
@@ -245,7 +304,8 @@ def train(cfg: VLAConfig, dataset: OfflineDataset | None = None) -> dict[str, fl
                 bar.advance(1, loss=loss.item(), **shown)
         finally:
             logger.close()
-    plot_metrics(read_metrics(run_dir / "metrics.jsonl"),
-                 ["loss/action", "stats/action_accuracy", "eval/success_rate", "eval/episode_length", "stats/lr",
-                  "perf/samples_per_s"], run_dir / "plots" / "vla.png", title=f"VLA {cfg.run.name}")
+    curves = ["loss/action", "stats/action_accuracy", "eval/success_rate", "eval/episode_length", "stats/lr",
+              "perf/samples_per_s"] + (["dagger/success_rate", "dagger/disagreement"] if dagger.every else [])
+    plot_metrics(read_metrics(run_dir / "metrics.jsonl"), curves, run_dir / "plots" / "vla.png",
+                 title=f"VLA {cfg.run.name}")
     return final

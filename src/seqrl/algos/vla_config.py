@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from seqrl.algos.config import OptimConfig, RunConfig
 from seqrl.models.config import VLAModelConfig
 
-__all__ = ["VLAConfig", "VLADataConfig", "VLAEvalConfig"]
+__all__ = ["VLAConfig", "VLADaggerConfig", "VLADataConfig", "VLAEvalConfig"]
 
 
 @dataclass
@@ -57,6 +57,36 @@ class VLAEvalConfig:
             raise ValueError("eval.every, eval.episodes, eval.max_steps and eval.temperature must be >= 0")
 
 
+@dataclass
+class VLADaggerConfig:
+    """DAgger (Ross, Gordon & Bagnell 2011): every `every` steps the current policy plays `episodes` fresh
+    training layouts (never evaluation ones), a bot following each episode labels every state it reaches,
+    and those states join the demonstrations for the rest of training — so the policy learns what to do
+    where its own mistakes take it, which the bot's demonstrations never show."""
+
+    every: int = 0
+    """Steps between collection rounds (0: off — plain behaviour cloning). Rounds run at every, 2·every, … < steps."""
+    episodes: int = 200
+    """Episodes the policy plays per round."""
+    beta: float = 0.0
+    """Probability that a step executes the bot's action instead of the policy's (DAgger's mixture β)."""
+    temperature: float = 0.0
+    """The policy's actions while collecting: 0 greedy (the evaluation's behaviour), > 0 sampled."""
+    bot_memory: int = 0
+    """Observations the labelling bot remembers: 0 the whole episode (it may know where a target was long
+    ago), k ≥ 1 the last k (rebuilt each step from k − 1 steps back) — ``-1``: the policy's context K."""
+
+    def __post_init__(self) -> None:
+        if self.bot_memory < -1:
+            raise ValueError(f"dagger.bot_memory must be >= -1 (got {self.bot_memory})")
+        if self.every < 0 or self.episodes < 1:
+            raise ValueError(f"dagger.every must be >= 0 and dagger.episodes >= 1 (got {self.every}, {self.episodes})")
+        if not 0.0 <= self.beta <= 1.0:
+            raise ValueError(f"dagger.beta must be in [0, 1] (got {self.beta})")
+        if self.temperature < 0:
+            raise ValueError(f"dagger.temperature must be >= 0 (got {self.temperature})")
+
+
 def _optim_defaults() -> OptimConfig:
     return OptimConfig(lr=1e-3, weight_decay=0.01, warmup_steps=100, schedule="cosine", grad_clip=1.0)
 
@@ -69,6 +99,7 @@ class VLAConfig:
     model: VLAModelConfig = field(default_factory=VLAModelConfig)
     optim: OptimConfig = field(default_factory=_optim_defaults)
     eval: VLAEvalConfig = field(default_factory=VLAEvalConfig)
+    dagger: VLADaggerConfig = field(default_factory=VLADaggerConfig)
     steps: int = 2000
     """Gradient steps."""
     batch_size: int = 64

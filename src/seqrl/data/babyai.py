@@ -31,7 +31,8 @@ from seqrl.data.offline import DatasetError, Episode, OfflineDataset
 from seqrl.envs.babyai import BOS, N_ACTIONS, BabyAIEpisode, bot_episode, demo_reset_seed, make_babyai, resolve_level
 
 __all__ = ["IMAGE_SHAPE", "OBS_DIM", "PACKED", "babyai_dataset_id", "build_babyai", "collect_demos", "load_babyai",
-           "pack_episodes", "quick_babyai", "read_packed", "unpack_obs", "write_babyai", "write_packed"]
+           "load_episodes", "pack_episodes", "quick_babyai", "read_packed", "save_episodes", "unpack_obs", "write_babyai",
+           "write_packed"]
 
 IMAGE_SHAPE = (7, 7, 3)
 _IMG = int(np.prod(IMAGE_SHAPE))
@@ -144,7 +145,8 @@ def _collect_parallel(env_id: str, episodes: int, seed: int, workers: int, bar) 
 
 def pack_episodes(demos: list[BabyAIEpisode], missions: list[str] | None = None) -> tuple[list[Episode], list[str]]:
     """Flat `Episode`s (observations (T+1, OBS_DIM)) and the mission list their indices point into
-    (`missions` extended with new ones in order of first appearance)."""
+    (`missions` extended with new ones in order of first appearance). The previous-action column holds the
+    executed actions; the targets are the episode's `labels` where it has them (DAgger data), else its actions."""
     missions = list(missions or [])
     lookup = {m: i for i, m in enumerate(missions)}
     out = []
@@ -158,7 +160,8 @@ def pack_episodes(demos: list[BabyAIEpisode], missions: list[str] | None = None)
         obs[:, _IMG] = d.directions
         obs[:, _IMG + 1] = lookup[d.mission]
         obs[:, _IMG + 2] = np.concatenate([[BOS], d.actions])  # a_{t−1}; BOS at t = 0
-        out.append(Episode(observations=obs, actions=d.actions.astype(np.int64), rewards=d.rewards.astype(np.float32),
+        target = d.actions if d.labels is None else d.labels
+        out.append(Episode(observations=obs, actions=target.astype(np.int64), rewards=d.rewards.astype(np.float32),
                            terminations=d.terminations.copy(), truncations=d.truncations.copy(), id=k))
     return out, missions
 
@@ -299,6 +302,70 @@ def write_packed(folder: str | os.PathLike, demos: list[BabyAIEpisode]) -> Path:
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return dest
+
+
+_EPISODE_ARRAYS = ("images", "directions", "actions", "labels", "rewards", "terminations", "truncations", "lengths",
+                   "mission_index", "reset_seeds", "missions")
+
+
+def save_episodes(path: str | os.PathLike, demos: list[BabyAIEpisode]) -> Path:
+    """Write `demos` (labelled or not) to one ``.npz`` file, atomically (temporary file, fsync, rename)."""
+    path = Path(path)
+    missions = sorted({d.mission for d in demos})
+    lookup = {m: i for i, m in enumerate(missions)}
+    cat = lambda xs, dtype: np.concatenate(xs).astype(dtype) if xs else np.zeros(0, dtype)  # noqa: E731
+    arrays = {
+        "images": np.concatenate([d.images for d in demos]).astype(np.uint8) if demos else np.zeros((0, *IMAGE_SHAPE), np.uint8),
+        "directions": cat([d.directions for d in demos], np.int64),
+        "actions": cat([d.actions for d in demos], np.int64),
+        "labels": cat([d.actions if d.labels is None else d.labels for d in demos], np.int64),
+        "rewards": cat([d.rewards for d in demos], np.float32),
+        "terminations": cat([d.terminations for d in demos], bool),
+        "truncations": cat([d.truncations for d in demos], bool),
+        "lengths": np.array([len(d.actions) for d in demos], dtype=np.int64),
+        "mission_index": np.array([lookup[d.mission] for d in demos], dtype=np.int64),
+        "reset_seeds": np.array([d.reset_seed for d in demos], dtype=np.int64),
+        "missions": np.array(missions, dtype=str),
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        with open(tmp, "wb") as f:
+            np.savez(f, **arrays)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return path
+
+
+def load_episodes(path: str | os.PathLike) -> list[BabyAIEpisode]:
+    """The episodes `save_episodes` wrote (each with `labels`); a missing, torn or inconsistent file raises
+    `DatasetError` naming it."""
+    import zipfile
+
+    path = Path(path)
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            a = {name: z[name] for name in _EPISODE_ARRAYS}
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as e:
+        raise DatasetError(f"{path}: not a readable episode file ({type(e).__name__}: {e})") from e
+    lengths = a["lengths"]
+    if a["actions"].shape[0] != lengths.sum() or a["labels"].shape[0] != lengths.sum() or \
+            a["images"].shape[0] != lengths.sum() + len(lengths):
+        raise DatasetError(f"{path}: array sizes do not match the episode lengths")
+    act_end, obs_end = np.cumsum(lengths), np.cumsum(lengths + 1)
+    missions = [str(m) for m in a["missions"]]
+    out = []
+    for k, T in enumerate(lengths):
+        a0, o0 = act_end[k] - T, obs_end[k] - T - 1
+        out.append(BabyAIEpisode(images=a["images"][o0:o0 + T + 1], directions=a["directions"][o0:o0 + T + 1],
+                                 mission=missions[a["mission_index"][k]], actions=a["actions"][a0:a0 + T],
+                                 rewards=a["rewards"][a0:a0 + T], terminations=a["terminations"][a0:a0 + T],
+                                 truncations=a["truncations"][a0:a0 + T], reset_seed=int(a["reset_seeds"][k]),
+                                 labels=a["labels"][a0:a0 + T]))
+    return out
 
 
 def read_packed(folder: str | os.PathLike) -> list[BabyAIEpisode] | None:

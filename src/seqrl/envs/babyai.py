@@ -31,6 +31,8 @@ __all__ = [
     "BabyAIEpisode",
     "BabyAIEvalResult",
     "bot_episode",
+    "dagger_reset_seed",
+    "labelled_rollouts",
     "demo_reset_seed",
     "eval_reset_seed",
     "evaluate_babyai",
@@ -83,6 +85,12 @@ def eval_reset_seed(seed: int, index: int) -> int:
     return int(np.random.SeedSequence([seed, index, 1]).generate_state(1)[0]) | _HIGH_BIT
 
 
+def dagger_reset_seed(seed: int, index: int) -> int:
+    """Reset seed of the `index`-th layout the learner collects on (`labelled_rollouts`): bit 31 clear, so
+    never an evaluation layout, and a stream apart from the demonstrations'."""
+    return int(np.random.SeedSequence([seed, index, 2]).generate_state(1)[0]) & (_HIGH_BIT - 1)
+
+
 def _quiet_reset(env, seed: int):
     # some levels print a line for each rejected layout while sampling one
     with contextlib.redirect_stdout(io.StringIO()):
@@ -92,7 +100,8 @@ def _quiet_reset(env, seed: int):
 @dataclass
 class BabyAIEpisode:
     """One episode: images (T+1, 7, 7, 3) uint8, directions (T+1,) int64, mission, actions (T,) int64,
-    rewards (T,) float32, terminations/truncations (T,) bool, reset_seed."""
+    rewards (T,) float32, terminations/truncations (T,) bool, reset_seed. `labels` (T,) int64, when set: the
+    bot's action at each step of an episode someone else drove (`actions` are the ones executed)."""
 
     images: np.ndarray
     directions: np.ndarray
@@ -102,6 +111,7 @@ class BabyAIEpisode:
     terminations: np.ndarray
     truncations: np.ndarray
     reset_seed: int
+    labels: np.ndarray | None = None
 
     @property
     def success(self) -> bool:
@@ -177,17 +187,82 @@ def evaluate_babyai(act: Act, env_id: str, episodes: int = 100, seed: int = 0, c
     max_steps: cap on episode length (0: the level's own limit). `record`: index of an episode whose
     RGB frames are returned (for a picture strip); else the list is empty.
     """
-    if episodes < 1 or context < 1 or max_steps < 0:
-        raise ValueError(f"evaluate_babyai: episodes and context must be >= 1, max_steps >= 0 "
-                         f"(got {episodes}, {context}, {max_steps})")
-    envs = [make_babyai(env_id) for _ in range(episodes)]
+    if episodes < 1:
+        raise ValueError(f"evaluate_babyai: episodes must be >= 1 (got {episodes})")
     seeds = [eval_reset_seed(seed, i) for i in range(episodes)]
+    run = _lockstep(act, env_id, seeds, context, max_steps, record=record)
+    return run.result, run.frames
+
+
+def labelled_rollouts(act: Act, env_id: str, seeds: list[int], context: int = 1, max_steps: int = 0,
+                      beta: float = 0.0, rng: np.random.Generator | None = None, bot_memory: int = 0
+                      ) -> tuple[list[BabyAIEpisode], BabyAIEvalResult, dict[str, float]]:
+    """DAgger's data (Ross et al. 2011): episodes on the layouts `seeds`, driven by `act`, every visited
+    state labelled with the action `BabyAIBot` takes there. One bot follows each episode from its reset and
+    is told every executed action (minigrid's bot plans from what it has seen and undoes a deviation).
+    With probability `beta` per step the bot's own action is executed instead of the policy's (drawn
+    from `rng`). `bot_memory` k ≥ 1: the labelling bot has seen only the last k observations — rebuilt at
+    every step from the state k − 1 steps back and replayed through the executed actions — so it knows
+    what a policy with a k-step context can know; 0: one bot remembers the whole episode. Returns (episodes with `labels`, the policy's outcome, stats): ``disagreement`` — the
+    fraction of labelled steps where the policy's action differs from the bot's; ``bot_errors`` — episodes
+    whose labels stop where the bot raised (the labelled prefix is kept; the policy plays on, unlabelled)."""
+    if not 0.0 <= beta <= 1.0:
+        raise ValueError(f"labelled_rollouts: beta must be in [0, 1] (got {beta})")
+    if bot_memory < 0:
+        raise ValueError(f"labelled_rollouts: bot_memory must be >= 0 (got {bot_memory})")
+    run = _lockstep(act, env_id, seeds, context, max_steps, label=True, beta=beta,
+                    rng=rng if rng is not None else np.random.default_rng(0), bot_memory=bot_memory)
+    episodes = []
+    for i in range(len(seeds)):
+        T = int(run.result.lengths[i]) if run.cut[i] < 0 else int(run.cut[i])
+        if T == 0:
+            continue
+        episodes.append(BabyAIEpisode(
+            images=run.images[i, : T + 1].copy(), directions=run.directions[i, : T + 1].copy(),
+            mission=run.result.missions[i], actions=run.prev[i, 1 : T + 1].copy(), rewards=run.rewards[i, :T].copy(),
+            terminations=run.terms[i, :T].copy(), truncations=run.truncs[i, :T].copy(),
+            reset_seed=int(seeds[i]), labels=run.labels[i, :T].copy()))
+    labelled = int(sum(len(e.labels) for e in episodes))
+    stats = {"disagreement": run.disagree / max(run.proposed, 1), "bot_errors": float((run.cut >= 0).sum()),
+             "labelled_steps": float(labelled)}
+    return episodes, run.result, stats
+
+
+@dataclass
+class _Lockstep:
+    result: BabyAIEvalResult
+    frames: list
+    images: np.ndarray  # (N, T+1, 7, 7, 3)
+    directions: np.ndarray  # (N, T+1)
+    prev: np.ndarray  # (N, T+1): prev[:, t] = the action executed at t − 1
+    rewards: np.ndarray  # (N, T)
+    terms: np.ndarray  # (N, T)
+    truncs: np.ndarray  # (N, T)
+    labels: np.ndarray  # (N, T): the bot's action (label runs), else -1
+    cut: np.ndarray  # (N,): step where the bot raised (labels end there), else -1
+    disagree: int = 0
+    proposed: int = 0
+
+
+def _lockstep(act: Act, env_id: str, seeds: list[int], context: int, max_steps: int, record: int | None = None,
+              label: bool = False, beta: float = 0.0, rng: np.random.Generator | None = None,
+              bot_memory: int = 0) -> _Lockstep:
+    """All episodes step together; one `act` call per step over the active ones. With `label`, a bot
+    follows each episode and names its action at every step (executed instead with probability `beta`)."""
+    if not seeds or context < 1 or max_steps < 0:
+        raise ValueError(f"evaluate_babyai: episodes and context must be >= 1, max_steps >= 0 "
+                         f"(got {len(seeds)}, {context}, {max_steps})")
+    envs = [make_babyai(env_id) for _ in seeds]
     first = [_quiet_reset(env, s)[0] for env, s in zip(envs, seeds)]
     limit = max_steps or max(int(env.unwrapped.max_steps) for env in envs)
-    N = episodes
+    N = len(seeds)
     images = np.zeros((N, limit + 1, 7, 7, 3), dtype=np.uint8)  # (N, T+1, 7, 7, 3)
     directions = np.zeros((N, limit + 1), dtype=np.int64)  # (N, T+1)
     prev = np.full((N, limit + 1), BOS, dtype=np.int64)  # (N, T+1): prev[:, t] = a_{t-1}
+    rewards = np.zeros((N, limit), dtype=np.float32)
+    terms, truncs = np.zeros((N, limit), dtype=bool), np.zeros((N, limit), dtype=bool)
+    labels = np.full((N, limit), -1, dtype=np.int64)
+    cut = np.full(N, -1, dtype=np.int64)
     missions = [str(o["mission"]) for o in first]
     for i, o in enumerate(first):
         images[i, 0], directions[i, 0] = o["image"], o["direction"]
@@ -196,6 +271,29 @@ def evaluate_babyai(act: Act, env_id: str, episodes: int = 100, seed: int = 0, c
     lengths = np.zeros(N, dtype=np.int64)
     active = np.ones(N, dtype=bool)
     frames = [envs[record].unwrapped.get_frame(highlight=True)] if record is not None else []
+    bots: list = []
+    snapshots: list[list] = [[] for _ in seeds]  # bot_memory: the last k states before each step
+    if label:
+        import copy
+
+        from minigrid.utils.baby_ai_bot import BabyAIBot
+
+        bots = [BabyAIBot(env.unwrapped) for env in envs] if not bot_memory else []
+
+        def expert_action(i: int, t: int) -> int:
+            if not bot_memory:
+                return int(bots[i].replan(None if t == 0 else int(prev[i, t])))
+            snapshots[i].append(copy.deepcopy(envs[i].unwrapped))
+            del snapshots[i][:-bot_memory]
+            t0 = t - len(snapshots[i]) + 1
+            sim = copy.deepcopy(snapshots[i][0])  # the state at t0, replayed to t with the executed actions
+            bot, taken = BabyAIBot(sim), None
+            for u in range(t0, t):
+                bot.replan(taken)
+                taken = int(prev[i, u + 1])
+                sim.step(taken)
+            return int(bot.replan(taken))
+    disagree = proposed = 0
     try:
         for t in range(limit):
             idx = np.flatnonzero(active)
@@ -211,8 +309,20 @@ def evaluate_babyai(act: Act, env_id: str, episodes: int = 100, seed: int = 0, c
                 a = int(actions[row])
                 if not 0 <= a < N_ACTIONS:
                     raise ValueError(f"evaluate_babyai: the policy returned action {a}, outside [0, {N_ACTIONS})")
+                if label and cut[i] < 0:
+                    try:
+                        expert = expert_action(i, t)
+                    except Exception:  # noqa: BLE001 — the bot's own failures end the labels, not the run
+                        cut[i] = t
+                    else:
+                        labels[i, t] = expert
+                        proposed += 1
+                        disagree += int(a != expert)
+                        if beta > 0 and rng.random() < beta:
+                            a = expert
                 obs, reward, term, trunc, _ = envs[i].step(a)
                 images[i, t + 1], directions[i, t + 1], prev[i, t + 1] = obs["image"], obs["direction"], a
+                rewards[i, t], terms[i, t], truncs[i, t] = reward, term, trunc
                 returns[i] += float(reward)
                 lengths[i] = t + 1
                 if record is not None and i == record:
@@ -223,5 +333,6 @@ def evaluate_babyai(act: Act, env_id: str, episodes: int = 100, seed: int = 0, c
     finally:
         for env in envs:
             env.close()
-    return BabyAIEvalResult(success=success, lengths=lengths, returns=returns, missions=missions,
-                            reset_seeds=seeds), frames
+    result = BabyAIEvalResult(success=success, lengths=lengths, returns=returns, missions=missions,
+                              reset_seeds=list(seeds))
+    return _Lockstep(result, frames, images, directions, prev, rewards, terms, truncs, labels, cut, disagree, proposed)
