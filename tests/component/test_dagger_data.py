@@ -107,3 +107,33 @@ def test_a_bot_with_the_policys_memory_knows_only_the_last_k_observations():
     assert differs  # forgetting changes some labels
     with pytest.raises(ValueError, match="bot_memory"):
         labelled_rollouts(random_act(0), LEVEL, [1], bot_memory=-2)
+
+
+def test_a_stuck_bot_that_would_plan_forever_is_stopped_and_its_labels_end_there(monkeypatch):
+    # minigrid's bot can plan forever in states its own demonstrations never reach (a policy picked
+    # something up next to a blocker); here every subgoal, once the episode is 3 steps old, pushes another
+    import minigrid.utils.baby_ai_bot as bb
+
+    from seqrl.envs.babyai import BOT_PLAN_LIMIT, BotStuck, GuardedBot
+
+    real = bb.GoNextToSubgoal.replan_before_action
+
+    def endless(self):
+        if self.bot.mission.unwrapped.step_count >= 3:
+            self.bot.stack.append(bb.GoNextToSubgoal(self.bot, self.pos))
+            return None
+        return real(self)
+
+    monkeypatch.setattr(bb.GoNextToSubgoal, "replan_before_action", endless)
+    env = make_babyai(LEVEL)
+    env.reset(seed=dagger_reset_seed(6, 0))
+    bot = GuardedBot(env.unwrapped)
+    for _ in range(3):
+        env.step(bot.replan())
+    with pytest.raises(BotStuck, match=f"more than {BOT_PLAN_LIMIT} times"):
+        bot.replan(None)
+    for memory in (0, 2):
+        episodes, result, stats = labelled_rollouts(random_act(1), LEVEL, [dagger_reset_seed(6, i) for i in range(3)],
+                                                    context=2, bot_memory=memory)
+        assert stats["bot_errors"] == sum(result.lengths >= 4)  # every episode that got that far
+        assert all(len(ep.labels) == min(3, n) for ep, n in zip(episodes, result.lengths))  # labels end there

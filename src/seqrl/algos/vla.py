@@ -252,12 +252,14 @@ def train(cfg: VLAConfig, dataset: OfflineDataset | None = None) -> dict[str, fl
                 round_metrics: dict[str, float] = {}
                 if step in round_at:  # collected with the weights after `step` steps; stored before training on it
                     t_round = time.perf_counter()
+                    bar.advance(0, dagger=f"round {round_at.index(step) + 1}: collecting")
                     episodes, round_metrics = collect_round(policy, env_id, dagger, cfg.run.seed, step,
                                                             round_at.index(step), cfg.eval.max_steps)
                     save_episodes(dagger_round_path(run_dir, step), episodes)
                     add_round(episodes)
                     round_metrics.update({"dagger/episodes": float(len(collected)), "data/steps": float(data.n_steps),
                                           "perf/dagger_s": time.perf_counter() - t_round})
+                    bar.advance(0, dagger=f"{len(collected)} episodes")
                 t0 = time.perf_counter()
                 b = data.batch(step, cfg.batch_size, K, cfg.run.seed)
                 loss, logits, actions, mask = bc_loss(policy, b, mission_ids, cfg.run.use_bf16)

@@ -67,7 +67,7 @@ class VLADaggerConfig:
     every: int = 0
     """Steps between collection rounds (0: off — plain behaviour cloning). Rounds run at every, 2·every, … < steps."""
     episodes: int = 200
-    """Episodes the policy plays per round."""
+    """Episodes the policy plays per round (each capped like the evaluation's, `eval.max_steps`)."""
     beta: float = 0.0
     """Probability that a step executes the bot's action instead of the policy's (DAgger's mixture β)."""
     temperature: float = 0.0

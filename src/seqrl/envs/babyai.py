@@ -6,7 +6,8 @@ discrete actions. An episode succeeds when the environment terminates it with a 
 
 Seeds: demonstration episode i of seed s resets with `demo_reset_seed` (bit 31 clear) and evaluation
 episode i with `eval_reset_seed` (bit 31 set), so evaluation layouts are never ones a demonstration
-was recorded on, whatever the seeds.
+was recorded on, whatever the seeds; the layouts a policy collects DAgger data on (`dagger_reset_seed`,
+`labelled_rollouts`) have bit 31 clear too.
 
 A policy for `evaluate_babyai` is ``act(images, directions, missions, previous_actions) -> actions``
 over the active episodes' histories: images (n, k, 7, 7, 3) uint8, directions (n, k), missions a list
@@ -30,12 +31,14 @@ __all__ = [
     "N_ACTIONS",
     "BabyAIEpisode",
     "BabyAIEvalResult",
+    "BotStuck",
+    "GuardedBot",
     "bot_episode",
     "dagger_reset_seed",
-    "labelled_rollouts",
     "demo_reset_seed",
     "eval_reset_seed",
     "evaluate_babyai",
+    "labelled_rollouts",
     "make_babyai",
     "random_act",
     "resolve_level",
@@ -118,18 +121,58 @@ class BabyAIEpisode:
         return bool(self.terminations[-1] and self.rewards[-1] > 0)
 
 
+BOT_PLAN_LIMIT = 2000
+"""Subgoal pushes and pops one `BabyAIBot.replan` call may make before it counts as stuck: in states its
+own demonstrations never reach (carrying an object next to a blocker) the bot can plan forever."""
+
+
+class BotStuck(RuntimeError):
+    """`BabyAIBot.replan` went past `BOT_PLAN_LIMIT` subgoal changes in one call."""
+
+
+class _PlanStack(list):
+    """The bot's subgoal stack, counting pushes and pops since `ops` was last reset."""
+
+    ops = 0
+
+    def _tick(self) -> None:
+        self.ops += 1
+        if self.ops > BOT_PLAN_LIMIT:
+            raise BotStuck(f"the bot changed its plan more than {BOT_PLAN_LIMIT} times for one action")
+
+    def append(self, item) -> None:
+        self._tick()
+        super().append(item)
+
+    def pop(self, *args):
+        self._tick()
+        return super().pop(*args)
+
+
+class GuardedBot:
+    """minigrid's `BabyAIBot` whose `replan` raises `BotStuck` instead of planning forever."""
+
+    def __init__(self, env) -> None:
+        from minigrid.utils.baby_ai_bot import BabyAIBot
+
+        self.bot = BabyAIBot(env)
+        self.bot.stack = _PlanStack(self.bot.stack)
+
+    def replan(self, action_taken=None) -> int:
+        self.bot.stack.ops = 0
+        return int(self.bot.replan(action_taken))
+
+
 def bot_episode(env, reset_seed: int) -> tuple[BabyAIEpisode | None, str]:
     """`BabyAIBot`'s episode from ``env.reset(seed=reset_seed)``: (episode, "") on success, else
-    (None, why) — the bot raised, or the episode ended without the goal (time limit)."""
-    from minigrid.utils.baby_ai_bot import BabyAIBot
-
+    (None, why) — the bot raised (or was stuck), or the episode ended without the goal (time limit)."""
     obs, _ = _quiet_reset(env, reset_seed)
     images, directions, actions, rewards, terms, truncs = [obs["image"]], [obs["direction"]], [], [], [], []
     mission = obs["mission"]
     try:
-        bot = BabyAIBot(env.unwrapped)
+        bot = GuardedBot(env.unwrapped)
         while True:
-            action = int(bot.replan())
+            action = bot.replan()
             obs, reward, term, trunc, _ = env.step(action)
             images.append(obs["image"])
             directions.append(obs["direction"])
@@ -199,13 +242,18 @@ def labelled_rollouts(act: Act, env_id: str, seeds: list[int], context: int = 1,
                       ) -> tuple[list[BabyAIEpisode], BabyAIEvalResult, dict[str, float]]:
     """DAgger's data (Ross et al. 2011): episodes on the layouts `seeds`, driven by `act`, every visited
     state labelled with the action `BabyAIBot` takes there. One bot follows each episode from its reset and
-    is told every executed action (minigrid's bot plans from what it has seen and undoes a deviation).
+    is told every executed action (minigrid's bot replans its route from where the policy went; it
+    plans to undo a pickup, drop or toggle it did not ask for).
     With probability `beta` per step the bot's own action is executed instead of the policy's (drawn
     from `rng`). `bot_memory` k ≥ 1: the labelling bot has seen only the last k observations — rebuilt at
     every step from the state k − 1 steps back and replayed through the executed actions — so it knows
-    what a policy with a k-step context can know; 0: one bot remembers the whole episode. Returns (episodes with `labels`, the policy's outcome, stats): ``disagreement`` — the
-    fraction of labelled steps where the policy's action differs from the bot's; ``bot_errors`` — episodes
-    whose labels stop where the bot raised (the labelled prefix is kept; the policy plays on, unlabelled)."""
+    what a policy with a k-step context can know; 0: one bot remembers the whole episode.
+
+    Returns (episodes with `labels`, the policy's outcome, stats): ``disagreement`` — the fraction of
+    labelled steps where the policy's action differs from the bot's; ``bot_errors`` — episodes whose
+    labels stop where the bot raised or was stuck (`BotStuck`; the labelled prefix is kept, the policy
+    plays on unlabelled);
+    ``labelled_steps``."""
     if not 0.0 <= beta <= 1.0:
         raise ValueError(f"labelled_rollouts: beta must be in [0, 1] (got {beta})")
     if bot_memory < 0:
@@ -276,23 +324,21 @@ def _lockstep(act: Act, env_id: str, seeds: list[int], context: int, max_steps: 
     if label:
         import copy
 
-        from minigrid.utils.baby_ai_bot import BabyAIBot
-
-        bots = [BabyAIBot(env.unwrapped) for env in envs] if not bot_memory else []
+        bots = [GuardedBot(env.unwrapped) for env in envs] if not bot_memory else []
 
         def expert_action(i: int, t: int) -> int:
             if not bot_memory:
-                return int(bots[i].replan(None if t == 0 else int(prev[i, t])))
+                return bots[i].replan(None if t == 0 else int(prev[i, t]))
             snapshots[i].append(copy.deepcopy(envs[i].unwrapped))
             del snapshots[i][:-bot_memory]
             t0 = t - len(snapshots[i]) + 1
             sim = copy.deepcopy(snapshots[i][0])  # the state at t0, replayed to t with the executed actions
-            bot, taken = BabyAIBot(sim), None
+            bot, taken = GuardedBot(sim), None
             for u in range(t0, t):
                 bot.replan(taken)
                 taken = int(prev[i, u + 1])
                 sim.step(taken)
-            return int(bot.replan(taken))
+            return bot.replan(taken)
     disagree = proposed = 0
     try:
         for t in range(limit):
