@@ -26,24 +26,29 @@ def _cfg(tmp_path, steps: int, name: str = "r", resume: bool = False, episodes: 
                      eval=VLAEvalConfig(episodes=episodes, strip=True), steps=steps, batch_size=8)
 
 
+def _interrupt_at_step(monkeypatch, vla, n: int, run) -> None:
+    """`run()` with a KeyboardInterrupt raised in the loss of its `n`-th step."""
+    real, calls = vla.action_loss, {"n": 0}
+
+    def interrupting(*args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == n:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(vla, "action_loss", interrupting)
+    with pytest.raises(KeyboardInterrupt):
+        run()
+    monkeypatch.undo()
+
+
 def test_resume_after_interrupt_repeats_an_uninterrupted_run_exactly(tmp_path, monkeypatch):
     import seqrl.algos.vla as vla
     from seqrl.utils.checkpoint import latest_checkpoint
     from seqrl.utils.metrics import read_metrics
 
     train(_cfg(tmp_path, 6, "straight"))
-    real, calls = vla.action_loss, {"n": 0}
-
-    def interrupt_at_step_5(*args, **kwargs):
-        calls["n"] += 1
-        if calls["n"] == 5:
-            raise KeyboardInterrupt
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(vla, "action_loss", interrupt_at_step_5)
-    with pytest.raises(KeyboardInterrupt):
-        train(_cfg(tmp_path, 6, "cut"))
-    monkeypatch.undo()
+    _interrupt_at_step(monkeypatch, vla, 5, lambda: train(_cfg(tmp_path, 6, "cut")))
     assert latest_checkpoint(tmp_path / "cut").name == "checkpoint-3"
     train(_cfg(tmp_path, 6, "cut", resume=True))
     a = safetensors.torch.load_file(tmp_path / "straight" / "checkpoint-6" / "model.safetensors")
@@ -154,18 +159,8 @@ def test_dagger_rounds_add_bot_labelled_states_and_resume_trains_on_the_same_dat
     assert records[1]["data/steps"] > first["data/steps"] and records[1]["dagger/episodes"] == 8
     assert 0 <= first["dagger/disagreement"] <= 1 and 0 <= first["dagger/success_rate"] <= 1
 
-    real, calls = vla.action_loss, {"n": 0}
-
-    def interrupt_at_step_7(*args, **kwargs):  # after the checkpoint at 4 and the round at 6
-        calls["n"] += 1
-        if calls["n"] == 7:
-            raise KeyboardInterrupt
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(vla, "action_loss", interrupt_at_step_7)
-    with pytest.raises(KeyboardInterrupt):
-        train(_dagger_cfg(tmp_path, "cut"))
-    monkeypatch.undo()
+    # interrupted in step 7: after the checkpoint at 4 and the round at 6
+    _interrupt_at_step(monkeypatch, vla, 7, lambda: train(_dagger_cfg(tmp_path, "cut")))
     cut = tmp_path / "cut"
     (cut / "dagger" / "round-0000006.npz").unlink()  # collected after the checkpoint: the resume collects it again
     train(_dagger_cfg(tmp_path, "cut", resume=True))

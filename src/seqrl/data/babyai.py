@@ -264,6 +264,43 @@ def _sha256(file: Path) -> str:
     return h.hexdigest()
 
 
+def _flat_arrays(demos: list[BabyAIEpisode]) -> tuple[list[str], dict[str, np.ndarray]]:
+    """The sorted distinct missions and `demos` as flat arrays, episodes back to back."""
+    missions = sorted({d.mission for d in demos})
+    lookup = {m: i for i, m in enumerate(missions)}
+    cat = lambda xs, dtype, shape=(): np.concatenate(xs).astype(dtype) if xs else np.zeros((0, *shape), dtype)  # noqa: E731
+    return missions, {
+        "images": cat([d.images for d in demos], np.uint8, IMAGE_SHAPE),  # (Σ T+1, 7, 7, 3)
+        "directions": cat([d.directions for d in demos], np.int64),  # (Σ T+1,)
+        "actions": cat([d.actions for d in demos], np.int64),  # (Σ T,)
+        "rewards": cat([d.rewards for d in demos], np.float32),
+        "terminations": cat([d.terminations for d in demos], bool),
+        "truncations": cat([d.truncations for d in demos], bool),
+        "lengths": np.array([len(d.actions) for d in demos], dtype=np.int64),  # (E,)
+        "mission_index": np.array([lookup[d.mission] for d in demos], dtype=np.int64),  # (E,)
+    }
+
+
+def _split_arrays(a: dict[str, np.ndarray], missions: list[str]) -> list[BabyAIEpisode] | None:
+    """`_flat_arrays`' inverse (with ``labels`` and ``reset_seeds`` when present); None when the array
+    sizes do not match the episode lengths."""
+    lengths = a["lengths"]
+    if a["actions"].shape[0] != lengths.sum() or a["images"].shape[0] != lengths.sum() + len(lengths) or \
+            ("labels" in a and a["labels"].shape[0] != lengths.sum()):
+        return None
+    act_end, obs_end = np.cumsum(lengths), np.cumsum(lengths + 1)
+    out = []
+    for k, T in enumerate(lengths):
+        a0, o0 = act_end[k] - T, obs_end[k] - T - 1
+        out.append(BabyAIEpisode(images=a["images"][o0:o0 + T + 1], directions=a["directions"][o0:o0 + T + 1],
+                                 mission=missions[a["mission_index"][k]], actions=a["actions"][a0:a0 + T],
+                                 rewards=a["rewards"][a0:a0 + T], terminations=a["terminations"][a0:a0 + T],
+                                 truncations=a["truncations"][a0:a0 + T],
+                                 reset_seed=int(a["reset_seeds"][k]) if "reset_seeds" in a else -1,
+                                 labels=a["labels"][a0:a0 + T] if "labels" in a else None))
+    return out
+
+
 def write_packed(folder: str | os.PathLike, demos: list[BabyAIEpisode]) -> Path:
     """Write `demos` (the episodes of the Minari dataset at `folder`, in order) as `PACKED` .npy arrays,
     fingerprinted with the SHA-256 of ``data/main_data.hdf5`` so a changed dataset never reads stale
@@ -274,18 +311,7 @@ def write_packed(folder: str | os.PathLike, demos: list[BabyAIEpisode]) -> Path:
 
     folder = Path(folder)
     dest = folder / PACKED
-    missions = sorted({d.mission for d in demos})
-    lookup = {m: i for i, m in enumerate(missions)}
-    arrays = {
-        "images": np.concatenate([d.images for d in demos]).astype(np.uint8),  # (Σ T+1, 7, 7, 3)
-        "directions": np.concatenate([d.directions for d in demos]).astype(np.int64),  # (Σ T+1,)
-        "actions": np.concatenate([d.actions for d in demos]).astype(np.int64),  # (Σ T,)
-        "rewards": np.concatenate([d.rewards for d in demos]).astype(np.float32),
-        "terminations": np.concatenate([d.terminations for d in demos]).astype(bool),
-        "truncations": np.concatenate([d.truncations for d in demos]).astype(bool),
-        "lengths": np.array([len(d.actions) for d in demos], dtype=np.int64),  # (E,)
-        "mission_index": np.array([lookup[d.mission] for d in demos], dtype=np.int64),  # (E,)
-    }
+    missions, arrays = _flat_arrays(demos)
     tmp = Path(tempfile.mkdtemp(dir=folder, prefix=f".{PACKED}-"))
     try:
         for name, a in arrays.items():
@@ -311,22 +337,11 @@ _EPISODE_ARRAYS = ("images", "directions", "actions", "labels", "rewards", "term
 def save_episodes(path: str | os.PathLike, demos: list[BabyAIEpisode]) -> Path:
     """Write `demos` (labelled or not) to one ``.npz`` file, atomically (temporary file, fsync, rename)."""
     path = Path(path)
-    missions = sorted({d.mission for d in demos})
-    lookup = {m: i for i, m in enumerate(missions)}
-    cat = lambda xs, dtype: np.concatenate(xs).astype(dtype) if xs else np.zeros(0, dtype)  # noqa: E731
-    arrays = {
-        "images": np.concatenate([d.images for d in demos]).astype(np.uint8) if demos else np.zeros((0, *IMAGE_SHAPE), np.uint8),
-        "directions": cat([d.directions for d in demos], np.int64),
-        "actions": cat([d.actions for d in demos], np.int64),
-        "labels": cat([d.actions if d.labels is None else d.labels for d in demos], np.int64),
-        "rewards": cat([d.rewards for d in demos], np.float32),
-        "terminations": cat([d.terminations for d in demos], bool),
-        "truncations": cat([d.truncations for d in demos], bool),
-        "lengths": np.array([len(d.actions) for d in demos], dtype=np.int64),
-        "mission_index": np.array([lookup[d.mission] for d in demos], dtype=np.int64),
-        "reset_seeds": np.array([d.reset_seed for d in demos], dtype=np.int64),
-        "missions": np.array(missions, dtype=str),
-    }
+    missions, arrays = _flat_arrays(demos)
+    arrays["labels"] = np.concatenate([arrays["actions"][:0]] + [d.actions if d.labels is None else d.labels
+                                                                 for d in demos]).astype(np.int64)
+    arrays["reset_seeds"] = np.array([d.reset_seed for d in demos], dtype=np.int64)
+    arrays["missions"] = np.array(missions, dtype=str)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:
@@ -351,20 +366,9 @@ def load_episodes(path: str | os.PathLike) -> list[BabyAIEpisode]:
             a = {name: z[name] for name in _EPISODE_ARRAYS}
     except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as e:
         raise DatasetError(f"{path}: not a readable episode file ({type(e).__name__}: {e})") from e
-    lengths = a["lengths"]
-    if a["actions"].shape[0] != lengths.sum() or a["labels"].shape[0] != lengths.sum() or \
-            a["images"].shape[0] != lengths.sum() + len(lengths):
+    out = _split_arrays(a, [str(m) for m in a["missions"]])
+    if out is None:
         raise DatasetError(f"{path}: array sizes do not match the episode lengths")
-    act_end, obs_end = np.cumsum(lengths), np.cumsum(lengths + 1)
-    missions = [str(m) for m in a["missions"]]
-    out = []
-    for k, T in enumerate(lengths):
-        a0, o0 = act_end[k] - T, obs_end[k] - T - 1
-        out.append(BabyAIEpisode(images=a["images"][o0:o0 + T + 1], directions=a["directions"][o0:o0 + T + 1],
-                                 mission=missions[a["mission_index"][k]], actions=a["actions"][a0:a0 + T],
-                                 rewards=a["rewards"][a0:a0 + T], terminations=a["terminations"][a0:a0 + T],
-                                 truncations=a["truncations"][a0:a0 + T], reset_seed=int(a["reset_seeds"][k]),
-                                 labels=a["labels"][a0:a0 + T]))
     return out
 
 
@@ -384,19 +388,9 @@ def read_packed(folder: str | os.PathLike) -> list[BabyAIEpisode] | None:
                           "mission_index")}
     except (OSError, ValueError, KeyError):
         return None
-    lengths, missions = a["lengths"], index["missions"]
-    if len(lengths) != index["episodes"] or a["actions"].shape[0] != lengths.sum() or \
-            a["images"].shape[0] != lengths.sum() + len(lengths):
+    if len(a["lengths"]) != index["episodes"]:
         return None
-    act_end, obs_end = np.cumsum(lengths), np.cumsum(lengths + 1)
-    demos = []
-    for k, T in enumerate(lengths):
-        a0, o0 = act_end[k] - T, obs_end[k] - T - 1
-        demos.append(BabyAIEpisode(images=a["images"][o0:o0 + T + 1], directions=a["directions"][o0:o0 + T + 1],
-                                   mission=missions[a["mission_index"][k]], actions=a["actions"][a0:a0 + T],
-                                   rewards=a["rewards"][a0:a0 + T], terminations=a["terminations"][a0:a0 + T],
-                                   truncations=a["truncations"][a0:a0 + T], reset_seed=-1))
-    return demos
+    return _split_arrays(a, index["missions"])
 
 
 def load_babyai(spec: str | os.PathLike) -> OfflineDataset:
