@@ -58,12 +58,13 @@ def _run(name: str, out, **kw) -> RunConfig:
 
 
 def _interrupted(train, cfg, monkeypatch, module, at: int, *signums: int) -> RunInterrupted:
+    # the handlers the process had before (SIGINT is SIG_IGN, not Python's default, in a background job)
+    before = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
     with monkeypatch.context() as patch:
         _signal_at(patch, module, at, *signums)
         with pytest.raises(RunInterrupted) as caught:
             train(cfg)
-    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # handlers restored
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    assert {s: signal.getsignal(s) for s in before} == before  # handlers restored
     return caught.value
 
 
