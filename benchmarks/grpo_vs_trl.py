@@ -75,13 +75,12 @@ import math
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from datetime import datetime, timezone
 from pathlib import Path
-from _machine import proc_status_kib  # noqa: E402 — benchmarks/, the script's own folder
+from _machine import proc_status_kib, run_event_worker  # noqa: E402 — benchmarks/, the script's own folder
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))  # runnable from a checkout without installing the package
@@ -470,34 +469,19 @@ def run_worker(kind: str, preset: str, seed: int, steps: int, args: argparse.Nam
            "--group-size", str(args.group_size), "--micro-batch-size", str(args.micro_batch_size),
            "--max-new-tokens", str(args.max_new_tokens), "--lr", repr(args.lr), "--loss", args.loss,
            "--threads", str(args.threads)]
-    env = {**os.environ, "OMP_NUM_THREADS": str(args.threads), "MKL_NUM_THREADS": str(args.threads),
-           "TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
-           "TRANSFORMERS_NO_ADVISORY_WARNINGS": "1", "PYTHONUNBUFFERED": "1"}
     log_path = log_dir / f"{preset}-{kind}-seed{seed}.log"
-    steps_out: list[dict] = []
-    result: dict = {}
-    t0 = time.perf_counter()
-    with open(log_path, "w") as log:
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, text=True, env=env, cwd=ROOT)
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            if not line.startswith(EVENT):
-                log.write(line)
-                continue
-            event = json.loads(line[len(EVENT):])
-            if event["event"] == "step":
-                steps_out.append(event)
-                fields = {fw: event[fw]["seconds"] for fw in FRAMEWORKS if fw in event}
-                bar.advance(1, run=f"{preset}/{kind}/{seed}", **{f"{fw}_s": v for fw, v in fields.items()})
-            elif event["event"] == "result":
-                result = event
-        code = proc.wait()
+
+    def on_step(event: dict) -> None:
+        fields = {fw: event[fw]["seconds"] for fw in FRAMEWORKS if fw in event}
+        bar.advance(1, run=f"{preset}/{kind}/{seed}", **{f"{fw}_s": v for fw, v in fields.items()})
+
+    code, steps_out, result, wall = run_event_worker(cmd, EVENT, args.threads, log_path, ROOT, on_step)
     if code != 0 or not result or len(steps_out) != (0 if kind == "gradcheck" else steps):
         tail = log_path.read_text()[-3000:]
         raise RuntimeError(f"{kind} run ({preset}, seed {seed}) failed with exit code {code} "
                            f"({len(steps_out)}/{steps} steps); log {log_path}:\n{tail}")
     return {"kind": kind, "preset": preset, "seed": seed, "steps": steps_out,
-            "wall_s": round(time.perf_counter() - t0, 1), **{k: v for k, v in result.items() if k != "event"}}
+            "wall_s": round(wall, 1), **{k: v for k, v in result.items() if k != "event"}}
 
 
 def step_stats(runs: list[dict], fw: str) -> dict:

@@ -69,13 +69,12 @@ import math
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from datetime import datetime, timezone
 from pathlib import Path
-from _machine import machine_info, proc_status_kib  # noqa: E402 — benchmarks/, the script's own folder
+from _machine import machine_info, proc_status_kib, run_event_worker  # noqa: E402 — benchmarks/, the script's own folder
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))  # runnable from a checkout without installing the package
@@ -394,28 +393,13 @@ def run_worker(kind: str, seed: int, args: argparse.Namespace, inputs: dict, bar
            "--pairs", inputs["pairs"], "--seed", str(seed), "--steps", str(args.steps),
            "--batch-size", str(args.batch_size), "--lr", repr(args.lr), "--center-coef", repr(args.center_coef),
            "--heldout-frac", repr(args.heldout_frac), "--threads", str(args.threads)]
-    env = {**os.environ, "OMP_NUM_THREADS": str(args.threads), "MKL_NUM_THREADS": str(args.threads),
-           "TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
-           "TRANSFORMERS_NO_ADVISORY_WARNINGS": "1", "PYTHONUNBUFFERED": "1"}
     log_path = log_dir / f"{kind}-seed{seed}.log"
-    steps_out: list[dict] = []
-    result: dict = {}
-    t0 = time.perf_counter()
-    with open(log_path, "w") as log:
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, text=True, env=env, cwd=ROOT)
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            if not line.startswith(EVENT):
-                log.write(line)
-                continue
-            event = json.loads(line[len(EVENT):])
-            if event["event"] == "step":
-                steps_out.append(event)
-                if kind != "ours":  # seqrl's steps arrive together at the end of its run
-                    bar.advance(1, run=f"{kind}/{seed}", s=event["seconds"])
-            elif event["event"] == "result":
-                result = event
-        code = proc.wait()
+
+    def on_step(event: dict) -> None:
+        if kind != "ours":  # seqrl's steps arrive together at the end of its run
+            bar.advance(1, run=f"{kind}/{seed}", s=event["seconds"])
+
+    code, steps_out, result, wall = run_event_worker(cmd, EVENT, args.threads, log_path, ROOT, on_step)
     want = args.steps
     if code != 0 or not result or len(steps_out) != want:
         tail = log_path.read_text()[-3000:]
@@ -423,7 +407,7 @@ def run_worker(kind: str, seed: int, args: argparse.Namespace, inputs: dict, bar
                            f"steps); log {log_path}:\n{tail}")
     if kind == "ours":
         bar.advance(len(steps_out), run=f"ours/{seed}")
-    return {"kind": kind, "seed": seed, "steps": steps_out, "wall_s": round(time.perf_counter() - t0, 1),
+    return {"kind": kind, "seed": seed, "steps": steps_out, "wall_s": round(wall, 1),
             **{k: v for k, v in result.items() if k != "event"}}
 
 
