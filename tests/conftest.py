@@ -81,3 +81,22 @@ def drift():
         # a string entry point so that Minari can store the env spec as JSON
         gym.register(DRIFT_ENV_ID, entry_point=f"{__name__}:DriftEnv", max_episode_steps=DRIFT_H)
     return types.SimpleNamespace(env_id=DRIFT_ENV_ID, H=DRIFT_H, dataset=drift_dataset)
+
+
+@pytest.fixture
+def bf16_autocast_spy(monkeypatch):
+    """``spy(module, name="generate")`` wraps ``module.name`` and returns a list that gets, per call, whether
+    it ran under bf16 autocast on the CPU."""
+
+    def spy(module, name: str = "generate") -> list[bool]:
+        seen: list[bool] = []
+        real = getattr(module, name)
+
+        def wrapped(*args, **kwargs):
+            seen.append(torch.is_autocast_enabled("cpu") and torch.get_autocast_dtype("cpu") == torch.bfloat16)
+            return real(*args, **kwargs)
+
+        monkeypatch.setattr(module, name, wrapped)
+        return seen
+
+    return spy

@@ -203,17 +203,10 @@ def test_resume_equals_an_uninterrupted_run(tmp_path, monkeypatch, shared):
 
 
 @pytest.mark.parametrize("bf16", [False, True])
-def test_run_bf16_covers_sampling_too(monkeypatch, bf16):
+def test_run_bf16_covers_sampling_too(bf16_autocast_spy, bf16):
     import seqrl.algos.ppo as ppo_mod
 
-    seen = []
-    real = ppo_mod.generate
-
-    def spy(*args, **kwargs):
-        seen.append(torch.is_autocast_enabled("cpu") and torch.get_autocast_dtype("cpu") == torch.bfloat16)
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(ppo_mod, "generate", spy)
+    seen = bf16_autocast_spy(ppo_mod)
     trainer = _trainer(_cfg(run=RunConfig(name="p", out_dir="runs", seed=1, progress=False, device="cpu", bf16=bf16)))
     trainer.collect(0)
     assert seen and all(s == bf16 for s in seen)
