@@ -119,6 +119,19 @@ def test_action_loss_discrete_cross_entropy_by_hand():
     assert action_loss(logits, target, mask, discrete=True).item() == pytest.approx(expected, abs=1e-12)
 
 
+def test_action_loss_token_per_dimension_by_hand():
+    # continuous actions as D = 2 tokens per step (the VLA's binned actions): logits (1, 2, 2, 3)
+    logits = torch.tensor([[[[0.0, 0.0, 0.0], [1.0, 0.0, 0.0]],
+                            [[9.0, 0.0, 0.0], [0.0, 9.0, 0.0]]]], dtype=f64)
+    target = torch.tensor([[[2, 0], [1, 1]]])
+    mask = torch.tensor([[1, 0]])  # step 1 is padding
+    # step 0: dim 0 −log(1/3) = log 3; dim 1 −log(e / (e + 2)) = log(e + 2) − 1; mean over the 2 dims
+    expected = (math.log(3) + math.log(math.e + 2) - 1) / 2
+    assert action_loss(logits, target, mask, discrete=True).item() == pytest.approx(expected, abs=1e-12)
+    with pytest.raises(ValueError, match=r"discrete targets must have shape \(1, 2, 2\)"):
+        action_loss(logits, target[..., 0], mask, discrete=True)
+
+
 def test_action_loss_without_real_steps_is_zero_not_nan():
     pred = torch.ones(2, 3, 1, dtype=f64, requires_grad=True)
     loss = action_loss(pred, torch.zeros(2, 3, 1, dtype=f64), torch.zeros(2, 3))

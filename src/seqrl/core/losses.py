@@ -30,7 +30,9 @@ def action_loss(pred: torch.Tensor, target: torch.Tensor, mask: torch.Tensor, di
 
     continuous: pred, target (B, K, A), mask (B, K) →  Σ_{real b,k} ‖pred − target‖² / (n_real · A)
                 (mean squared error over the real steps' action entries, as the official code)
-    discrete:   pred logits (B, K, n), target (B, K) long →  mean over real steps of −log softmax(pred)[target]
+    discrete:   pred logits (B, K, n), target (B, K) long →  mean over real steps of −log softmax(pred)[target];
+                logits (B, K, D, n), target (B, K, D) (continuous actions as D tokens each, e.g. the VLA's
+                binned actions) → the mean over real steps and the D dimensions
 
     A batch without a real step gives 0 (no NaN).
     """
@@ -40,10 +42,10 @@ def action_loss(pred: torch.Tensor, target: torch.Tensor, mask: torch.Tensor, di
     if not bool(real.any()):
         return pred.sum() * 0.0
     if discrete:
-        if target.shape != pred.shape[:2]:
-            raise ValueError(f"action_loss: discrete targets must have shape {tuple(pred.shape[:2])} "
+        if target.shape != pred.shape[:-1]:
+            raise ValueError(f"action_loss: discrete targets must have shape {tuple(pred.shape[:-1])} "
                              f"(got {tuple(target.shape)})")
-        return F.cross_entropy(pred[real], target[real])  # mean over real steps
+        return F.cross_entropy(pred[real].flatten(0, -2), target[real].flatten())  # mean over real steps (× D)
     if target.shape != pred.shape:
         raise ValueError(f"action_loss: targets must have shape {tuple(pred.shape)} (got {tuple(target.shape)})")
     return ((pred - target)[real] ** 2).mean()  # (n_real, A) → mean

@@ -18,6 +18,12 @@ saved in checkpoints. The action decoder reuses the Decision Transformer's GPT b
 
 Missions are given as word ids of `MissionVocab` (0 = padding, 1 = unknown word); the vocabulary is
 BabyAI's grammar, stored in the model's kwargs, so a checkpoint tokenises as it trained.
+
+Continuous actions (``action_bins`` > 0): each of the `action_dim` dimensions is a token of one of
+`action_bins` bins (`seqrl.models.action_tokens.ActionTokenizer`, OpenVLA's 256 bins between the data's
+1st and 99th percentiles); the previous action enters as the sum of its dimensions' token embeddings,
+the head gives logits (B, K, action_dim, action_bins) — one categorical per dimension, all predicted at
+once from the step's hidden state — and `get_action` decodes the chosen tokens to bin centres.
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from seqrl.core.sequences import causal_attention_mask
+from seqrl.models.action_tokens import ActionTokenizer
 from seqrl.models.config import FUSIONS, LANGUAGES, VLAModelConfig  # noqa: F401 (re-exported)
 from seqrl.models.dt import Block
 
@@ -210,6 +217,9 @@ class VLAModel(nn.Module):
     language:    "gru" (trainable) or "minilm" (frozen, cached); fusion: "film" or "cross_attention"
     n_fusion:    FiLM blocks / cross-attention blocks
     vocab:       the words of `MissionVocab` (default BABYAI_WORDS); minilm decodes ids back to text with it
+    action_bins: 0 — discrete actions; n > 0 — continuous actions of `action_dim` dimensions, each as one of
+                 n tokens binning [action_low, action_high] (defaults −1 and 1 per dimension); previous
+                 actions are then (B, K, action_dim) tokens, `action_bins` meaning 'no previous action'
     """
 
     def __init__(
@@ -227,6 +237,9 @@ class VLAModel(nn.Module):
         dropout: float = 0.1,
         max_mission_len: int = 32,
         vocab: list[str] | None = None,
+        action_bins: int = 0,
+        action_low: list[float] | None = None,
+        action_high: list[float] | None = None,
     ) -> None:
         super().__init__()
         self.vocab = MissionVocab(tuple(vocab) if vocab is not None else BABYAI_WORDS)
@@ -246,13 +259,32 @@ class VLAModel(nn.Module):
             raise ValueError(f"VLAModel: hidden_size ({hidden_size}) must be divisible by n_head ({n_head})")
         if not 0 <= dropout < 1:
             raise ValueError(f"VLAModel: dropout must be in [0, 1) (got {dropout})")
+        if not isinstance(action_bins, int) or isinstance(action_bins, bool) or action_bins < 0 or action_bins == 1:
+            raise ValueError(f"VLAModel: action_bins must be 0 (discrete actions) or an int >= 2 (got {action_bins!r})")
+        self.discrete = action_bins == 0
+        self.action_tokens: ActionTokenizer | None = None
+        if self.discrete:
+            if action_low is not None or action_high is not None:
+                raise ValueError("VLAModel: action_low / action_high need action_bins > 0 (continuous actions)")
+        else:
+            low = [-1.0] * action_dim if action_low is None else [float(x) for x in action_low]
+            high = [1.0] * action_dim if action_high is None else [float(x) for x in action_high]
+            if len(low) != action_dim or len(high) != action_dim:
+                raise ValueError(f"VLAModel: action_low and action_high need action_dim = {action_dim} values "
+                                 f"(got {len(low)} and {len(high)})")
+            try:
+                self.action_tokens = ActionTokenizer(low, high, action_bins)
+            except ValueError as e:
+                raise ValueError(f"VLAModel: {e}") from None
         self.kwargs = dict(vocab_size=vocab_size, image_size=image_size, action_dim=action_dim, hidden_size=hidden_size,
                            n_layer=n_layer, n_head=n_head, context_len=context_len, language=language, fusion=fusion,
                            n_fusion=n_fusion, dropout=dropout, max_mission_len=max_mission_len,
                            vocab=list(self.vocab.words))
+        if self.action_tokens is not None:
+            tok = self.action_tokens.to_dict()
+            self.kwargs.update(action_bins=action_bins, action_low=tok["low"], action_high=tok["high"])
         self.image_size, self.action_dim, self.context_len = image_size, action_dim, context_len
-        self.max_mission_len, self.fusion = max_mission_len, fusion
-        self.discrete = True
+        self.max_mission_len, self.fusion, self.action_bins = max_mission_len, fusion, action_bins
         d = hidden_size
         self.image = ImageEncoder(d)
         self.language = GRULanguage(vocab_size, d) if language == "gru" else MiniLMLanguage(self.vocab, d)
@@ -262,13 +294,17 @@ class VLAModel(nn.Module):
             self.cell_pos = nn.Parameter(torch.randn(image_size * image_size, d) * 0.02)
             self.fuse = nn.ModuleList(CrossAttentionBlock(d, n_head, dropout) for _ in range(n_fusion))
         self.embed_direction = nn.Embedding(4, d)
-        self.embed_action = nn.Embedding(action_dim + 1, d)  # + the 'no previous action' id
+        if self.discrete:
+            self.embed_action = nn.Embedding(action_dim + 1, d)  # + the 'no previous action' id
+        else:  # one table per dimension, side by side: bins tokens + 'no previous action'
+            self.embed_action = nn.Embedding(action_dim * (action_bins + 1), d)
+            self.register_buffer("action_offsets", torch.arange(action_dim) * (action_bins + 1), persistent=False)
         self.embed_pos = nn.Embedding(context_len, d)
         self.embed_ln = nn.LayerNorm(d)
         self.embed_drop = nn.Dropout(dropout)
         self.blocks = nn.ModuleList(Block(d, n_head, dropout, "gelu") for _ in range(n_layer))
         self.ln_f = nn.LayerNorm(d)
-        self.head = nn.Linear(d, action_dim)
+        self.head = nn.Linear(d, action_dim if self.discrete else action_dim * action_bins)
         for block in self.blocks:  # GPT-2: residual projections scaled by 1/sqrt(2·n_layer)
             for proj in (block.attn_proj, block.mlp_proj):
                 nn.init.normal_(proj.weight, std=0.02 / math.sqrt(2 * n_layer))
@@ -293,14 +329,17 @@ class VLAModel(nn.Module):
     def forward(self, image: torch.Tensor, text: torch.Tensor, previous_actions: torch.Tensor,
                 direction: torch.Tensor | None = None, mask: torch.Tensor | None = None) -> torch.Tensor:
         """Next-action logits at every step: (B, K, action_dim); (B, action_dim) for one step per row.
+        Continuous actions (action_bins n > 0): (B, K, action_dim, n); (B, action_dim, n).
 
         image (B, K, H, W, 3) or (B, H, W, 3) integer grid; text (B, L) mission word ids (one mission per
-        row); previous_actions (B, K) or (B,) — a_{t−1} at step t, `action_dim` at an episode's first step;
+        row); previous_actions (B, K) or (B,) — a_{t−1} at step t, `action_dim` at an episode's first step
+        (continuous: tokens (B, K, action_dim) or (B, action_dim), n at the first step);
         direction (B, K) or (B,) in 0..3 (None: 0); mask (B, K) 1 on real steps, 0 on left padding (None: all).
         """
         single = image.dim() == 4
         if single:
-            image, previous_actions = image[:, None], previous_actions.reshape(-1, 1)
+            image = image[:, None]
+            previous_actions = previous_actions.reshape(-1, 1) if self.discrete else previous_actions[:, None]
             direction = None if direction is None else direction.reshape(-1, 1)
             mask = None if mask is None else mask.reshape(-1, 1)
         B, K = image.shape[:2]
@@ -311,36 +350,46 @@ class VLAModel(nn.Module):
             raise ValueError(f"VLAModel: {K} steps exceed the context K = {self.context_len}")
         if text.dim() != 2 or text.shape[0] != B:
             raise ValueError(f"VLAModel: text must be (B, L) word ids with B = {B} (got {tuple(text.shape)})")
-        if previous_actions.shape != (B, K):
-            raise ValueError(f"VLAModel: previous_actions must be ({B}, {K}) (got {tuple(previous_actions.shape)})")
+        want = (B, K) if self.discrete else (B, K, self.action_dim)
+        if previous_actions.shape != want:
+            raise ValueError(f"VLAModel: previous_actions must be {want} (got {tuple(previous_actions.shape)})")
         if not torch.compiler.is_compiling():
             # one device→host sync for all four bounds (each int() would be one on a GPU)
             lo_i, hi_i, lo_a, hi_a = torch.stack([image.min().long(), image.max().long(), previous_actions.min().long(),
                                                   previous_actions.max().long()]).tolist()
             if lo_i < 0 or hi_i >= CELL_VALUES:
                 raise ValueError(f"VLAModel: image values must lie in [0, {CELL_VALUES}) (got {lo_i}..{hi_i})")
-            if lo_a < 0 or hi_a > self.action_dim:
-                raise ValueError(f"VLAModel: previous_actions must lie in [0, {self.action_dim}]")
-        direction = torch.zeros_like(previous_actions) if direction is None else direction.long()
+            top = self.action_dim if self.discrete else self.action_bins
+            if lo_a < 0 or hi_a > top:
+                raise ValueError(f"VLAModel: previous_actions must lie in [0, {top}] (got {lo_a}..{hi_a})")
+        direction = previous_actions.new_zeros((B, K)) if direction is None else direction.long()
         tokens, token_mask, sentence = self.language(text)  # (B, L, d), (B, L), (B, d)
         rep = lambda t: t[:, None].expand(B, K, *t.shape[1:]).reshape(B * K, *t.shape[1:])  # noqa: E731
         fused = self.fuse_observation(image.reshape(B * K, s, s, 3), rep(tokens), rep(token_mask),
                                       rep(sentence)).view(B, K, -1)  # (B, K, d)
         pos = self.embed_pos(torch.arange(self.context_len - K, self.context_len, device=image.device))  # (K, d)
-        x = fused + self.embed_direction(direction) + self.embed_action(previous_actions.long()) + pos  # (B, K, d)
+        if self.discrete:
+            act = self.embed_action(previous_actions.long())  # (B, K, d)
+        else:
+            act = self.embed_action(previous_actions.long() + self.action_offsets).sum(-2)  # (B, K, D, d) → (B, K, d)
+        x = fused + self.embed_direction(direction) + act + pos  # (B, K, d)
         x = self.embed_drop(self.embed_ln(x))  # (B, K, d)
         allowed = None if mask is None else causal_attention_mask(mask)  # (B, 1, K, K)
         for block in self.blocks:
             x = block(x, allowed)  # (B, K, d)
-        logits = self.head(self.ln_f(x))  # (B, K, A)
+        logits = self.head(self.ln_f(x))  # (B, K, A) or (B, K, D·n)
+        if not self.discrete:
+            logits = logits.view(B, K, self.action_dim, self.action_bins)  # (B, K, D, n)
         return logits[:, 0] if single else logits
 
     @torch.no_grad()
     def get_action(self, image: torch.Tensor, text: torch.Tensor, previous_actions: torch.Tensor,
                    direction: torch.Tensor | None = None, temperature: float = 0.0,
-                   generator: torch.Generator | None = None) -> torch.Tensor:
+                   generator: torch.Generator | None = None, tokens: bool = False) -> torch.Tensor:
         """Action for the last step of each (B, k ≤ K) window, left-padded to K: (B,) long — greedy at
-        `temperature` 0, else drawn from softmax(logits / temperature) with `generator` (a CPU one)."""
+        `temperature` 0, else drawn from softmax(logits / temperature) with `generator` (a CPU one).
+        Continuous actions: each dimension's token chosen the same way, decoded to its bin centre —
+        (B, action_dim) float; with `tokens`, the tokens themselves (B, action_dim) long."""
         if temperature < 0:
             raise ValueError(f"VLAModel.get_action: temperature must be >= 0 (got {temperature})")
         B, k = image.shape[:2]
@@ -354,9 +403,14 @@ class VLAModel(nn.Module):
             pad = lambda t: torch.cat([t.new_zeros((B, K - k, *t.shape[2:])), t], dim=1)  # noqa: E731
             image, previous_actions, mask = pad(image), pad(previous_actions), pad(mask)
             direction = None if direction is None else pad(direction)
-        logits = self(image, text, previous_actions, direction, mask)[:, -1].float()  # (B, A)
+        logits = self(image, text, previous_actions, direction, mask)[:, -1].float()  # (B, A) or (B, D, n)
         if temperature == 0:
-            return logits.argmax(-1)  # (B,)
-        probs = torch.softmax(logits / temperature, dim=-1).cpu()  # (B, A); sampled on the CPU: one generator anywhere
-        return torch.multinomial(probs, 1, generator=generator)[:, 0].to(logits.device)  # (B,)
+            chosen = logits.argmax(-1)  # (B,) or (B, D)
+        else:
+            probs = torch.softmax(logits / temperature, dim=-1).cpu()  # sampled on the CPU: one generator anywhere
+            drawn = torch.multinomial(probs.reshape(-1, probs.shape[-1]), 1, generator=generator)  # (B·D, 1)
+            chosen = drawn.view(logits.shape[:-1]).to(logits.device)  # (B,) or (B, D)
+        if self.discrete or tokens:
+            return chosen
+        return self.action_tokens.decode(chosen.cpu()).to(chosen.device)  # (B, D) bin centres
 
