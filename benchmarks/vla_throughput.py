@@ -10,6 +10,8 @@ demonstrations/s (1 and 2 worker processes), and the held-out GoToLocal success 
 * training samples/s: the trainer's own step (`seqrl.algos.vla.bc_loss`, backward, clipping, AdamW) on
   the gotolocal preset's model (d 64, 2 layers, K 4, FiLM + GRU) and batch (64 windows); fp32 and bf16
   autocast in alternating blocks, median of the blocks. Samples = windows of K steps.
+* padding skip: fp32 training samples/s with the images of left-padded steps encoded (`skip_padding`
+  False) or skipped (the default), alternating, at K 4 (the preset) and K 16; the windows' padded fraction.
 * eval env steps/s: `seqrl.algos.vla.evaluate` (all episodes in lockstep, one batched forward per env
   step) on held-out GoToLocal layouts, env steps taken / wall seconds; fp32 and bf16 autocast alternating.
 * gotolocal_success: `seqrl train vla` with the gotolocal preset cut to a few hundred in-memory
@@ -81,21 +83,29 @@ def preset() -> VLAConfig:
     return load_config(VLAConfig, resolve_config("gotolocal", "vla"))
 
 
-def train_rate(dataset, steps_per_block: int, blocks: int, batch_size: int) -> dict:
-    """Median samples/s of the training step, fp32 and bf16 blocks alternating on one policy."""
+def step_rates(dataset, steps_per_block: int, blocks: int, batch_size: int, arms: dict[str, tuple[bool, bool]],
+               context_len: int | None = None) -> tuple[dict[str, list[float]], float]:
+    """Samples/s of the training step per block for each arm {name: (bf16 autocast, skip_padding)}, arms
+    alternating block by block on one policy (the preset's, K = `context_len` if given); and the fraction of
+    padded steps in the batches."""
     cfg = preset()
+    if context_len is not None:
+        cfg.model.context_len = context_len
     torch.manual_seed(0)
     policy = build_policy(cfg, dataset)
     optimizer, _ = make_optimizer(policy, cfg.optim, 10_000, fused=True)
     data = Trajectories(dataset, 1.0, 100_000, "vla.model", windows="cover")
     mission_ids = policy.encode_missions(list(dataset.metadata["missions"]))
     K = cfg.model.context_len
-    rates: dict[str, list[float]] = {"fp32": [], "bf16": []}
+    rates: dict[str, list[float]] = {name: [] for name in arms}
+    padding: list[float] = []
     step = 0
 
     def one(bf16: bool) -> None:
         nonlocal step
-        loss, *_ = bc_loss(policy, data.batch(step, batch_size, K, 0), mission_ids, bf16)
+        batch = data.batch(step, batch_size, K, 0)
+        padding.append(1.0 - float(batch["mask"].float().mean()))
+        loss, *_ = bc_loss(policy, batch, mission_ids, bf16)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(policy.parameters(), 1.0)
         optimizer.step()
@@ -103,18 +113,40 @@ def train_rate(dataset, steps_per_block: int, blocks: int, batch_size: int) -> d
         step += 1
 
     policy.train()
-    for bf16 in (False, True):  # warm-up: first calls allocate and pick kernels
+    for bf16, skip in arms.values():  # warm-up: first calls allocate and pick kernels
+        policy.skip_padding = skip
         for _ in range(2):
             one(bf16)
     for _ in range(blocks):
-        for name, bf16 in (("fp32", False), ("bf16", True)):
+        for name, (bf16, skip) in arms.items():
+            policy.skip_padding = skip
             t0 = time.perf_counter()
             for _ in range(steps_per_block):
                 one(bf16)
             rates[name].append(steps_per_block * batch_size / (time.perf_counter() - t0))
+    return rates, statistics.mean(padding)
+
+
+def train_rate(dataset, steps_per_block: int, blocks: int, batch_size: int) -> dict:
+    """Median samples/s of the training step, fp32 and bf16 blocks alternating on one policy."""
+    rates, _ = step_rates(dataset, steps_per_block, blocks, batch_size, {"fp32": (False, True), "bf16": (True, True)})
     out = {f"train_samples_per_s_{k}": round(statistics.median(v), 1) for k, v in rates.items()}
     out["train_bf16_speedup"] = round(out["train_samples_per_s_bf16"] / out["train_samples_per_s_fp32"], 3)
     out["train_blocks"] = {k: [round(x, 1) for x in v] for k, v in rates.items()}
+    return out
+
+
+def padding_skip_rate(dataset, steps_per_block: int, blocks: int, batch_size: int, contexts=(4, 16)) -> dict:
+    """fp32 training samples/s with the images of padded steps encoded or skipped (`VLAModel.skip_padding`),
+    alternating, at each context K: the skip's speed-up grows with the share of padding in the windows."""
+    out: dict = {}
+    for K in contexts:
+        rates, padding = step_rates(dataset, steps_per_block, blocks, batch_size,
+                                    {"all": (False, False), "skip": (False, True)}, context_len=K)
+        med = {k: statistics.median(v) for k, v in rates.items()}
+        out[f"padding_skip_K{K}"] = {"padded_fraction": round(padding, 3), "samples_per_s_all": round(med["all"], 1),
+                                     "samples_per_s_skip": round(med["skip"], 1),
+                                     "speedup": round(med["skip"] / med["all"], 3)}
     return out
 
 
@@ -171,6 +203,10 @@ def main(argv: list[str] | None = None) -> int:
                              batch_size=preset().batch_size))
     print(f"train samples/s: fp32 {result['train_samples_per_s_fp32']}, bf16 {result['train_samples_per_s_bf16']}",
           flush=True)
+    result.update(padding_skip_rate(dataset, steps_per_block=10 if q else 40, blocks=2 if q else 4,
+                                    batch_size=preset().batch_size))
+    print("padding skip: " + ", ".join(f"{k}: {v['speedup']}x at {v['padded_fraction']} padded"
+                                       for k, v in result.items() if k.startswith("padding_skip_K")), flush=True)
     result.update(eval_rate(dataset, episodes=50 if q else 200, blocks=2 if q else 3))
     print(f"eval env steps/s: fp32 {result['eval_env_steps_per_s_fp32']}, bf16 {result['eval_env_steps_per_s_bf16']}",
           flush=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from seqrl.core.losses import action_loss
 from seqrl.models.vla import CrossAttentionBlock, FiLMBlock, MissionVocab, VLAModel, VLAModelConfig
 
 FUSIONS = ("film", "cross_attention")
@@ -64,6 +65,33 @@ def test_left_padding_is_ignored_and_mission_matters(fusion):
     torch.testing.assert_close(m(img2, text, prev2, direction, mask)[:, 2:], base[:, 2:], rtol=0, atol=0)
     other = m(image, m.encode_missions(["pick up the purple box"] * 3), prev, direction, mask)
     assert not torch.allclose(other[:, 2:], base[:, 2:])
+
+
+@pytest.mark.parametrize("fusion", FUSIONS)
+def test_encoding_only_real_steps_matches_encoding_every_step(fusion):
+    # parity of the padded-step skip: logits at real steps and every gradient as when all B·K images are
+    # encoded (skip_padding False, also the path under torch.compile); rows with 1, 2 and 4 real steps
+    m = _model(fusion)
+    m.train(False)
+    image, prev, direction = _inputs()
+    text = m.encode_missions(["go to the red ball", "pick up a key", "open the door on your left"])
+    mask = torch.tensor([[0, 0, 0, 1], [0, 0, 1, 1], [1, 1, 1, 1]])
+    target = torch.randint(0, 7, (3, 4), generator=torch.Generator().manual_seed(5))
+
+    def run():
+        m.zero_grad()
+        logits = m(image, text, prev, direction, mask)
+        action_loss(logits, target, mask, discrete=True).backward()
+        return logits.detach(), {k: p.grad.clone() for k, p in m.named_parameters() if p.grad is not None}
+
+    logits, grads = run()
+    m.skip_padding = False
+    ref_logits, ref_grads = run()
+    real = mask.bool()
+    torch.testing.assert_close(logits[real], ref_logits[real], rtol=1e-5, atol=1e-6)
+    assert grads.keys() == ref_grads.keys()
+    for k in grads:
+        torch.testing.assert_close(grads[k], ref_grads[k], rtol=1e-4, atol=1e-6, msg=k)
 
 
 def test_film_block_shapes_and_identity_at_zero_modulation():

@@ -285,6 +285,8 @@ class VLAModel(nn.Module):
             self.kwargs.update(action_bins=action_bins, action_low=tok["low"], action_high=tok["high"])
         self.image_size, self.action_dim, self.context_len = image_size, action_dim, context_len
         self.max_mission_len, self.fusion, self.action_bins = max_mission_len, fusion, action_bins
+        self.skip_padding = True
+        """Encode the images of real steps only when `forward` gets a mask (same outputs; False: all B·K)."""
         d = hidden_size
         self.image = ImageEncoder(d)
         self.language = GRULanguage(vocab_size, d) if language == "gru" else MiniLMLanguage(self.vocab, d)
@@ -364,9 +366,17 @@ class VLAModel(nn.Module):
                 raise ValueError(f"VLAModel: previous_actions must lie in [0, {top}] (got {lo_a}..{hi_a})")
         direction = previous_actions.new_zeros((B, K)) if direction is None else direction.long()
         tokens, token_mask, sentence = self.language(text)  # (B, L, d), (B, L), (B, d)
-        rep = lambda t: t[:, None].expand(B, K, *t.shape[1:]).reshape(B * K, *t.shape[1:])  # noqa: E731
-        fused = self.fuse_observation(image.reshape(B * K, s, s, 3), rep(tokens), rep(token_mask),
-                                      rep(sentence)).view(B, K, -1)  # (B, K, d)
+        flat = image.reshape(B * K, s, s, 3)  # (B·K, H, W, 3)
+        rows = torch.arange(B, device=image.device).repeat_interleave(K)  # (B·K,) the window of each step
+        gather = self.skip_padding and mask is not None and not torch.compiler.is_compiling()
+        keep = mask.reshape(-1).bool().nonzero()[:, 0] if gather else None  # (n_real,)
+        if keep is None or not 0 < keep.numel() < B * K:
+            fused = self.fuse_observation(flat, tokens[rows], token_mask[rows], sentence[rows])  # (B·K, d)
+        else:  # encode real steps only: the image encoder is most of the cost and short episodes are mostly padding
+            part = self.fuse_observation(flat[keep], tokens[rows[keep]], token_mask[rows[keep]],
+                                         sentence[rows[keep]])  # (n_real, d)
+            fused = part.new_zeros((B * K, part.shape[-1])).index_copy(0, keep, part)  # padding: 0, never attended
+        fused = fused.view(B, K, -1)  # (B, K, d)
         pos = self.embed_pos(torch.arange(self.context_len - K, self.context_len, device=image.device))  # (K, d)
         if self.discrete:
             act = self.embed_action(previous_actions.long())  # (B, K, d)
