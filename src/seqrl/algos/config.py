@@ -15,7 +15,7 @@ from seqrl.types import Task
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["OptimConfig", "RunConfig", "TaskConfig"]
+__all__ = ["OptimConfig", "RunConfig", "SamplingConfig", "TaskConfig"]
 
 
 @dataclass
@@ -158,3 +158,24 @@ class OptimConfig:
             raise ValueError(f"optim.lr must be > 0 (got {self.lr})")
         if self.warmup_steps < 0 or self.grad_clip < 0 or not 0 <= self.min_lr_ratio <= 1:
             raise ValueError("optim.warmup_steps and optim.grad_clip must be >= 0, optim.min_lr_ratio in [0, 1]")
+
+
+@dataclass
+class SamplingConfig:
+    """How completions are sampled for training."""
+
+    temperature: float = 1.0
+    """Sampling temperature (log-probs are taken at the same temperature)."""
+    top_p: float = 1.0
+    """Nucleus sampling threshold."""
+    top_k: int = 0
+    """Top-k truncation (0: none)."""
+    max_new_tokens: int = 64
+    """Completion cap (also L_max of DAPO's overlong shaping)."""
+    stop: list[str] = field(default_factory=list)
+    """Stop strings (e.g. ["</answer>"]): a completion ends after the token that completes one, so a
+    model that rambles after its answer costs no decode steps. Also used by the evaluation."""
+
+    def __post_init__(self) -> None:
+        if any(not isinstance(x, str) or not x for x in self.stop):
+            raise ValueError(f"sampling.stop must be a list of non-empty strings (got {self.stop!r})")

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal, get_args
 
-from seqrl.algos.config import OptimConfig, RunConfig, TaskConfig
+from seqrl.algos.config import OptimConfig, RunConfig, SamplingConfig, TaskConfig
 from seqrl.evaluation import EvalConfig
 from seqrl.models.config import LoRAConfig, ModelConfig
 from seqrl.prompts import PromptConfig
@@ -16,27 +16,6 @@ __all__ = ["Agg", "DAPOConfig", "GRPOConfig", "LossConfig", "SamplingConfig", "V
 
 Agg = Literal["seq_mean_token_mean", "token_mean", "seq_mean_token_sum_norm", "seq_mean_token_sum"]
 """Loss aggregations (`seqrl.core.policy_loss.AGG_MODES`, the same names; a unit test keeps them equal)."""
-
-
-@dataclass
-class SamplingConfig:
-    """How completions are sampled for training."""
-
-    temperature: float = 1.0
-    """Sampling temperature (log-probs are taken at the same temperature)."""
-    top_p: float = 1.0
-    """Nucleus sampling threshold."""
-    top_k: int = 0
-    """Top-k truncation (0: none)."""
-    max_new_tokens: int = 64
-    """Completion cap (L_max of DAPO's overlong shaping)."""
-    stop: list[str] = field(default_factory=list)
-    """Stop strings (e.g. ["</answer>"]): a completion ends after the token that completes one, so a
-    model that rambles after its answer costs no decode steps. Also used by the evaluation."""
-
-    def __post_init__(self) -> None:
-        if any(not isinstance(x, str) or not x for x in self.stop):
-            raise ValueError(f"sampling.stop must be a list of non-empty strings (got {self.stop!r})")
 
 
 VERIFIER_REWARDS = ("task", "math", "code")

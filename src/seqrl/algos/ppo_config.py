@@ -6,33 +6,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from seqrl.algos.config import OptimConfig, RunConfig, TaskConfig
+from seqrl.algos.config import OptimConfig, RunConfig, SamplingConfig, TaskConfig
 from seqrl.evaluation import EvalConfig
 from seqrl.models.config import ModelConfig
 from seqrl.prompts import PromptConfig
 from seqrl.rewards.combine import RewardSpec, check_reward_keys
 
 __all__ = ["CriticConfig", "PPOConfig", "PPOLossConfig", "SamplingConfig"]
-
-
-@dataclass
-class SamplingConfig:
-    """How completions are sampled for training."""
-
-    temperature: float = 1.0
-    """Sampling temperature (log-probs are taken at the same temperature)."""
-    top_p: float = 1.0
-    """Nucleus sampling threshold."""
-    top_k: int = 0
-    """Top-k truncation (0: none)."""
-    max_new_tokens: int = 64
-    """Completion cap."""
-    stop: list[str] = field(default_factory=list)
-    """Stop strings; also used by the evaluation."""
-
-    def __post_init__(self) -> None:
-        if any(not isinstance(x, str) or not x for x in self.stop):
-            raise ValueError(f"sampling.stop must be a list of non-empty strings (got {self.stop!r})")
 
 
 @dataclass
