@@ -45,6 +45,11 @@ from seqrl.types import RewardResult
 IN_WORKER = False
 """True inside a worker process (code that would dispatch to a pool calls directly instead)."""
 
+FIRST_CALL_ALLOWANCE_S = 2.0
+"""Added to the limit of a new worker's first item: a forked worker's first call touches pages and
+lazily built state its parent never used, which on a loaded machine takes longer than a short limit.
+A timeout is the item's own verdict, never the price of a fresh worker's start."""
+
 MAX_REPLY_BYTES = 4 << 20
 MAX_REASON_CHARS = 2000
 DEFAULT_PRELOAD = ("seqrl.sandbox.workers", "seqrl.rewards.math", "seqrl.rewards.format", "seqrl.rewards.code",
@@ -190,7 +195,10 @@ def _serve(conn, spec: dict) -> None:
     except OSError as e:
         conn.send_bytes(json.dumps({"ready": False, "error": f"sandbox layer failed: {e}"}).encode())
         return
-    conn.send_bytes(json.dumps({"ready": True, "layers": layers}).encode())
+    warm = sys.modules.get("seqrl.sandbox._warmup")  # preloaded: whether math-verify's parser is loaded
+    conn.send_bytes(json.dumps({"ready": True, "layers": layers,
+                                "warm": None if warm is None else bool(warm.WARM),
+                                "warm_error": "" if warm is None else str(warm.ERROR)}).encode())
     fns: dict[str, object] = {}
     while True:
         try:
@@ -307,6 +315,7 @@ class _Worker:
         child.close()
         self.known: set[str] = set()
         self.layers: list[str] = []
+        self.served = False  # whether it has answered an item (its first gets FIRST_CALL_ALLOWANCE_S more)
         if not self.conn.poll(start_timeout_s):
             self.kill()
             raise RuntimeError(f"reward worker did not start within {start_timeout_s} s")
@@ -315,6 +324,8 @@ class _Worker:
             self.kill()
             raise RuntimeError(f"reward worker failed to start: {hello.get('error')}")
         self.layers = [str(x) for x in hello.get("layers", [])]
+        self.warm = hello.get("warm")
+        self.warm_error = str(hello.get("warm_error", ""))[:300]
 
     def kill(self) -> None:
         pid = self.proc.pid
@@ -363,6 +374,16 @@ class WorkerPool:
         w = self._acquire()
         try:
             return list(w.layers)
+        finally:
+            self._idle.put(w)
+
+    @property
+    def warm(self) -> bool | None:
+        """Whether a worker (one, asked now) holds math-verify's parser loaded by the warm-up; None when
+        the preload has no warm-up (`seqrl.sandbox._warmup`)."""
+        w = self._acquire()
+        try:
+            return w.warm
         finally:
             self._idle.put(w)
 
@@ -420,7 +441,8 @@ class WorkerPool:
                 self._send(w, key, data, chunk[len(out):])
                 sent = len(chunk) - len(out)
                 for _ in range(sent):
-                    o, usable = self._receive(w, timeout_s)
+                    o, usable = self._receive(w, timeout_s if w.served else timeout_s + FIRST_CALL_ALLOWANCE_S)
+                    w.served = True
                     out.append(o)
                     if not usable:
                         break
