@@ -3,11 +3,14 @@
 `compare_answers(gold, pred)` returns ``(equal, reason)``. Rules, in order (docs/rewards.md,
 "Verdict rules"):
 
-1. **Normalise**: Unicode NFKC (full-width digits → ASCII), U+2212 and other dashes → ``-``,
-   ``$`` and a trailing period dropped, spaces trimmed.
+1. **Normalise**: superscript/subscript digits as ``^{…}``/``_{…}``, Unicode NFKC (full-width digits
+   → ASCII), U+2212 and other dashes → ``-``, ``$`` and a trailing period dropped, spaces trimmed.
 2. **Guards** before any parsing: at most `MAX_ANSWER_CHARS` characters, brace/paren nesting at
    most `MAX_NESTING`, no exponent tower (an exponent inside an exponent), no integer literal above
-   `MAX_EXPONENT` in an exponent, a factorial or a binomial, and no product of exponents above it, no exponent above `MAX_GROUP_EXPONENT` on a bracketed base.
+   `MAX_EXPONENT` in an exponent, a factorial or a binomial, and no product of exponents above it, no exponent above `MAX_GROUP_EXPONENT` on a bracketed base,
+   at most `MAX_EXPANDED_TERMS` monomials multiplied out, ``\\Gamma`` only of a small literal or a
+   symbolic argument, ``\\frac``/``\\sqrt`` nested at most `MAX_COMMAND_NESTING` deep, no sum or
+   product over a symbolic bound.
 3. **Hedges** score 0 unless the gold answer has the same form: ``or``/``\\lor``/``\\vee``,
    ``\\pm``/``\\mp``/``±``, ``\\neq``/``≠``, negations (``not``, ``\\neg``), sets (``\\{…\\}``),
    several values (a comma or ``;`` outside a valid thousands group, ``and``).
@@ -41,6 +44,11 @@ MAX_EXPONENT = 1000
 """Largest integer literal allowed in an exponent, a factorial or a binomial."""
 MAX_GROUP_EXPONENT = 6
 """Largest exponent on a bracketed base: sympy expands ``(a+b+c)^{30}`` (5 s) and ``(a+b+c+d+e)^{12}`` (13 s)."""
+MAX_EXPANDED_TERMS = 100
+"""Most monomials an answer may multiply out to (`expanded_terms`): ≈ 3 ms each in sympy, so
+``(a+…+h)^{6}`` (1716) takes 5 s and ``(a+…+j)^{6}`` (5005) 13 s; ``(a+b+c+d)^{6}`` is 84."""
+MAX_COMMAND_NESTING = 6
+"""Deepest nesting of ``\\frac``/``\\sqrt``-like commands (a continued fraction 11 deep parses for ≈ 0.6 s)."""
 
 NUMERIC_GAP = Fraction(1, 10**5)
 """Exact values further apart than this are unequal for math-verify too (it rounds floats to 6 decimals)."""
@@ -66,6 +74,15 @@ _LIST_COMMA_RE = re.compile(r"(?<!\d),|,(?!\d{3}(?!\d))|(?<=\d{4}),")
 _EXPONENT_RE = re.compile(r"(?:\^|\*\*)\s*(\{[^{}]*\}|\d+)")
 _BIG_ARG_RE = re.compile(r"(?:\\binom|\\dbinom|\\tbinom|\\choose)\s*\{?[^}]*?(\d+)|(\d+)\s*!")
 _INT_RE = re.compile(r"\d+")
+_GAMMA_RE = re.compile(r"\\Gamma(?![A-Za-z])|\\operatorname\s*\{\s*(?:Gamma|gamma|factorial)\s*\}")
+_GAMMA_ARG_RE = re.compile(
+    r"\s*[({]\s*([+-]?\d+(?:\s*/\s*\d+)?|[+-]?\\[dt]?frac\s*\{\s*\d+\s*\}\s*\{\s*\d+\s*\})\s*[)}]")
+_NESTING_COMMAND_RE = re.compile(r"\\(?:[dt]?frac|sqrt|binom|dbinom|tbinom)(?![A-Za-z])")
+_SUM_RE = re.compile(r"\\(?:sum|prod)(?![A-Za-z])\s*(?:_\s*(\{[^{}]*\}|\S)\s*)?(?:\^\s*(\{[^{}]*\}|\S))?")
+_SUPERSCRIPTS = dict(zip(map(ord, "⁰¹²³⁴⁵⁶⁷⁸⁹⁺⁻"), "0123456789+-"))
+_SUBSCRIPTS = dict(zip(map(ord, "₀₁₂₃₄₅₆₇₈₉₊₋"), "0123456789+-"))
+_SUPERSCRIPT_RUN_RE = re.compile("[⁰¹²³⁴⁵⁶⁷⁸⁹⁺⁻]+")
+_SUBSCRIPT_RUN_RE = re.compile("[₀₁₂₃₄₅₆₇₈₉₊₋]+")
 
 
 def verdict(gold: str, answer: str, max_chars: int = MAX_ANSWER_CHARS):
@@ -91,12 +108,15 @@ def verdict(gold: str, answer: str, max_chars: int = MAX_ANSWER_CHARS):
 
 
 def normalise(text: str) -> str:
-    """NFKC, one kind of minus, no ``$``, no trailing period, stripped.
+    """Superscript and subscript digits as ``^{…}``/``_{…}``, then NFKC, one kind of minus, no ``$``, no
+    trailing period, stripped. (NFKC alone folds ``2³`` into ``23``.)
 
-    >>> normalise("\u22125"), normalise("\uff11\uff12"), normalise(" $3$. ")
-    ('-5', '12', '3')
+    >>> normalise("\u22125"), normalise("\uff11\uff12"), normalise(" $3$. "), normalise("2³"), normalise("x₁₀")
+    ('-5', '12', '3', '2^{3}', 'x_{10}')
     """
-    text = unicodedata.normalize("NFKC", str(text)).translate(_DASHES)
+    text = _SUPERSCRIPT_RUN_RE.sub(lambda m: "^{" + m.group().translate(_SUPERSCRIPTS) + "}", str(text))
+    text = _SUBSCRIPT_RUN_RE.sub(lambda m: "_{" + m.group().translate(_SUBSCRIPTS) + "}", text)
+    text = unicodedata.normalize("NFKC", text).translate(_DASHES)
     text = text.replace("$", "").replace("{,}", ",").strip()
     return text[:-1].rstrip() if text.endswith(".") else text
 
@@ -151,7 +171,106 @@ def guard(answer: str) -> str:
     if re.search(r"\\(?:binom|dbinom|tbinom|choose|sum|prod|int)", answer) and any(
             int(n) > MAX_EXPONENT for n in _INT_RE.findall(answer)):
         return "sum/product/binomial with a bound too large"
+    why = _gamma_guard(answer)
+    if why:
+        return why
+    for m in _SUM_RE.finditer(answer):
+        if any(re.search(r"[A-Za-z]", _strip_bound(b)) for b in (m.group(1), m.group(2)) if b):
+            return "sum/product over a symbolic bound"
+    deepest = _command_nesting(answer)
+    if deepest > MAX_COMMAND_NESTING:
+        return f"fractions/roots nested too deep ({deepest} > {MAX_COMMAND_NESTING})"
+    terms = expanded_terms(answer, MAX_EXPANDED_TERMS)
+    if terms > MAX_EXPANDED_TERMS:
+        return f"expands to too many terms (over {MAX_EXPANDED_TERMS})"
     return ""
+
+
+def _strip_bound(bound: str) -> str:
+    """A sum's bound without braces and its index assignment's left side: ``{k=1}`` → ``1``."""
+    bound = bound.strip("{}")
+    return bound.split("=", 1)[1] if "=" in bound else bound
+
+
+def _gamma_guard(answer: str) -> str:
+    """Γ(n) is (n−1)!: its argument must be a literal within `MAX_EXPONENT`, or symbolic (sympy leaves
+    Γ(x) unevaluated) with no power, factorial or further Γ that could make it a huge number."""
+    for m in _GAMMA_RE.finditer(answer):
+        literal = _GAMMA_ARG_RE.match(answer, m.end())
+        if literal:
+            if any(int(n) > MAX_EXPONENT for n in _INT_RE.findall(literal.group(1))):
+                return f"Gamma too large: {literal.group(1).strip()}"
+            continue
+        rest = answer[m.end():]
+        if not re.search(r"[A-Za-z]", re.sub(r"\\[A-Za-z]+", "", rest)) or re.search(r"[\^!]", rest) or \
+                _GAMMA_RE.search(rest) or any(int(n) > MAX_EXPONENT for n in _INT_RE.findall(rest)):
+            return "Gamma of a computed argument"
+    return ""
+
+
+def _command_nesting(answer: str) -> int:
+    """Deepest nesting of ``\\frac``/``\\sqrt``/``\\binom`` arguments inside each other."""
+    opens = {m.end() for m in _NESTING_COMMAND_RE.finditer(answer)}
+    stack: list[bool] = []  # per open brace: whether it is a command's argument
+    depth = deepest = 0
+    i, n = 0, len(answer)
+    pending = 0  # arguments still to open for the commands just read (2 for \frac, 1 for \sqrt)
+    while i < n:
+        if i in opens:
+            pending = 1 if answer[i - 5:i] == "\\sqrt" else 2
+        ch = answer[i]
+        if ch == "{":
+            is_arg = pending > 0
+            pending -= 1 if is_arg else 0
+            stack.append(is_arg)
+            if is_arg:
+                depth += 1
+                deepest = max(deepest, depth)
+        elif ch == "}" and stack:
+            depth -= 1 if stack.pop() else 0
+        elif ch == "[" and pending:
+            pass  # \sqrt[3]{…}: the index, then the argument
+        elif not ch.isspace() and pending and ch not in "]0123456789":
+            pending = 0  # \frac12: digits as arguments, nothing nested
+        i += 1
+    return deepest
+
+
+def expanded_terms(answer: str, limit: int = MAX_EXPANDED_TERMS) -> int:
+    """An upper bound on how many monomials `answer` multiplies out to, capped just above `limit`:
+    a bracket counts the sum over its top-level terms of the product of their factors' counts, and a
+    bracket of w terms to the power n counts C(w+n−1, n) (the monomials of w distinct terms to the n).
+
+    >>> expanded_terms("(x+1)(x-2)"), expanded_terms("(a+b+c+d)^{6}"), expanded_terms("3x^{2}+2x+1")
+    (4, 84, 3)
+    """
+    from math import comb
+
+    cap = limit + 1
+    stack = [[0, 1]]  # per open bracket: [sum of finished terms, product of the current term]
+    i, n = 0, len(answer)
+    previous = ""
+    while i < n:
+        ch = answer[i]
+        if ch in "({[":
+            stack.append([0, 1])
+        elif ch in ")}]" and len(stack) > 1:
+            total, product = stack.pop()
+            count = min(total + product, cap)
+            m = _EXPONENT_RE.match(answer, i + 1)
+            if m:
+                power = min(int(max(_INT_RE.findall(m.group(1)) or ["1"], key=int)), cap)
+                count = min(comb(count + power - 1, power), cap) if count > 1 else 1
+                i = m.end() - 1
+            stack[-1][1] = min(stack[-1][1] * count, cap)
+        elif ch in "+-" and previous not in ("", "(", "{", "[", "^", "_", "e", "E", "*", "/", "="):
+            frame = stack[-1]
+            frame[0], frame[1] = min(frame[0] + frame[1], cap), 1
+        if not ch.isspace():
+            previous = ch
+        i += 1
+    total, product = stack[0]
+    return min(total + product, cap)
 
 
 def _closes_subscript(answer: str, close: int) -> bool:

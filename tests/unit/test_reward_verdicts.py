@@ -78,6 +78,17 @@ def test_gsm_verifier_shares_the_comparison(answer, gold, equal):
     ("\\frac{1}{2", "unbalanced"), ("(10^{999})^{999}", "too large together"), ("(100!)!", "factorial of an expression"),
     ("(1+x)^{1000}", "bracketed"), ("(a+b+c)^{30}", "bracketed"), ("(a+b)^{6}\\cdot(a+b)^{6}", "bracketed"),
     ("\\sum_{k=1}^{100000} k", "too large"), ("\\sum_{k=1}^{5} 5000k", "bound too large"), ("\\binom{5000}{2}", "too large"),
+    # Γ(n) = (n−1)!: 6 s for Γ(999999) on a warm worker
+    ("\\Gamma(999999)", "Gamma too large"), ("\\operatorname{Gamma}(99999)", "Gamma too large"),
+    ("\\Gamma(\\Gamma(10))", "Gamma of a computed"), ("\\Gamma(10^{6})", "Gamma of a computed"),
+    ("\\Gamma(999 \\cdot 999)", "Gamma of a computed"),
+    # eleven nested fractions / roots, within the bracket-nesting limit
+    ("1+\\frac{1}{" * 11 + "2" + "}" * 11, "nested too deep"), ("\\sqrt{2+" * 11 + "2" + "}" * 11, "nested too deep"),
+    # wide brackets multiplied out: (10 terms)^6 is 5005 monomials, 13 s
+    ("(a+b+c+d+e+f+g+h+i+j)^{6}", "too many terms"), ("((a+b+c+d)(e+f+g+h)(i+j+k+l))^{6}", "too many terms"),
+    ("(a+b+c+d+e+f)" * 6, "too many terms"),
+    # a sum over a free bound: math-verify reads it as its summand
+    ("\\sum_{k=1}^{n} 7", "symbolic bound"), ("\\prod_{k=1}^{n} k", "symbolic bound"),
 ])
 def test_guards_refuse_costly_answers_before_parsing(answer, why):
     assert why in guard(answer)
@@ -197,3 +208,16 @@ def test_extract_code_is_linear_on_fences():
 def test_large_answers_are_refused_cheaply():
     for answer in ("9^" * 50_000 + "9", "(" * 50_000 + "1" + ")" * 50_000, "1,2" * 50_000, "or " * 50_000):
         assert math_reward(f"<answer>{answer}</answer>", "1", mode="strict").score == 0.0
+
+
+@pytest.mark.parametrize("answer", ["\\Gamma(5)", "\\Gamma(\\frac{1}{2})", "\\Gamma(x+1)", "(a+b+c+d)^{6}", "(x+1)(x-2)",
+                                    "\\frac{1}{\\frac{1}{\\frac{1}{2}}}", "\\sqrt[3]{\\sqrt{2}}", "\\sum_{k=1}^{10} k",
+                                    "3x^{2}+2x+1", "1.5e-3"])
+def test_guards_let_ordinary_answers_through(answer):
+    assert guard(answer) == ""
+
+
+@pytest.mark.parametrize("answer,gold,equal", [("2³", "8", True), ("2³", "23", False), ("10³", "1000", True),
+                                               ("10³", "103", False), ("x₁₀", "x_{10}", True), ("\\Gamma(5)", "24", True)])
+def test_superscript_digits_are_powers_not_digits(answer, gold, equal):
+    assert compare_answers(gold, answer)[0] is equal
