@@ -55,6 +55,22 @@ def test_a_call_past_its_limit_is_a_timeout_and_the_worker_is_replaced(pool):
     assert pool.call(run_python_expr, ("6*7",), timeout_s=5.0).value == {"value": 42}
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="namespaces need root (CI runs as root)")
+def test_a_worker_cannot_reach_the_hosts_system_v_ipc(pool):
+    import ctypes
+    import secrets
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    key = 0x5EC1000 + secrets.randbelow(1 << 16)
+    qid = libc.msgget(key, 0o1000 | 0o600)
+    assert qid >= 0
+    try:
+        out = pool.call(run_python_expr, (f"__import__('ctypes').CDLL(None).msgget({key}, 0)",), timeout_s=5.0)
+        assert out.value == {"value": -1}, out
+    finally:
+        libc.msgctl(qid, 0, None)  # IPC_RMID
+
+
 def test_a_memory_blow_up_is_an_error_in_the_worker(pool):
     out = pool.call(run_python_expr, ("bytearray(8 << 30)",), timeout_s=5.0)
     assert out.status == "error" and "MemoryError" in out.reason
@@ -252,16 +268,22 @@ def test_every_worker_starts_with_math_verifys_parser_loaded():
         pool.close()
 
 
+def math_or_spin(problems, completions):  # module level: it pickles into a worker
+    """The math reward, except that a completion "loop" spins: an answer no guard catches."""
+    from seqrl.rewards.math import math_answer_reward
+
+    spin_on_loop(problems, completions)
+    return math_answer_reward(problems, completions)
+
+
 def test_answers_after_a_batch_of_timeouts_are_scored_not_timed_out():
     """Each timeout replaces its worker; the replacement must be warm (and its first item gets the
     start-up allowance), or correct answers scored next time out in turn."""
-    from seqrl.rewards.math import math_answer_reward
-
-    pool = WorkerPool(workers=1)
+    pool = WorkerPool(workers=1, preload=(*DEFAULT_PRELOAD, __name__))
     try:
-        reward = BoundedReward(math_answer_reward, 1.0, pool=pool)
-        bombs = reward([Problem("q", "5")] * 2, ["<answer>\\Gamma(999999)</answer>"] * 2)
-        assert [r.score for r in bombs] == [0.0, 0.0] and pool.replaced >= 1
+        reward = BoundedReward(math_or_spin, 1.0, pool=pool)
+        bombs = reward([Problem("q", "5")] * 2, ["loop"] * 2)
+        assert [r.reason for r in bombs] == ["timeout: over 1 s"] * 2 and pool.replaced == 2
         good = reward([Problem("q", "12")] * 8, ["<answer>\\sqrt{144}</answer>"] * 8)
         assert [r.score for r in good] == [1.0] * 8, [r.reason for r in good]
     finally:

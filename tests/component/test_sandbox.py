@@ -383,6 +383,11 @@ def test_seccomp_program_decides_each_syscall_as_designed():
     for flag in (0x00020000, 0x10000000, 0x40000000, 0x20000000):  # NEWNS, NEWUSER, NEWNET, NEWPID
         assert _run_bpf(prog, 56, args0=0x01200011 | flag) == eperm, hex(flag)
     assert _run_bpf(prog, 435) == enosys
+    for family in (2, 10, 16):                                        # AF_INET, AF_INET6, AF_NETLINK
+        assert _run_bpf(prog, 41, args0=family) == allow, family
+    for family in (1, 17, 40, 0, 3, 38):                              # AF_UNIX, PACKET, VSOCK, UNSPEC, AX25, ALG
+        assert _run_bpf(prog, 41, args0=family) == eperm, family
+    assert _run_bpf(prog, 53, args0=1) == allow                       # socketpair(AF_UNIX)
     assert _run_bpf(prog, 0x40000000 | 2) == eperm                   # x32 ABI
     assert _run_bpf(prog, 2, arch=0x40000003) == kill                # i386 ABI
 
@@ -475,6 +480,105 @@ def test_no_network():
     """)
     r = run_python(sol, io_cases=[[[], [["refused"] * 3, ["lo"]]]], entry_point="probe")
     assert r.all_passed, r.tests
+
+
+_IPC_PROBE = src("""
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    def probe(key):
+        host_queue = libc.msgget(key, 0)                    # a queue the host made with this key
+        segment = libc.shmget(0, 1 << 20, 0o1000 | 0o600)  # IPC_PRIVATE, IPC_CREAT
+        return [host_queue, segment >= 0, 0 if segment >= 0 else ctypes.get_errno()]
+""")
+
+
+def _host_sysv(kind: str) -> list[str]:
+    return Path(f"/proc/sysvipc/{kind}").read_text().splitlines()[1:]
+
+
+@needs_root
+def test_system_v_ipc_of_the_host_is_out_of_reach_and_a_run_leaves_none_behind():
+    """A run has its own IPC namespace (seccomp off here: the namespace alone must hold): it cannot
+    open the host's message queue, and a segment it makes dies with it instead of pinning memory
+    outside every cgroup for the next run to read."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    key = 0x5EC0000 + secrets.randbelow(1 << 16)
+    qid = libc.msgget(key, 0o1000 | 0o600)
+    assert qid >= 0
+    try:
+        before = _host_sysv("shm")
+        r = run_python(_IPC_PROBE, io_cases=[[[key], [-1, True, 0]]], entry_point="probe", skip_layers=["seccomp"])
+        assert "ipcns" in r.layers and r.all_passed, r.tests
+        assert _host_sysv("shm") == before
+    finally:
+        libc.msgctl(qid, 0, None)  # IPC_RMID
+
+
+@needs_root
+def test_seccomp_refuses_system_v_ipc_and_message_queues():
+    r = run_python(_IPC_PROBE, io_cases=[[[1234], [-1, False, 1]]], entry_point="probe")  # EPERM
+    assert "seccomp" in r.layers and r.all_passed, r.tests
+
+
+@needs_root
+def test_sockets_only_of_the_network_families(tmp_path):
+    """No host pathname unix socket (a 0777 one, listening) and no vsock: ``socket(2)`` opens only
+    AF_INET, AF_INET6 and AF_NETLINK; ``socketpair`` still works."""
+    import socket
+    import threading
+
+    path = tmp_path / "host.sock"
+    server = socket.socket(socket.AF_UNIX)
+    server.bind(str(path))
+    os.chmod(path, 0o777)
+    os.chmod(tmp_path, 0o755)
+    server.listen(1)
+    server.settimeout(15)
+    got: list[bytes] = []
+
+    def accept():
+        try:
+            conn, _ = server.accept()
+            got.append(conn.recv(100))
+        except OSError:
+            pass
+
+    listener = threading.Thread(target=accept, daemon=True)
+    listener.start()
+    sol = src("""
+        import socket
+        def probe(path):
+            out = {}
+            for name, family, kind in [("unix", socket.AF_UNIX, socket.SOCK_STREAM), ("vsock", 40, socket.SOCK_STREAM),
+                                       ("packet", 17, socket.SOCK_RAW), ("inet", socket.AF_INET, socket.SOCK_STREAM),
+                                       ("inet6", socket.AF_INET6, socket.SOCK_STREAM)]:
+                try:
+                    s = socket.socket(family, kind)
+                except OSError:
+                    out[name] = "refused"
+                    continue
+                if name == "unix":
+                    try:
+                        s.connect(path)
+                        s.sendall(b"from the sandbox")
+                    except OSError:
+                        pass
+                s.close()
+                out[name] = "opened"
+            a, b = socket.socketpair()
+            a.sendall(b"x")
+            out["socketpair"] = b.recv(1).decode()
+            return out
+    """)
+    want = {"unix": "refused", "vsock": "refused", "packet": "refused", "inet": "opened", "inet6": "opened",
+            "socketpair": "x"}
+    r = run_python(sol, io_cases=[[[str(path)], want]], entry_point="probe")
+    server.close()
+    listener.join(timeout=5)
+    assert "seccomp" in r.layers and r.all_passed, r.tests
+    assert got == []
 
 
 def test_env_is_scrubbed(monkeypatch):

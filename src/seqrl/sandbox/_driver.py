@@ -248,7 +248,16 @@ SECCOMP_DENY_X86_64 = {
     "finit_module": 313, "kexec_file_load": 320, "bpf": 321, "userfaultfd": 323, "io_uring_setup": 425,
     "io_uring_enter": 426, "io_uring_register": 427, "open_tree": 428, "move_mount": 429, "fsopen": 430,
     "fsconfig": 431, "fsmount": 432, "fspick": 433, "pidfd_getfd": 438, "mount_setattr": 442, "quotactl_fd": 443,
+    # System V IPC and POSIX message queues: kernel objects that outlive the run and, outside an IPC
+    # namespace, are shared with every other process (multiprocessing uses neither)
+    "shmget": 29, "shmat": 30, "shmctl": 31, "semget": 64, "semop": 65, "semctl": 66, "shmdt": 67,
+    "msgget": 68, "msgsnd": 69, "msgrcv": 70, "msgctl": 71, "semtimedop": 220, "mq_open": 240,
+    "mq_unlink": 241, "mq_timedsend": 242, "mq_timedreceive": 243, "mq_notify": 244, "mq_getsetattr": 245,
 }
+_SOCKET = 41
+SOCKET_FAMILIES = {"AF_INET": 2, "AF_INET6": 10, "AF_NETLINK": 16}
+"""The only families ``socket(2)`` may open (the network namespace has just a loopback): no pathname
+or abstract unix socket of the host, no vsock; ``socketpair(AF_UNIX)`` stays (it reaches no one)."""
 _CLONE = 56
 _CLONE3 = 435
 # CLONE_NEWNS | NEWCGROUP | NEWUTS | NEWIPC | NEWUSER | NEWPID | NEWNET: clone() may not make namespaces
@@ -262,30 +271,51 @@ def _insn(code: int, jt: int, jf: int, k: int) -> bytes:
 
 def seccomp_program() -> bytes:
     """The classic-BPF seccomp filter (x86_64): a foreign architecture kills the process; x32 and the
-    denied syscalls get EPERM; ``clone`` with a namespace flag gets EPERM; ``clone3`` gets ENOSYS (its
-    flags live in memory a filter cannot read; the C library then falls back to ``clone``)."""
+    denied syscalls get EPERM; ``clone`` with a namespace flag gets EPERM; ``socket`` of a family not
+    in `SOCKET_FAMILIES` gets EPERM; ``clone3`` gets ENOSYS (its flags live in memory a filter cannot
+    read; the C library then falls back to ``clone``)."""
     ld_w, jeq, jge, jset, ret = 0x20, 0x15, 0x35, 0x45, 0x06
-    deny = sorted(SECCOMP_DENY_X86_64.values())
-    n_head = 9  # instructions 0–8 before the deny list
-    allow_at = n_head + len(deny)
-    deny_at, enosys_at = allow_at + 1, allow_at + 2
-    prog = [
-        _insn(ld_w, 0, 0, 4),                            # 0: A = arch
-        _insn(jeq, 1, 0, _AUDIT_ARCH_X86_64),            # 1: x86_64 → 3
-        _insn(ret, 0, 0, 0x80000000),                    # 2: KILL_PROCESS
-        _insn(ld_w, 0, 0, 0),                            # 3: A = nr
-        _insn(jge, deny_at - 5, 0, 0x40000000),          # 4: x32 ABI → deny
-        _insn(jeq, enosys_at - 6, 0, _CLONE3),           # 5: clone3 → ENOSYS
-        _insn(jeq, 0, 2, _CLONE),                        # 6: clone → 7, else → 9 (deny list)
-        _insn(ld_w, 0, 0, 16),                           # 7: A = low 32 bits of args[0] (flags)
-    ]
-    prog.append(_insn(jset, deny_at - 9, allow_at - 9, CLONE_NS_FLAGS))  # 8
-    for i, nr in enumerate(deny):  # jump offsets count from the next instruction
-        prog.append(_insn(jeq, deny_at - (n_head + i) - 1, 0, nr))
-    prog.append(_insn(ret, 0, 0, 0x7FFF0000))            # allow
-    prog.append(_insn(ret, 0, 0, 0x00050000 | _EPERM))   # deny
-    prog.append(_insn(ret, 0, 0, 0x00050000 | _ENOSYS))  # clone3
-    return b"".join(prog)
+    code: list[tuple[int, str | None, str | None, int]] = []  # (opcode, jump-if-true, jump-if-false, k)
+    labels: dict[str, int] = {}
+
+    def emit(op: int, k: int = 0, jt: str | None = None, jf: str | None = None) -> None:
+        code.append((op, jt, jf, k))
+
+    emit(ld_w, 4)                                   # A = arch
+    emit(jeq, _AUDIT_ARCH_X86_64, jt="nr")
+    emit(ret, 0x80000000)                           # KILL_PROCESS
+    labels["nr"] = len(code)
+    emit(ld_w, 0)                                   # A = nr
+    emit(jge, 0x40000000, jt="deny")                # x32 ABI
+    emit(jeq, _CLONE3, jt="enosys")
+    emit(jeq, _SOCKET, jt="socket")
+    emit(jeq, _CLONE, jf="list")
+    emit(ld_w, 16)                                  # A = low 32 bits of args[0] (clone's flags)
+    emit(jset, CLONE_NS_FLAGS, jt="deny", jf="allow")
+    labels["socket"] = len(code)
+    emit(ld_w, 16)                                  # A = args[0] (socket's domain)
+    for family in sorted(SOCKET_FAMILIES.values()):
+        emit(jeq, family, jt="allow")
+    emit(ret, 0x00050000 | _EPERM)
+    labels["list"] = len(code)
+    for nr in sorted(set(SECCOMP_DENY_X86_64.values())):
+        emit(jeq, nr, jt="deny")
+    labels["allow"] = len(code)
+    emit(ret, 0x7FFF0000)
+    labels["deny"] = len(code)
+    emit(ret, 0x00050000 | _EPERM)
+    labels["enosys"] = len(code)
+    emit(ret, 0x00050000 | _ENOSYS)
+
+    def offset(at: int, label: str | None) -> int:  # jumps count from the next instruction, forward only
+        if label is None:
+            return 0
+        off = labels[label] - at - 1
+        if not 0 <= off <= 255:
+            raise AssertionError(f"seccomp jump to {label} out of range ({off})")
+        return off
+
+    return b"".join(_insn(op, offset(i, jt), offset(i, jf), k) for i, (op, jt, jf, k) in enumerate(code))
 
 
 class _Sys:
@@ -915,7 +945,7 @@ def probe(spec_json: str) -> dict:
 # when the runner says so (its pid, the run's process group id, cannot be reused before).
 
 _ZY_NR = {"x86_64": {"prctl": 157, "unshare": 272}, "aarch64": {"prctl": 167, "unshare": 97}}
-_CLONE_NEWNS, _CLONE_NEWPID, _CLONE_NEWNET = 0x00020000, 0x20000000, 0x40000000
+_CLONE_NEWNS, _CLONE_NEWPID, _CLONE_NEWNET, _CLONE_NEWIPC = 0x00020000, 0x20000000, 0x40000000, 0x08000000
 _MS_REC_PRIVATE = 16384 | (1 << 18)
 _MS_NOSUID_NODEV_NOEXEC = 2 | 4 | 8
 _PR_SET_PDEATHSIG, _PR_SET_NO_NEW_PRIVS, _SIGKILL = 1, 38, 9
@@ -950,7 +980,7 @@ def _zygote_leader(sys_: _Sys, zygote_pid: int, detach: list, standby: int) -> N
         keep = fcntl.fcntl(standby, fcntl.F_DUPFD_CLOEXEC, 64)
         os.closerange(3, keep)  # the control socket and every other zygote fd
         os.closerange(keep + 1, _MAX_FD)
-        sys_(nr["unshare"], _CLONE_NEWNS | _CLONE_NEWPID | _CLONE_NEWNET)
+        sys_(nr["unshare"], _CLONE_NEWNS | _CLONE_NEWPID | _CLONE_NEWNET | _CLONE_NEWIPC)
         sys_(MOUNT_NR[os.uname().machine], sys_.buf(b"none\0"), sys_.buf(b"/\0"), None, _MS_REC_PRIVATE, None)
         s = _socket.socket(fileno=keep)
         data, anc, _, _ = s.recvmsg(1 << 16, _socket.CMSG_SPACE(4 * RUN_FDS))

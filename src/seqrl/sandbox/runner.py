@@ -7,6 +7,8 @@ Layers (all on by default when running as root, see ``docs/sandbox.md``):
 - ``pidns``        a PID namespace whose init is the trusted driver: when it exits or is killed, the
                    kernel kills every process in it, daemonised grandchildren included
 - ``mountns``      a private mount namespace with its own ``/proc`` (host processes invisible)
+- ``ipcns``        an IPC namespace of its own: no System V object or message queue of the host or
+                   of another run is reachable, and whatever the run makes dies with it
 - ``pids_cgroup``  a cgroup-v1 ``pids`` group capping the number of tasks (holds for root)
 - ``memory_cgroup`` a cgroup-v1 ``memory`` group capping the whole tree's resident memory
                    (RLIMIT_AS caps each process, not their sum)
@@ -16,7 +18,8 @@ Layers (all on by default when running as root, see ``docs/sandbox.md``):
 - ``setuid``       the solution runs as a fresh unprivileged uid (200000+), no groups,
                    ``no_new_privs``, with ``RLIMIT_NPROC`` (which then applies)
 - ``seccomp``      a syscall filter (x86_64): no namespaces, mounts, ptrace, eBPF, perf, io_uring,
-                   userfaultfd, keyrings, modules, … (``_driver.SECCOMP_DENY_X86_64``)
+                   userfaultfd, keyrings, modules, System V IPC, message queues, …
+                   (``_driver.SECCOMP_DENY_X86_64``); sockets only of ``_driver.SOCKET_FAMILIES``
 - ``landlock``     the solution reads only system paths, its interpreter and its own dirs, and
                    writes only its scratch dir; no TCP; no signals out of its domain (ABI ≥ 6)
 
@@ -65,7 +68,7 @@ PIDS_CGROUP_ROOT = Path("/sys/fs/cgroup/pids")
 MEMORY_CGROUP_ROOT = Path("/sys/fs/cgroup/memory")
 CPU_CGROUP_ROOT = Path("/sys/fs/cgroup/cpu")
 CPU_PERIOD_US = 100_000  # CFS period of the per-run cpu cgroup; the quota is ``cpus`` periods
-STRONG_LAYERS = ("netns", "pidns", "mountns", "pids_cgroup", "memory_cgroup", "setuid")
+STRONG_LAYERS = ("netns", "pidns", "mountns", "ipcns", "pids_cgroup", "memory_cgroup", "setuid")
 _RESULT_CAP = 32 << 20  # bytes of result-channel data accepted from one run
 _SCRATCH_ARCHES = ("x86_64", "aarch64")  # where the driver knows mount(2)'s number
 TREE_MEMORY_SLACK_MB = 64  # default tree limit = memory_mb + this (the driver's own interpreter)
@@ -188,7 +191,7 @@ def _unshare_cmd() -> tuple[str, ...] | None:
     exe = shutil.which("unshare", path="/usr/bin:/bin:/usr/sbin:/sbin")
     if exe is None or os.geteuid() != 0:
         return None
-    cmd = (exe, "--net", "--pid", "--fork", "--kill-child", "--mount-proc", "--")
+    cmd = (exe, "--net", "--ipc", "--pid", "--fork", "--kill-child", "--mount-proc", "--")
     try:
         r = subprocess.run([*cmd, "/bin/true"], capture_output=True, timeout=10, env={"PATH": "/usr/bin:/bin"})
     except (OSError, subprocess.SubprocessError):
@@ -355,7 +358,7 @@ def available_layers() -> list[str]:
     layers = ["rlimits"]
     unshare = _unshare_cmd() is not None
     if unshare:
-        layers += ["netns", "pidns", "mountns", "setuid"]
+        layers += ["netns", "pidns", "mountns", "ipcns", "setuid"]
     if _pids_cgroup_ok():
         layers.append("pids_cgroup")
     if unshare and _memory_cgroup_base() is not None:
@@ -770,7 +773,7 @@ def _launch(boot: dict, job: dict, lim: Limits, *, cwd: str | None, env: dict | 
                                      "to run with rlimits only")
         layers.append("unconfined")
     else:
-        layers += ["netns", "pidns", "mountns", "setuid"]
+        layers += ["netns", "pidns", "mountns", "ipcns", "setuid"]
 
     cpu = int(math.ceil(cpu_s if cpu_s is not None else timeout_s + 1))
     mem = int(memory_mb) << 20

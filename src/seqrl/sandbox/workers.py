@@ -102,7 +102,7 @@ def _confine_self(spec: dict) -> list[str]:
     layers.append("rlimits")
     if spec.get("netns"):
         sys_ = _driver._Sys()
-        sys_(272, 0x40000000 | 0x00020000)  # unshare(CLONE_NEWNET | CLONE_NEWNS)
+        sys_(272, 0x40000000 | 0x00020000 | 0x08000000)  # unshare(CLONE_NEWNET | CLONE_NEWNS | CLONE_NEWIPC)
         layers.append("netns")
         _read_only_mounts(sys_)
         layers.append("mountns_ro")
