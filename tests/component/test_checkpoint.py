@@ -22,6 +22,7 @@ from seqrl.utils.checkpoint import (
     load_checkpoint,
     save_checkpoint,
     verify_checkpoint,
+    verify_if_recorded,
 )
 from seqrl.utils.seeding import get_rng_state, seed_everything, set_rng_state
 
@@ -82,7 +83,10 @@ def test_save_load_round_trip_is_exact(tmp_path, tie):
     assert path == tmp_path / "checkpoint-2"
     saved_state = json.loads((path / "trainer_state.json").read_text())
     digests = saved_state.pop("sha256")
+    state_digest = saved_state.pop("state_sha256")
     assert saved_state == {"step": 2, "tokens_seen": 32, "best": 0.5}
+    canonical = json.dumps({**saved_state, "sha256": digests}, sort_keys=True, separators=(",", ":"))
+    assert state_digest == hashlib.sha256(canonical.encode()).hexdigest()
     assert sorted(digests) == ["config.json", "generation_config.json", "model.safetensors", "optimizer.pt", "rng.pt"]
     assert digests["rng.pt"] == hashlib.sha256((path / "rng.pt").read_bytes()).hexdigest()
     expected_draws = (random.random(), float(np.random.rand()), torch.rand(3))
@@ -296,9 +300,9 @@ def test_corrupt_or_mismatched_checkpoints_name_the_path(tmp_path):
     with pytest.raises(CheckpointError, match=r"checkpoint-1/model\.safetensors: checksum mismatch"):
         load_checkpoint(path, model)
     state = json.loads((path / "trainer_state.json").read_text())
-    del state["sha256"]  # a checkpoint without digests: the weights reader still names the file
+    del state["sha256"], state["state_sha256"]  # every seqrl checkpoint records them: a state without is corrupt
     (path / "trainer_state.json").write_text(json.dumps(state))
-    with pytest.raises(CheckpointError, match=r"checkpoint-1/model\.safetensors: cannot read weights"):
+    with pytest.raises(CheckpointError, match=r"trainer_state\.json: no 'state_sha256'/'sha256' digests"):
         load_checkpoint(path, model)
     (path / "trainer_state.json").write_text("{not json")
     with pytest.raises(CheckpointError, match=r"trainer_state\.json: corrupt"):
@@ -366,3 +370,37 @@ def test_non_finite_weights_or_optimizer_state_are_never_written_and_never_prune
         save_checkpoint(tmp_path, 2, model, optimizer=optimizer, keep_last=1)
     assert [s for s, _ in list_checkpoints(tmp_path)] == [1]  # the finite one stays, nothing half-written
     assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint-1"]
+
+
+def _edit_state(path, old: str, new: str) -> None:
+    file = path / "trainer_state.json"
+    text = file.read_text()
+    assert old in text
+    file.write_text(text.replace(old, new, 1))
+
+
+@pytest.mark.parametrize("old,new,why", [
+    ('"sha256"', '"sha25v"', "checksum mismatch"),           # the digest record renamed: nothing checked
+    ('"step": 2', '"step": 1', "checksum mismatch"),         # an earlier step: resume would overwrite 1 and 2
+    ('"state_sha256"', '"state_sha25v"', "no 'state_sha256'"),
+])
+def test_the_trainer_state_protects_itself(tmp_path, old, new, why):
+    path = save_checkpoint(tmp_path, 2, nn.Linear(2, 2))
+    _edit_state(path, old, new)
+    with pytest.raises(CheckpointError, match=rf"checkpoint-2/trainer_state\.json: {why}"):
+        verify_checkpoint(path)
+    with pytest.raises(CheckpointError, match="trainer_state"):
+        verify_if_recorded(path)
+
+
+def test_a_state_whose_step_is_not_the_folders_is_refused(tmp_path):
+    """A self-consistent state (its own digest recomputed) copied into another step's folder."""
+    path = save_checkpoint(tmp_path, 1, nn.Linear(2, 2))
+    os.rename(path, tmp_path / "checkpoint-5")
+    with pytest.raises(CheckpointError, match="step 1 does not match the folder's 5"):
+        verify_checkpoint(tmp_path / "checkpoint-5")
+
+
+def test_a_transformers_trainer_state_is_not_checked(tmp_path):
+    (tmp_path / "trainer_state.json").write_text(json.dumps({"global_step": 10, "log_history": []}))
+    verify_if_recorded(tmp_path)  # no error: not seqrl's

@@ -12,10 +12,14 @@ A checkpoint directory holds:
 * the tokenizer files when a tokenizer is given;
 * ``optimizer.pt`` — ``{"optimizer": state_dict | None, "scheduler": state_dict | None}``;
 * ``rng.pt`` — `seqrl.utils.seeding.get_rng_state` of the saving process;
-* ``trainer_state.json`` — ``{"step": step, **state, "sha256": {file: digest}}``, written last: a
-  directory without it is not a checkpoint. The digests cover every other file; `load_checkpoint`
-  and `verify_checkpoint` recompute them, so bytes changed after the save (a flipped bit, a file
-  overwritten in part) are a `CheckpointError` naming the file, not a model that loads silently.
+* ``trainer_state.json`` — ``{"step": step, **state, "sha256": {file: digest}, "state_sha256": …}``,
+  written last: a directory without it is not a checkpoint. The digests cover every other file, and
+  ``state_sha256`` the state itself (its canonical JSON without that key); `load_checkpoint` and
+  `verify_checkpoint` recompute them all and check ``step`` against the folder's number, so bytes
+  changed after the save (a flipped bit, a file overwritten in part, an edited step or digest key) are
+  a `CheckpointError` naming the file, not a model that loads silently or a resume at the wrong step.
+  A state with an integer ``step`` but no digests is seqrl's and corrupt (every seqrl checkpoint
+  records them); a folder whose state has no ``step`` (a transformers Trainer's) is not checked.
 
 A checkpoint is written only when every floating tensor of the model and optimizer state is finite
 (`NonFiniteWeightsError` otherwise), so pruning, which runs only after a successful save, never
@@ -67,6 +71,7 @@ ADAPTER_FILE = "adapter_model.safetensors"
 OPTIMIZER_FILE = "optimizer.pt"
 RNG_FILE = "rng.pt"
 CHECKSUM_KEY = "sha256"
+STATE_DIGEST_KEY = "state_sha256"
 _FULL_DISK_BYTES = 1 << 20  # a write failed and less than this is free: the disk is full
 
 
@@ -100,7 +105,7 @@ def save_checkpoint(
     if keep_last is not None and keep_last < 1:
         raise ValueError(f"save_checkpoint: keep_last must be >= 1 or None (got {keep_last})")
     state = dict(state or {})
-    for key in ("step", CHECKSUM_KEY):
+    for key in ("step", CHECKSUM_KEY, STATE_DIGEST_KEY):
         if key in state:
             raise ValueError(f"save_checkpoint: state must not contain {key!r} (the checkpoint writes it)")
     json.dumps(state)  # not serialisable: fail before writing anything
@@ -130,7 +135,8 @@ def save_checkpoint(
             torch.save(optim_state, tmp / OPTIMIZER_FILE)
         torch.save(get_rng_state(), tmp / RNG_FILE)
         digests = {str(f.relative_to(tmp)): _sha256(f) for f in sorted(tmp.rglob("*")) if f.is_file()}
-        trainer_state = json.dumps({"step": step, **state, CHECKSUM_KEY: digests}, indent=2)
+        record = {"step": step, **state, CHECKSUM_KEY: digests}
+        trainer_state = json.dumps({**record, STATE_DIGEST_KEY: _state_digest(record)}, indent=2)
         (tmp / STATE_FILE).write_text(trainer_state, encoding="utf-8")
         _fsync_tree(tmp)
         _move_into_place(tmp, final)
@@ -175,6 +181,11 @@ def _check_finite_state(final: Path, weights: dict[str, torch.Tensor], optim_sta
             stack.extend(item.values())
         elif isinstance(item, (list, tuple)):
             stack.extend(item)
+
+
+def _state_digest(record: dict) -> str:
+    """sha256 of a trainer state's canonical JSON (sorted keys, no spaces)."""
+    return hashlib.sha256(json.dumps(record, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
 def _sha256(file: Path) -> str:
@@ -287,8 +298,8 @@ def verify_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
     """Check checkpoint `path` against the sha256 digests its ``trainer_state.json`` recorded; return
     the trainer state (without the digests).
 
-    A missing or changed file raises `CheckpointError` naming it. A checkpoint written before digests
-    were recorded passes unchecked.
+    A missing or changed file, a state whose own digest or step does not match (the step must be the
+    folder's ``checkpoint-<step>`` number), or a state without digests raises `CheckpointError` naming it.
     """
     path = Path(path)
     if not path.is_dir():
@@ -302,9 +313,17 @@ def verify_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
         raise CheckpointError(f"{state_file}: corrupt trainer state: {e}") from e
     if not isinstance(trainer_state, dict) or not isinstance(trainer_state.get("step"), int):
         raise CheckpointError(f"{state_file}: expected an object with an integer 'step'")
-    digests = trainer_state.pop(CHECKSUM_KEY, None)
-    if digests is None:
-        return trainer_state
+    recorded = trainer_state.pop(STATE_DIGEST_KEY, None)
+    if recorded is not None and recorded != _state_digest(trainer_state):
+        raise CheckpointError(f"{state_file}: checksum mismatch (the trainer state changed after it was written)")
+    if recorded is None or CHECKSUM_KEY not in trainer_state:
+        raise CheckpointError(f"{state_file}: no {STATE_DIGEST_KEY!r}/{CHECKSUM_KEY!r} digests: corrupt, or not "
+                              "written by this version of seqrl")
+    folder = _FINAL_RE.match(path.name)
+    if folder and int(folder.group(1)) != trainer_state["step"]:
+        raise CheckpointError(f"{state_file}: step {trainer_state['step']} does not match the folder's "
+                              f"{folder.group(1)}")
+    digests = trainer_state.pop(CHECKSUM_KEY)
     if not isinstance(digests, dict):
         raise CheckpointError(f"{state_file}: corrupt {CHECKSUM_KEY!r} record")
     for name, expected in sorted(digests.items()):
@@ -318,15 +337,18 @@ def verify_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
 
 
 def verify_if_recorded(path: str | os.PathLike) -> None:
-    """`verify_checkpoint` for a model folder whose ``trainer_state.json`` records seqrl's sha256 digests;
-    any other folder passes unchecked (a Hugging Face model, a transformers Trainer checkpoint, whose
-    ``trainer_state.json`` is its own, a checkpoint from before digests were recorded)."""
+    """`verify_checkpoint` for a model folder whose ``trainer_state.json`` is seqrl's (an integer ``step``,
+    or either digest key); any other folder passes unchecked (a Hugging Face model; a transformers
+    Trainer checkpoint, whose ``trainer_state.json`` is its own, with ``global_step``)."""
     state_file = Path(path) / STATE_FILE
-    try:
-        state = json.loads(state_file.read_text(encoding="utf-8")) if state_file.is_file() else None
-    except (json.JSONDecodeError, UnicodeDecodeError):
+    if not state_file.is_file():
         return
-    if isinstance(state, dict) and CHECKSUM_KEY in state:
+    try:
+        state = json.loads(state_file.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise CheckpointError(f"{state_file}: corrupt trainer state: {e}") from e
+    if isinstance(state, dict) and (isinstance(state.get("step"), int) or CHECKSUM_KEY in state
+                                    or STATE_DIGEST_KEY in state):
         verify_checkpoint(path)
 
 
