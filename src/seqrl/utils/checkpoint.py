@@ -18,8 +18,9 @@ A checkpoint directory holds:
   `verify_checkpoint` recompute them all and check ``step`` against the folder's number, so bytes
   changed after the save (a flipped bit, a file overwritten in part, an edited step or digest key) are
   a `CheckpointError` naming the file, not a model that loads silently or a resume at the wrong step.
-  A state with an integer ``step`` but no digests is seqrl's and corrupt (every seqrl checkpoint
-  records them); a folder whose state has no ``step`` (a transformers Trainer's) is not checked.
+  A state with an integer ``step`` but no file digests is seqrl's and corrupt (every seqrl checkpoint
+  records them; one written before ``state_sha256`` existed has its files and step checked); a folder
+  whose state has no ``step`` (a transformers Trainer's) is not checked.
 
 A checkpoint is written only when every floating tensor of the model and optimizer state is finite
 (`NonFiniteWeightsError` otherwise), so pruning, which runs only after a successful save, never
@@ -316,9 +317,8 @@ def verify_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
     recorded = trainer_state.pop(STATE_DIGEST_KEY, None)
     if recorded is not None and recorded != _state_digest(trainer_state):
         raise CheckpointError(f"{state_file}: checksum mismatch (the trainer state changed after it was written)")
-    if recorded is None or CHECKSUM_KEY not in trainer_state:
-        raise CheckpointError(f"{state_file}: no {STATE_DIGEST_KEY!r}/{CHECKSUM_KEY!r} digests: corrupt, or not "
-                              "written by this version of seqrl")
+    if CHECKSUM_KEY not in trainer_state:  # (a state from before `state_sha256` still has the file digests)
+        raise CheckpointError(f"{state_file}: no {CHECKSUM_KEY!r} digests: corrupt, or not written by seqrl")
     folder = _FINAL_RE.match(path.name)
     if folder and int(folder.group(1)) != trainer_state["step"]:
         raise CheckpointError(f"{state_file}: step {trainer_state['step']} does not match the folder's "
