@@ -410,6 +410,28 @@ def compare_answers(gold: str, pred: str) -> tuple[bool, str]:
     return False, reason
 
 
+def answer_key(answer: str | None) -> str | None:
+    """One key per class of answers the verdict rules treat as the same number or text, for voting:
+    plain numbers and LaTeX fractions of integers as their exact value (``1,000``, ``1000``,
+    ``1000.0`` and ``\\frac{2000}{2}`` → ``1000``), ``x = 4`` as ``4``, ``50\\%`` as ``50``; anything
+    else as its normalised text, case- and space-folded. None stays None. (Answers only math-verify
+    relates, ``\\sqrt{4}`` and ``2``, keep separate keys: grouping by a symbolic verdict would cost a
+    parse per pair.)
+
+    >>> [answer_key(a) for a in ["1,000", "1000.0", "\\\\frac{2000}{2}", "x = 1000", "0.5", "1/2", " Paris ", None]]
+    ['1000', '1000', '1000', '1000', '1/2', '1/2', 'paris', None]
+    """
+    if answer is None:
+        return None
+    text = normalise(answer)
+    side, _ = _equation_side(text, "")
+    text = _strip_percent(_strip_text(side if side is not None else text))
+    value = plain_number(text)
+    if value is None:
+        value = latex_fraction(text)
+    return str(value) if value is not None else _key(text)
+
+
 def _percent_forms(text: str) -> list[str]:
     """The readings of an answer: ``x%`` is read as ``x`` (the percent sign is a unit label)."""
     return [_strip_percent(text)]

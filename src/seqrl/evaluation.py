@@ -3,8 +3,9 @@
 * greedy accuracy — one temperature-0 completion per problem, verified by the task;
 * pass@k — from `n_samples` ≥ k sampled completions per problem with c correct, the unbiased
   estimator 1 − C(n−c, k)/C(n, k) averaged over problems;
-* maj@k — the answer most of the first k samples commit to (ties: first seen); correct when a
-  completion giving that answer verifies.
+* maj@k — the answer most of the first k samples commit to (ties: first seen), answers grouped by
+  `seqrl.answers.answer_key` (``1,000`` and ``1000.0`` are one vote); correct when a completion giving
+  that answer verifies.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from seqrl.answers import answer_key
 from seqrl.core.metrics import majority_vote, pass_at_k
 from seqrl.types import Problem, Task
 
@@ -115,9 +117,11 @@ def evaluate(
                 for k in pass_k:
                     pass_sum[k] += pass_at_k(n, sum(scores), k)
                 answers = [task.extract_answer(t) for t in texts]
+                keys = [answer_key(a) for a in answers]
                 for k in maj_k:
-                    winner, _ = majority_vote(answers[:k])
-                    maj_sum[k] += any(a == winner and s for a, s in zip(answers[:k], scores[:k])) if winner else 0
+                    winner, _ = majority_vote(answers[:k], key=answer_key)
+                    won = answer_key(winner)
+                    maj_sum[k] += any(a == won and s for a, s in zip(keys[:k], scores[:k])) if winner else 0
         metrics.update({f"eval/pass@{k}": v / len(problems) for k, v in pass_sum.items()})
         metrics.update({f"eval/maj@{k}": v / len(problems) for k, v in maj_sum.items()})
     return EvalResult(metrics, records)

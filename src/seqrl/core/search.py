@@ -9,7 +9,7 @@ Shepherd the minimum; Snell et al. 2024 found the last step's score best for sea
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Hashable, Sequence
 
 AGGREGATIONS = ("min", "last", "prod", "mean")
 
@@ -37,11 +37,13 @@ def aggregate_step_scores(scores: Sequence[float], how: str) -> float:
     return float(math.fsum(scores) / len(scores))
 
 
-def weighted_vote(answers: Sequence[str | None], weights: Sequence[float]) -> tuple[str | None, float]:
+def weighted_vote(answers: Sequence[str | None], weights: Sequence[float],
+                  key: Callable[[str], Hashable] | None = None) -> tuple[str | None, float]:
     """The answer with the largest summed weight (search-and-learn's weighted best-of-N) and that sum.
 
     None answers take no part. Ties (equal sums) go to the answer that appears first, so the result
-    depends only on the order of the candidates, never on hashing.
+    depends only on the order of the candidates, never on hashing. With `key`, answers with the same
+    key pool their weights (the winner is the first seen of the winning key's answers).
 
     >>> weighted_vote(["3", "4", "3", None], [0.2, 0.5, 0.2, 9.0])   # 3: 0.4, 4: 0.5
     ('4', 0.5)
@@ -52,16 +54,19 @@ def weighted_vote(answers: Sequence[str | None], weights: Sequence[float]) -> tu
     """
     if len(answers) != len(weights):
         raise ValueError(f"weighted_vote: {len(answers)} answers for {len(weights)} weights")
-    totals: dict[str, list[float]] = {}
+    totals: dict = {}
+    first: dict = {}
     for a, w in zip(answers, weights):
         if a is not None:
-            totals.setdefault(a, []).append(float(w))
+            k = a if key is None else key(a)
+            totals.setdefault(k, []).append(float(w))
+            first.setdefault(k, a)
     if not totals:
         return None, 0.0
-    sums = {a: math.fsum(ws) for a, ws in totals.items()}  # dicts keep first-seen order
+    sums = {k: math.fsum(ws) for k, ws in totals.items()}  # dicts keep first-seen order
     best = max(sums.values())
-    winner = next(a for a, s in sums.items() if s == best)
-    return winner, best
+    winner = next(k for k, s in sums.items() if s == best)
+    return first[winner], best
 
 
 def binary_auc(scores: Sequence[float], labels: Sequence[bool]) -> float:

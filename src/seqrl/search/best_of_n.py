@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from seqrl.answers import answer_key
 from seqrl.core.metrics import majority_vote
 from seqrl.core.search import AGGREGATIONS, aggregate_step_scores, weighted_vote
 from seqrl.models.lm import Policy
@@ -137,22 +138,26 @@ def choose(answers: Sequence[str | None], scores: Sequence[float] | None, select
     (1, 0)
     >>> choose(["3", "4", "4"], [0.9, 0.5, 0.3], "weighted")   # 3: 0.9 beats 4: 0.5 + 0.3
     0
+    >>> choose(["999", "1,000", "1000.0"], [0.6, 0.5, 0.3], "weighted")   # one answer, 1000: 0.8 > 0.6
+    1
     """
     if select not in SELECT:
         raise ValueError(f"select must be one of {SELECT} (got {select!r})")
     if select == "first":
         return 0
     if select == "majority":
-        winner, _ = majority_vote(list(answers))
+        winner, _ = majority_vote(list(answers), key=answer_key)
         return 0 if winner is None else list(answers).index(winner)
     if scores is None:
         raise ValueError(f"select={select!r} needs a scorer")
     if select == "max":
         return max(range(len(scores)), key=lambda i: (scores[i], -i))
-    winner, _ = weighted_vote(answers, scores)
+    winner, _ = weighted_vote(answers, scores, key=answer_key)
     if winner is None:
         return 0
-    return max((i for i, a in enumerate(answers) if a == winner), key=lambda i: (scores[i], -i))
+    won = answer_key(winner)
+    return max((i for i, a in enumerate(answers) if a is not None and answer_key(a) == won),
+               key=lambda i: (scores[i], -i))
 
 
 def best_of_n(problems: Sequence[Problem], policy: Policy | Sampler, n: int, scorer: Scorer | None = None,
