@@ -169,3 +169,32 @@ def test_bad_search_settings_are_named():
         beam_search([Problem("q", "1")], FakeStepper(TRAP), FakeScorer(TRAP_VALUES), n=3, beam_width=2)
     with pytest.raises(ValueError, match="rule must be puct or uct"):
         mcts([Problem("q", "1")], FakeStepper(TRAP), FakeScorer(TRAP_VALUES), rule="ucb")
+
+
+class ShortContextScorer(FakeScorer):
+    """A PRM whose context holds at most 24 characters: longer solutions raise as the real one does."""
+
+    def score(self, problems, solutions):
+        from seqrl.models.prm import StepsTooLongError
+
+        if any(len(s) > 24 for s in solutions):
+            raise StepsTooLongError("solution too long for the context")
+        return super().score(problems, solutions)
+
+
+@pytest.mark.parametrize("search", ["beam", "dvts", "mcts"])
+def test_a_candidate_too_long_for_the_scorer_scores_zero_and_the_search_goes_on(search):
+    """The B branch's answers (30 characters) do not fit the scorer: they score 0 and are counted, the
+    short ones keep their scores, and the search ends with a pick, as best-of-N does."""
+    long9, long8 = "so it is <answer>9</answer>", "so it is <answer>8</answer>"
+    tree = {"": ["A" + SEP, "B" + SEP], "A" + SEP: ["<answer>1</answer>"], "B" + SEP: [long9, long8]}
+    values = {"A" + SEP: 0.6, "B" + SEP: 0.7, "A\n\n<answer>1</answer>": 0.4}
+    stepper, scorer = FakeStepper(tree), ShortContextScorer(values)
+    if search == "mcts":
+        result = mcts([Problem("q", "9")], stepper, scorer, simulations=6, width=2)
+    else:
+        result = (beam_search if search == "beam" else dvts)([Problem("q", "9")], stepper, scorer, n=4, beam_width=2)
+    assert result.account.too_long > 0 and len(result.chosen) == 1
+    long_ones = [b for b in result.pools[0] if len(b.text) > 24]
+    assert long_ones and all(b.score == 0.0 for b in long_ones)
+    assert all(b.score == 0.4 for b in result.pools[0] if b.text.endswith("<answer>1</answer>"))

@@ -13,7 +13,9 @@ and beam width M:
   scored, not kept; their tokens count in the budget).
 
 The final pick among the pool uses the best-of-N rules (`seqrl.search.best_of_n.choose`, weighted by
-default). The scorer sees only the problem and the partial solution: the gold answer is never used.
+default). The scorer sees only the problem and the partial solution: the gold answer is never used. A
+candidate too long for the scorer's context scores 0, as in best-of-N (`Account.too_long` counts it),
+and the search goes on (MCTS values nodes the same way).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from seqrl.core.search import AGGREGATIONS, aggregate_step_scores
-from seqrl.search.best_of_n import SELECT, Account, Scorer, choose
+from seqrl.search.best_of_n import SELECT, Account, Scorer, choose, score_safely
 from seqrl.search.steps import Stepper
 from seqrl.types import Problem, Task, extract_answer
 
@@ -64,7 +66,8 @@ def _score(scorer: Scorer, problems: Sequence[Problem], texts: Sequence[str], ag
         return []
     t = time.perf_counter()
     before = scorer.tokens_scored
-    per_step = scorer.score(list(problems), list(texts))
+    per_step, too_long = score_safely(scorer, list(problems), list(texts))  # too long for its context: 0
+    account.too_long += too_long
     account.scorer_tokens += scorer.tokens_scored - before
     account.score_s += time.perf_counter() - t
     out = []
