@@ -128,9 +128,12 @@ def test_dvts_keeps_the_best_of_each_subtree():
     tree, values = _wide_tree()
     stepper = FakeStepper(tree)
     result = dvts([Problem("q", "1")], stepper, FakeScorer(values), n=4, beam_width=2)
-    # subtrees {c0, c1} and {c2, c3}: their bests c1 and c3 go on, one expansion of 2 each
+    # subtrees {c0, c1} and {c2, c3}: their bests c1 and c3 go on, one expansion of 2 each; each subtree's
+    # 2 candidates of that last round join the pool: N = 4 solutions, as search-and-learn returns
     assert stepper.calls[1] == (["c1" + SEP, "c3" + SEP], 2)
-    assert sorted(b.text for b in result.pools[0]) == ["c1\n\n<answer>11</answer>", "c3\n\n<answer>31</answer>"]
+    assert sorted(b.text for b in result.pools[0]) == ["c1\n\n<answer>10</answer>", "c1\n\n<answer>11</answer>",
+                                                       "c3\n\n<answer>30</answer>", "c3\n\n<answer>31</answer>"]
+    assert result.chosen[0] == "c3\n\n<answer>31</answer>"  # the highest score: 0.3 + 0.1 + 0.03
 
 
 def test_lookahead_scores_the_rolled_out_path_and_counts_its_tokens():

@@ -8,7 +8,8 @@ and beam width M:
   the best N/M of the rest, and expands each M times. It stops when N solutions are complete, no beam
   is left, or after ``max_steps`` rounds (unfinished beams then join the pool).
 * **dvts**: N/M independent subtrees; each keeps only its best of M candidates per round, and ends
-  when that best is complete.
+  when that best is complete; every one of the M candidates of its last round joins the pool (finished
+  or not, as search-and-learn returns them), so the pool holds N solutions, not N/M.
 * **lookahead k**: a candidate is scored after rolling it k more steps greedily (the rolled steps are
   scored, not kept; their tokens count in the budget).
 
@@ -110,6 +111,7 @@ def tree_search(problems: Sequence[Problem], stepper: Stepper, scorer: Scorer, n
     keep = n // beam_width  # beam: beams kept per round; dvts: number of subtrees
     active: list[list[Beam]] = [[Beam("")] for _ in problems]  # round 0: the empty solution, expanded n times
     done: list[list[Beam]] = [[] for _ in problems]
+    last: list[list[Beam]] = [[] for _ in problems]  # each problem's candidates of the latest round
     rounds = 0
     for rounds in range(1, max_steps + 1):
         requests = [(i, b) for i, beams in enumerate(active) for b in beams]
@@ -139,9 +141,13 @@ def tree_search(problems: Sequence[Problem], stepper: Stepper, scorer: Scorer, n
         for (_, c), s in zip(flat, scores):
             c.score = s
         for i, cs in enumerate(candidates):
+            last[i] = cs
             active[i] = _select(cs, done[i], keep, method, n)
     for i in range(len(problems)):  # unfinished beams join the pool when too few solutions completed
-        if len(done[i]) < (n if method == "beam" else keep):
+        if method == "dvts":  # an unfinished subtree: its last round's M candidates
+            open_groups = {b.group for b in active[i]}
+            done[i] += [c for c in last[i] if c.group in open_groups]
+        elif len(done[i]) < n:
             done[i] += active[i]
     chosen = []
     for pool in done:
@@ -163,7 +169,10 @@ def _select(candidates: list[Beam], done: list[Beam], keep: int, method: str, n:
         kept = []
         for g in sorted({c.group for c in candidates}):
             best = next(candidates[k] for k in order if candidates[k].group == g)
-            (done if best.complete else kept).append(best)
+            if best.complete:  # the subtree ends: its M candidates of this round join the pool, best first
+                done += [candidates[k] for k in order if candidates[k].group == g]
+            else:
+                kept.append(best)
         return kept
     for k in order:
         if candidates[k].complete and len(done) < n:
