@@ -140,6 +140,19 @@ def test_train_from_a_stepwise_file_orm(tmp_path):
     assert "loss/orm" in out and out["eval/label_balance"] == 1.0  # the ORM sees only the last labels
 
 
+def test_a_stepwise_file_is_split_by_problem():
+    """Math-Shepherd files hold several solutions per problem: none of a held-out problem's rows trains."""
+    from seqrl.algos.prm import split_by_prompt
+
+    rows = [StepExample(f"{i % 10}+1=", (f"s{i}",), (1.0,)) for i in range(40)]  # 10 problems x 4 rows
+    train_rows, test_rows = split_by_prompt(rows, 0.2, seed=0)
+    held = {r.prompt for r in test_rows}
+    assert len(held) == 2 and len(test_rows) == 8 and len(train_rows) == 32
+    assert not held & {r.prompt for r in train_rows}
+    assert split_by_prompt(rows, 0.2, seed=0) == (train_rows, test_rows)  # seeded
+    assert split_by_prompt(rows[:1] * 3, 0.5, seed=0)[1] == []  # one problem: nothing to hold out
+
+
 def test_best_of_n_with_a_policy_and_a_prm(tiny_policy, prm):
     from seqrl.data import ArithmeticTask
     from seqrl.rollout import SamplingParams

@@ -4,7 +4,8 @@
     seqrl train orm --config arith_tiny_prm
 
 Data: a stepwise file (TRL's ``{"prompt", "completions", "labels"}``, e.g. from
-``seqrl data prm-labels``) split into train/held-out rows by a seeded permutation, or, without a
+``seqrl data prm-labels``) split into train/held-out rows by problem (a seeded permutation of the
+distinct prompts: no held-out problem is trained on), or, without a
 file, exactly labelled arithmetic solutions (`corrupted_arith_examples`) from the task's train and
 test splits. A PRM learns a label at the last token of every step, an ORM one label (the last
 step's) at the last step's end; the loss is the (soft-label) cross-entropy `step_label_loss`.
@@ -129,15 +130,30 @@ def evaluate_examples(prm: ProcessRewardModel, examples: list[Example], batch_si
             "eval/auc": binary_auc(scores, labels), "eval/label_balance": sum(labels) / n}
 
 
+def split_by_prompt(rows: list[StepExample], test_fraction: float, seed: int
+                    ) -> tuple[list[StepExample], list[StepExample]]:
+    """(train, held-out) rows, held out by problem: a seeded permutation of the distinct prompts, the
+    first round(test_fraction · prompts) of them (at least one) held out with every row they have, so
+    no held-out problem was seen in training (several labelled solutions per problem is the rule for
+    Math-Shepherd labels). Row order is kept within each side."""
+    prompts = list(dict.fromkeys(r.prompt for r in rows))
+    if len(prompts) < 2:
+        return list(rows), []
+    order = torch.randperm(len(prompts), generator=torch.Generator().manual_seed(seed)).tolist()
+    n_test = min(len(prompts) - 1, max(1, round(test_fraction * len(prompts))))
+    held = {prompts[i] for i in order[:n_test]}
+    return [r for r in rows if r.prompt not in held], [r for r in rows if r.prompt in held]
+
+
 def load_rows(cfg: PRMConfig) -> tuple[list[StepExample], list[StepExample], str]:
     """(train rows, held-out rows, where they came from)."""
     if cfg.data.path is not None:
         rows = read_stepwise(cfg.data.path)
-        if len(rows) < 2:
-            raise ValueError(f"data.path {cfg.data.path}: {len(rows)} row(s); need at least 2 for a held-out split")
-        order = torch.randperm(len(rows), generator=torch.Generator().manual_seed(cfg.task.seed)).tolist()
-        n_test = max(1, round(cfg.data.test_fraction * len(rows)))
-        return [rows[i] for i in order[n_test:]], [rows[i] for i in order[:n_test]], cfg.data.path
+        train, test = split_by_prompt(rows, cfg.data.test_fraction, cfg.task.seed)
+        if not train or not test:
+            raise ValueError(f"data.path {cfg.data.path}: {len(rows)} row(s) of {len({r.prompt for r in rows})} "
+                             "distinct prompt(s); need at least 2 prompts for a held-out split by problem")
+        return train, test, cfg.data.path
     task = cfg.task.build()
     train = task.problems("train", cfg.task.n_train, cfg.task.seed)
     test = task.problems("test", cfg.task.n_test, cfg.task.seed)

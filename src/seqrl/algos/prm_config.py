@@ -20,7 +20,8 @@ class PRMDataConfig:
     """A stepwise file (.jsonl/.json/.parquet/.csv); None: exactly labelled arithmetic solutions
     built from `task` (gold steps, one value moved in about two thirds of them)."""
     test_fraction: float = 0.1
-    """Rows of `path` held out for evaluation (a seeded permutation of the rows)."""
+    """Share of `path`'s distinct prompts held out for evaluation, with all their rows (a seeded
+    permutation of the prompts: the held-out AUC measures problems never trained on)."""
     overlong: Literal["drop", "error"] = "drop"
     """A solution longer than the context: drop the steps that do not fit (counted), or stop."""
 
