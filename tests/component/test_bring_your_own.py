@@ -314,3 +314,57 @@ def test_a_reward_function_that_raises_mid_run_is_isolated(workdir):
     batch = score_completions({"flaky": (fn, 1.0)}, [Problem("q", "1")] * 3, ["a", "b7", "c"])
     assert batch.total == [1.0, 0.0, 1.0] and batch.errors["flaky"] == 1
     assert "ZeroDivisionError: seven" in batch.reasons["flaky"][1]
+
+
+@pytest.mark.parametrize("body,why", [("raise SystemExit(0)", "raised SystemExit(0)"),
+                                      ("import sys; sys.exit(3)", "raised SystemExit(3)"),
+                                      ("import os; os._exit(0)", "called os._exit(0)")])
+def test_a_reward_that_tries_to_end_the_trainer_is_an_error_not_an_exit(workdir, body, why):
+    """Once it ended `seqrl train` with exit 0 after step 1 of 3 and no line."""
+    _write_module(workdir, "byo_exits", f"""
+        def exits(completions, **kwargs):
+            if any("7" in c for c in completions):
+                {body}
+            return [1.0] * len(completions)
+        """)
+    fn = build_reward(RewardSpec("byo_exits:exits"), get_task("arith"))
+    batch = score_completions({"exits": (fn, 1.0)}, [Problem("q", "1")] * 3, ["a", "b7", "c"])
+    assert batch.total == [1.0, 0.0, 1.0] and batch.errors["exits"] == 1
+    assert why in batch.reasons["exits"][1] and why in batch.first_error["exits"]
+
+
+def test_a_forked_child_of_a_reward_still_exits(workdir):
+    _write_module(workdir, "byo_forks", """
+        import os
+        def forks(completions, **kwargs):
+            pid = os.fork()
+            if pid == 0:
+                os._exit(7)
+            _, status = os.waitpid(pid, 0)
+            return [float(os.waitstatus_to_exitcode(status))] * len(completions)
+        """)
+    fn = build_reward(RewardSpec("byo_forks:forks"), get_task("arith"))
+    assert score_completions({"forks": (fn, 1.0)}, [Problem("q", "1")], ["a"]).total == [7.0]
+
+
+def test_a_reward_that_fails_on_every_completion_stops_with_one_line_naming_it(workdir, monkeypatch, capsys):
+    _write_module(workdir, "byo_broken", """
+        def broken(completions, **kwargs):
+            return ["high"] * len(completions)
+        """)
+    fn = build_reward(RewardSpec("byo_broken:broken"), get_task("arith"))
+    with pytest.raises(ValueError, match="reward 'broken' failed on all 2 completions.*score of type str"):
+        score_completions({"broken": (fn, 1.0)}, [Problem("q", "1")] * 2, ["a", "b"])
+    monkeypatch.setattr(sys, "argv", ["seqrl"])
+    rc = cli.main(["train", "grpo", "--config", "arith_tiny_grpo", f"--run.out_dir={workdir / 'runs'}",
+                   "--model.preset=tiny", "--model.path=null", "--steps=2", "--batch_size=4", "--group_size=2",
+                   "--eval.every=0", "--run.progress=false", "--sampling.max_new_tokens=4",
+                   "--rewards=[{name: 'byo_broken:broken'}]"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "reward 'broken' failed on all" in err, err[-2000:]
+
+
+def test_a_score_beyond_float32_is_an_error_naming_the_reward():
+    batch = score_completions({"huge": (lambda p, c: [RewardResult(1e308), RewardResult(2.0)], 1.0)},
+                              [Problem("q", "1")] * 2, ["a", "b"])
+    assert batch.total == [0.0, 2.0] and batch.errors["huge"] == 1 and "beyond float32" in batch.reasons["huge"][0]

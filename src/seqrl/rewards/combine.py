@@ -225,6 +225,15 @@ def check_reward_columns(fns: dict[str, tuple[RewardFn, float]], problems: list[
             fn.check_columns(problems)
 
 
+FLOAT32_MAX = 3.4028234663852886e38
+"""A score above this becomes inf in the trainer's float32 tensors."""
+
+
+class RewardFailed(ValueError):
+    """A user's reward function failed (raised, or returned no number) on every completion of a batch:
+    a bug in the function, not a verdict on the model's output. Stops the run with one line naming it."""
+
+
 @dataclass
 class ScoredBatch:
     """Weighted total per completion plus each function's scores and reasons."""
@@ -240,6 +249,8 @@ class ScoredBatch:
     """Completions per function scored 0 because the batch budget ran out first."""
     not_applicable: dict[str, int] = field(default_factory=dict)
     """Completions per function it scored None ("does not apply"): NaN in `scores`, 0 in `total`."""
+    first_error: dict[str, str] = field(default_factory=dict)
+    """Per function with errors in this batch, the first one's reason (``error: …``)."""
 
 
 def _safe_results(name: str, fn: RewardFn, problems: list[Problem], completions: list[str]
@@ -263,9 +274,11 @@ def _safe_results(name: str, fn: RewardFn, problems: list[Problem], completions:
             clean.append(None)
             continue
         score = r.score if isinstance(r, RewardResult) else float("nan")
-        if not isinstance(score, (int, float)) or not math.isfinite(score):
+        if not isinstance(score, (int, float)) or not math.isfinite(score) or abs(score) > FLOAT32_MAX:
             errors += 1
-            reason = r.reason if isinstance(r, RewardResult) and r.reason.startswith("error") else f"non-finite score {score!r}"
+            reason = (r.reason if isinstance(r, RewardResult) and r.reason.startswith("error") else
+                      f"error: score {score!r} of {name!r} is beyond float32 (training tensors)" if
+                      isinstance(score, (int, float)) and math.isfinite(score) else f"non-finite score {score!r}")
             clean.append(RewardResult(0.0, reason))
         else:
             clean.append(r)
@@ -300,6 +313,12 @@ def score_completions(fns: dict[str, tuple[RewardFn, float]], problems: list[Pro
         batch.scores[name] = [float("nan") if r is None else float(r.score) for r in results]
         batch.reasons[name] = ["not applicable" if r is None else r.reason for r in results]
         batch.errors[name] = errors
+        if errors:
+            batch.first_error[name] = next(r.reason for r in results if r is not None and r.reason.startswith(
+                ("error", "non-finite")))
+            if isinstance(fn, UserReward) and errors == len(completions):
+                raise RewardFailed(f"reward {name!r} failed on all {errors} completions of a batch; the first: "
+                                   f"{batch.first_error[name][:300]}")
         for i, r in enumerate(results):
             if r is not None:
                 total[i] += weight * float(r.score)

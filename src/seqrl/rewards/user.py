@@ -13,12 +13,16 @@ Two signatures, told apart by inspection when the reward is built:
 ``None`` means "does not apply to this sample": it is left out of the weighted sum (TRL's rule) and
 counted. The spec's ``kwargs`` are passed to every call. User functions run in the trainer process
 (they are the user's code); a function that raises keeps `score_completions`' isolation (the
-completion that raises scores 0 with the reason).
+completion that raises scores 0 with the reason), one that calls ``sys.exit`` or ``os._exit`` raises
+`RewardExit` there instead of ending the trainer, and one that fails on every completion of a batch
+stops the run with one line naming it (`seqrl.rewards.combine.RewardFailed`).
 """
 
 from __future__ import annotations
 
 import inspect
+import os
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -43,6 +47,35 @@ def signature_form(fn: Callable, where: str) -> str:
     shown = ", ".join(str(p) for p in params.values())
     raise ValueError(f"{where}: {getattr(fn, '__name__', fn)!r}({shown}) fits neither reward signature: "
                      f"seqrl's (problems, completions) or TRL's (completions, **kwargs)")
+
+
+class RewardExit(RuntimeError):
+    """A user's reward tried to end the trainer (``sys.exit``, ``SystemExit``, ``os._exit``): an error of
+    that call, scored like any other (0 with the reason, counted), never the end of the run."""
+
+
+def _call_without_exits(name: str, call: Callable[[], Any]) -> Any:
+    """``call()`` with ``SystemExit`` and ``os._exit`` turned into `RewardExit`: a reward is scoring code,
+    and in the trainer's process ending it would end training with exit 0 and no line. ``os._exit`` is
+    caught only in this process (a child the reward forks still exits) and only from the main thread's
+    calls (rewards are scored there)."""
+    in_main = threading.current_thread() is threading.main_thread()
+    real_exit, me = os._exit, os.getpid()
+
+    def refuse(code: int = 0) -> None:
+        if os.getpid() != me:
+            real_exit(code)
+        raise RewardExit(f"reward {name!r} called os._exit({code!r})")
+
+    if in_main:
+        os._exit = refuse
+    try:
+        return call()
+    except SystemExit as e:
+        raise RewardExit(f"reward {name!r} raised SystemExit({e.code!r})") from None
+    finally:
+        if in_main:
+            os._exit = real_exit
 
 
 def _columns(problems: list[Problem]) -> list[str]:
@@ -102,7 +135,7 @@ class UserReward:
         return self.fn(**keywords)
 
     def __call__(self, problems: list[Problem], completions: list[str]) -> list[RewardResult | None]:
-        out = self._call(problems, completions)
+        out = _call_without_exits(self.name, lambda: self._call(problems, completions))
         try:
             out = list(out)
         except TypeError:
