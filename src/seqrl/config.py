@@ -334,6 +334,11 @@ def parse_json_object(text: str, flag: str) -> dict[str, Any]:
     return value
 
 
+class WholeMapping(dict):
+    """A mapping given whole on the command line (``--task.kwargs={}``): `merge` puts it in place of
+    the mapping it overrides instead of merging into it, so a preset's keys can be removed."""
+
+
 def parse_overrides(args: list[str]) -> dict[str, Any]:
     """``["--optim.lr=3e-4", "train.steps=10", "--tags", "[a, b]"]`` → a nested dict.
 
@@ -341,10 +346,14 @@ def parse_overrides(args: list[str]) -> dict[str, Any]:
     VALUE is read as YAML (``3e-4`` → float, ``true`` → bool, ``[1, 2]`` → list, ``null`` → None;
     quote to force a string: ``--name='"123"'``; a value starting with ``{`` that is not YAML, or
     names only keys, is the text itself: a format string like ``{question} in {unit}``). Later
-    overrides win.
+    overrides win. A dotted key changes one field and keeps the others (``--task.kwargs.digits=3``);
+    a mapping given whole replaces the one it overrides (``--task.kwargs={}`` drops a preset's
+    ``digits``; `WholeMapping`).
 
     >>> parse_overrides(["--optim.lr=3e-4", "--train.bf16", "true"])
     {'optim': {'lr': 0.0003}, 'train': {'bf16': True}}
+    >>> merge({"task": {"kwargs": {"digits": 2}}}, parse_overrides(["--task.kwargs={}"]))
+    {'task': {'kwargs': {}}}
     """
     out: dict[str, Any] = {}
     i = 0
@@ -371,6 +380,8 @@ def parse_overrides(args: list[str]) -> dict[str, Any]:
             value = text  # a format string such as "{question} in {unit}"
         if isinstance(value, dict) and value and all(v is None for v in value.values()) and text.lstrip().startswith("{"):
             value = text  # "{question}": a format string, not a mapping of empty keys
+        if isinstance(value, dict):
+            value = WholeMapping(value)
         node = out
         for depth, part in enumerate(parts[:-1]):
             child = node.setdefault(part, {})
@@ -394,7 +405,9 @@ def merge(base: Mapping[str, Any], update: Mapping[str, Any]) -> dict[str, Any]:
     """
     out = copy.deepcopy(dict(base))
     for key, value in update.items():
-        if isinstance(out.get(key), Mapping) and isinstance(value, Mapping):
+        if isinstance(value, WholeMapping):
+            out[key] = copy.deepcopy(dict(value))
+        elif isinstance(out.get(key), Mapping) and isinstance(value, Mapping):
             out[key] = merge(out[key], value)
         else:
             out[key] = copy.deepcopy(value)

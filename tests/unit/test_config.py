@@ -266,3 +266,16 @@ def test_partial_section_keeps_the_fields_own_factory_defaults():
     cfg = from_dict(RLConfig, {"optim": {"lr": 3e-4}}, path="rl")
     assert cfg.optim == OptimConfig(lr=3e-4, warmup_steps=7)
     assert from_dict(RLConfig, {}, path="rl").optim == OptimConfig(lr=1e-6, warmup_steps=7)
+
+
+def test_a_mapping_given_whole_replaces_a_presets_and_a_dotted_key_merges():
+    """`--task.kwargs={}` must drop the arith presets' digits so the pipeline can point at gsm."""
+    from seqrl.algos.prm import PRMConfig
+    from seqrl.cli import preset_file
+
+    cfg = load_config(PRMConfig, preset_file("prm/arith_tiny_prm"), ["--task.name=gsm", "--task.kwargs={}"])
+    assert cfg.task.name == "gsm" and cfg.task.kwargs == {}
+    cfg = load_config(PRMConfig, preset_file("prm/arith_tiny_prm"), ["--task.kwargs.digits=3"])
+    assert cfg.task.kwargs == {"digits": 3}
+    cfg = load_config(PRMConfig, preset_file("prm/arith_tiny_prm"), ["--task.kwargs={}", "--task.kwargs.digits=1"])
+    assert cfg.task.kwargs == {"digits": 1}
