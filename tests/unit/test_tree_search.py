@@ -201,3 +201,17 @@ def test_a_candidate_too_long_for_the_scorer_scores_zero_and_the_search_goes_on(
     long_ones = [b for b in result.pools[0] if len(b.text) > 24]
     assert long_ones and all(b.score == 0.0 for b in long_ones)
     assert all(b.score == 0.4 for b in result.pools[0] if b.text.endswith("<answer>1</answer>"))
+
+
+def test_mcts_never_reselects_a_finished_solution():
+    """A finished answer with a high value beside an open step: selection used to walk back to the
+    finished leaf every simulation (no growth); now it skips it and expands the open branch."""
+    tree = {"": ["<answer>5</answer>", "B" + SEP], "B" + SEP: ["C" + SEP, "D" + SEP],
+            "B\n\nC\n\n": ["<answer>9</answer>"], "B\n\nD\n\n": ["<answer>8</answer>"]}
+    values = {"<answer>5</answer>": 0.9, "B" + SEP: 0.5, "B\n\nC\n\n": 0.4, "B\n\nD\n\n": 0.3,
+              "B\n\nC\n\n<answer>9</answer>": 0.6, "B\n\nD\n\n<answer>8</answer>": 0.2}
+    stepper = FakeStepper(tree)
+    result = mcts([Problem("q", "9")], stepper, FakeScorer(values), simulations=4, width=2)
+    prefixes = [p for call, _ in stepper.calls for p in call]
+    assert prefixes[:2] == ["", "B" + SEP] and len(set(prefixes)) == len(prefixes)
+    assert "B\n\nC\n\n<answer>9</answer>" in [b.text for b in result.pools[0]]

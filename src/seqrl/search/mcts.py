@@ -4,11 +4,13 @@ Nodes are partial solutions, edges are steps sampled by the policy. One simulati
 round (all problems in lockstep, so each round is one stepper call and one scorer call):
 
 1. **select** from the root by PUCT (prior = softmax of the sibling steps' mean token log-probs,
-   `c_init` 1.25, `c_base` 19652) or UCT (constant `c`) until a leaf or a terminal node;
+   `c_init` 1.25, `c_base` 19652) or UCT (constant `c`) until an unexpanded leaf, skipping exhausted
+   children — terminal ones, and those whose every child is exhausted (as rStar does: a simulation
+   never re-walks a finished solution without growing the tree); a problem whose whole tree is
+   exhausted stops spending simulations;
 2. **expand** a leaf with `width` sampled steps (identical steps merged);
 3. **evaluate** each new child once: its partial solution scored by the scorer (``value: prm``), or a
-   rollout from it to the end of the solution scored by the scorer (``value: rollout``); a terminal
-   node re-selected is worth its own score again;
+   rollout from it to the end of the solution scored by the scorer (``value: rollout``);
 4. **back up** the mean: each node's Q is the mean of the values evaluated below it.
 
 The final pick is among the terminal nodes found, by the best-of-N rules (weighted vote by default),
@@ -49,12 +51,20 @@ class Node:
 
 
 def _pick_child(node: Node, rule: str, c: float, c_init: float, c_base: float) -> Node:
+    """The child to descend into by `rule`, among those with something left to expand."""
+    kids = [ch for ch in node.children if not _exhausted(ch)]
     if rule == "puct":
-        keyed = [puct_score(ch.q, ch.prior, node.visits, ch.visits, c_init, c_base) for ch in node.children]
+        keyed = [puct_score(ch.q, ch.prior, node.visits, ch.visits, c_init, c_base) for ch in kids]
     else:
-        keyed = [uct_score(ch.q, node.visits, ch.visits, c) for ch in node.children]
+        keyed = [uct_score(ch.q, node.visits, ch.visits, c) for ch in kids]
     best = max(range(len(keyed)), key=lambda k: (keyed[k], -k))  # ties: the earlier child
-    return node.children[best]
+    return kids[best]
+
+
+def _exhausted(node: Node) -> bool:
+    """Nothing left to expand below `node`: it is terminal, or every child is exhausted (rStar skips
+    these in selection, so no simulation re-walks a finished solution without growing the tree)."""
+    return node.terminal or (bool(node.children) and all(_exhausted(ch) for ch in node.children))
 
 
 def _terminals(node: Node) -> list[Node]:
@@ -87,16 +97,13 @@ def mcts(problems: Sequence[Problem], stepper: Stepper, scorer: Scorer, simulati
     for _ in range(simulations):
         leaves: list[tuple[int, Node, list[Node]]] = []
         for i, root in enumerate(roots):
+            if _exhausted(root):  # every solution this tree can hold is found: its simulations end
+                continue
             node, path = root, [root]
-            while node.children and not node.terminal:
+            while node.children:
                 node = _pick_child(node, rule, c, c_init, c_base)
                 path.append(node)
-            if node.terminal:
-                for n in path:  # a finished solution re-selected: worth its own value again
-                    n.visits += 1
-                    n.total += node.value0
-            else:
-                leaves.append((i, node, path))
+            leaves.append((i, node, path))
         if not leaves:
             break
         options = _expand(stepper, [problems[i] for i, _, _ in leaves], [n.text for _, n, _ in leaves], width, account)
