@@ -9,10 +9,13 @@ from seqrl.algos.common import OptimConfig, RunConfig
 from seqrl.data.minari_data import DataConfig
 from seqrl.algos.odt import ODTConfig, ODTEvalConfig, ODTModelConfig, OnlineConfig, train
 
+MARGIN_OVER_OFFLINE = 1.0
+"""Online must beat offline-only training by this much: the tightest of the test's claims."""
 
-def _cfg(out, name: str, pretrain_steps: int, iterations: int) -> ODTConfig:
+
+def _cfg(out, name: str, pretrain_steps: int, iterations: int, seed: int = 0) -> ODTConfig:
     return ODTConfig(
-        run=RunConfig(name=name, out_dir=str(out), seed=0, log_every=100, save_every=0, progress=False),
+        run=RunConfig(name=name, out_dir=str(out), seed=seed, log_every=100, save_every=0, progress=False),
         data=DataConfig(dataset="drift"),
         model=ODTModelConfig(hidden_size=32, n_layer=1, n_head=1, context_len=4, max_ep_len=16, dropout=0.1,
                              embed_init="pytorch"),
@@ -23,20 +26,24 @@ def _cfg(out, name: str, pretrain_steps: int, iterations: int) -> ODTConfig:
     )
 
 
+def online_vs_offline(out, dataset, seed: int = 0) -> dict[str, float]:
+    """ODT (300 offline updates, then 50 iterations × (4 rollouts + 50 updates)) and offline-only training
+    with the same 2800 updates; returns at R̂ 8 (evaluation with the mean action: the drift toy's return is
+    a function of the policy, so the spread is between training seeds, not evaluations)."""
+    odt = train(_cfg(out, "odt", 300, 50, seed), dataset)
+    offline_only = train(_cfg(out, "offline", 2800, 0, seed), dataset)
+    return {"best": float(dataset.returns.max()), "after_pretrain": odt["offline/eval/return/8"],
+            "online": odt["eval/return/8"], "offline": offline_only["offline/eval/return/8"]}
+
+
 @pytest.mark.e2e
 def test_online_finetuning_goes_beyond_the_offline_data(tmp_path, drift):
     # Drift toy: reward = action ∈ [−1, 1], 8 steps, so the best return is 8. The offline data acts at
-    # levels in [−1, 0.5]: its best episode returns 3.92. Measured (seed 0): ODT (300 offline updates,
-    # then 50 iterations × (4 rollouts + 50 updates)) −0.55 → 7.62 at R̂ 8; offline-only training with
-    # the same 2800 updates 5.36 (≈ 45 s in all on a loaded machine).
-    dataset = drift.dataset(64, seed=0)
-    best = float(dataset.returns.max())
-    odt = train(_cfg(tmp_path, "odt", 300, 50), dataset)
-    offline_only = train(_cfg(tmp_path, "offline", 2800, 0), dataset)
-    after_pretrain, online = odt["offline/eval/return/8"], odt["eval/return/8"]
-    offline = offline_only["offline/eval/return/8"]
-    print(f"best offline episode {best:.2f}; ODT at R̂ 8: {after_pretrain:.2f} after pre-training → {online:.2f} "
-          f"after online fine-tuning; offline-only with the same updates: {offline:.2f}")
-    assert online > best + 2.0  # beyond anything in the data
-    assert online > after_pretrain + 3.0
-    assert online > offline + 1.0  # the online data did it, not the extra updates
+    # levels in [−1, 0.5]: its best episode returns 3.92. Measured (seed 0): −0.64 after pre-training →
+    # 7.64 online; offline-only 5.38; over seeds 0–4 (benchmarks/e2e_margins.py) see docs/algorithms/odt.md.
+    r = online_vs_offline(tmp_path, drift.dataset(64, seed=0))
+    print(f"best offline episode {r['best']:.2f}; ODT at R̂ 8: {r['after_pretrain']:.2f} after pre-training → "
+          f"{r['online']:.2f} after online fine-tuning; offline-only with the same updates: {r['offline']:.2f}")
+    assert r["online"] > r["best"] + 2.0  # beyond anything in the data
+    assert r["online"] > r["after_pretrain"] + 3.0
+    assert r["online"] > r["offline"] + MARGIN_OVER_OFFLINE  # the online data did it, not the extra updates
