@@ -35,6 +35,9 @@ from __future__ import annotations
 import re
 import unicodedata
 from fractions import Fraction
+from typing import Literal
+
+from seqrl.types import ANSWER_CLOSE, ANSWER_OPEN, extract_answer
 
 MAX_ANSWER_CHARS = 500
 """Longer answers are not parsed (math-verify's parser slows with size)."""
@@ -467,3 +470,243 @@ def _equal(gold: str, pred: str) -> tuple[bool, str]:
     except Exception as e:  # noqa: BLE001 — math-verify/sympy errors on model output are a verdict, not a crash
         return False, f"unparseable answer ({type(e).__name__}: {str(e)[:80]})"
     return (True, "") if equal else (False, "not equivalent")
+
+
+# ----------------------------------------------------------------------------- finding the final answer
+Mode = Literal["strict", "lenient"]
+Where = Literal["answer_tag", "boxed"]
+MODES = ("strict", "lenient")
+WHERES = ("answer_tag", "boxed")
+
+_BOXED_RE = re.compile(r"\\(?:boxed|fbox)\s*\{")
+_BOXED_BARE_RE = re.compile(r"\\boxed +([^\s${}]+)")  # MATH-style "\boxed 5"
+_GSM8K_RE = re.compile(r"####[ \t]*([^\n]*)")
+_ANSWER_IS_RE = re.compile(r"the[ \t]+(?:final[ \t]+)?answer[ \t]+is[ \t]*:?[ \t]*", re.I)
+_LAST_NUMBER_RE = re.compile(r"-?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:/\d+)?")
+
+
+def find_boxed(text: str) -> list[str]:
+    """Contents of every outermost ``\\boxed{…}`` / ``\\fbox{…}`` with balanced braces, in order.
+
+    A box inside a box is one answer (``\\boxed{\\boxed{x}}`` → ``x``); ``\\{`` and ``\\}``
+    count as text, not braces; an unclosed box is skipped (see `has_unclosed_box`). One pass over
+    the text: nested boxes are not copied out one by one.
+
+    >>> find_boxed(r"so \\boxed{\\frac{a}{b}} and \\fbox{\\{1,2\\}} but \\boxed{oops")
+    ['\\\\frac{a}{b}', '\\\\{1,2\\\\}']
+    >>> find_boxed(r"\\boxed{ \\boxed{\\boxed{7}} }")
+    ['7']
+    """
+    close = _matching_braces(text)
+    found, after = [], 0
+    for m in _BOXED_RE.finditer(text):
+        if m.start() < after or m.end() - 1 not in close:
+            continue  # inside an earlier box, or unclosed
+        start, end = m.end(), close[m.end() - 1]
+        after = end
+        while True:  # unwrap boxes that are the whole content: \boxed{\boxed{x}} is x
+            while start < end and text[start].isspace():
+                start += 1
+            inner = _BOXED_RE.match(text, start)
+            stop = end
+            while stop > start and text[stop - 1].isspace():
+                stop -= 1
+            if not inner or close.get(inner.end() - 1) != stop - 1:
+                break
+            start, end = inner.end(), stop - 1
+        found.append(text[start:end].strip())
+    if not found and not has_unclosed_box(text, close):
+        found = [m.group(1) for m in _BOXED_BARE_RE.finditer(text)]
+    return found
+
+
+def has_unclosed_box(text: str, close: dict[int, int] | None = None) -> bool:
+    """Whether some ``\\boxed{`` / ``\\fbox{`` never closes (a malformed answer).
+
+    >>> has_unclosed_box(r"\\boxed{5"), has_unclosed_box(r"\\boxed{5}")
+    (True, False)
+    """
+    close = _matching_braces(text) if close is None else close
+    return any(m.end() - 1 not in close for m in _BOXED_RE.finditer(text))
+
+
+def _matching_braces(text: str) -> dict[int, int]:
+    """Index of each ``{`` → index of its ``}``, in one pass (a backslash escapes the next character)."""
+    close, stack, i, n = {}, [], 0, len(text)
+    while i < n:
+        ch = text[i]
+        if ch == "\\":
+            i += 2
+            continue
+        if ch == "{":
+            stack.append(i)
+        elif ch == "}" and stack:
+            close[stack.pop()] = i
+        i += 1
+    return close
+
+
+def _answer_blocks(text: str) -> list[str]:
+    """Contents of the ``<answer>…</answer>`` blocks (like a lazy regex, but linear in the text)."""
+    blocks, pos = [], 0
+    while (start := text.find(ANSWER_OPEN, pos)) >= 0:
+        end = text.find(ANSWER_CLOSE, start + len(ANSWER_OPEN))
+        if end < 0:
+            break
+        blocks.append(text[start + len(ANSWER_OPEN):end])
+        pos = end + len(ANSWER_CLOSE)
+    return blocks
+
+
+def _hedge_key(answer: str) -> str:
+    """What two answers must share to count as the same answer when checking for hedging."""
+    return re.sub(r"\s+|\$", "", answer).rstrip(".")
+
+
+def _pick(candidates: list[str], what: str) -> tuple[str | None, str]:
+    """The last candidate, or (None, "hedged: …") when they differ."""
+    distinct = {_hedge_key(c) for c in candidates}
+    if len(distinct) > 1:
+        return None, f"hedged: {len(distinct)} different {what}"
+    return candidates[-1], ""
+
+
+def extract_final_answer(text: str, mode: Mode = "lenient", where: Where = "answer_tag") -> tuple[str | None, str]:
+    """The completion's final answer and where it came from.
+
+    Returns ``(answer, source)``; source is ``"boxed"``, ``"answer_tag"``, ``"gsm8k"``,
+    ``"answer_is"`` or ``"last_number"``; when there is no usable answer, answer is None and
+    source is ``"none"`` or a ``"hedged: …"`` message. ``where`` only matters in strict mode.
+
+    >>> extract_final_answer(r"so \\boxed{\\frac{1}{2}}.")
+    ('\\\\frac{1}{2}', 'boxed')
+    >>> extract_final_answer("<think>6*12</think><answer> 72 </answer>")
+    ('72', 'answer_tag')
+    >>> extract_final_answer("6 * 12 = 72\\n#### 72")
+    ('72', 'gsm8k')
+    >>> extract_final_answer("So the answer is 7.")
+    ('7', 'answer_is')
+    >>> extract_final_answer("I think 3 or maybe 4"), extract_final_answer("I think 3 or maybe 4", "strict")
+    (('4', 'last_number'), (None, 'none'))
+    >>> extract_final_answer(r"\\boxed{1} \\boxed{2} \\boxed{3}")
+    (None, 'hedged: 3 different boxed answers')
+    """
+    if not isinstance(text, str):
+        return None, "none"
+    if mode not in MODES:
+        raise ValueError(f"math reward mode must be one of {MODES} (got {mode!r})")
+    if where not in WHERES:
+        raise ValueError(f"math reward where must be one of {WHERES} (got {where!r})")
+    strict = mode == "strict"
+    found: list[tuple[int, str, str]] = []  # (where the statement ends, answer, source)
+    if not strict or where == "boxed":
+        close = _matching_braces(text)
+        if has_unclosed_box(text, close):
+            return None, "malformed: unclosed \\boxed{"
+        boxed = [b for b in find_boxed(text) if b]
+        if boxed:
+            answer, hedge = _pick(boxed, "boxed answers")
+            if answer is None:
+                return None, hedge
+            found.append((_last_box_end(text), answer, "boxed"))
+    if not strict or where == "answer_tag":
+        tagged = [a.strip() for a in _answer_blocks(text)]
+        tagged = [a for a in tagged if a]
+        if tagged:
+            answer, hedge = _pick(tagged, "<answer> blocks")
+            if answer is None:
+                return None, hedge
+            found.append((text.rfind(ANSWER_CLOSE), answer, "answer_tag"))
+    if not strict:
+        gsm = [(m.start(), m.group(1).strip()) for m in _GSM8K_RE.finditer(text) if m.group(1).strip()]
+        if gsm:
+            found.append((*gsm[-1], "gsm8k"))
+        said = _last_answer_is(text)
+        if said is not None:
+            found.append((*said, "answer_is"))
+    if found:  # a text that states an answer and later corrects it is scored on the last statement
+        _, answer, source = max(found, key=lambda f: f[0])
+        return answer, source
+    if not strict:
+        last = None
+        for last in _LAST_NUMBER_RE.finditer(text):
+            pass
+        if last is not None:
+            return last.group(0), "last_number"
+    return None, "none"
+
+
+def _last_box_end(text: str) -> int:
+    last = None
+    for last in _BOXED_RE.finditer(text):
+        pass
+    return last.start() if last is not None else -1
+
+
+def _last_answer_is(text: str) -> tuple[int, str] | None:
+    """Position and sentence of the last "the answer is …" (the anchor is found in one pass)."""
+    last = None
+    for last in _ANSWER_IS_RE.finditer(text):
+        pass
+    if last is None:
+        return None
+    answer = _answer_is(text[last.end():last.end() + 200].split("\n", 1)[0])
+    return (last.start(), answer) if answer else None
+
+
+def _answer_is(rest: str) -> str:
+    """The sentence after "the answer is": cut at the first ". ", trailing period stripped."""
+    rest = re.split(r"\.\s", rest, maxsplit=1)[0].strip()
+    return rest[:-1].rstrip() if rest.endswith(".") else rest
+
+
+ANSWER_FORMATS = ("answer_tag", "boxed", "gsm8k", "lenient")
+"""Where a task's verifier reads the final answer (`task.kwargs.answer_format`): ``answer_tag`` the last
+``<answer>…</answer>`` (the house format); ``boxed`` the ``\\boxed{…}`` (hedged or unclosed boxes earn
+nothing); ``gsm8k`` the last ``#### x``; ``lenient`` the last stated of these and "the answer is x",
+else the last number (`extract_final_answer`)."""
+
+
+def check_answer_format(fmt: object, where: str = "task.kwargs.answer_format") -> str:
+    """`fmt` when it is one of `ANSWER_FORMATS`, else a ValueError naming `where`."""
+    if fmt not in ANSWER_FORMATS:
+        raise ValueError(f"{where} must be one of {', '.join(ANSWER_FORMATS)} (got {fmt!r})")
+    return str(fmt)
+
+
+def find_answer(text: str, fmt: str = "answer_tag") -> tuple[str | None, str]:
+    """``(answer, "")`` as format `fmt` reads it from a completion, or ``(None, why)``.
+
+    >>> find_answer("<answer>12</answer>"), find_answer("so \\\\boxed{12}", "boxed")
+    (('12', ''), ('12', ''))
+    >>> find_answer("so \\\\boxed{12}"), find_answer("so 12", "boxed"), find_answer("48/2 = 24\\n#### 24", "gsm8k")
+    ((None, 'no answer found'), (None, 'no answer found (boxed: \\\\boxed{…})'), ('24', ''))
+    >>> find_answer("The answer is: 26.", "lenient"), find_answer(r"\\boxed{1} or \\boxed{2}", "boxed")
+    (('26', ''), (None, 'hedged: 2 different boxed answers'))
+    """
+    if not isinstance(text, str):
+        return None, "no answer found"
+    if fmt == "answer_tag":
+        answer = extract_answer(text)
+    elif fmt == "gsm8k":
+        found = [m.group(1).strip() for m in _GSM8K_RE.finditer(text)]
+        answer = found[-1] if found and found[-1] else None
+    else:
+        answer, source = extract_final_answer(text, "lenient" if fmt == "lenient" else "strict",
+                                              "boxed" if fmt == "boxed" else "answer_tag")
+        if answer is None and source.startswith(("hedged", "malformed")):
+            return None, source
+    if answer is None:
+        shown = {"answer_tag": "", "boxed": " (boxed: \\boxed{…})", "gsm8k": " (gsm8k: #### …)",
+                 "lenient": " (lenient: no stated answer, no number)"}[check_answer_format(fmt)]
+        return None, f"no answer found{shown}"
+    return answer, ""
+
+
+class FormattedAnswers:
+    """For a task class: `extract_answer` (the vote's answer) reads `answer_format` (`find_answer`)."""
+
+    answer_format: str = "answer_tag"
+
+    def extract_answer(self, completion: str) -> str | None:
+        return find_answer(completion, self.answer_format)[0]

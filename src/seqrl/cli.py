@@ -326,7 +326,10 @@ def cmd_eval(args: argparse.Namespace, overrides: list[str]) -> int:
     result = evaluate(policy, task, problems, greedy=greedy, pass_k=pass_k, maj_k=maj_k,
                       n_samples=args.samples, temperature=args.temperature,
                       max_new_tokens=args.max_new_tokens, seed=args.seed, stop=stop)
-    _print_table(f"{checkpoint} on {args.task}/{args.split} ({len(problems)} problems)", result.metrics)
+    fmt = getattr(task, "answer_format", "answer_tag")
+    _print_table(f"{checkpoint} on {args.task}/{args.split} ({len(problems)} problems; answers read as {fmt}, "
+                 f"none found in {result.metrics.get('eval/no_answer', 0.0):.0%} of greedy completions)",
+                 result.metrics)
     out = _write_new(out, {"checkpoint": checkpoint, "task": args.task, "split": args.split,
                            "metrics": result.metrics, "records": result.records})
     print(f"wrote {out}")

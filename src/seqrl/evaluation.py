@@ -1,6 +1,8 @@
 """Held-out evaluation of a policy on a task: greedy accuracy, pass@k and maj@k.
 
-* greedy accuracy — one temperature-0 completion per problem, verified by the task;
+* greedy accuracy — one temperature-0 completion per problem, verified by the task; ``eval/no_answer``
+  is the share of those completions with no answer in the task's answer format
+  (`seqrl.answers.ANSWER_FORMATS`);
 * pass@k — from `n_samples` ≥ k sampled completions per problem with c correct, the unbiased
   estimator 1 − C(n−c, k)/C(n, k) averaged over problems;
 * maj@k — the answer most of the first k samples commit to (ties: first seen), answers grouped by
@@ -85,7 +87,7 @@ def evaluate(
     prompts = policy.encode_prompts(problems)
 
     if greedy:
-        correct = lengths = truncated = 0
+        correct = lengths = truncated = no_answer = 0
         params = SamplingParams(temperature=0.0, max_new_tokens=max_new_tokens, stop=tuple(stop))
         for start, chunk in zip(range(0, len(prompts), batch_size), _batched(prompts, batch_size)):
             ro = generate(policy, chunk, 1, params)
@@ -95,8 +97,10 @@ def evaluate(
                 rec.update(greedy=text, score=res.score, reason=res.reason)
                 correct += res.score >= 1.0
                 truncated += ro.finish_reasons[j] == "length"
+                no_answer += task.extract_answer(text) is None
             lengths += int(ro.lengths.sum())
         metrics["eval/accuracy"] = correct / len(problems)
+        metrics["eval/no_answer"] = no_answer / len(problems)  # in the task's answer format
         metrics["eval/mean_length"] = lengths / len(problems)
         metrics["eval/truncated"] = truncated / len(problems)
 

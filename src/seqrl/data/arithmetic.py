@@ -16,9 +16,9 @@ from __future__ import annotations
 import random
 import re
 
-from seqrl.answers import normalise, verdict
+from seqrl.answers import FormattedAnswers, check_answer_format, find_answer, normalise, verdict
 from seqrl.data.splits import sample_split
-from seqrl.types import Problem, RewardResult, Task, extract_answer
+from seqrl.types import Problem, RewardResult, Task
 
 SYMBOLS = {"add": "+", "sub": "-", "mul": "*"}
 MAX_ANSWER_CHARS = 50
@@ -94,7 +94,7 @@ def parse_int_answer(text: str) -> tuple[int | None, str]:
     return int(text), ""
 
 
-class ArithmeticTask(Task):
+class ArithmeticTask(FormattedAnswers, Task):
     """Integer ``a op b`` with ops from {"add", "sub", "mul"}, each operand `digits` digits long.
 
     Operands are uniform in ``[10**(digits-1), 10**digits - 1]`` (``[0, 9]`` for one digit). A list
@@ -105,7 +105,7 @@ class ArithmeticTask(Task):
     """
 
     def __init__(self, ops: tuple[str, ...] = ("add",), digits: int | list[int] | tuple[int, ...] = 2,
-                 name: str = "arith"):
+                 name: str = "arith", answer_format: str = "answer_tag"):
         ops = tuple(ops)
         if not ops or any(op not in SYMBOLS for op in ops):
             raise ValueError(
@@ -115,6 +115,7 @@ class ArithmeticTask(Task):
         if not counts or any(isinstance(d, bool) or not isinstance(d, int) or not 1 <= d <= 18 for d in counts):
             raise ValueError(f"arith.digits must be in [1, 18], or a non-empty list of such counts (got {digits!r})")
         self.ops, self.name = ops, name
+        self.answer_format = check_answer_format(answer_format)
         self.digits = digits if isinstance(digits, int) else counts
         self._counts = counts
 
@@ -157,7 +158,7 @@ class ArithmeticTask(Task):
         >>> task.verify(p, "<answer>131</answer>").reason
         'not equal: 131 vs 132'
         """
-        answer = extract_answer(completion)
+        answer, why = find_answer(completion, self.answer_format)
         if answer is None:
-            return RewardResult(0.0, "no answer found")
+            return RewardResult(0.0, why)
         return verdict(problem.answer, answer, MAX_ANSWER_CHARS)

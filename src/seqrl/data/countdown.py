@@ -16,7 +16,8 @@ from collections.abc import Callable
 from fractions import Fraction
 
 from seqrl.data.splits import sample_split
-from seqrl.types import Problem, RewardResult, Task, extract_answer
+from seqrl.answers import FormattedAnswers, check_answer_format, find_answer
+from seqrl.types import Problem, RewardResult, Task
 
 MAX_EXPRESSION_CHARS = 200
 MAX_DEPTH = 20  # parentheses nested deeper than this are rejected
@@ -151,7 +152,7 @@ def check_numbers(used: list[int], given: list[int], require_all: bool = True) -
     return ""
 
 
-class CountdownTask(Task):
+class CountdownTask(FormattedAnswers, Task):
     """Reach a target from 3–4 numbers with + - * / (TinyZero's Countdown).
 
     Problems are solvable by construction: the numbers (uniform in ``[1, max_number]``) are
@@ -170,7 +171,9 @@ class CountdownTask(Task):
         max_target: int = 1000,
         require_all: bool = True,
         name: str = "countdown",
+        answer_format: str = "answer_tag",
     ):
+        self.answer_format = check_answer_format(answer_format)
         counts = (num_numbers,) if isinstance(num_numbers, int) else tuple(num_numbers)
         if not counts or any(k < 2 for k in counts):
             raise ValueError(f"countdown.num_numbers must be integers >= 2 (got {num_numbers})")
@@ -239,9 +242,9 @@ class CountdownTask(Task):
         >>> task.verify(p, "<answer>7*25-3</answer>").reason
         'not equal: 172 vs 154'
         """
-        answer = extract_answer(completion)
+        answer, why = find_answer(completion, self.answer_format)
         if answer is None:
-            return RewardResult(0.0, "no answer found")
+            return RewardResult(0.0, why)
         try:
             value, used = parse_expression(answer)
         except CountdownParseError as err:

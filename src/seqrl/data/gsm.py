@@ -12,9 +12,9 @@ import random
 from collections.abc import Callable
 from fractions import Fraction
 
-from seqrl.answers import normalise, plain_number, verdict
+from seqrl.answers import FormattedAnswers, check_answer_format, find_answer, normalise, plain_number, verdict
 from seqrl.data.splits import sample_split
-from seqrl.types import Problem, RewardResult, Task, extract_answer
+from seqrl.types import Problem, RewardResult, Task
 
 MAX_ANSWER_CHARS = 50
 NAMES = ("Ann", "Ben", "Mia", "Tom", "Sam", "Zoe", "Max", "Lily")
@@ -126,15 +126,16 @@ TEMPLATES: dict[str, Template] = {
 }
 
 
-class GSMTask(Task):
+class GSMTask(FormattedAnswers, Task):
     """Templated grade-school word problems (see `TEMPLATES`) with integer answers.
 
     The canonical key is the template and its numbers (``shopping:3,4,20``), not the name in the
     story, so a problem never appears in both splits under two names.
     """
 
-    def __init__(self, name: str = "gsm"):
+    def __init__(self, name: str = "gsm", answer_format: str = "answer_tag"):
         self.name = name
+        self.answer_format = check_answer_format(answer_format)
 
     def problems(self, split: str, n: int, seed: int = 0) -> list[Problem]:
         return sample_split(self._draw, self.name, split, n, seed)
@@ -168,7 +169,7 @@ class GSMTask(Task):
         >>> GSMTask().verify(p, "<answer>999 or 1000</answer>").reason
         'hedged: or'
         """
-        answer = extract_answer(completion)
+        answer, why = find_answer(completion, self.answer_format)
         if answer is None:
-            return RewardResult(0.0, "no answer found")
+            return RewardResult(0.0, why)
         return verdict(problem.answer, answer, MAX_ANSWER_CHARS)

@@ -23,9 +23,9 @@ import json
 import re
 from pathlib import Path
 
-from seqrl.answers import compare_answers, verdict
+from seqrl.answers import FormattedAnswers, check_answer_format, compare_answers, find_answer, verdict
 from seqrl.data.splits import check_split, seeded_rng, split_of
-from seqrl.types import Problem, RewardResult, Task, extract_answer
+from seqrl.types import Problem, RewardResult, Task
 
 MAX_ANSWER_CHARS = 1000
 LOCAL_SUFFIXES = (".jsonl", ".json", ".parquet", ".csv")
@@ -62,7 +62,7 @@ def answers_match(gold: str, pred: str) -> bool:
     return compare_answers(gold, pred)[0]
 
 
-class JsonlTask(Task):
+class JsonlTask(FormattedAnswers, Task):
     """Problems read from a dataset file (or hub dataset) with a question and an answer field.
 
     split_field: a field holding "train" or "test"; without it a stable hash of the prompt text
@@ -83,7 +83,9 @@ class JsonlTask(Task):
         split_field: str | None = None,
         name: str | None = None,
         config_name: str | None = None,
+        answer_format: str = "answer_tag",
     ):
+        self.answer_format = check_answer_format(answer_format)
         self.path, self.prompt_field, self.answer_field = str(path), prompt_field, answer_field
         self.split_field = split_field
         local = Path(path)
@@ -158,9 +160,9 @@ class JsonlTask(Task):
         """1.0 when the ``<answer>`` matches the gold answer (see `answers_match`)."""
         if self.answer_field is None:
             return RewardResult(0.0, "no gold answer (task.kwargs.answer_field is null)")
-        answer = extract_answer(completion)
+        answer, why = find_answer(completion, self.answer_format)
         if answer is None:
-            return RewardResult(0.0, "no answer found")
+            return RewardResult(0.0, why)
         return verdict(problem.answer, answer, MAX_ANSWER_CHARS)
 
 

@@ -24,7 +24,8 @@ import json
 import math
 
 from seqrl.data.splits import check_split, split_of, stable_hash
-from seqrl.types import Problem, RewardResult, Task, extract_answer
+from seqrl.answers import FormattedAnswers, check_answer_format, find_answer
+from seqrl.types import Problem, RewardResult, Task
 
 MAX_ANSWER_CHARS = 20_000
 """Longer answers score 0 unscored (no reasoning-gym answer is near this long)."""
@@ -163,7 +164,7 @@ def _generate(dataset: str, config_json: str, seed: int, size: int) -> tuple[dic
     return tuple(_dataset(dataset, config_json, seed, size))
 
 
-class ReasoningGymTask(Task):
+class ReasoningGymTask(FormattedAnswers, Task):
     """A reasoning-gym dataset with its own verifier (``score_answer``).
 
     dataset: a reasoning-gym dataset name, e.g. "basic_arithmetic" (see `dataset_names`).
@@ -186,7 +187,9 @@ class ReasoningGymTask(Task):
         config: dict | None = None,
         name: str | None = None,
         timeout_s: float = 2.0,
+        answer_format: str = "answer_tag",
     ):
+        self.answer_format = check_answer_format(answer_format)
         names = dataset_names()
         if dataset not in names:
             close = difflib.get_close_matches(dataset, names, n=5)
@@ -243,9 +246,9 @@ class ReasoningGymTask(Task):
 
     def verify(self, problem: Problem, completion: str) -> RewardResult:
         """reasoning-gym's score of the ``<answer>`` content, thresholded at 1.0 when `binary`."""
-        answer = extract_answer(completion)
+        answer, why = find_answer(completion, self.answer_format)
         if answer is None:
-            return RewardResult(0.0, "no answer found")
+            return RewardResult(0.0, why)
         if len(answer) > MAX_ANSWER_CHARS:
             return RewardResult(0.0, f"answer too long ({len(answer)} > {MAX_ANSWER_CHARS} characters)")
         grammar_of = self.dataset
