@@ -288,3 +288,23 @@ def test_answers_after_a_batch_of_timeouts_are_scored_not_timed_out():
         assert [r.score for r in good] == [1.0] * 8, [r.reason for r in good]
     finally:
         pool.close()
+
+
+def test_a_forked_child_exiting_through_atexit_leaves_the_trainers_workers_alive():
+    """A user's reward that forks: the child's exit ran the pool's atexit hook and killed the parent's
+    reward workers (the same pids)."""
+    pool = shared_pool()
+    pids = [w.proc.pid for w in list(pool._idle.queue) if w is not None]
+    assert pids
+    child = os.fork()
+    if child == 0:  # the child ends as a Python program does: its atexit hooks run, then it exits
+        import atexit
+
+        try:
+            atexit._run_exitfuncs()
+        finally:
+            os._exit(0)
+    os.waitpid(child, 0)
+    for pid in pids:
+        os.kill(pid, 0)  # still alive: raises ProcessLookupError otherwise
+    assert pool.call(run_python_expr, ("6*7",), timeout_s=5.0).value == {"value": 42}

@@ -431,7 +431,8 @@ def _driver_file(python: str) -> str:
     if path is not None and os.path.exists(path):
         return path
     d = tempfile.mkdtemp(prefix="seqrl-driver-")  # 0700, root: no sandbox uid can touch it
-    atexit.register(shutil.rmtree, d, True)
+    owner = os.getpid()  # a forked child's exit must not remove the parent's compiled driver
+    atexit.register(lambda: os.getpid() == owner and shutil.rmtree(d, True))
     out = os.path.join(d, "_driver.pyc")
     code = "import py_compile, sys; py_compile.compile(sys.argv[1], cfile=sys.argv[2], doraise=True)"
     try:
@@ -1088,9 +1089,15 @@ def _zygote_release(z: _Zygote, leader: int | None) -> None:
     z.kill()
 
 
+_OWNER = os.getpid()
+
+
 @atexit.register
 def close_zygotes() -> None:
-    """Stop every idle zygote (they also exit by themselves when this process ends)."""
+    """Stop every idle zygote (they also exit by themselves when this process ends); not from a process
+    forked from this one, whose exit would kill the parent's zygotes."""
+    if os.getpid() != _OWNER:
+        return
     with _ZYGOTE_LOCK:
         zs = list(_ZYGOTES)
         _ZYGOTES.clear()

@@ -530,8 +530,28 @@ def shared_pool(workers: int | None = None, memory_mb: int = 1024,
         return pool
 
 
+_OWNER = os.getpid()
+
+
+def _disown_children_after_fork() -> None:
+    """In a process forked with ``os.fork`` (a user's reward that forks): the trainer's multiprocessing
+    children — its reward workers — are not this process's, yet multiprocessing's exit hook would
+    SIGTERM every daemon child it lists (the same pids). Forget them, as multiprocessing does in the
+    children it starts itself."""
+    from multiprocessing import process
+
+    process._children.clear()
+
+
+os.register_at_fork(after_in_child=_disown_children_after_fork)
+
+
 @atexit.register
 def _close_pools() -> None:
+    """At the trainer's exit, stop its workers. Not in a process forked from it (a user's reward that
+    forks, whose child exits through atexit): the pids it would kill are the trainer's workers."""
+    if os.getpid() != _OWNER:
+        return
     for pool in list(_POOLS.values()):
         pool.close()
 
