@@ -161,12 +161,15 @@ def check_model_path(cfg) -> None:
     """A local model.path that does not exist is an error naming the command that creates it; a
     checkpoint whose files changed since it was written is an error naming the file."""
     model_path = getattr(getattr(cfg, "model", None), "path", None)
-    looks_local = bool(model_path) and (model_path.startswith((".", "/", "~")) or model_path.count("/") > 1)
-    if looks_local and not Path(model_path).exists():  # not a hub id
+    from seqrl.models.config import looks_local, missing_path_hint
+
+    local = bool(model_path) and looks_local(model_path)
+    if local and not Path(model_path).exists():  # not a hub id
         producer = producing_command(model_path)
         raise ConfigError(f"model.path {model_path!r}: not found" + (
-            f"; `{producer}` creates it (run it first, from this folder)" if producer else ""))
-    if looks_local:
+            f"; `{producer}` creates it (run it first, from this folder)" if producer else
+            missing_path_hint(model_path)))
+    if local:
         from seqrl.utils.checkpoint import verify_if_recorded
 
         verify_if_recorded(model_path)
@@ -372,6 +375,10 @@ def run_folder_checkpoint(path: str) -> str:
     """A run folder (``runs/<name>``, holding ``checkpoint-<step>`` folders) → its last complete
     checkpoint; anything else (a checkpoint, a model folder, a hub id) unchanged."""
     folder = Path(path)
+    from seqrl.models.config import looks_local, missing_path_hint
+
+    if looks_local(path) and not folder.exists():  # a mistyped run folder: one line now, not hub retries
+        raise ConfigError(f"{path}: not found{missing_path_hint(path)}")
     if not folder.is_dir() or (folder / "config.json").is_file() or not any(folder.glob("checkpoint-*")):
         return path
     from seqrl.utils.checkpoint import latest_checkpoint

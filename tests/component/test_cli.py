@@ -30,7 +30,7 @@ def test_preset_name_resolves_and_configs_ls_lists_it(capsys):
         (["train", "sft", "--config", "nope"], "no such file or preset; presets: "),
         (["train", "nope"], "unknown algorithm 'nope'; implemented: sft, grpo"),
         (["train", "sft", "--task.name=nope", "--print-config"], ""),
-        (["eval", "./missing_dir", "--task", "arith"], "not a model directory"),
+        (["eval", "./missing_dir", "--task", "arith"], "missing_dir: not found"),
         (["eval", "no-such-org/no-such-model", "--task", "arith"], "could not be loaded"),
     ],
 )
@@ -250,3 +250,15 @@ def test_n_train_minus_one_means_every_row():
     assert from_dict(TaskConfig, {"n_train": -1}).n_train == -1
     with pytest.raises(ConfigError, match="task.n_test must be >= 1, or -1"):
         from_dict(TaskConfig, {"n_test": 0}, path="task")
+
+
+def test_a_mistyped_run_folder_is_one_line_at_once_with_a_did_you_mean(tmp_path, monkeypatch, capsys):
+    """`runs/nothere` has one slash like a hub id; it used to go to the hub (≈ 50 s of retries offline)."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "runs" / "sft_arith_tiny" / "checkpoint-2").mkdir(parents=True)
+    rc = main(["eval", "runs/sft_arith_tyni", "--n", "2"])
+    err = capsys.readouterr().err
+    assert rc == 2 and len(err.strip().splitlines()) == 1, err
+    assert "runs/sft_arith_tyni: not found; did you mean runs/sft_arith_tiny?" in err
+    with pytest.raises(ValueError, match="model.path 'runs/other': not found"):
+        load_policy(ModelConfig(path="runs/other"))

@@ -142,3 +142,33 @@ class VLAModelConfig:
             raise ValueError(f"model.fusion must be one of {FUSIONS} (got {self.fusion!r})")
         if not 0 <= self.dropout < 1:
             raise ValueError(f"model.dropout must be in [0, 1) (got {self.dropout})")
+
+
+def looks_local(path: str) -> bool:
+    """Whether `path` names a local folder rather than a hub id: it exists, starts with ``.``, ``/`` or
+    ``~``, has more than one ``/``, or its first part is a folder here (``runs/nothere``: a mistyped
+    run, not the hub's ``runs`` organisation). A hub id is ``org/name`` with no such folder.
+
+    >>> looks_local("./m"), looks_local("a/b/c"), looks_local("Qwen/Qwen2.5-0.5B-Instruct")
+    (True, True, False)
+    """
+    from pathlib import Path
+
+    first = path.split("/", 1)[0]
+    return (Path(path).exists() or path.startswith((".", "/", "~")) or path.count("/") > 1
+            or (path.count("/") == 1 and bool(first) and Path(first).is_dir()))
+
+
+def missing_path_hint(path: str) -> str:
+    """``"; did you mean …?"`` naming the closest existing siblings of a local path that is missing."""
+    import difflib
+    from pathlib import Path
+
+    parent = Path(path).expanduser().parent
+    try:
+        names = sorted(p.name for p in parent.iterdir()) if parent.is_dir() else []
+    except OSError:
+        names = []
+    close = difflib.get_close_matches(Path(path).name, names, n=3, cutoff=0.5)
+    return f"; did you mean {', '.join(str(parent / c) for c in close)}?" if close else ""
+

@@ -20,7 +20,7 @@ from transformers import (
     Qwen2Config,
 )
 
-from seqrl.models.config import PRESETS, ModelConfig
+from seqrl.models.config import PRESETS, ModelConfig, looks_local, missing_path_hint
 from seqrl.models.tokenizer import build_char_tokenizer
 from seqrl.prompts import PromptConfig, render_prompt
 from seqrl.types import Problem
@@ -92,8 +92,9 @@ def _load_policy(cfg: ModelConfig) -> Policy:
         model = build_model(cfg, len(tokenizer), tokenizer.pad_token_id, tokenizer.eos_token_id)
         return Policy(model, tokenizer)
     path = Path(cfg.path)
-    looks_local = path.exists() or cfg.path.startswith((".", "/", "~")) or cfg.path.count("/") > 1
-    if looks_local and not ((path / "config.json").exists() or (path / "adapter_config.json").exists()):
+    if looks_local(cfg.path) and not path.exists():  # decided here, before any hub request
+        raise ValueError(f"model.path {cfg.path!r}: not found{missing_path_hint(cfg.path)}")
+    if looks_local(cfg.path) and not ((path / "config.json").exists() or (path / "adapter_config.json").exists()):
         raise ValueError(
             f"model.path {cfg.path!r} is not a model directory (no config.json or adapter_config.json); "
             f"give a Hugging Face model directory or hub id, or a preset: {sorted(PRESETS)}"
