@@ -18,7 +18,7 @@ import torch
 from transformers import AutoModelForSequenceClassification, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from seqrl.core.preference import last_token_index
-from seqrl.models.lm import ModelConfig, build_model, model_device
+from seqrl.models.lm import ModelConfig, build_model, dequantised, model_device, pretrained_source
 from seqrl.models.tokenizer import build_char_tokenizer
 from seqrl.prompts import PromptConfig, render_prompt
 from seqrl.types import Problem, RewardResult
@@ -38,14 +38,17 @@ def load_scalar_model(cfg: ModelConfig) -> tuple[PreTrainedModel, PreTrainedToke
         del lm
     else:
         path = Path(cfg.path)
-        if (path.exists() or cfg.path.startswith((".", "/", "~"))) and not (path / "config.json").is_file():
+        where, extra = pretrained_source(cfg.path)  # a .gguf file: its folder + gguf_file
+        if not extra and (path.exists() or cfg.path.startswith((".", "/", "~"))) and not (path / "config.json").is_file():
             raise ValueError(f"model.path {cfg.path!r} is not a model directory (no config.json)")
-        verify_if_recorded(path)  # a seqrl checkpoint: a file changed since its save is named
+        if not extra:
+            verify_if_recorded(path)  # a seqrl checkpoint: a file changed since its save is named
         try:
-            tokenizer = AutoTokenizer.from_pretrained(cfg.path)
+            tokenizer = AutoTokenizer.from_pretrained(where, **extra)
             model = AutoModelForSequenceClassification.from_pretrained(
-                cfg.path, num_labels=1, dtype=torch.float32, attn_implementation=cfg.attn_implementation,
-                use_kernels=cfg.hub_kernels)
+                where, num_labels=1, dtype=torch.float32, attn_implementation=cfg.attn_implementation,
+                use_kernels=cfg.hub_kernels, **extra)
+            model = dequantised(model, cfg.path)
         except OSError as e:
             raise ValueError(f"model.path {cfg.path!r} could not be loaded as a scalar-head model: {e}") from e
         if tokenizer.pad_token_id is None:

@@ -94,7 +94,9 @@ def _load_policy(cfg: ModelConfig) -> Policy:
     path = Path(cfg.path)
     if looks_local(cfg.path) and not path.exists():  # decided here, before any hub request
         raise ValueError(f"model.path {cfg.path!r}: not found{missing_path_hint(cfg.path)}")
-    if looks_local(cfg.path) and not ((path / "config.json").exists() or (path / "adapter_config.json").exists()):
+    gguf_file = cfg.path.endswith(".gguf")
+    if looks_local(cfg.path) and not gguf_file and not (
+            (path / "config.json").exists() or (path / "adapter_config.json").exists()):
         raise ValueError(
             f"model.path {cfg.path!r} is not a model directory (no config.json or adapter_config.json); "
             f"give a Hugging Face model directory or hub id, or a preset: {sorted(PRESETS)}"
@@ -113,13 +115,59 @@ def load_tokenizer(cfg: ModelConfig) -> PreTrainedTokenizerBase:
     if cfg.path is None:
         return build_char_tokenizer()
     try:
-        return AutoTokenizer.from_pretrained(cfg.path)
+        where, extra = pretrained_source(cfg.path)
+        return AutoTokenizer.from_pretrained(where, **extra)
     except OSError as e:
         raise ValueError(f"model.path {cfg.path!r}: no tokenizer could be loaded ({e})") from e
 
 
+def pretrained_source(path: str | Path) -> tuple[str, dict]:
+    """``(where, kwargs)`` for transformers' ``from_pretrained``: a ``.gguf`` file is its folder plus
+    ``gguf_file`` (transformers dequantises it, with the `gguf` package: ``pip install 'seqrl[gguf]'``);
+    anything else unchanged."""
+    path = str(path)
+    if not path.endswith(".gguf"):
+        return path, {}
+    file = Path(path).expanduser()
+    if not file.is_file():
+        raise ValueError(f"model.path {path!r}: GGUF file not found{missing_path_hint(path)}")
+    try:
+        import gguf  # noqa: F401 — transformers' GGUF reader needs it
+    except ImportError:
+        raise ValueError(f"model.path {path!r} is a GGUF file: reading it needs the gguf package "
+                         "(pip install 'seqrl[gguf]')") from None
+    return str(file.parent), {"gguf_file": file.name}
+
+
+def dequantised(model: torch.nn.Module, path: str | Path) -> torch.nn.Module:
+    """`model` as an ordinary float model: one read from a GGUF file holds dequantised weights but keeps
+    its quantizer, and saving it then fails ("quantized with gguf and is not serializable") at the
+    first checkpoint; that quantizer is dropped. A model quantized in memory (bitsandbytes, …) that
+    cannot be saved is an error naming `path` now, before any training step."""
+    quantizer = getattr(model, "hf_quantizer", None)
+    if quantizer is None:
+        return model
+    method = str(getattr(getattr(quantizer, "quantization_config", None), "quant_method", "")).lower()
+    if "gguf" in method:
+        model.hf_quantizer = None
+        if hasattr(model.config, "quantization_config"):
+            del model.config.quantization_config
+        if getattr(model, "is_quantized", False):
+            model.is_quantized = False
+        return model
+    try:
+        serializable = bool(quantizer.is_serializable())
+    except Exception:  # noqa: BLE001 — a quantizer that cannot say is treated as one that cannot save
+        serializable = False
+    if not serializable:
+        raise ValueError(f"model.path {str(path)!r}: a {method or 'quantized'} model cannot be saved as a "
+                         "checkpoint; train it with LoRA (lora.r) on an unquantized base, or dequantise it first")
+    return model
+
+
 def load_pretrained(path: str | Path, attn_implementation: str = "sdpa", hub_kernels: bool = False) -> Policy:
-    """Any `AutoModelForCausalLM` directory or hub id plus its tokenizer, in float32.
+    """Any `AutoModelForCausalLM` directory, hub id or ``.gguf`` file (dequantised: `pretrained_source`,
+    `dequantised`) plus its tokenizer, in float32.
 
     `hub_kernels` is transformers' `use_kernels` (off unless asked: see `ModelConfig.hub_kernels`).
 
@@ -128,10 +176,13 @@ def load_pretrained(path: str | Path, attn_implementation: str = "sdpa", hub_ker
     A seqrl checkpoint folder is first checked against the sha256 digests of its save
     (`verify_if_recorded`): a changed or missing file is a `CheckpointError` naming it.
     """
-    verify_if_recorded(path)
-    tokenizer = AutoTokenizer.from_pretrained(path)
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, attn_implementation=attn_implementation,
-                                                 use_kernels=hub_kernels)
+    where, extra = pretrained_source(path)
+    if not extra:
+        verify_if_recorded(path)
+    tokenizer = AutoTokenizer.from_pretrained(where, **extra)
+    model = AutoModelForCausalLM.from_pretrained(where, dtype=torch.float32, attn_implementation=attn_implementation,
+                                                 use_kernels=hub_kernels, **extra)
+    model = dequantised(model, path)
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     tokenizer.padding_side = "left"

@@ -28,7 +28,7 @@ import torch
 from transformers import AutoConfig, AutoModelForTokenClassification, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from seqrl.data.stepwise import split_steps, step_pieces
-from seqrl.models.lm import ModelConfig, Policy, load_policy, model_device
+from seqrl.models.lm import ModelConfig, Policy, dequantised, load_policy, model_device, pretrained_source
 from seqrl.types import Problem
 from seqrl.utils.checkpoint import verify_if_recorded
 
@@ -89,12 +89,14 @@ class ProcessRewardModel:
             model.model.load_state_dict(policy.model.model.state_dict())
             tokenizer = policy.tokenizer
         else:
-            config = AutoConfig.from_pretrained(backbone.path)
+            where, extra = pretrained_source(backbone.path)  # a .gguf file: its folder + gguf_file
+            config = AutoConfig.from_pretrained(where, **extra)
             config.num_labels, config.classifier_dropout = num_labels, 0.0
             model = AutoModelForTokenClassification.from_pretrained(
-                backbone.path, config=config, dtype=torch.float32, attn_implementation=backbone.attn_implementation,
-                use_kernels=backbone.hub_kernels)
-            tokenizer = _load_tokenizer(backbone.path)
+                where, config=config, dtype=torch.float32, attn_implementation=backbone.attn_implementation,
+                use_kernels=backbone.hub_kernels, **extra)
+            model = dequantised(model, backbone.path)
+            tokenizer = _load_tokenizer(where, **extra)
         if device is not None:
             model.to(device)
         return cls(model, tokenizer, kind, head)
@@ -203,8 +205,8 @@ def pad_right(seqs: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.T
     return ids, mask
 
 
-def _load_tokenizer(path: str | Path) -> PreTrainedTokenizerBase:
-    tok = AutoTokenizer.from_pretrained(path)
+def _load_tokenizer(path: str | Path, **extra) -> PreTrainedTokenizerBase:
+    tok = AutoTokenizer.from_pretrained(path, **extra)
     if tok.pad_token_id is None:
         tok.pad_token = tok.eos_token
     return tok
