@@ -168,3 +168,43 @@ def test_answers_match_never_raises(pred):
 
 def test_parse_gsm8k_answer_takes_the_last_marker():
     assert parse_gsm8k_answer("a\n#### 1\n#### 2") == ("2", ("a", "#### 1"))
+
+
+def test_trl_formats_load_with_no_settings(tmp_path):
+    """TRL's standard (`prompt`, `solution`) and conversational (`prompt` as messages, `messages`) rows:
+    no task.kwargs; every column, the prompt's included, keeps its name for templates and rewards."""
+    from seqrl.prompts import PromptConfig, build_messages
+
+    standard = get_task(f"jsonl:{write_jsonl(tmp_path / 'std.jsonl', [{'prompt': f'{a}+2?', 'solution': str(a + 2)} for a in range(40)])}")
+    p = (standard.problems("train", 1) or standard.problems("test", 1))[0]
+    assert (standard.prompt_field, standard.answer_field) == ("prompt", "solution")
+    assert standard.verify(p, f"<answer>{p.answer}</answer>").score == 1.0
+    assert build_messages(p, PromptConfig(template="Q: {prompt}"))[-1]["content"] == f"Q: {p.prompt}"
+
+    chat = [{"prompt": [{"role": "system", "content": "be brief"}, {"role": "user", "content": f"{a}+1?"}],
+             "answer": str(a + 1)} for a in range(40)]
+    conv = get_task(f"jsonl:{write_jsonl(tmp_path / 'conv.jsonl', chat)}")
+    q = conv.problems("train", 1)[0]
+    assert q.messages[-1]["role"] == "user" and q.prompt.endswith("+1?") and q.answer.isdigit()
+
+    sft = [{"messages": [{"role": "user", "content": f"say {a}"}, {"role": "assistant", "content": str(a)}]}
+           for a in range(40)]
+    msgs = get_task(f"jsonl:{write_jsonl(tmp_path / 'msgs.jsonl', sft)}")
+    r = msgs.problems("train", 1)[0]
+    assert [m["role"] for m in r.messages] == ["user"] and msgs.answer_field is None
+
+    with pytest.raises(DatasetFormatError, match="no prompt column .*question, prompt, problem, messages.*prompt_field"):
+        get_task(f"jsonl:{write_jsonl(tmp_path / 'odd.jsonl', [{'text': 'x', 'answer': '1'}])}")
+
+
+def test_a_dataset_with_only_a_train_split_gets_a_stated_held_out_split(tmp_path, capsys):
+    """`datasets.load_dataset(folder)` on a folder with train.jsonl has no 'test' split (most GRPO sets on
+    the hub too): it crashed with KeyError: 'test'."""
+    folder = tmp_path / "trl_set"
+    folder.mkdir()
+    write_jsonl(folder / "train.jsonl", [{"prompt": f"{a}*3?", "solution": str(3 * a)} for a in range(200)])
+    task = JsonlTask(str(folder))
+    train, test = task.problems("train", -1), task.problems("test", -1)
+    assert len(train) + len(test) == 200 and 5 <= len(test) <= 40
+    assert not {p.prompt for p in train} & {p.prompt for p in test}
+    assert "no 'test' split; holding out" in capsys.readouterr().err

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from pathlib import Path
 
 from seqrl.answers import FormattedAnswers, check_answer_format, compare_answers, find_answer, verdict
@@ -30,6 +31,12 @@ from seqrl.types import Problem, RewardResult, Task
 MAX_ANSWER_CHARS = 1000
 LOCAL_SUFFIXES = (".jsonl", ".json", ".parquet", ".csv")
 _CALCULATOR_RE = re.compile(r"<<[^>]*>>")
+
+
+PROMPT_FIELDS = ("question", "prompt", "problem", "messages")
+"""Columns `JsonlTask` takes as the prompt when none is named, in this order (TRL's formats included)."""
+ANSWER_FIELDS = ("answer", "solution", "completion")
+"""Columns it takes as the gold answer when none is named."""
 
 
 class DatasetFormatError(ValueError):
@@ -65,11 +72,19 @@ def answers_match(gold: str, pred: str) -> bool:
 class JsonlTask(FormattedAnswers, Task):
     """Problems read from a dataset file (or hub dataset) with a question and an answer field.
 
+    prompt_field: the question's column; "auto" (the default) takes the first of `PROMPT_FIELDS`
+                 present in the first row — ``question``, TRL's ``prompt`` (text or conversational
+                 messages), ``problem``, ``messages`` (the turns before the last assistant reply).
+    answer_field: the gold answer's column; "auto" takes the first of `ANSWER_FIELDS` present
+                 (``answer``, ``solution``, ``completion``), none when the rows have none (the user's
+                 rewards score them). Every column, the prompt's included, keeps its own name in
+                 templates (``{prompt}``) and rewards.
     split_field: a field holding "train" or "test"; without it a stable hash of the prompt text
-                 assigns rows to splits (~10% test), so equal prompts share a split.
+                 assigns rows to splits (~10% test), so equal prompts share a split. A hub dataset
+                 with no ``test`` split gets its held-out rows by the same rule, and says so.
     config_name: the hub dataset's configuration (e.g. "main" for "openai/gsm8k").
     name:        defaults to the file's stem (or the hub name).
-    answer_field: None for a dataset without gold answers (e.g. code with a ``tests`` column): the
+                 None for a dataset without gold answers (e.g. code with a ``tests`` column): the
                  task's verifier then scores 0 ("no gold answer"); rewards read the columns.
 
     Answer fields may hold strings or numbers; prompts are strings or lists of messages.
@@ -78,8 +93,8 @@ class JsonlTask(FormattedAnswers, Task):
     def __init__(
         self,
         path: str | Path,
-        prompt_field: str = "question",
-        answer_field: str | None = "answer",
+        prompt_field: str = "auto",
+        answer_field: str | None = "auto",
         split_field: str | None = None,
         name: str | None = None,
         config_name: str | None = None,
@@ -93,19 +108,41 @@ class JsonlTask(FormattedAnswers, Task):
         self._rows: dict[str, list[Problem]] = {"train": [], "test": []}
         if local.suffix in LOCAL_SUFFIXES:
             for number, where, row in _read_local(local):
+                self._resolve_fields(row, where)
                 problem, split = self._problem(row, number, where)
                 self._rows[split].append(problem)
         else:
             self._load_hub(config_name)
 
+    def _resolve_fields(self, row, where: str) -> None:
+        """Fix "auto" prompt/answer fields from the first row (`PROMPT_FIELDS`, `ANSWER_FIELDS`)."""
+        if not isinstance(row, dict):
+            return  # `_problem` names the row
+        if self.prompt_field == "auto":
+            found = next((f for f in PROMPT_FIELDS if f in row), None)
+            if found is None:
+                raise DatasetFormatError(f"{where}: no prompt column (looked for {', '.join(PROMPT_FIELDS)}; the row "
+                                         f"has {', '.join(map(str, row)) or 'none'}); name it in task.kwargs.prompt_field")
+            self.prompt_field = found
+        if self.answer_field == "auto":
+            self.answer_field = next((f for f in ANSWER_FIELDS if f in row and f != self.prompt_field), None)
+
     def _load_hub(self, config_name: str | None) -> None:
         import datasets
 
         loaded = datasets.load_dataset(self.path, config_name)
-        for split in self._rows:
+        if "train" not in loaded:
+            raise DatasetFormatError(f"{self.path}: no 'train' split (splits: {', '.join(loaded)})")
+        own_test = "test" in loaded
+        if not own_test:
+            print(f"{self.path}: no 'test' split; holding out ≈ 10% of 'train' by a stable hash of each prompt "
+                  "(equal prompts share a split)", file=sys.stderr)
+        for split in self._rows if own_test else ("train",):
             for i, row in enumerate(loaded[split], start=1):
-                problem, _ = self._problem(row, i, f"{self.path} {split} row {i}", split)
-                self._rows[split].append(problem)
+                where = f"{self.path} {split} row {i}"
+                self._resolve_fields(row, where)
+                problem, assigned = self._problem(row, i, where, split if own_test else None)
+                self._rows[assigned].append(problem)
 
     def _problem(
         self, row, number: int, where: str, split: str | None = None
@@ -117,6 +154,8 @@ class JsonlTask(FormattedAnswers, Task):
         messages: tuple[dict, ...] = ()
         if isinstance(prompt, list):
             messages = _messages(prompt, self.prompt_field, where)
+            if self.prompt_field == "messages" and len(messages) > 1 and messages[-1]["role"] == "assistant":
+                messages = messages[:-1]  # a chat row: the prompt is every turn before the reply
             prompt = next((m["content"] for m in reversed(messages) if m["role"] == "user"), messages[-1]["content"])
         answer = "" if self.answer_field is None else _field(row, self.answer_field, where, (str, int, float))
         if split is None and self.split_field is not None:
@@ -128,7 +167,7 @@ class JsonlTask(FormattedAnswers, Task):
         gold, steps = parse_gsm8k_answer(str(answer))
         metadata = {"source": where}
         for column, value in row.items():
-            if column == self.prompt_field or column == self.split_field:
+            if column == self.split_field:
                 continue
             try:
                 json.dumps(value)
