@@ -238,3 +238,20 @@ def test_no_zygote_falls_back_to_the_classic_launch(zygote, monkeypatch):
     assert r.all_passed, (r.status, r.reason)
     assert set(STRONG_LAYERS) <= set(r.layers)
     assert runner.zygote_pids() == []
+
+
+def test_a_wedged_zygote_is_not_the_programs_timeout(zygote, monkeypatch):
+    """A zygote that does not answer costs the runner up to 10 s before the classic launch; that wait
+    used to count against the run's clock, so a program that never ran got a `timeout` verdict."""
+    real = runner._zygote_popen
+
+    def wedged(z, meta, res_w, rep_w):
+        time.sleep(2.5)  # the zygote's reply never comes within the program's limit
+        return None  # then the classic launch, as when no zygote answers
+
+    monkeypatch.setattr(runner, "_zygote_popen", wedged)
+    r = run_python("def f():\n    return 3\n", tests="assert f() == 3\n", timeout_s=2.0)
+    assert r.status == "ok" and r.all_passed, (r.status, r.reason)
+    monkeypatch.setattr(runner, "_zygote_popen", real)
+    spin = run_python("def f():\n    while True:\n        pass\n", tests="assert f() == 3\n", timeout_s=1.0)
+    assert spin.status == "timeout"  # a program's own timeout is still one

@@ -879,8 +879,10 @@ def _launch(boot: dict, job: dict, lim: Limits, *, cwd: str | None, env: dict | 
         if isinstance(proc, _ZygoteRun):  # the run can start; then the zygote forks the next run's leader
             data = data[proc.write_ahead(data):]
             proc.zygote.prepare()
-        out, err, res, more, timed_out = _pump(proc, data, res_r,
-                                               deadline=t_start + timeout_s, cap=int(lim.max_output_bytes), extra=extra)
+        # the run's clock starts at hand-over: time spent getting a zygote or launching (a wedged zygote
+        # waits up to 10 s before the classic launch) is the machine's, never the program's timeout
+        out, err, res, more, timed_out = _pump(proc, data, res_r, deadline=time.monotonic() + timeout_s,
+                                               cap=int(lim.max_output_bytes), extra=extra)
     finally:
         if proc is not None:
             _kill_tree(proc)
