@@ -81,7 +81,7 @@ _GAMMA_RE = re.compile(r"\\Gamma(?![A-Za-z])|\\operatorname\s*\{\s*(?:Gamma|gamm
 _GAMMA_ARG_RE = re.compile(
     r"\s*[({]\s*([+-]?\d+(?:\s*/\s*\d+)?|[+-]?\\[dt]?frac\s*\{\s*\d+\s*\}\s*\{\s*\d+\s*\})\s*[)}]")
 _NESTING_COMMAND_RE = re.compile(r"\\(?:[dt]?frac|sqrt|binom|dbinom|tbinom)(?![A-Za-z])")
-_SUM_RE = re.compile(r"\\(?:sum|prod)(?![A-Za-z])\s*(?:_\s*(\{[^{}]*\}|\S)\s*)?(?:\^\s*(\{[^{}]*\}|\S))?")
+_SUM_RE = re.compile(r"\\(?:sum|prod)(?![A-Za-z])")
 _SUPERSCRIPTS = dict(zip(map(ord, "⁰¹²³⁴⁵⁶⁷⁸⁹⁺⁻"), "0123456789+-"))
 _SUBSCRIPTS = dict(zip(map(ord, "₀₁₂₃₄₅₆₇₈₉₊₋"), "0123456789+-"))
 _SUPERSCRIPT_RUN_RE = re.compile("[⁰¹²³⁴⁵⁶⁷⁸⁹⁺⁻]+")
@@ -178,7 +178,7 @@ def guard(answer: str) -> str:
     if why:
         return why
     for m in _SUM_RE.finditer(answer):
-        if any(re.search(r"[A-Za-z]", _strip_bound(b)) for b in (m.group(1), m.group(2)) if b):
+        if any(re.search(r"[A-Za-z]", re.sub(r"\\infty\b", "", _strip_bound(b))) for b in _sum_bounds(answer, m.end())):
             return "sum/product over a symbolic bound"
     deepest = _command_nesting(answer)
     if deepest > MAX_COMMAND_NESTING:
@@ -189,6 +189,36 @@ def guard(answer: str) -> str:
     return ""
 
 
+def _sum_bounds(answer: str, at: int) -> list[str]:
+    """The ``_`` and ``^`` bounds after a ``\\sum``/``\\prod`` ending at `at`, in either order, ``\\limits``
+    skipped; a braced bound whole (brace matching: ``{{n}}`` is ``{n}``).
+
+    >>> _sum_bounds("\\\\sum\\\\limits_{k=1}^{{n}} 7", 4), _sum_bounds("\\\\prod^5_{k=1} k", 5)
+    (['k=1', '{n}'], ['5', 'k=1'])
+    """
+    bounds, i, n = [], at, len(answer)
+    while len(bounds) < 2:
+        while i < n and answer[i].isspace():
+            i += 1
+        limits = re.match(r"\\(?:no)?limits(?![A-Za-z])", answer[i:])
+        if limits:
+            i += limits.end()
+            continue
+        if i >= n or answer[i] not in "_^":
+            break
+        i += 1
+        while i < n and answer[i].isspace():
+            i += 1
+        if i < n and answer[i] == "{":
+            arg = _call_argument(answer, i) or ""
+            bounds.append(arg)
+            i += len(arg) + 2
+        elif i < n:
+            bounds.append(answer[i])
+            i += 1
+    return bounds
+
+
 def _strip_bound(bound: str) -> str:
     """A sum's bound without braces and its index assignment's left side: ``{k=1}`` → ``1``."""
     bound = bound.strip("{}")
@@ -196,84 +226,156 @@ def _strip_bound(bound: str) -> str:
 
 
 def _gamma_guard(answer: str) -> str:
-    """Γ(n) is (n−1)!: its argument must be a literal within `MAX_EXPONENT`, or symbolic (sympy leaves
-    Γ(x) unevaluated) with no power, factorial or further Γ that could make it a huge number."""
+    """Γ(n) is (n−1)!: its argument must be a number up to `MAX_EXPONENT` (``5``, ``0.5``, ``1/2``,
+    ``\\frac{1}{2}``), or symbolic (sympy leaves Γ(x) unevaluated) with no power, factorial or Γ inside and
+    its integer literals multiplying to at most `MAX_EXPONENT` (``x - x`` could cancel the symbol).
+
+    >>> _gamma_guard("\\\\Gamma\\\\left(\\\\frac{1}{2}\\\\right)"), _gamma_guard("\\\\Gamma(x)^{2}"), _gamma_guard("\\\\Gamma(999)")
+    ('', '', '')
+    >>> _gamma_guard("\\\\Gamma(9999)"), _gamma_guard("\\\\Gamma(999\\\\cdot 999 + x - x)")
+    ('Gamma too large: 9999', 'Gamma of a computed argument')
+    """
     for m in _GAMMA_RE.finditer(answer):
-        literal = _GAMMA_ARG_RE.match(answer, m.end())
-        if literal:
-            if any(int(n) > MAX_EXPONENT for n in _INT_RE.findall(literal.group(1))):
-                return f"Gamma too large: {literal.group(1).strip()}"
+        arg = _call_argument(answer, m.end())
+        if arg is None:
+            return "Gamma without a bracketed argument"
+        plain = re.sub(r"\\(?:left|right|[dt]?frac|,|;|!|\s)", " ", arg).replace("{", " ").replace("}", " ")
+        plain = plain.strip()
+        if re.fullmatch(r"[+-]?\s*\d+(?:\.\d+)?(?:\s*/?\s*\d+)?", plain):  # 5, 0.5, 1/2, \frac{1}{2}
+            if any(int(n) > MAX_EXPONENT for n in _INT_RE.findall(plain)):
+                return f"Gamma too large: {plain}"
             continue
-        rest = answer[m.end():]
-        if not re.search(r"[A-Za-z]", re.sub(r"\\[A-Za-z]+", "", rest)) or re.search(r"[\^!]", rest) or \
-                _GAMMA_RE.search(rest) or any(int(n) > MAX_EXPONENT for n in _INT_RE.findall(rest)):
+        product = 1
+        for n in _INT_RE.findall(arg):
+            product *= max(int(n), 1)
+        if (not re.search(r"[A-Za-z]", re.sub(r"\\[A-Za-z]+", "", arg)) or re.search(r"[\^!]", arg)
+                or _GAMMA_RE.search(arg) or product > MAX_EXPONENT):
             return "Gamma of a computed argument"
     return ""
 
 
-def _command_nesting(answer: str) -> int:
-    """Deepest nesting of ``\\frac``/``\\sqrt``/``\\binom`` arguments inside each other."""
-    opens = {m.end() for m in _NESTING_COMMAND_RE.finditer(answer)}
-    stack: list[bool] = []  # per open brace: whether it is a command's argument
-    depth = deepest = 0
-    i, n = 0, len(answer)
-    pending = 0  # arguments still to open for the commands just read (2 for \frac, 1 for \sqrt)
-    while i < n:
-        if i in opens:
-            pending = 1 if answer[i - 5:i] == "\\sqrt" else 2
-        ch = answer[i]
-        if ch == "{":
-            is_arg = pending > 0
-            pending -= 1 if is_arg else 0
-            stack.append(is_arg)
-            if is_arg:
-                depth += 1
-                deepest = max(deepest, depth)
-        elif ch == "}" and stack:
-            depth -= 1 if stack.pop() else 0
-        elif ch == "[" and pending:
-            pass  # \sqrt[3]{…}: the index, then the argument
-        elif not ch.isspace() and pending and ch not in "]0123456789":
-            pending = 0  # \frac12: digits as arguments, nothing nested
+def _call_argument(answer: str, at: int) -> str | None:
+    """The bracketed argument starting at `at` (spaces and ``\\left`` skipped): ``(…)``, ``{…}`` or ``[…]``
+    with nested brackets, else None."""
+    i = at
+    while i < len(answer) and answer[i].isspace():
         i += 1
+    if answer.startswith("\\left", i):
+        i += len("\\left")
+    if i >= len(answer) or answer[i] not in "({[":
+        return None
+    depth = 0
+    for j in range(i, len(answer)):
+        if answer[j] in "({[":
+            depth += 1
+        elif answer[j] in ")}]":
+            depth -= 1
+            if depth == 0:
+                return answer[i + 1:j]
+    return None
+
+
+def _command_nesting(answer: str) -> int:
+    """Deepest nesting of ``\\frac``/``\\sqrt``/``\\binom`` arguments inside each other (each command's
+    argument braces found by brace matching, so ``\\frac{\\sqrt{2}}{…}`` counts its denominator too).
+
+    >>> _command_nesting("\\\\frac{1}{2}"), _command_nesting("\\\\frac{\\\\sqrt{2}}{\\\\frac{\\\\sqrt{3}}{2}}"), _command_nesting("\\\\frac12")
+    (1, 3, 0)
+    """
+    close = _matching_braces(answer)
+    args: set[int] = set()  # positions of braces that open a command's argument
+    for m in _NESTING_COMMAND_RE.finditer(answer):
+        i, wanted = m.end(), 1 if m.group().startswith("\\sqrt") else 2
+        while i < len(answer) and answer[i].isspace():
+            i += 1
+        if i < len(answer) and answer[i] == "[":  # \sqrt[3]{…}: the index, then the argument
+            end = answer.find("]", i)
+            i = end + 1 if end >= 0 else len(answer)
+        for _ in range(wanted):
+            while i < len(answer) and answer[i].isspace():
+                i += 1
+            if i >= len(answer) or answer[i] != "{" or i not in close:
+                break
+            args.add(i)
+            i = close[i] + 1
+    depth = deepest = 0
+    ends: list[int] = []
+    for i, ch in enumerate(answer):
+        while ends and ends[-1] < i:
+            ends.pop()
+            depth -= 1
+        if i in args:
+            depth += 1
+            deepest = max(deepest, depth)
+            ends.append(close[i])
     return deepest
 
 
 def expanded_terms(answer: str, limit: int = MAX_EXPANDED_TERMS) -> int:
-    """An upper bound on how many monomials `answer` multiplies out to, capped just above `limit`:
-    a bracket counts the sum over its top-level terms of the product of their factors' counts, and a
-    bracket of w terms to the power n counts C(w+n−1, n) (the monomials of w distinct terms to the n).
+    """An upper bound on how many monomials `answer` multiplies out to, capped just above `limit`: the
+    smaller of two counts. By brackets: a bracket counts the sum over its top-level terms of the product
+    of their factors' counts, and a bracket of w terms to the power n counts C(w+n−1, n). By degree:
+    v distinct letters to a total degree d have at most C(v+d, d) monomials (``(x-1)(x-2)…(x-7)`` is 8).
 
     >>> expanded_terms("(x+1)(x-2)"), expanded_terms("(a+b+c+d)^{6}"), expanded_terms("3x^{2}+2x+1")
-    (4, 84, 3)
+    (3, 84, 3)
+    >>> expanded_terms("(a+b+c+d+e+f+g+h+i+j) ^{6}") > 100, expanded_terms("(x-1)(x-2)(x-3)(x-4)(x-5)(x-6)(x-7)")
+    (True, 8)
     """
     from math import comb
 
     cap = limit + 1
-    stack = [[0, 1]]  # per open bracket: [sum of finished terms, product of the current term]
+    stack = [[0, 1, 0, 0]]  # per open bracket: [finished terms, current term's count, its degree, max degree]
+    letters: set[str] = set()
     i, n = 0, len(answer)
     previous = ""
     while i < n:
         ch = answer[i]
+        if ch == "\\":  # a command name is not a product of letters
+            j = i + 1
+            while j < n and answer[j].isalpha():
+                j += 1
+            i, previous = j, "\\"
+            continue
         if ch in "({[":
-            stack.append([0, 1])
+            stack.append([0, 1, 0, 0])
         elif ch in ")}]" and len(stack) > 1:
-            total, product = stack.pop()
-            count = min(total + product, cap)
-            m = _EXPONENT_RE.match(answer, i + 1)
+            terms, product, degree, top = stack.pop()
+            count, deg = min(terms + product, cap), max(top, degree)
+            j = i + 1
+            while j < n and answer[j].isspace():
+                j += 1
+            m = _EXPONENT_RE.match(answer, j)
             if m:
                 power = min(int(max(_INT_RE.findall(m.group(1)) or ["1"], key=int)), cap)
                 count = min(comb(count + power - 1, power), cap) if count > 1 else 1
+                deg = min(deg * power, cap)
                 i = m.end() - 1
             stack[-1][1] = min(stack[-1][1] * count, cap)
-        elif ch in "+-" and previous not in ("", "(", "{", "[", "^", "_", "e", "E", "*", "/", "="):
+            stack[-1][2] = min(stack[-1][2] + deg, cap)
+        elif ch in "+-" and previous not in ("", "(", "{", "[", "^", "_", "*", "/", "=") and not (
+                previous in "eE" and i >= 2 and answer[i - 2].isdigit()):  # 1.5e-3 is one number
             frame = stack[-1]
             frame[0], frame[1] = min(frame[0] + frame[1], cap), 1
+            frame[3], frame[2] = max(frame[3], frame[2]), 0
+        elif ch.isalpha():
+            letters.add(ch)
+            j = i + 1
+            while j < n and answer[j].isspace():
+                j += 1
+            m = _EXPONENT_RE.match(answer, j)  # x^{2}: degree 2
+            stack[-1][2] = min(stack[-1][2] + (min(int(max(_INT_RE.findall(m.group(1)) or ["1"], key=int)), cap)
+                                               if m else 1), cap)
+            if m:
+                i = m.end() - 1
         if not ch.isspace():
             previous = ch
         i += 1
-    total, product = stack[0]
-    return min(total + product, cap)
+    terms, product, degree, top = stack[0]
+    by_brackets = min(terms + product, cap)
+    d = min(max(top, degree), cap)
+    by_degree = min(comb(len(letters) + d, d), cap) if d < cap else cap
+    return min(by_brackets, by_degree)
 
 
 def _closes_subscript(answer: str, close: int) -> bool:

@@ -330,8 +330,9 @@ def cmd_eval(args: argparse.Namespace, overrides: list[str]) -> int:
                       n_samples=args.samples, temperature=args.temperature,
                       max_new_tokens=args.max_new_tokens, seed=args.seed, stop=stop)
     fmt = getattr(task, "answer_format", "answer_tag")
-    _print_table(f"{checkpoint} on {args.task}/{args.split} ({len(problems)} problems; answers read as {fmt}, "
-                 f"none found in {result.metrics.get('eval/no_answer', 0.0):.0%} of greedy completions)",
+    found = (f", none found in {result.metrics['eval/no_answer']:.0%} of greedy completions"
+             if "eval/no_answer" in result.metrics else "")
+    _print_table(f"{checkpoint} on {args.task}/{args.split} ({len(problems)} problems; answers read as {fmt}{found})",
                  result.metrics)
     out = _write_new(out, {"checkpoint": checkpoint, "task": args.task, "split": args.split,
                            "metrics": result.metrics, "records": result.records})

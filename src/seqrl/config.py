@@ -335,8 +335,9 @@ def parse_json_object(text: str, flag: str) -> dict[str, Any]:
 
 
 class WholeMapping(dict):
-    """A mapping given whole on the command line (``--task.kwargs={}``): `merge` puts it in place of
-    the mapping it overrides instead of merging into it, so a preset's keys can be removed."""
+    """An empty mapping given on the command line (``--task.kwargs={}``): `merge` puts it in place of the
+    mapping it overrides, so a preset's keys can be removed (dotted keys after it add new ones). A
+    non-empty mapping merges key by key, so ``--optim={lr: 1e-4}`` keeps the preset's other fields."""
 
 
 def parse_overrides(args: list[str]) -> dict[str, Any]:
@@ -346,9 +347,9 @@ def parse_overrides(args: list[str]) -> dict[str, Any]:
     VALUE is read as YAML (``3e-4`` → float, ``true`` → bool, ``[1, 2]`` → list, ``null`` → None;
     quote to force a string: ``--name='"123"'``; a value starting with ``{`` that is not YAML, or
     names only keys, is the text itself: a format string like ``{question} in {unit}``). Later
-    overrides win. A dotted key changes one field and keeps the others (``--task.kwargs.digits=3``);
-    a mapping given whole replaces the one it overrides (``--task.kwargs={}`` drops a preset's
-    ``digits``; `WholeMapping`).
+    overrides win. A dotted key changes one field and keeps the others (``--task.kwargs.digits=3``),
+    and so does a mapping (merged key by key); an empty mapping clears the one it overrides
+    (``--task.kwargs={}`` drops a preset's ``digits``; `WholeMapping`).
 
     >>> parse_overrides(["--optim.lr=3e-4", "--train.bf16", "true"])
     {'optim': {'lr': 0.0003}, 'train': {'bf16': True}}
@@ -380,8 +381,8 @@ def parse_overrides(args: list[str]) -> dict[str, Any]:
             value = text  # a format string such as "{question} in {unit}"
         if isinstance(value, dict) and value and all(v is None for v in value.values()) and text.lstrip().startswith("{"):
             value = text  # "{question}": a format string, not a mapping of empty keys
-        if isinstance(value, dict):
-            value = WholeMapping(value)
+        if isinstance(value, dict) and not value:
+            value = WholeMapping()
         node = out
         for depth, part in enumerate(parts[:-1]):
             child = node.setdefault(part, {})
@@ -396,7 +397,7 @@ def parse_overrides(args: list[str]) -> dict[str, Any]:
 
 
 def merge(base: Mapping[str, Any], update: Mapping[str, Any]) -> dict[str, Any]:
-    """Deep merge: nested mappings merge key by key, anything else in `update` wins.
+    """Deep merge: nested mappings merge key by key (a `WholeMapping` replaces), anything else in `update` wins.
 
     Neither input is mutated and the result shares no mutable values with them.
 

@@ -368,3 +368,29 @@ def test_a_score_beyond_float32_is_an_error_naming_the_reward():
     batch = score_completions({"huge": (lambda p, c: [RewardResult(1e308), RewardResult(2.0)], 1.0)},
                               [Problem("q", "1")] * 2, ["a", "b"])
     assert batch.total == [0.0, 2.0] and batch.errors["huge"] == 1 and "beyond float32" in batch.reasons["huge"][0]
+
+
+def test_a_child_the_reward_forks_still_ends_on_sys_exit():
+    """Only the trainer's own process turns SystemExit into an error: a child the reward forked and that
+    called sys.exit used to get RewardExit and carry on as a second trainer."""
+    import os
+
+    from seqrl.rewards.user import _call_without_exits
+
+    def reward():
+        child = os.fork()
+        if child == 0:
+            raise SystemExit(3)  # the reward's child ends here
+        _, status = os.waitpid(child, 0)
+        return os.waitstatus_to_exitcode(status)
+
+    trainer = os.fork()  # a stand-in for the trainer, so that nothing of this test process is forked twice
+    if trainer == 0:
+        try:
+            os._exit(_call_without_exits("r", reward))  # the trainer: the child's exit code
+        except SystemExit as e:  # the child: SystemExit reached it, as it should
+            os._exit(e.code if isinstance(e.code, int) else 97)
+        except BaseException:  # noqa: BLE001 — RewardExit in the child: the bug
+            os._exit(99)
+    _, status = os.waitpid(trainer, 0)
+    assert os.waitstatus_to_exitcode(status) == 3

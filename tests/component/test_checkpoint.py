@@ -418,3 +418,9 @@ def test_a_checkpoint_from_before_the_state_digest_still_loads_with_its_files_ch
     (path / "rng.pt").write_bytes(b"changed")
     with pytest.raises(CheckpointError, match="rng.pt: checksum mismatch"):
         verify_checkpoint(path)
+
+
+def test_a_state_with_integer_keys_verifies_after_the_json_round_trip(tmp_path):
+    """{10: …, 2: …} sorts as integers when saved and as text when read back: the digest is of the latter."""
+    path = save_checkpoint(tmp_path, 1, nn.Linear(2, 2), state={"per_bin": {10: 0.5, 2: 0.25}})
+    assert verify_checkpoint(path) == {"step": 1, "per_bin": {"10": 0.5, "2": 0.25}}

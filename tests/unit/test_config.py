@@ -279,3 +279,6 @@ def test_a_mapping_given_whole_replaces_a_presets_and_a_dotted_key_merges():
     assert cfg.task.kwargs == {"digits": 3}
     cfg = load_config(PRMConfig, preset_file("prm/arith_tiny_prm"), ["--task.kwargs={}", "--task.kwargs.digits=1"])
     assert cfg.task.kwargs == {"digits": 1}
+    preset = load_config(PRMConfig, preset_file("prm/arith_tiny_prm"))
+    cfg = load_config(PRMConfig, preset_file("prm/arith_tiny_prm"), ["--optim={lr: 1.0e-4}"])
+    assert cfg.optim.lr == 1e-4 and cfg.optim.warmup_steps == preset.optim.warmup_steps  # a mapping merges

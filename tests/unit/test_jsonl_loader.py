@@ -208,3 +208,16 @@ def test_a_dataset_with_only_a_train_split_gets_a_stated_held_out_split(tmp_path
     assert len(train) + len(test) == 200 and 5 <= len(test) <= 40
     assert not {p.prompt for p in train} & {p.prompt for p in test}
     assert "no 'test' split; holding out" in capsys.readouterr().err
+
+
+def test_a_file_without_a_known_answer_column_says_so_and_conversational_completions_load(tmp_path, capsys):
+    rows = [{"prompt": f"{a}+1?", "final_answer": str(a + 1)} for a in range(20)]
+    task = get_task(f"jsonl:{write_jsonl(tmp_path / 'odd.jsonl', rows)}")
+    assert "no gold-answer column" in capsys.readouterr().err
+    p = (task.problems("train", 1))[0]
+    assert task.verify(p, "<answer>1</answer>").reason.startswith("no gold-answer column found")
+    chat = [{"prompt": [{"role": "user", "content": f"{a}+1?"}],
+             "completion": [{"role": "assistant", "content": f"It is {a + 1}.\n#### {a + 1}"}]} for a in range(20)]
+    conv = get_task(f"jsonl:{write_jsonl(tmp_path / 'pc.jsonl', chat)}")
+    q = conv.problems("train", 1)[0]
+    assert conv.answer_field == "completion" and q.answer == str(int(q.prompt.split("+")[0]) + 1)

@@ -89,6 +89,11 @@ def test_gsm_verifier_shares_the_comparison(answer, gold, equal):
     ("(a+b+c+d+e+f)" * 6, "too many terms"),
     # a sum over a free bound: math-verify reads it as its summand
     ("\\sum_{k=1}^{n} 7", "symbolic bound"), ("\\prod_{k=1}^{n} k", "symbolic bound"),
+    # the same classes written around the first guards' patterns
+    ("(a+b+c+d+e+f+g+h+i+j) ^{6}", "too many terms"), ("(a+b+c+d+e+f+g+h+i+j) **6", "too many terms"),
+    ("\\sum\\limits_{k=1}^{n} 7", "symbolic bound"), ("\\sum_{k=1}^{{n}} 7", "symbolic bound"),
+    ("\\Gamma(999\\cdot999\\cdot999+x-x)", "Gamma of a computed"),
+    ("\\frac{\\sqrt{2}}{" * 11 + "2" + "}" * 11, "nested too deep"),
 ])
 def test_guards_refuse_costly_answers_before_parsing(answer, why):
     assert why in guard(answer)
@@ -212,7 +217,9 @@ def test_large_answers_are_refused_cheaply():
 
 @pytest.mark.parametrize("answer", ["\\Gamma(5)", "\\Gamma(\\frac{1}{2})", "\\Gamma(x+1)", "(a+b+c+d)^{6}", "(x+1)(x-2)",
                                     "\\frac{1}{\\frac{1}{\\frac{1}{2}}}", "\\sqrt[3]{\\sqrt{2}}", "\\sum_{k=1}^{10} k",
-                                    "3x^{2}+2x+1", "1.5e-3"])
+                                    "3x^{2}+2x+1", "1.5e-3", "\\Gamma\\left(\\frac{1}{2}\\right)", "\\Gamma(0.5)",
+                                    "\\Gamma(x)^2", "\\Gamma(x)\\Gamma(3)", "(x-1)(x-2)(x-3)(x-4)(x-5)(x-6)(x-7)",
+                                    "\\sum_{k=1}^{\\infty} \\frac{1}{k^2}", "\\frac{\\sqrt{2}}{2}"])
 def test_guards_let_ordinary_answers_through(answer):
     assert guard(answer) == ""
 

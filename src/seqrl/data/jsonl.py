@@ -102,6 +102,7 @@ class JsonlTask(FormattedAnswers, Task):
     ):
         self.answer_format = check_answer_format(answer_format)
         self.path, self.prompt_field, self.answer_field = str(path), prompt_field, answer_field
+        self._auto_no_answer = False
         self.split_field = split_field
         local = Path(path)
         self.name = name or (local.stem if local.suffix in LOCAL_SUFFIXES else self.path)
@@ -126,6 +127,11 @@ class JsonlTask(FormattedAnswers, Task):
             self.prompt_field = found
         if self.answer_field == "auto":
             self.answer_field = next((f for f in ANSWER_FIELDS if f in row and f != self.prompt_field), None)
+            if self.answer_field is None:  # said once: every verdict would be 0 otherwise, silently
+                print(f"{where}: no gold-answer column ({', '.join(ANSWER_FIELDS)}): the task's verifier scores 0 "
+                      "and your rewards score the rows; name the column in task.kwargs.answer_field, or set it to "
+                      "null to silence this", file=sys.stderr)
+                self._auto_no_answer = True
 
     def _load_hub(self, config_name: str | None) -> None:
         import datasets
@@ -157,7 +163,10 @@ class JsonlTask(FormattedAnswers, Task):
             if self.prompt_field == "messages" and len(messages) > 1 and messages[-1]["role"] == "assistant":
                 messages = messages[:-1]  # a chat row: the prompt is every turn before the reply
             prompt = next((m["content"] for m in reversed(messages) if m["role"] == "user"), messages[-1]["content"])
-        answer = "" if self.answer_field is None else _field(row, self.answer_field, where, (str, int, float))
+        if self.answer_field is not None and isinstance(row.get(self.answer_field), list):
+            answer = _messages(row[self.answer_field], self.answer_field, where)[-1]["content"]  # TRL's chat reply
+        else:
+            answer = "" if self.answer_field is None else _field(row, self.answer_field, where, (str, int, float))
         if split is None and self.split_field is not None:
             split = _field(row, self.split_field, where, (str,))
             if split not in ("train", "test"):
@@ -198,7 +207,9 @@ class JsonlTask(FormattedAnswers, Task):
     def verify(self, problem: Problem, completion: str) -> RewardResult:
         """1.0 when the ``<answer>`` matches the gold answer (see `answers_match`)."""
         if self.answer_field is None:
-            return RewardResult(0.0, "no gold answer (task.kwargs.answer_field is null)")
+            why = ("no gold-answer column found (task.kwargs.answer_field names it)" if self._auto_no_answer
+                   else "no gold answer (task.kwargs.answer_field is null)")
+            return RewardResult(0.0, why)
         answer, why = find_answer(completion, self.answer_format)
         if answer is None:
             return RewardResult(0.0, why)

@@ -155,7 +155,7 @@ def looks_local(path: str) -> bool:
     from pathlib import Path
 
     first = path.split("/", 1)[0]
-    return (Path(path).exists() or path.startswith((".", "/", "~")) or path.count("/") > 1
+    return (Path(path).expanduser().exists() or path.startswith((".", "/", "~")) or path.count("/") > 1
             or (path.count("/") == 1 and bool(first) and Path(first).is_dir()))
 
 

@@ -91,9 +91,10 @@ def _load_policy(cfg: ModelConfig) -> Policy:
         tokenizer = build_char_tokenizer()
         model = build_model(cfg, len(tokenizer), tokenizer.pad_token_id, tokenizer.eos_token_id)
         return Policy(model, tokenizer)
-    path = Path(cfg.path)
+    path = Path(cfg.path).expanduser()
     if looks_local(cfg.path) and not path.exists():  # decided here, before any hub request
-        raise ValueError(f"model.path {cfg.path!r}: not found{missing_path_hint(cfg.path)}")
+        raise ValueError(f"model.path {cfg.path!r}: not found{missing_path_hint(cfg.path)} (a model directory, "
+                         f"a .gguf file or a hub id; or a preset: {sorted(PRESETS)})")
     gguf_file = cfg.path.endswith(".gguf")
     if looks_local(cfg.path) and not gguf_file and not (
             (path / "config.json").exists() or (path / "adapter_config.json").exists()):

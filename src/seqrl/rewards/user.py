@@ -60,10 +60,10 @@ def _call_without_exits(name: str, call: Callable[[], Any]) -> Any:
     caught only in this process (a child the reward forks still exits) and only from the main thread's
     calls (rewards are scored there)."""
     in_main = threading.current_thread() is threading.main_thread()
-    real_exit, me = os._exit, os.getpid()
+    real_exit, me, caller = os._exit, os.getpid(), threading.get_ident()
 
     def refuse(code: int = 0) -> None:
-        if os.getpid() != me:
+        if os.getpid() != me or threading.get_ident() != caller:  # a forked child, another thread: as asked
             real_exit(code)
         raise RewardExit(f"reward {name!r} called os._exit({code!r})")
 
@@ -72,9 +72,11 @@ def _call_without_exits(name: str, call: Callable[[], Any]) -> Any:
     try:
         return call()
     except SystemExit as e:
+        if os.getpid() != me:  # a child the reward forked ends as it asked, never as a second trainer
+            raise
         raise RewardExit(f"reward {name!r} raised SystemExit({e.code!r})") from None
     finally:
-        if in_main:
+        if in_main and os.getpid() == me:
             os._exit = real_exit
 
 

@@ -46,9 +46,12 @@ IN_WORKER = False
 """True inside a worker process (code that would dispatch to a pool calls directly instead)."""
 
 FIRST_CALL_ALLOWANCE_S = 2.0
-"""Added to the limit of a new worker's first item: a forked worker's first call touches pages and
-lazily built state its parent never used, which on a loaded machine takes longer than a short limit.
-A timeout is the item's own verdict, never the price of a fresh worker's start."""
+"""Added to the limit of the first item of a new worker that is not warm (`WorkerPool.warm`): its first
+call loads what the warm-up would have. A timeout is the item's own verdict, never the price of a fresh
+worker's start."""
+WARM_FIRST_CALL_ALLOWANCE_S = 0.5
+"""The same for a warm worker: its first call still touches pages its parent never used, slow on a loaded
+machine; small, since each timeout's replacement gets it (a batch of bombs costs its limit + this each)."""
 
 MAX_REPLY_BYTES = 4 << 20
 MAX_REASON_CHARS = 2000
@@ -354,6 +357,7 @@ class WorkerPool:
         if memory_mb < 64:
             raise ValueError(f"WorkerPool: memory_mb must be >= 64 (got {memory_mb})")
         self.n, self.start_timeout_s = workers, start_timeout_s
+        self.owner = os.getpid()  # only this process closes it at exit (not a child forked from it)
         self.preload = tuple(preload)
         self.spec = {**_layer_spec(memory_mb, confine), "preload": list(self.preload)}
         self.ctx = mp.get_context("forkserver")
@@ -367,6 +371,9 @@ class WorkerPool:
         self._fn_bytes: dict[int, tuple[str, bytes, object]] = {}
         for _ in range(workers):
             self._idle.put(self._start())
+        first = self._idle.queue[0]
+        if first is not None and first.warm is False:  # scoring still works; first answers may time out
+            print(f"seqrl: reward workers start cold (math-verify not preloaded): {first.warm_error}", file=sys.stderr)
 
     @property
     def layers(self) -> list[str]:
@@ -441,7 +448,8 @@ class WorkerPool:
                 self._send(w, key, data, chunk[len(out):])
                 sent = len(chunk) - len(out)
                 for _ in range(sent):
-                    o, usable = self._receive(w, timeout_s if w.served else timeout_s + FIRST_CALL_ALLOWANCE_S)
+                    first = 0.0 if w.served else FIRST_CALL_ALLOWANCE_S if not w.warm else WARM_FIRST_CALL_ALLOWANCE_S
+                    o, usable = self._receive(w, timeout_s + first)
                     w.served = True
                     out.append(o)
                     if not usable:
@@ -530,9 +538,6 @@ def shared_pool(workers: int | None = None, memory_mb: int = 1024,
         return pool
 
 
-_OWNER = os.getpid()
-
-
 def _disown_children_after_fork() -> None:
     """In a process forked with ``os.fork`` (a user's reward that forks): the trainer's multiprocessing
     children — its reward workers — are not this process's, yet multiprocessing's exit hook would
@@ -550,10 +555,9 @@ os.register_at_fork(after_in_child=_disown_children_after_fork)
 def _close_pools() -> None:
     """At the trainer's exit, stop its workers. Not in a process forked from it (a user's reward that
     forks, whose child exits through atexit): the pids it would kill are the trainer's workers."""
-    if os.getpid() != _OWNER:
-        return
     for pool in list(_POOLS.values()):
-        pool.close()
+        if pool.owner == os.getpid():
+            pool.close()
 
 
 def reward_from_reply(reply: dict) -> RewardResult:

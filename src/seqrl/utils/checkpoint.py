@@ -185,7 +185,9 @@ def _check_finite_state(final: Path, weights: dict[str, torch.Tensor], optim_sta
 
 
 def _state_digest(record: dict) -> str:
-    """sha256 of a trainer state's canonical JSON (sorted keys, no spaces)."""
+    """sha256 of a trainer state's canonical JSON (sorted keys, no spaces), taken of the state as it reads
+    back from JSON (a non-string key such as ``10`` becomes ``"10"`` and sorts as text)."""
+    record = json.loads(json.dumps(record))
     return hashlib.sha256(json.dumps(record, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
