@@ -252,6 +252,12 @@ def cmd_train(args: argparse.Namespace, overrides: list[str]) -> int:
     if args.algo not in ALGOS:
         raise ConfigError(f"unknown algorithm {args.algo!r}; implemented: {', '.join(ALGOS)}")
     config_path = resolve_config(args.config, "prm" if args.algo == "orm" else args.algo)  # one preset folder
+    if args.algo in ("grpo", "ppo"):  # TRL's GRPOConfig names, where they mean the same
+        import dataclasses
+
+        from seqrl.algos.config import trl_overrides
+
+        overrides = trl_overrides(overrides, {f.name for f in dataclasses.fields(_config_class(args.algo))})
     parse_overrides(overrides)  # syntax errors first
     if from_env := env_overrides(args.algo):
         print(f"seqrl: ${ENV_OVERRIDES} applies {' '.join(from_env)}", file=sys.stderr)

@@ -262,3 +262,18 @@ def test_a_mistyped_run_folder_is_one_line_at_once_with_a_did_you_mean(tmp_path,
     assert "runs/sft_arith_tyni: not found; did you mean runs/sft_arith_tiny?" in err
     with pytest.raises(ValueError, match="model.path 'runs/other': not found"):
         load_policy(ModelConfig(path="runs/other"))
+
+
+def test_train_grpo_takes_trls_config_names(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    rc = main(["train", "grpo", "--config", "arith_tiny_grpo", "--num_generations=4", "--max_completion_length=16",
+               "--learning_rate=1e-5", "--output_dir=out/trl_run", "--beta=0.01", "--epsilon_high=0.28",
+               "--logging_steps=3", "--print-config"])
+    import yaml
+
+    cfg = yaml.safe_load(capsys.readouterr().out)
+    assert rc == 0 and cfg["group_size"] == 4 and cfg["sampling"]["max_new_tokens"] == 16
+    assert cfg["optim"]["lr"] == 1e-5 and cfg["loss"]["beta"] == 0.01 and cfg["loss"]["clip_eps_high"] == 0.28
+    assert (cfg["run"]["out_dir"], cfg["run"]["name"], cfg["run"]["log_every"]) == ("out", "trl_run", 3)
+    assert main(["train", "ppo", "--config", "arith_tiny_ppo", "--scale_rewards=none", "--print-config"]) == 2
+    assert "scale_rewards" in capsys.readouterr().err  # an alias PPO has no field for is named, not dropped

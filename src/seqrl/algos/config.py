@@ -179,3 +179,54 @@ class SamplingConfig:
     def __post_init__(self) -> None:
         if any(not isinstance(x, str) or not x for x in self.stop):
             raise ValueError(f"sampling.stop must be a list of non-empty strings (got {self.stop!r})")
+
+
+TRL_ALIASES = {
+    "num_generations": "group_size",
+    "max_completion_length": "sampling.max_new_tokens",
+    "temperature": "sampling.temperature",
+    "top_p": "sampling.top_p",
+    "learning_rate": "optim.lr",
+    "max_steps": "steps",
+    "num_iterations": "num_iterations",
+    "beta": "loss.beta",
+    "epsilon": "loss.clip_eps_low",
+    "epsilon_high": "loss.clip_eps_high",
+    "scale_rewards": "loss.scale_rewards",
+    "seed": "run.seed",
+    "logging_steps": "run.log_every",
+    "save_steps": "run.save_every",
+    "eval_steps": "eval.every",
+    "bf16": "run.bf16",
+}
+"""TRL `GRPOConfig` names `seqrl train grpo|ppo` accepts for the seqrl field they mean (and ``output_dir``:
+the run folder, i.e. ``run.out_dir`` + ``run.name``). Left out where the meaning differs: TRL's
+``loss_type`` (seqrl's ``loss.agg`` and ``advantage`` split it), per-device batch sizes and gradient
+accumulation (seqrl counts completions per step: ``batch_size``)."""
+
+
+def trl_overrides(overrides: list[str], fields: set[str]) -> list[str]:
+    """`overrides` with TRL's names (`TRL_ALIASES`, ``output_dir``) written as seqrl's; `fields` are the
+    top-level fields of the config class, so an alias whose target it lacks (PPO has no ``scale_rewards``)
+    is left as it is and named by the config's own error.
+
+    >>> trl_overrides(["--num_generations=4", "--output_dir=out/my_run", "--optim.lr=1e-5"], {"group_size", "run", "optim"})
+    ['--group_size=4', '--run.out_dir=out', '--run.name=my_run', '--optim.lr=1e-5']
+    """
+    import os
+
+    out = []
+    for arg in overrides:
+        body = arg[2:] if arg.startswith("--") else arg
+        key, sep, value = body.partition("=")
+        if key == "output_dir" and sep:
+            folder = value.rstrip("/") or "."
+            out += [f"--run.out_dir={os.path.dirname(folder) or '.'}", f"--run.name={os.path.basename(folder)}"]
+            continue
+        target = TRL_ALIASES.get(key)
+        if target is not None and target.split(".")[0] in fields:
+            out.append(f"--{target}{sep}{value}" if sep else f"--{target}")
+        else:
+            out.append(arg)
+    return out
+
