@@ -168,7 +168,7 @@ is used only to grade the final pick:
 | method | accuracy | generated tokens | PRM tokens |
 |---|---|---|---|
 {search['table']}
-
+{search['note']}
 ![SFT curves](sft/plots/sft.png)
 
 ![GRPO curves](grpo/plots/grpo.png)
@@ -179,6 +179,25 @@ Run folders: `{sft_cfg.run.dir}`, `{grpo_cfg.run.dir}`, `{prm_cfg.run.dir}` (con
     print(report)
     stages["search"] = search["accuracy"]
     return stages
+
+
+def search_note(accuracy: dict[str, float], majority: float, prm_auc: float) -> str:
+    """The report's sentence when a PRM-guided method scores below majority vote (a demo never shows a
+    method making the model worse without saying why); "" otherwise.
+
+    >>> search_note({"PRM beam search": 0.6, "PRM-weighted best-of-8": 0.95}, 0.9, 0.62)[:52]
+    '\\nPRM beam search is below majority@8 here, for reaso'
+    >>> search_note({"PRM beam search": 0.95}, 0.9, 0.99)
+    ''
+    """
+    worse = [name for name, acc in accuracy.items() if name.startswith("PRM") and acc < majority]
+    if not worse:
+        return ""
+    return (f"\n{' and '.join(worse)} {'is' if len(worse) == 1 else 'are'} below majority@{SEARCH_N} here, for "
+            f"reasons not yet fixed: the PRM is a tiny model trained from scratch (held-out step AUC "
+            f"{prm_auc:.2f}), which cannot check a step the policy itself had to learn, and on this task stepping "
+            "a solution (each partial solution re-encoded and continued) loses accuracy even with a near-perfect "
+            "PRM (docs/algorithms/search.md).\n")
 
 
 def _search_stage(policy, prm_cfg: prm.PRMConfig, task_cfg: TaskConfig, n_problems: int, seed: int) -> dict:
@@ -202,5 +221,7 @@ def _search_stage(policy, prm_cfg: prm.PRMConfig, task_cfg: TaskConfig, n_proble
     table = "\n".join(f"| {name} | {r.accuracy:.3f} | {r.account.generated_tokens:,} | {r.account.scorer_tokens:,} |"
                       for name, r in rows.items())
     auc = [m["eval/auc"] for m in read_metrics(prm_cfg.run.dir / "metrics.jsonl") if "eval/auc" in m]
-    return {"problems": len(problems), "table": table, "prm_auc": auc[-1] if auc else float("nan"),
+    prm_auc = auc[-1] if auc else float("nan")
+    note = search_note({name: r.accuracy for name, r in rows.items()}, majority.accuracy, prm_auc)
+    return {"problems": len(problems), "table": table, "prm_auc": prm_auc, "note": note,
             "accuracy": {name: r.accuracy for name, r in rows.items()}}
