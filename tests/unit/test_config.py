@@ -282,3 +282,20 @@ def test_a_mapping_given_whole_replaces_a_presets_and_a_dotted_key_merges():
     preset = load_config(PRMConfig, preset_file("prm/arith_tiny_prm"))
     cfg = load_config(PRMConfig, preset_file("prm/arith_tiny_prm"), ["--optim={lr: 1.0e-4}"])
     assert cfg.optim.lr == 1e-4 and cfg.optim.warmup_steps == preset.optim.warmup_steps  # a mapping merges
+
+
+@pytest.mark.parametrize("lr", [1e38, float("nan"), float("inf"), 0.0, -1e-3])
+def test_a_learning_rate_that_would_overflow_adam_is_named(lr):
+    """lr 1e38 used to pass the config and overflow inside the optimizer step with a traceback."""
+    from seqrl.algos.config import OptimConfig
+
+    with pytest.raises(ValueError, match=r"optim.lr must be a number in \(0, 1000\]"):
+        OptimConfig(lr=lr)
+    assert OptimConfig(lr=3e-5).lr == 3e-5 and OptimConfig(lr=1e3).lr == 1e3
+
+
+def test_trl_names_in_the_two_item_form():
+    from seqrl.algos.config import trl_overrides
+
+    assert trl_overrides(["--output_dir", "runs/a", "--learning_rate", "1e-5"], {"run", "optim"}) == [
+        "--run.out_dir=runs", "--run.name=a", "--optim.lr=1e-5"]

@@ -5,6 +5,8 @@ them; each algorithm's own config lives in ``algos/<algorithm>_config.py`` besid
 
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -154,8 +156,9 @@ class OptimConfig:
     """Max global gradient norm (0: no clipping)."""
 
     def __post_init__(self) -> None:
-        if self.lr <= 0:
-            raise ValueError(f"optim.lr must be > 0 (got {self.lr})")
+        if not (isinstance(self.lr, (int, float)) and math.isfinite(self.lr) and 0 < self.lr <= MAX_LR):
+            # past this, Adam's update overflows float32 (lr 1e38 became inf inside the optimizer step)
+            raise ValueError(f"optim.lr must be a number in (0, {MAX_LR:g}] (got {self.lr})")
         if self.warmup_steps < 0 or self.grad_clip < 0 or not 0 <= self.min_lr_ratio <= 1:
             raise ValueError("optim.warmup_steps and optim.grad_clip must be >= 0, optim.min_lr_ratio in [0, 1]")
 
@@ -179,6 +182,10 @@ class SamplingConfig:
     def __post_init__(self) -> None:
         if any(not isinstance(x, str) or not x for x in self.stop):
             raise ValueError(f"sampling.stop must be a list of non-empty strings (got {self.stop!r})")
+
+
+MAX_LR = 1e3
+"""Largest `OptimConfig.lr` accepted: far above any learning rate that trains, far below float32's overflow."""
 
 
 TRL_ALIASES = {
@@ -206,27 +213,31 @@ accumulation (seqrl counts completions per step: ``batch_size``)."""
 
 
 def trl_overrides(overrides: list[str], fields: set[str]) -> list[str]:
-    """`overrides` with TRL's names (`TRL_ALIASES`, ``output_dir``) written as seqrl's; `fields` are the
-    top-level fields of the config class, so an alias whose target it lacks (PPO has no ``scale_rewards``)
-    is left as it is and named by the config's own error.
+    """`overrides` with TRL's names (`TRL_ALIASES`, ``output_dir``) written as seqrl's, in either form
+    (``--key=value`` or ``--key value``); `fields` are the top-level fields of the config class, so an
+    alias whose target it lacks (PPO has no ``scale_rewards``) is left as it is and named by the config's
+    own error.
 
-    >>> trl_overrides(["--num_generations=4", "--output_dir=out/my_run", "--optim.lr=1e-5"], {"group_size", "run", "optim"})
+    >>> trl_overrides(["--num_generations=4", "--output_dir", "out/my_run", "--optim.lr=1e-5"], {"group_size", "run", "optim"})
     ['--group_size=4', '--run.out_dir=out', '--run.name=my_run', '--optim.lr=1e-5']
     """
     import os
 
-    out = []
-    for arg in overrides:
+    out, i = [], 0
+    while i < len(overrides):
+        arg = overrides[i]
+        i += 1
         body = arg[2:] if arg.startswith("--") else arg
         key, sep, value = body.partition("=")
+        if not sep and arg.startswith("--") and i < len(overrides) and not overrides[i].startswith("--"):
+            sep, value = "=", overrides[i]  # the two-item form
+            i += 1
         if key == "output_dir" and sep:
             folder = value.rstrip("/") or "."
             out += [f"--run.out_dir={os.path.dirname(folder) or '.'}", f"--run.name={os.path.basename(folder)}"]
             continue
         target = TRL_ALIASES.get(key)
-        if target is not None and target.split(".")[0] in fields:
-            out.append(f"--{target}{sep}{value}" if sep else f"--{target}")
-        else:
-            out.append(arg)
+        out.append(f"--{target if target is not None and target.split('.')[0] in fields else key}{sep}{value}"
+                   if arg.startswith("--") or sep else arg)
     return out
 
