@@ -184,8 +184,9 @@ class SamplingConfig:
             raise ValueError(f"sampling.stop must be a list of non-empty strings (got {self.stop!r})")
 
 
-MAX_LR = 1e3
-"""Largest `OptimConfig.lr` accepted: far above any learning rate that trains, far below float32's overflow."""
+MAX_LR = 1e10
+"""Largest `OptimConfig.lr` accepted: far above any learning rate that trains (a run diverging at 1e6 is
+stopped by the NaN guard, with its last finite checkpoint kept), far below float32's overflow (3.4e38)."""
 
 
 TRL_ALIASES = {
