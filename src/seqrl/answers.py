@@ -78,14 +78,13 @@ _EXPONENT_RE = re.compile(r"(?:\^|\*\*)\s*(\{[^{}]*\}|\d+)")
 _BIG_ARG_RE = re.compile(r"(?:\\binom|\\dbinom|\\tbinom|\\choose)\s*\{?[^}]*?(\d+)|(\d+)\s*!")
 _INT_RE = re.compile(r"\d+")
 _GAMMA_RE = re.compile(r"\\Gamma(?![A-Za-z])|\\operatorname\s*\{\s*(?:Gamma|gamma|factorial)\s*\}")
-_GAMMA_ARG_RE = re.compile(
-    r"\s*[({]\s*([+-]?\d+(?:\s*/\s*\d+)?|[+-]?\\[dt]?frac\s*\{\s*\d+\s*\}\s*\{\s*\d+\s*\})\s*[)}]")
 _NESTING_COMMAND_RE = re.compile(r"\\(?:[dt]?frac|sqrt|binom|dbinom|tbinom)(?![A-Za-z])")
 _SUM_RE = re.compile(r"\\(?:sum|prod)(?![A-Za-z])")
-_SUPERSCRIPTS = dict(zip(map(ord, "⁰¹²³⁴⁵⁶⁷⁸⁹⁺⁻"), "0123456789+-"))
-_SUBSCRIPTS = dict(zip(map(ord, "₀₁₂₃₄₅₆₇₈₉₊₋"), "0123456789+-"))
-_SUPERSCRIPT_RUN_RE = re.compile("[⁰¹²³⁴⁵⁶⁷⁸⁹⁺⁻]+")
-_SUBSCRIPT_RUN_RE = re.compile("[₀₁₂₃₄₅₆₇₈₉₊₋]+")
+_SUPERSCRIPT_CHARS, _SUBSCRIPT_CHARS = "⁰¹²³⁴⁵⁶⁷⁸⁹⁺⁻", "₀₁₂₃₄₅₆₇₈₉₊₋"
+_SUPERSCRIPTS = dict(zip(map(ord, _SUPERSCRIPT_CHARS), "0123456789+-"))
+_SUBSCRIPTS = dict(zip(map(ord, _SUBSCRIPT_CHARS), "0123456789+-"))
+_SUPERSCRIPT_RUN_RE = re.compile(f"[{_SUPERSCRIPT_CHARS}]+")
+_SUBSCRIPT_RUN_RE = re.compile(f"[{_SUBSCRIPT_CHARS}]+")
 
 
 def verdict(gold: str, answer: str, max_chars: int = MAX_ANSWER_CHARS):
@@ -311,6 +310,11 @@ def _command_nesting(answer: str) -> int:
     return deepest
 
 
+def _power(exponent: re.Match, cap: int) -> int:
+    """The largest integer in an `_EXPONENT_RE` match (1 when it holds none), at most `cap`."""
+    return min(int(max(_INT_RE.findall(exponent.group(1)) or ["1"], key=int)), cap)
+
+
 def expanded_terms(answer: str, limit: int = MAX_EXPANDED_TERMS) -> int:
     """An upper bound on how many monomials `answer` multiplies out to, capped just above `limit`: the
     smaller of two counts. By brackets: a bracket counts the sum over its top-level terms of the product
@@ -347,7 +351,7 @@ def expanded_terms(answer: str, limit: int = MAX_EXPANDED_TERMS) -> int:
                 j += 1
             m = _EXPONENT_RE.match(answer, j)
             if m:
-                power = min(int(max(_INT_RE.findall(m.group(1)) or ["1"], key=int)), cap)
+                power = _power(m, cap)
                 count = min(comb(count + power - 1, power), cap) if count > 1 else 1
                 deg = min(deg * power, cap)
                 i = m.end() - 1
@@ -364,8 +368,7 @@ def expanded_terms(answer: str, limit: int = MAX_EXPANDED_TERMS) -> int:
             while j < n and answer[j].isspace():
                 j += 1
             m = _EXPONENT_RE.match(answer, j)  # x^{2}: degree 2
-            stack[-1][2] = min(stack[-1][2] + (min(int(max(_INT_RE.findall(m.group(1)) or ["1"], key=int)), cap)
-                                               if m else 1), cap)
+            stack[-1][2] = min(stack[-1][2] + (_power(m, cap) if m else 1), cap)
             if m:
                 i = m.end() - 1
         if not ch.isspace():
