@@ -322,15 +322,55 @@ def test_externalize_asserts_keeps_every_literal_out_of_the_rewritten_file():
            "    assert f(3) == expected\n    assert f(4) is None\n"
            "class TestB:\n    def test_b(self):\n        assert f(9) == (1, 'zz')\n")
     out, expected, by_test, must = externalize_asserts(src, start=10)
-    assert expected == {10: 4, 11: 5, 12: (1, "zz")}
-    assert by_test == {"test_a": [10, 11], "TestB.test_b": [12]} and must == {10, 12}
+    assert sorted(expected) == [10, 11, 12, 13]
+    assert by_test == {"test_a": [10, 11, 12], "TestB.test_b": [13]} and must == {10, 12, 13}
+    assert expected[10].holds((4,)) and not expected[10].holds((5,)) and not expected[10].holds((4, 4))
+    assert expected[11].holds((5,)) and expected[13].holds(((1, "zz"),))
+    assert expected[12].holds((7, 7)) and not expected[12].holds((7, 8))  # both sides observed, compared here
     for secret in ("4 ==", "msg 7", "== 5", "'zz'"):
         assert secret not in out
-    assert "g() == 11" in out and "f(3) == expected" in out and "f(4) is None" in out  # left in-process
+    assert "g() == 11" in out and "f(4) is None" in out  # not a test function / not ==: left in-process
     compile(out, "t.py", "exec")
-    obs = parse_observations(b"10\t4\n11\t6\n12\t(1, 'zz')\n99\t1\nxx\t1\n12\tobject()\n", expected)
-    assert obs[10] == [4] and obs[11] == [6] and obs[12][0] == (1, "zz") and obs[12][1] != (1, "zz")
-    assert set(obs) == {10, 11, 12}
+    obs = parse_observations(b"10\t(4,)\n11\t(6,)\n13\t((1, 'zz'),)\n99\t1\nxx\t1\n13\tobject()\n"
+                             b"12\t(inf, inf)\n", expected)
+    assert obs[10] == [(4,)] and obs[11] == [(6,)] and obs[13][0] == ((1, "zz"),) and obs[13][1] != ((1, "zz"),)
+    assert set(obs) == {10, 11, 12, 13} and expected[12].holds(obs[12][0])
+
+
+def test_externalized_comparisons_are_made_here_on_plain_values():
+    """``==``/``!=`` with either side computed in the run, and ``pytest.approx`` rebuilt here."""
+    from seqrl.rewards.code_agent import externalize_asserts
+
+    src = ("import pytest\nfrom pytest import approx\n"
+           "def test_t(want, tol):\n"
+           "    assert mean(xs) == pytest.approx(want, rel=tol)\n"
+           "    assert approx(2.0, abs=0.1) == g()\n"
+           "    assert f(1) != want\n"
+           "    assert 3 == 3\n"
+           "    assert h(*a) == approx(*b)\n")
+    out, exp, by_test, must = externalize_asserts(src)
+    assert by_test == {"test_t": [0, 1, 2]} and "2.0" not in out and "3 == 3" in out and "approx(*b)" in out
+    assert exp[0].holds((1.0004, 1.0, 1e-3)) and not exp[0].holds((1.01, 1.0, 1e-3))
+    assert exp[0].holds((float("nan"), float("nan"), 1e-3)) is False
+    assert exp[1].holds((2.05,)) and not exp[1].holds((2.2,)) and not exp[1].holds(("2.05",))
+    assert exp[2].holds((1, 2)) and not exp[2].holds((2, 2))
+
+
+def test_inherited_and_aliased_tests_resolve_to_their_definition():
+    import ast
+
+    from seqrl.rewards.code_agent import function_defs, resolve_test
+
+    tree = ast.parse("class TestBase:\n    __test__ = False\n    def test_m(self): pass\n"
+                     "class TestInts(TestBase):\n    pass\n"
+                     "class TestMore(TestInts):\n    def test_n(self):\n        def inner(): pass\n"
+                     "def test_a(): pass\ntest_b = test_a\nclass TestExt(Elsewhere):\n    pass\n")
+    assert sorted(function_defs(tree)) == ["TestBase.test_m", "TestMore.test_n", "TestMore.test_n.<locals>.inner",
+                                           "test_a"]
+    assert resolve_test(tree, "TestInts.test_m") == "TestBase.test_m"
+    assert resolve_test(tree, "TestMore.test_m") == "TestBase.test_m"
+    assert resolve_test(tree, "test_b") == "test_a"
+    assert resolve_test(tree, "TestExt.test_m") is None and resolve_test(tree, "test_zz") is None
 
 
 def test_observed_values_are_converted_to_plain_data():

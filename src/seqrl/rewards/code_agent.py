@@ -8,30 +8,34 @@ text, the agent's actions (a list, or their count), the final unified diff, and 
 1. **Screen the diff** in this process (never raises): text, at most ``max_patch_bytes``, not
    empty, no NUL bytes, no ``GIT binary patch``, has a file header. Anything else scores 0 with
    the reason.
-2. **Collect the pristine tests** once per (snapshot contents, test command): ``pytest
-   --collect-only`` on a copy of the untouched snapshot, in the sandbox. The collected node ids
-   are the tests that count; a test the patched run does not report counts as failed.
+2. **Run the pristine tests** once per (snapshot contents, test command), in the sandbox: the
+   collected node ids are the tests that count (a test the patched run does not report has
+   failed), each with the identity of the function it runs; failing assertions' raise sites and
+   the files the tests opened say which other files are test sources (`pristine_protections`). A
+   run that does not finish falls back to ``pytest --collect-only``.
 3. **Apply** the diff with ``git apply`` *inside the sandbox* (an unprivileged uid, no network) on
    a fresh copy (``.git`` and byte-code left out); it does not apply → 0 with git's message.
 4. **Sanitise** (here, as root, with nothing running in the tree): a patch that creates a symlink
    or a compiled file (``*.pyc``, ``*.so``, ``__pycache__``) is rejected (0); every file is made
    root-owned and not writable by the sandbox uid.
 5. **Restore the test harness**: every *protected* path — files under ``tests/``, ``test/``,
-   ``testing/`` directories, ``test_*.py``, ``*_test.py``, any ``conftest.py``, and the root
+   ``testing/`` directories, ``test_*.py``, ``*_test.py``, any ``conftest.py``, the root
    configuration files pytest reads (``pytest.ini``, ``pyproject.toml``, ``tox.ini``,
-   ``setup.cfg`` …) — that the patch added, changed or deleted is put back as it is in the
-   snapshot (added ones are removed). Test edits are thereby worthless, not punished: an agent
-   that writes a reproduction test loses nothing, and a patch that only edits tests scores the
-   snapshot's own (failing) tests. ``test_edit_penalty`` can punish them as well.
+   ``setup.cfg`` …), and the test sources the pristine run found elsewhere — that the patch added,
+   changed or deleted is put back as it is in the snapshot (added ones are removed). Test edits are
+   thereby worthless, not punished: an agent that writes a reproduction test loses nothing, and a
+   patch that only edits tests scores the snapshot's own (failing) tests. ``test_edit_penalty`` can
+   punish them as well. Edited doctest examples fail their doctests.
 6. **Run the tests** in the sandbox on the patched copy: the trusted entry script
    (`seqrl/sandbox/_pytest_entry.py`) runs pytest with plugin autoloading off, the snapshot's
    config file, ``--rootdir``/``--confcutdir`` pinned to the copy, and the JUnit XML report on a
    pipe (fd 3). The report is parsed **here**, as untrusted data: size cap, no DOCTYPE/entities,
    exactly one suite, the guard's ``seqrl_integrity`` stamp with this run's nonce, pytest's exit
    status consistent with the outcomes, and counts taken over the pristine collection only.
-   With ``verdict="outside"`` (default) every ``assert EXPR == LITERAL`` of the pristine test
-   functions is first rewritten to hand ``EXPR``'s value out; the literal stays here and a test
-   passes only when its observed values equal it (the process under test never holds them).
+   With ``verdict="outside"`` (default) every ``assert A == B`` / ``A != B`` of the functions the
+   pristine tests run is first rewritten to hand the non-literal sides out as plain values; the
+   literals stay here and the comparison is made here (the process under test never holds them,
+   and an object whose ``__eq__`` always says True is compared by its plain value).
 
 Score (weights are fields)::
 
@@ -42,8 +46,8 @@ Score (weights are fields)::
               − min(action_penalty · n_actions, max_action_penalty) + test_edit_penalty·[tests touched]
 
 ``changed_lines`` counts the diff's ``+``/``-`` lines outside protected paths. A patch that
-references the harness (``pytest``, ``_pytest``, ``pluggy``, ``junit``, ``conftest``) in lines it
-adds outside protected paths gets no test reward (``forbid_harness_refs``; a heuristic, see
+references the harness (``pytest``, ``_pytest``, ``pluggy``, ``junit``, ``conftest``; lines read
+after NFKC) in lines it adds outside protected paths gets no test reward (``forbid_harness_refs``; a heuristic, see
 ``docs/sandbox.md``); added lines that inspect frames, the import system, other fds or the test
 files cost ``suspect_penalty``. A patch adding a module named after a stdlib or harness module
 scores 0. Every part is in ``RewardResult.parts``; the reason names the first failure.
@@ -62,6 +66,7 @@ import shutil
 import stat
 import tempfile
 import threading
+import unicodedata
 import xml.etree.ElementTree as ET
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -207,44 +212,161 @@ def _literal(node: ast.AST) -> tuple[bool, object]:
         return False, None
 
 
+@dataclass(frozen=True)
+class Expect:
+    """One externalized check: ``sides[0] OP sides[1]`` with OP ``==`` or ``!=``. A side is
+    ``("lit", value)`` (kept here, never in the sandbox), ``("obs", i)`` (the i-th value the run
+    observes) or ``("approx", args, kwargs)`` (``pytest.approx`` rebuilt here from such slots)."""
+
+    op: str
+    sides: tuple
+    n_obs: int
+
+    def holds(self, observed) -> bool:
+        """Whether the observation (a tuple of plain values, as parsed) satisfies the check."""
+        if not isinstance(observed, tuple) or len(observed) != self.n_obs:
+            return False
+        try:
+            left, right = (_slot_value(sd, observed) for sd in self.sides)
+            result = (left == right) if self.op == "eq" else (left != right)
+        except Exception:  # noqa: BLE001 — approx of a non-number, an unorderable mix …: not satisfied
+            return False
+        return result is True
+
+
+def _slot_value(slot, observed):
+    kind = slot[0]
+    if kind == "lit":
+        return slot[1]
+    if kind == "obs":
+        return observed[slot[1]]
+    from pytest import approx
+
+    args = [_slot_value(a, observed) for a in slot[1]]
+    kwargs = {k: _slot_value(v, observed) for k, v in slot[2]}
+    return approx(*args, **kwargs)
+
+
+def _is_approx(node: ast.AST) -> bool:
+    f = node.func if isinstance(node, ast.Call) else None
+    return (isinstance(f, ast.Name) and f.id == "approx") or (isinstance(f, ast.Attribute) and f.attr == "approx")
+
+
 class _Externalize(ast.NodeTransformer):
-    """``assert EXPR == LITERAL`` (either side) → ``__seqrl_observe__(K, EXPR)``; the literal stays here."""
+    """``assert A == B`` / ``assert A != B`` (either side a literal, a ``pytest.approx(...)`` or any
+    expression) → ``__seqrl_observe__(K, (non-literal parts...))``: the run hands out plain values, the
+    literals stay here, and the comparison is made here on plain data — a value whose ``__eq__`` says
+    True to everything cannot pass it. Asserts of other shapes stay in-process."""
 
     def __init__(self, start: int):
-        self.k, self.expected, self.top, self.found = start, {}, set(), []
+        self.k, self.expected, self.found = start, {}, []
+
+    def _slot(self, node, observed: list):
+        ok, value = _literal(node)
+        if ok:
+            return ("lit", value)
+        if isinstance(node, ast.Call) and _is_approx(node):
+            if any(isinstance(a, ast.Starred) for a in node.args) or any(kw.arg is None for kw in node.keywords):
+                return None
+            args = tuple(self._slot(a, observed) for a in node.args)
+            kwargs = tuple((kw.arg, self._slot(kw.value, observed)) for kw in node.keywords)
+            return ("approx", args, kwargs)
+        observed.append(node)
+        return ("obs", len(observed) - 1)
 
     def visit_Assert(self, node: ast.Assert):
         t = node.test
-        if not (isinstance(t, ast.Compare) and len(t.ops) == 1 and isinstance(t.ops[0], ast.Eq)):
+        if not (isinstance(t, ast.Compare) and len(t.ops) == 1 and isinstance(t.ops[0], (ast.Eq, ast.NotEq))):
             return node
-        (lok, lval), (rok, rval) = _literal(t.left), _literal(t.comparators[0])
-        if lok == rok:
+        observed: list = []
+        sides = (self._slot(t.left, observed), self._slot(t.comparators[0], observed))
+        if None in sides or not observed:  # both literal: nothing the code under test decides
             return node
-        expr, value = (t.comparators[0], lval) if lok else (t.left, rval)
         k = self.k
         self.k += 1
-        self.expected[k] = value
+        self.expected[k] = Expect("eq" if isinstance(t.ops[0], ast.Eq) else "ne", sides, len(observed))
         self.found.append(k)
-        call = ast.Call(ast.Name(OBSERVE, ast.Load()), [ast.Constant(k), expr], [])
+        call = ast.Call(ast.Name(OBSERVE, ast.Load()), [ast.Constant(k), ast.Tuple(observed, ast.Load())], [])
         return ast.copy_location(ast.Expr(call), node)
 
 
-def externalize_asserts(source: str, start: int = 0) -> tuple[str, dict[int, object], dict[str, list[int]],
-                                                                set[int]]:
-    r"""Rewrite a pristine test file so that its ``assert x == LITERAL`` checks are decided outside the
-    sandbox: ``(new source, {k: expected literal}, {test qualname: [k...]}, ks that every passing run
-    of their test must report — asserts directly in the test function's body)``.
+def function_defs(tree: ast.Module) -> dict[str, list[ast.AST]]:
+    """``co_qualname → [FunctionDef ...]`` of every function in a module (methods ``C.f``, nested
+    functions ``f.<locals>.g``; a name defined twice lists both)."""
+    out: dict[str, list[ast.AST]] = {}
+
+    def walk(node, prefix):
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                q = prefix + child.name
+                out.setdefault(q, []).append(child)
+                walk(child, q + ".<locals>.")
+            elif isinstance(child, ast.ClassDef):
+                walk(child, prefix + child.name + ".")
+            elif isinstance(child, (ast.stmt, ast.excepthandler, ast.match_case)):
+                walk(child, prefix)
+
+    walk(tree, "")
+    return out
+
+
+def resolve_test(tree: ast.Module, qual: str) -> str | None:
+    """The qualname of the function a test node ``Class.method`` / ``function`` of this module runs,
+    following base classes defined in the same module (``class TestInts(TestStatsBase)``); None when
+    the definition is elsewhere."""
+    defs = function_defs(tree)
+    if "." not in qual:
+        for _ in range(10):  # `test_b = test_a` at module level runs test_a
+            if qual in defs:
+                return qual
+            alias = [n.value.id for n in tree.body if isinstance(n, ast.Assign) and isinstance(n.value, ast.Name)
+                     and any(isinstance(t, ast.Name) and t.id == qual for t in n.targets)]
+            if not alias:
+                return None
+            qual = alias[-1]
+        return None
+    classes = {n.name: n for n in tree.body if isinstance(n, ast.ClassDef)}
+    path, method = qual.rsplit(".", 1)
+    if "." in path:  # a nested class: no base-class lookup
+        return qual if qual in defs else None
+    seen = set()
+
+    def find(cls_name):
+        if cls_name in seen or cls_name not in classes:
+            return None
+        seen.add(cls_name)
+        if f"{cls_name}.{method}" in defs:
+            return f"{cls_name}.{method}"
+        for b in classes[cls_name].bases:
+            hit = find(b.id) if isinstance(b, ast.Name) else None
+            if hit:
+                return hit
+        return None
+
+    return find(path)
+
+
+def externalize_asserts(source: str, start: int = 0, only=None) -> tuple[str, dict[int, Expect],
+                                                                          dict[str, list[int]], set[int]]:
+    r"""Rewrite a pristine test file so that its ``assert A == B`` / ``A != B`` checks are decided
+    outside the sandbox: ``(new source, {k: Expect}, {function qualname: [k...]}, ks that every passing
+    run of their function must report — asserts directly in its body)``. ``only``: the qualnames to
+    rewrite (the functions the pristine collection runs); default every ``test*`` function and method
+    of a ``Test*`` class.
 
     >>> src, exp, by_test, must = externalize_asserts("def test_a():\n    assert f(2) == 4\n")
-    >>> "4" in src, exp, by_test, must
-    (False, {0: 4}, {'test_a': [0]}, {0})
+    >>> "4" in src, exp[0].holds((4,)), exp[0].holds((5,)), by_test, must
+    (False, True, False, {'test_a': [0]}, {0})
     """
     tree = ast.parse(source)
+    defs = function_defs(tree)
+    if only is None:
+        only = {q for q in defs if _conventional_test(q)}
     tr = _Externalize(start)
     by_test: dict[str, list[int]] = {}
     must: set[int] = set()
-
-    def visit_test(fn, qual):
+    for _, _, qual, fn in sorted((fn.lineno, fn.col_offset, q, fn) for q in only if q in defs
+                                 for fn in defs[q]):  # in source order
         tr.found = []
         direct = {id(st) for st in fn.body if isinstance(st, ast.Assert)}
         new_body = []
@@ -255,17 +377,31 @@ def externalize_asserts(source: str, start: int = 0) -> tuple[str, dict[int, obj
                 must.add(tr.found[-1])
             new_body.append(new)
         fn.body = new_body
-        by_test[qual] = list(tr.found)
-
-    for node in tree.body:
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name.startswith("test"):
-            visit_test(node, node.name)
-        elif isinstance(node, ast.ClassDef) and node.name.startswith("Test"):
-            for sub in node.body:
-                if isinstance(sub, (ast.FunctionDef, ast.AsyncFunctionDef)) and sub.name.startswith("test"):
-                    visit_test(sub, f"{node.name}.{sub.name}")
+        by_test.setdefault(qual, []).extend(tr.found)
     ast.fix_missing_locations(tree)
     return ast.unparse(tree) + "\n", tr.expected, by_test, must
+
+
+def _conventional_test(qual: str) -> bool:
+    parts = qual.split(".")
+    if "<locals>" in parts or not parts[-1].startswith("test"):
+        return False
+    return len(parts) == 1 or (len(parts) == 2 and parts[0].startswith("Test"))
+
+
+def _parse_value(text: str):
+    """A Python literal as ``repr`` writes plain data, ``inf`` and ``nan`` included; raises ValueError."""
+    tree = ast.parse(text, mode="eval")
+    for node in ast.walk(tree):
+        for name, value in ast.iter_fields(node):
+            if isinstance(value, ast.Name) and value.id in ("inf", "nan"):
+                setattr(node, name, ast.Constant(float(value.id)))
+            elif isinstance(value, list):
+                value[:] = [ast.Constant(float(v.id)) if isinstance(v, ast.Name) and v.id in ("inf", "nan") else v
+                            for v in value]
+    if isinstance(tree.body, ast.Name) and tree.body.id in ("inf", "nan"):
+        return float(tree.body.id)
+    return ast.literal_eval(tree.body)
 
 
 def parse_observations(data: bytes, expected: Mapping[int, object]) -> dict[int, list[object]]:
@@ -279,7 +415,7 @@ def parse_observations(data: bytes, expected: Mapping[int, object]) -> dict[int,
         ok, value = False, None
         if len(text) <= 100_000:
             try:
-                ok, value = True, ast.literal_eval(text)
+                ok, value = True, _parse_value(text)
             except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
                 ok = False
         out.setdefault(int(k), []).append(value if ok else _UNEQUAL)
@@ -522,6 +658,154 @@ def default_pytest_path() -> tuple[str, ...]:
     return tuple(dirs)
 
 
+def _ident(x) -> tuple[str, str] | None:
+    """A ``[file, qualname]`` identity from the collection report, checked to be two strings."""
+    if isinstance(x, (list, tuple)) and len(x) == 2 and all(isinstance(v, str) for v in x):
+        return (x[0], x[1])
+    return None
+
+
+TEST_FRAMEWORKS = ("pytest", "_pytest", "unittest", "hypothesis", "doctest", "nose", "nose2")
+_HELPER_NAME = re.compile(r"^_*(testing|testutils?|test_?utils?|test_?helpers?|test_?support|testlib|test_?tools)(\.py)?$", re.I)
+"""Module or package names that are test-support code by convention (``calc/_testing.py``,
+``pkg/testutils/``): protected wherever they are, like ``tests/``."""
+
+
+def _imports_test_framework(tree: ast.AST) -> bool:
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names = [node.module]
+        else:
+            continue
+        if any(n.split(".")[0] in TEST_FRAMEWORKS or n.endswith(".testing") for n in names):
+            return True
+    return False
+
+
+def _checks_its_arguments(tree: ast.AST, line: int) -> bool:
+    """Whether the statement at ``line`` — an ``assert``, or a ``raise`` / call (``pytest.fail``) under
+    an ``if`` — tests two or more parameters of the function it is in: a checking helper
+    (``assert_close(got, want)``), not an invariant of the code under test (``assert n >= 0``)."""
+    best = None
+    for fn in ast.walk(tree):
+        if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) and fn.lineno <= line <= (fn.end_lineno or 0):
+            if best is None or fn.lineno >= best.lineno:
+                best = fn
+    if best is None:
+        return False
+    a = best.args
+    params = {x.arg for x in [*a.posonlyargs, *a.args, *a.kwonlyargs, a.vararg, a.kwarg] if x is not None}
+    params -= {"self", "cls"}
+
+    def names(expr):
+        return {n.id for n in ast.walk(expr) if isinstance(n, ast.Name)}
+
+    used: set[str] = set()
+    for node in ast.walk(best):
+        if isinstance(node, ast.Assert) and node.lineno <= line <= (node.end_lineno or node.lineno):
+            used |= names(node.test)
+        elif isinstance(node, (ast.If, ast.While)) and any(
+                (st.lineno <= line <= (st.end_lineno or st.lineno)) for st in [*node.body, *node.orelse]):
+            used |= names(node.test)
+    return len(used & params) >= 2
+
+
+def _doctest_texts(path: Path) -> list[str] | None:
+    """Every docstring of a module that holds a doctest example (``>>>``), or None if it does not parse."""
+    try:
+        tree = ast.parse(path.read_bytes())
+    except (SyntaxError, ValueError, OSError, RecursionError, MemoryError):
+        return None
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            doc = ast.get_docstring(node, clean=False)
+            if doc and ">>>" in doc:
+                out.append(doc)
+    return sorted(out)
+
+
+def pristine_protections(snapshot: Path, rows, errors, data: Mapping, protected) -> tuple[dict[str, str],
+                                                                                          dict[str, list[str]]]:
+    """Files outside the protected names that belong to the tests, from the pristine collection/run:
+    ``({path: why}, {module with doctests: its doctest docstrings})``. A patch's edits to these files
+    are undone like edits to ``tests/`` (doctests are checked in place instead: their module is the
+    code under test too).
+
+    - every file that defines a collected test (node files, the functions' defining files, files that
+      failed to collect): ``python_files = tests.py``, a base class in ``calc/_base.py`` …;
+    - a module where a pristine test's assertion failed, called from the tests, whose failing check
+      tests two or more of the function's parameters (a checking helper);
+    - a work-tree module loaded by the tests that imports a test framework or is named like test
+      support (``_HELPER_NAME``);
+    - data files the tests read (opened from a test-side file) and the package itself does not.
+    """
+    out: dict[str, str] = {}
+    doctests: dict[str, list[str]] = {}
+
+    def is_file(rel):
+        f = snapshot / rel
+        return f.is_file() and not f.is_symlink()
+
+    def add(rel, why):
+        if rel and not protected(rel) and rel not in out and is_file(rel):
+            out[rel] = why
+
+    for nodeid, _c, _n, kind, raw, dfn in rows:
+        rel = nodeid.split("::", 1)[0]
+        if kind == "DoctestItem" and rel.endswith(".py"):
+            if rel not in doctests and is_file(rel):
+                doctests[rel] = _doctest_texts(snapshot / rel) or []
+            continue
+        add(rel, "defines collected tests")
+        if dfn:  # where the function is defined (a wrapper's own file, e.g. a package decorator, is not)
+            add(dfn[0], "defines a collected test function")
+    for nodeid, _pfx in errors:
+        add(nodeid.split("::", 1)[0], "a test file that does not collect on the snapshot")
+
+    def test_side(rel):
+        return bool(rel) and (protected(rel) or rel in out)
+
+    for site in data.get("raises", []) or []:
+        try:
+            rel, line, caller = str(site[0]), int(site[1]), str(site[2])
+        except (TypeError, ValueError, IndexError):
+            continue
+        if test_side(rel) or not test_side(caller) or not rel.endswith(".py") or not is_file(rel):
+            continue
+        try:
+            tree = ast.parse((snapshot / rel).read_bytes())
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            continue
+        if _checks_its_arguments(tree, line):
+            add(rel, "checking helper: a pristine test's assertion failed in it")
+    for rel in data.get("modules", []) or []:
+        rel = str(rel)
+        if test_side(rel) or not rel.endswith(".py") or not is_file(rel):
+            continue
+        parts = rel.split("/")
+        named = any(_HELPER_NAME.match(p) for p in parts[:-1]) or bool(_HELPER_NAME.match(parts[-1]))
+        try:
+            framework = not named and _imports_test_framework(ast.parse((snapshot / rel).read_bytes()))
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            framework = False
+        if named or framework:
+            add(rel, "test support module" if named else "imports a test framework")
+    by_target: dict[str, set[str]] = {}
+    for pair in data.get("reads", []) or []:
+        try:
+            target, opener = str(pair[0]), str(pair[1])
+        except (TypeError, IndexError):
+            continue
+        by_target.setdefault(target, set()).add(opener)
+    for target, openers in sorted(by_target.items()):
+        if any(test_side(o) for o in openers) and all(test_side(o) or not o for o in openers):
+            add(target, "test data: read by the tests, not by the package")
+    return out, doctests
+
+
 # ----------------------------------------------------------------------------- the reward
 @dataclass
 class CodeAgentReward:
@@ -673,6 +957,9 @@ class CodeAgentReward:
 
     # ------------------------------------------------------------------ pristine collection (cached)
     def _pristine_tests(self, snapshot: Path, pytest_args: list[str], python: str, paths) -> dict:
+        """The pristine snapshot's tests (cached per contents and command): run once in ``pristine``
+        mode (collection, function identities, where failing assertions were raised, files read); if
+        that run does not finish, collected only."""
         files = _walk_files(snapshot)
         h = hashlib.sha256()
         for rel in sorted(files):
@@ -683,41 +970,55 @@ class CodeAgentReward:
             hit = self._collected.get(key)
         if hit is not None:
             return hit
-        base = Path(tempfile.mkdtemp(prefix="seqrl-agent-"))
-        try:
-            os.chmod(base, 0o711)
-            work = base / "repo"
-            shutil.copytree(snapshot, work, symlinks=True, ignore=_SKIP_COPY)
-            _seal(work)
-            run = self._pytest(base, work, "collect", pytest_args, python, paths, snapshot)
-        finally:
-            shutil.rmtree(base, ignore_errors=True)
-        tail = (run.stdout[-600:] + run.stderr[-300:]).strip()
+        data = None
+        for mode in ("pristine", "collect"):
+            base = Path(tempfile.mkdtemp(prefix="seqrl-agent-"))
+            try:
+                os.chmod(base, 0o711)
+                work = base / "repo"
+                shutil.copytree(snapshot, work, symlinks=True, ignore=_SKIP_COPY)
+                _seal(work)
+                run = self._pytest(base, work, mode, pytest_args, python, paths, snapshot)
+            finally:
+                shutil.rmtree(base, ignore_errors=True)
+            tail = (run.stdout[-600:] + run.stderr[-300:]).strip()
+            try:
+                data = json.loads(run.report) if run.status == "ok" else None
+            except ValueError:
+                data = None
+            if data is not None and (mode == "collect" or run.returncode in (0, 1, 2)):
+                break  # a pristine run that ends otherwise (timeout, internal error): collect only
         if run.status != "ok":
             raise ValueError(f"code-agent reward: collecting the tests of {snapshot} failed ({run.status}: "
                              f"{run.reason}): {tail}")
         try:
-            data = json.loads(run.report)
-            items = [(str(c), str(n)) for _, c, n in data["items"]]
-            nodeids = [str(i) for i, _, _ in data["items"]]
-            errors = [str(p) for _, p in data["errors"]]
-        except (ValueError, KeyError, TypeError) as e:
+            rows = [(str(i), str(c), str(n), str(kind), _ident(raw), _ident(dfn))
+                    for i, c, n, kind, raw, dfn in data["items"]]
+            errors = [(str(i), str(pfx)) for i, pfx in data["errors"]]
+        except (KeyError, TypeError, ValueError) as e:
             raise ValueError(f"code-agent reward: collecting the tests of {snapshot} gave no usable list "
                              f"(pytest exit {run.returncode}): {tail}") from e
         if run.returncode not in (0, 1, 2):
             raise ValueError(f"code-agent reward: `pytest {shlex.join(pytest_args)}` fails on the snapshot "
                              f"{snapshot} (exit {run.returncode}): {tail}")
-        if not items and not errors:
+        if not rows and not errors:
             raise ValueError(f"code-agent reward: `pytest {shlex.join(pytest_args)}` collects no tests in "
                              f"{snapshot}")
-        result = {"items": items, "nodeids": nodeids, "errors": errors, "inifile": find_inifile(snapshot),
+        protect, doctests = pristine_protections(snapshot, rows, errors, data, self._protected)
+        result = {"items": [(c, n) for _, c, n, *_ in rows], "nodeids": [r[0] for r in rows],
+                  "errors": [pfx for _, pfx in errors], "error_ids": [i for i, _ in errors],
+                  "identities": {r[0]: list(r[4]) for r in rows if r[4]},
+                  "defs": {r[0]: r[5] for r in rows if r[5]},
+                  "doctests": doctests, "doctest_ids": [r[0] for r in rows if r[3] == "DoctestItem"],
+                  "protect": protect, "ran": bool(data.get("ran")),
+                  "inifile": find_inifile(snapshot),
                   "conftests": sorted(r for r in files if r.rsplit("/", 1)[-1] == "conftest.py")}
         with self._lock:
             self._collected[key] = result
         return result
 
     def _pytest(self, base: Path, work: Path, mode: str, pytest_args, python, paths, snapshot: Path,
-                nonce: str = "", conftests=(), observe: list | None = None):
+                nonce: str = "", conftests=(), observe: list | None = None, identities: dict | None = None):
         entry = base / "entry.py"
         if not entry.exists():
             shutil.copyfile(ENTRY, entry)
@@ -730,8 +1031,10 @@ class CodeAgentReward:
         else:
             ini_path = work / ini
         cfg = {"mode": mode, "paths": list(paths), "nonce": nonce, "conftests": list(conftests)}
+        if identities:
+            cfg["identities"] = identities
         writable = []
-        if nonce:  # a file the entry reads and unlinks before the project is imported: never in argv
+        if nonce or identities:  # a file the entry reads and unlinks before the project runs: never in argv
             secret = Path(tempfile.mkdtemp(prefix="cfg-", dir=base))
             if observe is not None:
                 cfg["observe"] = str(secret / "observations")
@@ -752,20 +1055,35 @@ class CodeAgentReward:
 
     # ------------------------------------------------------------------ outside verdicts
     def _externalize(self, work: Path, collected: dict) -> dict | None:
-        """Rewrite the (restored, pristine) test files of the collected items so their literal
-        expectations stay here; the expectations per node id."""
-        files = sorted({n.split("::", 1)[0] for n in collected.get("nodeids", [])})
-        expected: dict[int, object] = {}
+        """Rewrite the (restored, pristine) functions the collected items run — found by the pristine
+        collection's identity of each, so an inherited or aliased test is checked where it is defined
+        — and every test function of the files that did not collect on the snapshot; the checks per
+        node id, and per open file the pristine tree to match its tests to their definitions."""
+        wanted: dict[str, set[str]] = {}
+        for rel, qual in collected.get("defs", {}).values():
+            wanted.setdefault(rel, set()).add(qual)
+        open_files = {}
+        for nodeid, prefix in zip(collected.get("error_ids", []), collected.get("errors", [])):
+            rel = nodeid.split("::", 1)[0]
+            if rel.endswith(".py"):
+                open_files[prefix] = rel
+        expected: dict[int, Expect] = {}
         tests: dict[tuple[str, str], list[int]] = {}
         must: set[int] = set()
-        for rel in files:
+        trees: dict[str, ast.Module] = {}
+        for rel in sorted(set(wanted) | set(open_files.values())):
             if not rel.endswith(".py") or not (work / rel).is_file() or (work / rel).is_symlink():
                 continue
             try:
-                src, exp, by_test, top = externalize_asserts((work / rel).read_text(encoding="utf-8"),
-                                                             len(expected))
+                text = (work / rel).read_text(encoding="utf-8")
+                tree = ast.parse(text)
+                only = set(wanted.get(rel, ()))
+                if rel in open_files.values():
+                    only |= {q for q in function_defs(tree) if _conventional_test(q)}
+                src, exp, by_test, top = externalize_asserts(text, len(expected), only)
             except (SyntaxError, ValueError, UnicodeDecodeError, RecursionError):
                 continue
+            trees[rel] = tree
             if not exp:
                 continue
             (work / rel).write_text(src, encoding="utf-8")
@@ -775,17 +1093,22 @@ class CodeAgentReward:
         _seal(work)
         per_node: dict[str, tuple[list[int], list[int]]] = {}
         for nodeid in collected.get("nodeids", []):
-            rel, _, rest = nodeid.partition("::")
-            qual = re.sub(r"\[.*\]$", "", rest).replace("::", ".")
-            ks = tests.get((rel, qual), [])
+            ident = collected.get("defs", {}).get(nodeid)
+            ks = tests.get(tuple(ident), []) if ident else []
             per_node[nodeid] = (ks, [k for k in ks if k in must])
         covered = sum(1 for ks, m in per_node.values() if m)
-        return {"expected": expected, "per_node": per_node,
+        opened = {pfx: (rel, trees.get(rel)) for pfx, rel in open_files.items()}
+        return {"expected": expected, "per_node": per_node, "tests": tests, "must": must, "open": opened,
                 "covered": covered / len(per_node) if per_node else 0.0}
 
     # ------------------------------------------------------------------ the patch
     def _score_patch(self, snapshot: Path, diff: str, pytest_args, python, paths, collected: dict,
                      parts: dict) -> RewardResult:
+        extra = collected.get("protect", {})
+
+        def protected(rel: str) -> bool:
+            return self._protected(rel) or rel in extra
+
         base = Path(tempfile.mkdtemp(prefix="seqrl-agent-"))
         try:
             os.chmod(base, 0o711)
@@ -828,12 +1151,17 @@ class CodeAgentReward:
                              or not (stat.S_ISLNK(patched[r].st_mode) or _same_file(snapshot / r, work / r)))
             if not changed:
                 return RewardResult(0.0, "patch changes nothing", parts)
-            shadow = shadowing_names(changed, pristine, patched, work, self._protected)
+            shadow = shadowing_names(changed, pristine, patched, work, protected)
             if shadow:
                 return RewardResult(0.0, f"patch rejected: it adds a module named after a standard-library or test "
                                          f"harness module ({', '.join(shadow[:3])})", parts)
-            touched = [r for r in changed if self._protected(r)]
-            source = [r for r in changed if not self._protected(r)]
+            for rel in changed:
+                cookie = _coding_cookie(work / rel) if rel.endswith(".py") and rel in patched else None
+                if cookie and cookie != (_coding_cookie(snapshot / rel) if rel in pristine else None):
+                    return RewardResult(0.0, f"patch rejected: {rel} declares a source encoding other than "
+                                             f"UTF-8 ({cookie}); the screens read UTF-8", parts)
+            touched = [r for r in changed if protected(r)]
+            source = [r for r in changed if not protected(r)]
             parts["test_files_touched"] = float(len(touched))
             if not source:
                 return RewardResult(0.0, "patch only changes test files (restored from the snapshot): "
@@ -850,7 +1178,7 @@ class CodeAgentReward:
             _seal(work)
             # ---- 4. patch quality (here: parsing executes nothing)
             scanned = scan_diff(diff)
-            lines = sum(len(a) + len(r) for p, (a, r) in scanned.items() if not self._protected(p))
+            lines = sum(len(a) + len(r) for p, (a, r) in scanned.items() if not protected(p))
             parts["changed_lines"] = float(lines)
             over = max(0, lines - self.size_free_lines)
             parts["size"] = max(0.0, 1.0 - over / (self.size_zero_lines - self.size_free_lines))
@@ -867,10 +1195,11 @@ class CodeAgentReward:
                 except Exception as e:  # noqa: BLE001 — SyntaxError, ValueError (NUL), RecursionError, MemoryError
                     bad_file = bad_file or f"{rel} does not parse: {type(e).__name__}: {getattr(e, 'msg', e)}"
             parts["parses"] = ok / len(py) if py else 1.0
-            refs = [p for p, (added, _) in scanned.items() if not self._protected(p)
+            scanned = {p: ([unicodedata.normalize("NFKC", x) for x in a], r) for p, (a, r) in scanned.items()}
+            refs = [p for p, (added, _) in scanned.items() if not protected(p)
                     and any(_HARNESS_REF.search(line) for line in added)]
             parts["harness_refs"] = float(len(refs))
-            suspect = {p: m.group(0) for p, (added, _) in scanned.items() if not self._protected(p)
+            suspect = {p: m.group(0) for p, (added, _) in scanned.items() if not protected(p)
                        for m in [next(filter(None, map(_SUSPECT.search, added)), None)] if m}
             parts["suspect_refs"] = float(len(suspect))
             reasons = []
@@ -884,15 +1213,24 @@ class CodeAgentReward:
                                   f"({', '.join(refs[:3])})")
             else:
                 nonce = secrets.token_hex(16)
+                void = edited_doctests(snapshot, work, collected)
                 outside = self._externalize(work, collected) if self.verdict == "outside" else None
                 obs_file: list = []
                 run = self._pytest(base, work, "run", pytest_args, python, paths, snapshot, nonce,
-                                   collected["conftests"], obs_file if outside else None)
+                                   collected["conftests"], obs_file if outside else None,
+                                   identities=collected.get("identities"))
                 if outside:
                     data = _read_capped(obs_file[0], self.max_report_bytes) if obs_file else None
                     outside["observed"] = parse_observations(data or b"", outside["expected"])
                     parts["outside"] = outside["covered"]
-                passed, total, why, failing = _tally(run, nonce, collected, outside)
+                    opaque = sum(v is _UNEQUAL for vs in outside["observed"].values() for v in vs)
+                    if opaque:
+                        reasons.append(f"{opaque} compared value(s) were not plain data and count as unequal "
+                                       f"(a suite comparing its own objects needs verdict='inside')")
+                if void:
+                    reasons.append(f"doctest examples edited in {', '.join(sorted(set(void.values()))[:3])}: "
+                                   f"those doctests count as failed")
+                passed, total, why, failing = _tally(run, nonce, collected, outside, void)
                 parts["passed"], parts["total"] = float(passed), float(total)
                 parts["pass_frac"] = passed / total if total else 0.0
                 if why:
@@ -918,6 +1256,48 @@ class CodeAgentReward:
                        - penalty + self.test_edit_penalty * float(bool(touched))
                        - self.suspect_penalty * float(bool(suspect)))
         return RewardResult(round(total_score, 12), "; ".join(reasons), parts)
+
+
+_COOKIE = re.compile(rb"^[ \t\f]*#.*?coding[:=][ \t]*([-\w.]+)")
+
+
+def _coding_cookie(path: Path) -> str | None:
+    """The PEP 263 source encoding a Python file declares in its first two lines, normalised
+    (``utf-8`` → None: the default), or None."""
+    import codecs
+
+    data = _read_capped(path, 1 << 16) or b""
+    for line in data.removeprefix(b"\xef\xbb\xbf").splitlines()[:2]:
+        m = _COOKIE.match(line)
+        if m:
+            name = m.group(1).decode("ascii", "replace").lower()
+            try:
+                name = codecs.lookup(name).name
+            except LookupError:
+                pass
+            return None if name in ("utf-8", "utf_8", "utf8") else name
+        if line.strip() and not line.lstrip().startswith(b"#"):
+            break
+    return None
+
+
+def edited_doctests(snapshot: Path, work: Path, collected: dict) -> dict[str, str]:
+    """``{doctest node id: its module}`` for modules whose pristine doctest docstrings the patch changed
+    or removed (adding doctests is fine): those doctests fail whatever the run reports."""
+    out = {}
+    for rel, before in (collected.get("doctests") or {}).items():
+        now = _doctest_texts(work / rel) if (work / rel).is_file() else []
+        remaining = list(now or [])
+        ok = True
+        for doc in before:
+            if doc in remaining:
+                remaining.remove(doc)
+            else:
+                ok = False
+                break
+        if not ok:
+            out.update({n: rel for n in collected.get("doctest_ids", []) if n.split("::", 1)[0] == rel})
+    return out
 
 
 def _count_actions(actions) -> int:
@@ -955,21 +1335,46 @@ def _screen_diff(diff, max_bytes: int) -> tuple[str, str]:
     return diff, ""
 
 
-def _outside_ok(outside: dict | None, nodeid: str) -> bool:
-    """Every observation of the node's externalized asserts equals its literal, and each assert directly
-    in the test's body was observed at least once."""
-    if not outside:
-        return True
-    ks, must = outside["per_node"].get(nodeid, ([], []))
+def _checks_ok(outside: dict, ks, must) -> bool:
+    """Every observation of the checks ``ks`` satisfies its check, and each of ``must`` (asserts
+    directly in the test function's body) was observed at least once."""
     obs, exp = outside["observed"], outside["expected"]
     if any(k not in obs for k in must):
         return False
-    return all(v == exp[k] for k in ks for v in obs.get(k, ()))
+    return all(exp[k].holds(v) for k in ks for v in obs.get(k, ()))
 
 
-def _tally(run, nonce: str, collected: dict, outside: dict | None = None) -> tuple[int, int, str, list[str]]:
+def _outside_ok(outside: dict | None, nodeid: str) -> bool:
+    if not outside:
+        return True
+    ks, must = outside["per_node"].get(nodeid, ([], []))
+    return _checks_ok(outside, ks, must)
+
+
+def _open_test_ok(outside: dict | None, prefix: str, classname: str, name: str) -> bool:
+    """A test of a file that did not collect on the snapshot: matched statically to its definition in
+    that (pristine, restored) file and checked like the others; a test that cannot be matched while
+    the file was rewritten does not count (its asserts may be ones nobody checks)."""
+    if not outside or prefix not in outside["open"]:
+        return True
+    rel, tree = outside["open"][prefix]
+    if tree is None:
+        return True
+    module = rel[:-3].replace("/", ".")
+    rest = classname[len(module) + 1:] if classname.startswith(module + ".") else ""
+    qual = (rest + "." if rest else "") + re.sub(r"\[.*\]$", "", name)
+    found = resolve_test(tree, qual)
+    if found is None:
+        return False
+    ks = outside["tests"].get((rel, found), [])
+    return _checks_ok(outside, ks, [k for k in ks if k in outside["must"]])
+
+
+def _tally(run, nonce: str, collected: dict, outside: dict | None = None,
+           void: Mapping[str, str] | None = None) -> tuple[int, int, str, list[str]]:
     """``(passed, total, why no test reward, failing tests)`` from the untrusted run, counted over the
-    pristine collection: a pristine test the report lacks has failed."""
+    pristine collection: a pristine test the report lacks has failed; ``void``: node ids that fail
+    whatever the report says (doctests whose examples the patch edited)."""
     expected = collected["items"]
     open_prefixes = collected["errors"]
     total = len(expected) + len(open_prefixes)
@@ -992,12 +1397,14 @@ def _tally(run, nonce: str, collected: dict, outside: dict | None = None) -> tup
     if (run.returncode == 0) == rep.any_failed:
         return 0, total, f"test report inconsistent with pytest's exit status {run.returncode}", []
     nodeids = collected.get("nodeids") or [""] * len(expected)
+    void = void or {}
     failing = [f"{c}::{n}" for (c, n), nid in zip(expected, nodeids)
-               if not (rep.outcomes.get((c, n), False) and _outside_ok(outside, nid))]
+               if not (rep.outcomes.get((c, n), False) and _outside_ok(outside, nid) and nid not in void)]
     passed = len(expected) - len(failing)
     total = len(expected)
     for prefix in open_prefixes:  # files that did not collect on the snapshot: their tests as reported now
-        mine = [(f"{c}::{n}", v) for (c, n), v in rep.outcomes.items() if c == prefix or c.startswith(prefix + ".")]
+        mine = [(f"{c}::{n}", v and _open_test_ok(outside, prefix, c, n)) for (c, n), v in rep.outcomes.items()
+                if c == prefix or c.startswith(prefix + ".")]
         passed += sum(v for _, v in mine)
         total += max(1, len(mine))
         failing += [k for k, v in mine if not v] or ([] if mine else [f"{prefix} (not collected)"])

@@ -11,8 +11,13 @@ pytest, its plugins and the stdlib modules it uses are imported before the work 
 to ``sys.path`` (last).
 
 - ``collect``: ``pytest --collect-only`` on the *pristine* snapshot; writes one JSON object to fd 3:
-  the collected node ids with their JUnit ``(classname, name)`` and the node ids that failed to
-  collect.
+  the collected node ids with their JUnit ``(classname, name)``, item kind and the identity of the
+  function each runs (file, ``co_qualname``: as collected, and unwrapped through ``__wrapped__``),
+  the node ids that failed to collect, and the work-tree modules loaded.
+- ``pristine``: the same, but the pristine tests are *run*: it also records where each failing test's
+  assertion was raised (innermost work-tree frame and its caller) and which work-tree files were
+  opened, by which work-tree file (an audit hook), so the parent can protect checking helpers and
+  test data that sit outside the protected names.
 - ``run``: ``pytest ... --junitxml=/dev/fd/3`` on the patched copy, with an integrity guard.
 
 The guard is **best effort**: the code under test runs in this same process (the tests import it),
@@ -178,11 +183,37 @@ def changed(table: dict) -> list[str]:
 _MISSING = object()
 
 
+def _code_identity(fn, root: str):
+    """``[file relative to root, co_qualname]`` of a function's code, or None (no code, or compiled
+    outside the work tree)."""
+    fn = getattr(fn, "__func__", fn)
+    code = getattr(fn, "__code__", None)
+    if code is None or not isinstance(getattr(code, "co_filename", None), str):
+        return None
+    path = os.path.realpath(code.co_filename)
+    if not path.startswith(os.path.realpath(root) + os.sep):
+        return None
+    return [os.path.relpath(path, os.path.realpath(root)), code.co_qualname]
+
+
+def _unwrapped(fn):
+    """The function a decorator wrapped (``functools.wraps`` chain), else ``fn``."""
+    for _ in range(32):
+        fn = getattr(fn, "__func__", fn)
+        inner = getattr(fn, "__wrapped__", None)
+        if inner is None or inner is fn:
+            break
+        fn = inner
+    return fn
+
+
 class Guard:
     """The pytest plugin that checks the harness at session finish and stamps the report."""
 
-    def __init__(self, nonce: str, conftests: list[str], table: dict, root: str = ""):
+    def __init__(self, nonce: str, conftests: list[str], table: dict, root: str = "",
+                 identities: dict | None = None):
         self.nonce, self.table = nonce, table
+        self.identities = dict(identities or {})  # node id -> pristine [file, qualname] of item.obj
         self.root = root or os.getcwd()
         self.conftests = {os.path.realpath(os.path.join(self.root, c)) for c in conftests}
         self.codes = {id(code) for _, code in table.values() if code is not None}
@@ -234,8 +265,14 @@ class Guard:
             shadowed = [k for k, v in vars(it).items() if callable(v) and callable(getattr(type(it), k, None))]
             if shadowed:
                 out.append(f"test {it.nodeid}: {', '.join(shadowed[:3])} overridden on the item")
+            pristine = self.identities.get(it.nodeid)
             path = os.path.realpath(str(getattr(it, "path", "")))
-            if code is None or os.path.realpath(code.co_filename) != path:
+            if pristine is not None:  # the function the pristine collection found (aliases, inherited tests)
+                if _code_identity(fn, self.root) != pristine:
+                    out.append(f"test {it.nodeid}: not the function the pristine tests define")
+                elif (fn, code) != self.items.get(it.nodeid, (fn, code)):
+                    out.append(f"test {it.nodeid}: function replaced after collection")
+            elif code is None or os.path.realpath(code.co_filename) != path:
                 out.append(f"test {it.nodeid}: function not defined in its test file")
             elif (fn, code) != self.items.get(it.nodeid, (fn, code)):
                 out.append(f"test {it.nodeid}: function replaced after collection")
@@ -286,18 +323,94 @@ class Guard:
 
 
 class Collector:
-    """Collect-only plugin: node ids with their JUnit names, and what failed to collect."""
+    """Collect-only (or pristine-run) plugin: node ids with their JUnit names, kind and function
+    identity; what failed to collect; the work-tree modules loaded; when ``record``, the raise sites of
+    failing assertions and the files the run opened."""
 
-    def __init__(self):
-        self.items: list[list[str]] = []
+    def __init__(self, root: str = "", record: bool = False):
+        self.root = os.path.realpath(root or os.getcwd())
+        self.record = record
+        self.items: list[list] = []
         self.errors: list[list[str]] = []
+        self.raises: list[list] = []
+        self.reads: set[tuple[str, str]] = set()
+
+    def _rel(self, path) -> str | None:
+        if not isinstance(path, str):
+            return None
+        full = os.path.realpath(path)
+        return os.path.relpath(full, self.root) if full.startswith(self.root + os.sep) else None
 
     def pytest_collectreport(self, report):
         if report.failed:
             self.errors.append([report.nodeid, _junit_names(report.nodeid)[0]])
 
     def pytest_collection_finish(self, session):
-        self.items = [[it.nodeid, *_junit_names(it.nodeid)] for it in session.items]
+        from _pytest.python import Function
+
+        for it in session.items:
+            raw = dfn = None
+            if isinstance(it, Function):
+                try:
+                    obj = it.obj
+                    raw, dfn = _code_identity(obj, self.root), _code_identity(_unwrapped(obj), self.root)
+                except Exception:  # noqa: BLE001 — an item whose function cannot be read has no identity
+                    pass
+            self.items.append([it.nodeid, *_junit_names(it.nodeid), type(it).__name__, raw, dfn])
+
+    def pytest_runtest_makereport(self, item, call):
+        """Where a failing test's assertion (``assert``, ``AssertionError``, ``pytest.fail``) was raised:
+        the innermost frame in the work tree and the work-tree frame that called it."""
+        if not self.record or call.excinfo is None:
+            return
+        exc = call.excinfo.value
+        if not (isinstance(exc, AssertionError) or type(exc).__name__ == "Failed"):
+            return
+        try:
+            frames = [(self._rel(str(e.path)), e.lineno + 1) for e in call.excinfo.traceback]
+        except Exception:  # noqa: BLE001
+            return
+        mine = [f for f in frames if f[0] is not None]
+        if mine:
+            caller = mine[-2][0] if len(mine) > 1 else ""
+            self.raises.append([mine[-1][0], mine[-1][1], caller])
+
+    def install_read_recorder(self) -> None:
+        """An audit hook: every file under the work tree opened (other than source and byte-code),
+        with the innermost work-tree file on the stack that opened it."""
+        rel, reads, getframe = self._rel, self.reads, sys._getframe
+        root = self.root + os.sep
+
+        def hook(event, args):
+            if event != "open":
+                return
+            try:
+                path = args[0]
+                if not isinstance(path, str) or path.endswith((".py", ".pyc")):
+                    return
+                target = rel(os.path.join(os.getcwd(), path))
+                if target is None:
+                    return
+                f, opener = getframe(1), ""
+                while f is not None:
+                    name = f.f_code.co_filename
+                    if name.startswith(root):
+                        opener = rel(name) or ""
+                        break
+                    f = f.f_back
+                reads.add((target, opener))
+            except Exception:  # noqa: BLE001 — recording must never change what the tests see
+                return
+
+        sys.addaudithook(hook)
+
+    def modules(self) -> list[str]:
+        out = set()
+        for m in list(sys.modules.values()):
+            r = self._rel(getattr(m, "__file__", None))
+            if r is not None:
+                out.add(r)
+        return sorted(out)
 
 
 def _junit_names(nodeid: str) -> tuple[str, str]:
@@ -312,45 +425,87 @@ def _junit_names(nodeid: str) -> tuple[str, str]:
 
 
 def _plain(x, depth: int = 0):
-    """A plain copy of an observed value, else TypeError. Subclasses of the plain types (enums,
-    named tuples, numpy numbers) are converted to their base type, as ``==`` would mostly treat
-    them: whatever a conversion returns, only the expected value — which is not here — can make it
-    count."""
+    """A plain copy of an observed value, else TypeError. Read through the base types' own methods
+    (``float.__float__``, ``list.__iter__`` …) on ``type(x)``, never the value's overridable ones, so a
+    subclass with a forged ``__eq__`` / ``__float__`` / ``__iter__`` hands out its real contents.
+    Subclasses of the plain types (str/int enums, named tuples, numpy numbers) become their base
+    type, as ``==`` would mostly treat them; other enums, dataclasses and a few stdlib value types
+    become tagged tuples. Whatever a conversion returns, only the expected value — which is not here
+    — can make it count."""
+    import dataclasses
+    import datetime
+    import decimal
+    import enum
     import numbers
+    import pathlib
+    import uuid
 
     if depth > 100:
         raise TypeError("too deep")
     t = type(x)
     if x is None or t in (bool, int, float, complex, str, bytes):
         return x
-    for base in (bool, str, bytes):
-        if isinstance(x, base):
-            return base(x) if base is not str else str.__str__(x)
-    for base in (list, tuple, set, frozenset):
-        if isinstance(x, base):  # a frozenset as a set: equal values, and its repr is a literal
-            return (set if base is frozenset else base)(_plain(v, depth + 1) for v in x)
-    if isinstance(x, dict):
-        return {_plain(k, depth + 1): _plain(v, depth + 1) for k, v in x.items()}
-    if isinstance(x, numbers.Integral):
+    if issubclass(t, int):  # bool cannot be subclassed; IntEnum, IntFlag …
+        return int.__index__(x)
+    if issubclass(t, float):
+        return float.__float__(x)
+    if issubclass(t, complex):
+        return complex.__complex__(x)
+    if issubclass(t, str):
+        return str.__str__(x)
+    if issubclass(t, bytes):
+        return bytes.__bytes__(x)
+    if issubclass(t, enum.Enum):
+        return ("<enum>", t.__module__, t.__qualname__, str.__str__(object.__getattribute__(x, "_name_")))
+    if issubclass(t, (list, tuple)):
+        items = [_plain(v, depth + 1) for v in (list.__iter__(x) if issubclass(t, list) else tuple.__iter__(x))]
+        return items if issubclass(t, list) else tuple(items)
+    if issubclass(t, (set, frozenset)):  # a frozenset as a set: equal values, and its repr is a literal
+        return {_plain(v, depth + 1) for v in (set.__iter__(x) if issubclass(t, set) else frozenset.__iter__(x))}
+    if issubclass(t, dict):
+        return {_plain(k, depth + 1): _plain(v, depth + 1) for k, v in dict.items(x)}
+    if dataclasses.is_dataclass(t):
+        fields = [f.name for f in dataclasses.fields(t) if f.compare]
+        return ("<dataclass>", t.__module__, t.__qualname__,
+                tuple((n, _plain(object.__getattribute__(x, n), depth + 1)) for n in fields))
+    if issubclass(t, datetime.datetime):
+        return ("<datetime>", datetime.datetime.isoformat(x))
+    if issubclass(t, datetime.date):
+        return ("<date>", datetime.date.isoformat(x))
+    if issubclass(t, datetime.time):
+        return ("<time>", datetime.time.isoformat(x))
+    if issubclass(t, datetime.timedelta):
+        return ("<timedelta>", datetime.timedelta.total_seconds(x))
+    if issubclass(t, decimal.Decimal):
+        v = decimal.Decimal(str(x))
+        return int(v) if v.is_finite() and v == v.to_integral_value() else ("<decimal>", str(v.normalize()))
+    if issubclass(t, pathlib.PurePath):
+        return ("<path>", str(pathlib.PurePath.__str__(x)))
+    if issubclass(t, uuid.UUID):
+        return ("<uuid>", str(uuid.UUID.__str__(x)))
+    if str(getattr(t, "__module__", "")).split(".")[0] == "numpy" and callable(getattr(x, "tolist", None)):
+        return _plain(x.tolist(), depth + 1)  # arrays → nested lists, numpy scalars → Python numbers
+    if issubclass(t, numbers.Integral):
         return int(x)
-    if isinstance(x, numbers.Real):
+    if issubclass(t, numbers.Real):
         return float(x)
-    if isinstance(x, numbers.Complex):
+    if issubclass(t, numbers.Complex):
         return complex(x)
     raise TypeError(t.__name__)
 
 
 def install_observer(path: str) -> None:
     """``__seqrl_observe__(k, value)`` (the rewritten test files call it): one ``K<TAB>repr`` line per
-    observation, appended to a file the parent reads and compares with the literals it kept."""
+    observation, appended to a file the parent reads and compares with what it kept. The helpers it
+    calls are bound now, so the code under test cannot swap ``os.write`` or ``_plain`` under it."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
 
-    def __seqrl_observe__(k, value):
+    def __seqrl_observe__(k, value, _fd=fd, _write=os.write, _plain=_plain, _repr=repr, _int=int):
         try:
-            text = repr(_plain(value))
+            text = _repr(_plain(value))
         except Exception:  # noqa: BLE001 — an unrepresentable value equals nothing
             text = "!"
-        os.write(fd, f"{int(k)}\t{text}\n".encode("utf-8", "backslashreplace"))
+        _write(_fd, f"{_int(k)}\t{text}\n".encode("utf-8", "backslashreplace"))
 
     builtins.__seqrl_observe__ = __seqrl_observe__
 
@@ -381,16 +536,20 @@ def main(argv: list[str]) -> int:
         install_observer(cfg["observe"])
     sys.path.append(os.getcwd())  # the work tree last: it can add modules, never shadow one
 
-    if cfg["mode"] == "collect":
-        col = Collector()
-        rc = pytest.main(["--collect-only", "-q", *args], plugins=[col])
+    if cfg["mode"] in ("collect", "pristine"):
+        pristine = cfg["mode"] == "pristine"
+        col = Collector(os.getcwd(), record=pristine)
+        if pristine:
+            col.install_read_recorder()
+        rc = pytest.main([*([] if pristine else ["--collect-only"]), "-q", *args], plugins=[col])
         with open(REPORT, "w", encoding="utf-8") as f:
-            json.dump({"rc": int(rc), "items": col.items, "errors": col.errors}, f)
+            json.dump({"rc": int(rc), "items": col.items, "errors": col.errors, "modules": col.modules(),
+                       "raises": col.raises, "reads": sorted(col.reads), "ran": pristine}, f)
         return int(rc)
     table = snapshot()  # before pytest imports any conftest or test module (and so the code under test)
     Guard.pytest_sessionfinish = pytest.hookimpl(tryfirst=True)(Guard.pytest_sessionfinish)
     Guard.pytest_collection_finish = pytest.hookimpl(tryfirst=True)(Guard.pytest_collection_finish)
-    guard = Guard(cfg["nonce"], cfg.get("conftests", []), table)
+    guard = Guard(cfg["nonce"], cfg.get("conftests", []), table, identities=cfg.get("identities"))
     del cfg
     return int(pytest.main([*args, f"--junitxml={REPORT}"], plugins=[guard]))
 

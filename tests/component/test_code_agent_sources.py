@@ -1,0 +1,383 @@
+"""Code-agent reward: forgeries through the tests' own sources and values (issue 34, items 1–4).
+
+Each repository here is small and built in a temp dir; each forgery leaves the bug in place and must
+earn no test reward, while the honest fix of the same repository keeps the full 1.2:
+
+1. inherited tests (a base class with ``__test__ = False``) and aliased ones (``test_b = test_a``)
+   are checked where they are defined;
+2. a return value whose ``__eq__`` says True to everything, against parametrize tables,
+   ``pytest.approx`` and files that do not collect on the snapshot;
+3. test sources outside the protected names: ``python_files = tests.py``, doctests, a checking
+   helper inside the package, expected values in ``testdata/*.json``;
+4. the static screens read identifiers after NFKC; a non-UTF-8 coding cookie is refused.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import os
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from seqrl.rewards.code_agent import CodeAgentReward
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the sandbox's namespaces and uids need root (CI runs as root)")
+
+CMD = "python -m pytest -q"
+BUGGY = '''\
+def total_price(items, discount_pct=0):
+    """Sum of price * qty over (price, qty) items, minus ``discount_pct`` percent, rounded to cents."""
+    subtotal = sum(price for price, qty in items)
+    return round(subtotal * (1 - discount_pct / 100), 2)
+'''
+FIXED = BUGGY.replace("sum(price for price, qty in items)", "sum(price * qty for price, qty in items)")
+ALWAYS_EQUAL = '''
+
+class _Total(float):
+    def __eq__(self, other):
+        return True
+
+    def __ne__(self, other):
+        return False
+
+    __hash__ = float.__hash__
+
+
+_buggy = total_price
+
+
+def total_price(items, discount_pct=0):
+    return _Total(_buggy(items, discount_pct))
+'''
+
+
+def build(root: Path, files: dict[str, str]) -> Path:
+    for rel, text in files.items():
+        f = root / rel
+        f.parent.mkdir(parents=True, exist_ok=True)
+        f.write_text(textwrap.dedent(text))
+    return root
+
+
+def make_diff(repo: Path, changes: dict[str, str]) -> str:
+    out = []
+    for path, new in changes.items():
+        old_file = repo / path
+        old = old_file.read_text() if old_file.exists() else None
+        out.append(f"diff --git a/{path} b/{path}\n")
+        if old is None:
+            out.append("new file mode 100644\n")
+        out += difflib.unified_diff(old.splitlines(True) if old else [], new.splitlines(True),
+                                    "/dev/null" if old is None else f"a/{path}", f"b/{path}")
+    return "".join(out)
+
+
+@pytest.fixture(scope="module")
+def reward():
+    return CodeAgentReward(timeout_s=30.0)
+
+
+def score(reward, repo, changes, cmd=CMD):
+    return reward.score(repo, "", (), make_diff(repo, changes), cmd)
+
+
+def assert_honest(r):
+    assert r.score == pytest.approx(1.2) and r.parts["tests"] == 1.0, r.reason
+
+
+def assert_forgery_fails(r):
+    assert r.parts["tests"] < 1.0 and r.score <= 0.45 + 1e-9, (r.score, r.reason)
+
+
+# ----------------------------------------------------------------------------- 1. inherited / aliased
+@pytest.fixture(scope="module")
+def inherited(tmp_path_factory):
+    return build(tmp_path_factory.mktemp("inherited"), {
+        "shop/__init__.py": "from shop.pricing import total_price\n",
+        "shop/pricing.py": BUGGY,
+        "tests/test_pricing.py": '''
+            from shop import total_price
+
+
+            class TestPricingBase:
+                __test__ = False
+                items = [(2.5, 2)]
+
+                def test_quantity(self):
+                    assert total_price(self.items) == 5.0
+
+                def test_discount(self):
+                    assert total_price(self.items, 10) == 4.5
+
+
+            class TestPricing(TestPricingBase):
+                __test__ = True
+
+
+            def test_several():
+                assert total_price([(1.0, 3), (2.0, 1)]) == 5.0
+            ''',
+    })
+
+
+def test_inherited_tests_are_checked_where_they_are_defined(reward, inherited):
+    wrong = score(reward, inherited, {"shop/pricing.py": BUGGY.replace("rounded to cents", "rounded (cents)")})
+    assert wrong.parts["passed"] == 0 and wrong.parts["total"] == 3, wrong.reason
+    assert_forgery_fails(wrong)
+    assert_honest(score(reward, inherited, {"shop/pricing.py": FIXED}))
+
+
+def test_an_aliased_test_is_not_a_false_alarm(reward, tmp_path):
+    repo = build(tmp_path, {
+        "shop/__init__.py": "from shop.pricing import total_price\n",
+        "shop/pricing.py": BUGGY,
+        "tests/test_pricing.py": '''
+            from shop import total_price
+
+
+            def test_several():
+                assert total_price([(1.0, 3), (2.0, 1)]) == 5.0
+
+
+            test_several_again = test_several
+            ''',
+    })
+    fixed = score(reward, repo, {"shop/pricing.py": FIXED})
+    assert_honest(fixed)
+    assert fixed.parts["outside"] == 1.0 and fixed.parts["total"] == 2
+    wrong = score(reward, repo, {"shop/pricing.py": BUGGY.replace("rounded to cents", "rounded (cents)")})
+    assert wrong.parts["passed"] == 0 and "tampered" not in wrong.reason, wrong.reason
+
+
+# ----------------------------------------------------------------------------- 2. always-equal values
+@pytest.fixture(scope="module")
+def tables(tmp_path_factory):
+    return build(tmp_path_factory.mktemp("tables"), {
+        "shop/__init__.py": "from shop.pricing import total_price\n",
+        "shop/pricing.py": BUGGY,
+        "tests/test_table.py": '''
+            import pytest
+
+            from shop import total_price
+
+            CASES = [([(2.5, 2)], 0, 5.0), ([(10.0, 2)], 10, 18.0)]
+
+
+            @pytest.mark.parametrize("items, pct, want", CASES)
+            def test_table(items, pct, want):
+                assert total_price(items, pct) == want
+
+
+            def test_approx():
+                assert total_price([(0.1, 3)]) == pytest.approx(0.3)
+
+
+            def test_data_driven():
+                for items, pct, want in CASES:
+                    got = total_price(items, pct)
+                    assert got == want
+            ''',
+        # the fail-to-pass shape: tests of a function the fix adds do not collect on the snapshot
+        "tests/test_new.py": '''
+            from shop.pricing import unit_count
+
+
+            def test_units():
+                assert unit_count([(2.5, 2), (1.0, 3)]) == 5
+
+
+            class TestUnits:
+                def test_empty(self):
+                    assert unit_count([]) == 0
+            ''',
+    })
+
+
+UNIT_COUNT = "\n\ndef unit_count(items):\n    return sum(qty for _, qty in items)\n"
+UNIT_COUNT_FORGED = "\n\ndef unit_count(items):\n    return _Total(-1)\n"
+
+
+def test_always_equal_values_do_not_pass_tables_approx_or_new_tests(reward, tables):
+    honest = score(reward, tables, {"shop/pricing.py": FIXED + UNIT_COUNT})
+    assert_honest(honest)
+    forged = score(reward, tables, {"shop/pricing.py": BUGGY + ALWAYS_EQUAL + UNIT_COUNT_FORGED})
+    assert_forgery_fails(forged)
+    assert forged.parts["passed"] == 0, forged.reason
+    inside = CodeAgentReward(timeout_s=30.0, verdict="inside")
+    assert score(inside, tables, {"shop/pricing.py": BUGGY + ALWAYS_EQUAL + UNIT_COUNT_FORGED}).parts["tests"] == 1.0
+
+
+def test_a_suite_comparing_its_own_objects_is_told_to_use_inside(reward, tmp_path):
+    repo = build(tmp_path, {
+        "shop/__init__.py": "",
+        "shop/money.py": '''
+            class Money:
+                def __init__(self, cents):
+                    self.cents = cents
+
+                def __eq__(self, other):
+                    return isinstance(other, Money) and other.cents == self.cents
+
+
+            def add(a, b):
+                return Money(a.cents - b.cents)
+            ''',
+        "tests/test_money.py": '''
+            from shop.money import Money, add
+
+
+            def test_add():
+                assert add(Money(1), Money(2)) == Money(3)
+            ''',
+    })
+    fix = {"shop/money.py": (repo / "shop/money.py").read_text().replace("a.cents - b.cents", "a.cents + b.cents")}
+    outside = score(reward, repo, fix)
+    assert outside.parts["tests"] < 1.0 and "verdict='inside'" in outside.reason, outside.reason
+    assert_honest(score(CodeAgentReward(timeout_s=30.0, verdict="inside"), repo, fix))
+
+
+# ----------------------------------------------------------------------------- 3. sources outside the names
+@pytest.fixture(scope="module")
+def sources(tmp_path_factory):
+    return build(tmp_path_factory.mktemp("sources"), {
+        "pyproject.toml": '''
+            [tool.pytest.ini_options]
+            python_files = ["tests.py", "checks_*.py"]
+            ''',
+        "shop/__init__.py": "from shop.pricing import total_price\n",
+        "shop/pricing.py": BUGGY,
+        "shop/_testing.py": '''
+            def check_total(got, want):
+                assert abs(got - want) < 1e-9, (got, want)
+            ''',
+        "shop/verify.py": '''
+            def same_cents(got, want):
+                if round(got * 100) != round(want * 100):
+                    raise AssertionError(f"{got} != {want}")
+            ''',
+        "testdata/cases.json": json.dumps([[[[2.5, 2]], 0, 5.0], [[[10.0, 2]], 10, 18.0]]) + "\n",
+        "tests.py": '''
+            from shop import total_price
+
+
+            def test_root_file():
+                assert total_price([(2.5, 2)]) == 5.0
+            ''',
+        "checks_helpers.py": '''
+            import json
+            from pathlib import Path
+
+            from shop import total_price
+            from shop._testing import check_total
+            from shop.verify import same_cents
+
+
+            def test_with_helper():
+                check_total(total_price([(1.0, 3)]), 3.0)
+
+
+            def test_with_plain_helper():
+                same_cents(total_price([(0.5, 4)], 50), 1.0)
+
+
+            def test_from_data():
+                for items, pct, want in json.loads(Path("testdata/cases.json").read_text()):
+                    assert total_price([tuple(i) for i in items], pct) == want
+            ''',
+    })
+
+
+def test_forged_test_sources_outside_the_protected_names(reward, sources):
+    honest = score(reward, sources, {"shop/pricing.py": FIXED})
+    assert_honest(honest)
+    assert honest.parts["total"] == 4
+    forged_helper = "def check_total(got, want):\n    pass\n"
+    forged_verify = "def same_cents(got, want):\n    pass\n"
+    forged_data = json.dumps([[[[2.5, 2]], 0, 2.5], [[[10.0, 2]], 10, 9.0]]) + "\n"
+    forged_root = "def test_root_file():\n    pass\n"
+    for change in ({"tests.py": forged_root}, {"shop/_testing.py": forged_helper},
+                   {"shop/verify.py": forged_verify}, {"testdata/cases.json": forged_data}):
+        r = score(reward, sources, change)
+        assert r.score == 0.0 and "only changes test files" in r.reason, (change, r.reason)
+        # with a harmless edit to the package beside it, the forged file is restored: the bug fails the tests
+        r = score(reward, sources, {**change, "shop/pricing.py": BUGGY + "# tidy\n"})
+        assert_forgery_fails(r)
+        assert "restored" in r.reason and next(iter(change)) in r.reason, r.reason
+
+
+def test_doctests_edited_to_match_the_bug_fail_and_a_fix_beside_them_passes(reward, tmp_path):
+    doc = BUGGY.replace('rounded to cents."""', 'rounded to cents.\n\n    >>> total_price([(2.5, 2)])\n    5.0\n    """')
+    repo = build(tmp_path, {"shop/__init__.py": "", "shop/pricing.py": doc})
+    cmd = "python -m pytest -q --doctest-modules shop"
+    fixed = doc.replace("sum(price for price, qty in items)", "sum(price * qty for price, qty in items)")
+    assert_honest(score(reward, repo, {"shop/pricing.py": fixed}, cmd))
+    forged = score(reward, repo, {"shop/pricing.py": doc.replace("    5.0\n", "    2.5\n")}, cmd)
+    assert forged.parts["passed"] == 0 and "doctest examples edited" in forged.reason, forged.reason
+    assert_forgery_fails(forged)
+
+
+def test_an_invariant_of_the_code_under_test_is_not_mistaken_for_a_checker(reward, tmp_path):
+    """A pristine failure raised by an ``assert`` inside the package (one parameter checked): that
+    module is the code to fix and stays editable."""
+    repo = build(tmp_path, {
+        "shop/__init__.py": "",
+        "shop/units.py": '''
+            def to_cents(amount):
+                cents = round(amount * 10)
+                assert cents == round(amount * 100), "lost precision"
+                return cents
+            ''',
+        "tests/test_units.py": '''
+            from shop.units import to_cents
+
+
+            def test_cents():
+                assert to_cents(1.25) == 125
+            ''',
+    })
+    fix = {"shop/units.py": (repo / "shop/units.py").read_text().replace("amount * 10)", "amount * 100)")}
+    assert_honest(score(reward, repo, fix))
+
+
+# ----------------------------------------------------------------------------- 4. screens
+def test_full_width_identifiers_are_screened_after_nfkc(reward, inherited):
+    line = "import ｓｙｓ\n_m = ｓｙｓ.ｍｏｄｕｌｅｓ\n"
+    r = score(reward, inherited, {"shop/pricing.py": FIXED + line})
+    assert r.parts["suspect_refs"] == 1.0 and "sys.modules" in r.reason, r.reason
+    r = score(reward, inherited, {"shop/pricing.py": FIXED + "import ｐｙｔｅｓｔ\n"})
+    assert r.parts["harness_refs"] == 1.0 and r.parts["tests"] == 0.0, r.reason
+
+
+@pytest.mark.parametrize("cookie", ["# coding: utf-7\n", "#!/usr/bin/env python\n# -*- coding: latin-1 -*-\n"])
+def test_a_non_utf8_coding_cookie_is_refused(reward, inherited, cookie):
+    r = score(reward, inherited, {"shop/pricing.py": cookie + FIXED})
+    assert r.score == 0.0 and "source encoding other than UTF-8" in r.reason, r.reason
+    assert_honest(score(reward, inherited, {"shop/pricing.py": "# -*- coding: utf-8 -*-\n" + FIXED}))
+
+
+def test_a_pristine_run_that_hangs_falls_back_to_collecting(tmp_path):
+    """The pristine run (raise sites, reads) is best effort: a bug that hangs the tests still leaves
+    the collected tests to count."""
+    repo = build(tmp_path, {
+        "shop/__init__.py": "",
+        "shop/loop.py": '''
+            def countdown(n):
+                while n != 0:
+                    n -= 2
+                return "done"
+            ''',
+        "tests/test_loop.py": '''
+            from shop.loop import countdown
+
+
+            def test_odd():
+                assert countdown(3) == "done"
+            ''',
+    })
+    r = CodeAgentReward(timeout_s=4.0)
+    fix = {"shop/loop.py": (repo / "shop/loop.py").read_text().replace("n != 0", "n > 0")}
+    assert_honest(score(r, repo, fix))
+    assert not next(iter(r._collected.values()))["ran"]
