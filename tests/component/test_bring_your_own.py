@@ -21,6 +21,7 @@ from seqrl.prompts import PromptConfig, render_prompt
 from seqrl.rewards.combine import RewardSpec, build_reward, build_rewards, score_completions
 from seqrl.rewards.user import UserReward
 from seqrl.types import Problem, RewardResult
+from seqrl.utils.metrics import read_metrics
 
 ROWS = [{"question": f"{a}+{b}=", "answer": str(a + b), "unit": "apples" if a % 2 else "pears", "level": a % 3,
          "split": "test" if a < 12 else "train"} for a in range(10, 40) for b in (1, 2)]
@@ -362,6 +363,32 @@ def test_a_reward_that_fails_on_every_completion_stops_with_one_line_naming_it(w
                    "--rewards=[{name: 'byo_broken:broken'}]"])
     err = capsys.readouterr().err
     assert rc == 2 and "reward 'broken' failed on all" in err, err[-2000:]
+
+
+def test_reward_failures_continue_scores_zero_and_the_first_error_is_printed_and_logged(workdir, monkeypatch,
+                                                                                        capsys):
+    """reward_failures=continue keeps going past a function that fails on every completion; any
+    failure's first message is printed once and logged per step beside reward/<fn>/errors."""
+    _write_module(workdir, "byo_flaky", """
+        def flaky(completions, **kwargs):
+            return [1.0 / (len(c) % 2) for c in completions]
+        """)
+    fn = build_reward(RewardSpec("byo_flaky:flaky"), get_task("arith"))
+    batch = score_completions({"flaky": (fn, 1.0)}, [Problem("q", "1")] * 2, ["ab", "cd"], stop_on_failure=False)
+    assert batch.total == [0.0, 0.0] and batch.errors["flaky"] == 2
+    assert "ZeroDivisionError" in batch.first_error["flaky"]
+    monkeypatch.setattr(sys, "argv", ["seqrl"])
+    rc = cli.main(["train", "grpo", "--config", "arith_tiny_grpo", f"--run.out_dir={workdir / 'runs'}",
+                   "--run.name=flaky", "--run.log_every=1", "--model.preset=tiny", "--model.path=null", "--steps=2", "--batch_size=8",
+                   "--group_size=2", "--eval.every=0", "--run.progress=false", "--sampling.max_new_tokens=4",
+                   "--reward_failures=continue", "--rewards=[{name: 'byo_flaky:flaky'}]"])
+    err = capsys.readouterr().err
+    assert rc == 0, err[-2000:]
+    assert err.count("warning: reward 'flaky' failed on") == 1 and "ZeroDivisionError" in err, err[-2000:]
+    records = read_metrics(workdir / "runs" / "flaky" / "metrics.jsonl")
+    steps = [r for r in records if r["step"] > 0]
+    assert len(steps) == 2 and all(r["reward/flaky/errors"] > 0 for r in steps)
+    assert all("ZeroDivisionError" in r["reward/flaky/first_error"] for r in steps)
 
 
 def test_a_score_beyond_float32_is_an_error_naming_the_reward():

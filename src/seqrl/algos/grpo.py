@@ -65,7 +65,8 @@ from seqrl.evaluation import EvalConfig, run_evaluation
 from seqrl.models.lm import ModelConfig, Policy, load_policy, model_device, num_parameters
 from seqrl.models.lora import LoRAConfig, adapter_disabled, apply_lora, is_lora
 from seqrl.prompts import check_template
-from seqrl.rewards.combine import RewardFn, RewardSpec, build_rewards, check_reward_columns, score_completions  # noqa: F401 (RewardSpec re-exported)
+from seqrl.rewards.combine import (RewardFn, RewardSpec, build_rewards, check_reward_columns,  # noqa: F401
+                                   report_reward_errors, score_completions)  # (RewardSpec re-exported)
 from seqrl.rollout import SamplingParams, generate, sequence_logprobs
 from seqrl.rollout.logprobs import pack_micro_batches, shared_prompt_logprobs, use_shared_prompt_forward
 from seqrl.types import Problem, Task
@@ -156,6 +157,7 @@ class GRPOTrainer:
         fn_errors = dict.fromkeys(self.reward_fns, 0)
         fn_timeouts = dict.fromkeys(self.reward_fns, 0)
         fn_none = dict.fromkeys(self.reward_fns, 0)
+        fn_first: dict[str, str] = {}
         lengths_all, truncated_all, overlong_all = [], [], []
         want = cfg.local_prompts_per_step
         while len(kept) < want and (rounds == 0 or (cfg.dapo.dynamic_sampling and rounds < cfg.dapo.max_sampling_rounds)):
@@ -167,7 +169,8 @@ class GRPOTrainer:
             rounds += 1
             generated += ro.num_generated_tokens
             row_problems = [probs[i // g] for i in range(len(ro.texts))]
-            scored = score_completions(self.reward_fns, row_problems, ro.texts, cfg.reward_budget_s)
+            scored = score_completions(self.reward_fns, row_problems, ro.texts, cfg.reward_budget_s,
+                                       cfg.reward_failures == "stop")
             total = torch.tensor(scored.total, dtype=torch.float32)  # (n·G,)
             lengths = ro.lengths  # (n·G,)
             truncated = torch.tensor([r == "length" for r in ro.finish_reasons])  # (n·G,)
@@ -180,6 +183,8 @@ class GRPOTrainer:
                 fn_errors[name] += scored.errors[name]
                 fn_timeouts[name] += scored.timeouts[name] + scored.over_budget[name]
                 fn_none[name] += scored.not_applicable[name]
+            for name, text in scored.first_error.items():
+                fn_first.setdefault(name, text)
             lengths_all.append(lengths.float())
             truncated_all.append(truncated.float())
             key = total  # (n·G,)
@@ -253,6 +258,8 @@ class GRPOTrainer:
             metrics[f"reward/{name}/timeouts"] = float(fn_timeouts[name])
             if fn_none[name]:
                 metrics[f"reward/{name}/not_applicable"] = float(fn_none[name])
+            if name in fn_first:
+                metrics[f"reward/{name}/first_error"] = fn_first[name]
         if overlong_all:
             metrics["reward/overlong/mean"] = float(torch.cat(overlong_all).mean())
         return GRPOBatch(
@@ -407,7 +414,7 @@ class GRPOTrainer:
         params = self._sampling(seed)
         ro = generate(self.policy, self.policy.encode_prompts(problems), samples, params)
         scored = score_completions(self.reward_fns, [problems[i // samples] for i in range(len(ro.texts))], ro.texts,
-                                   self.cfg.reward_budget_s)
+                                   self.cfg.reward_budget_s, self.cfg.reward_failures == "stop")
         out = {"eval/reward": sum(scored.total) / len(scored.total)}
         for name, v in scored.scores.items():
             applied = [x for x in v if x == x]  # NaN: the function did not apply
@@ -423,10 +430,12 @@ def _reduce_metrics(per_rank: list[dict[str, float]]) -> dict[str, float]:
     """One record from every process's metrics: token counts summed, maxima and wall times maxed, the rest averaged."""
     if len(per_rank) == 1:
         return per_rank[0]
-    out: dict[str, float] = {}
+    out: dict = {}
     for key in dict.fromkeys(k for m in per_rank for k in m):
         values = [m[key] for m in per_rank if key in m]
-        if key == "perf/gen_tokens" or key.endswith(("/errors", "/not_applicable")) or key == "stats/groups_kept":
+        if isinstance(values[0], str):  # reward/<fn>/first_error: the first process's
+            out[key] = values[0]
+        elif key == "perf/gen_tokens" or key.endswith(("/errors", "/not_applicable")) or key == "stats/groups_kept":
             out[key] = float(sum(values))
         elif key.endswith("_max") or key.endswith("_s") or key == "stats/sampling_rounds":
             out[key] = float(max(values))
@@ -517,6 +526,7 @@ def train(cfg: GRPOConfig, rewards: dict | None = None) -> dict[str, float]:
         if main:
             logger.log(0, {**final, **placement})
     guard = RunGuard(cfg.run, policy.model)
+    warned: set[str] = set()  # reward functions whose first failure was printed
     with progress_bar(cfg.steps, f"grpo {cfg.run.name}", disable=not (cfg.run.progress and main)) as bar, guard:
         bar.advance(start)
         try:
@@ -529,8 +539,9 @@ def train(cfg: GRPOConfig, rewards: dict | None = None) -> dict[str, float]:
                     trainer.sync_reference()
                 if (cfg.eval.every and done % cfg.eval.every == 0) or done == cfg.steps:
                     metrics.update(run_eval())
+                error_texts = report_reward_errors(metrics, done, warned if main else None)
                 if main and (done % cfg.run.log_every == 0 or done == cfg.steps or "eval/accuracy" in metrics):
-                    logger.log(done, metrics)
+                    logger.log(done, {**metrics, **error_texts})
                 final.update(metrics)
                 stopping = guard.stop_requested() and done < cfg.steps
                 if (cfg.run.save_every and done % cfg.run.save_every == 0) or done == cfg.steps or stopping:

@@ -68,6 +68,7 @@ from seqrl.rewards.combine import (
     build_reward,
     build_rewards,
     check_reward_columns,
+    report_reward_errors,
     score_completions,
 )
 from seqrl.rollout import SamplingParams, generate, sequence_logprobs
@@ -222,7 +223,8 @@ class PPOTrainer:
         with torch.autocast(model_device(self.policy.model).type, dtype=torch.bfloat16, enabled=cfg.run.use_bf16):
             ro = generate(self.policy, self.policy.encode_prompts(probs), g, self._sampling(seed))  # run.bf16: sampling too
         row_problems = [probs[i // g] for i in range(len(ro.texts))]
-        scored = score_completions(self.reward_fns, row_problems, ro.texts, cfg.reward_budget_s)
+        scored = score_completions(self.reward_fns, row_problems, ro.texts, cfg.reward_budget_s,
+                                   cfg.reward_failures == "stop")
         scores = torch.tensor(scored.total, dtype=torch.float32)  # (N,)
         gen_s = time.perf_counter() - t0
         prompt_ids = [ro.prompt_ids[i // g] for i in range(len(ro.texts))]
@@ -260,6 +262,8 @@ class PPOTrainer:
             t = t[~t.isnan()]
             metrics[f"reward/{name}/mean"] = float(t.mean()) if len(t) else 0.0
             metrics[f"reward/{name}/errors"] = float(scored.errors[name])
+        for name, text in scored.first_error.items():
+            metrics[f"reward/{name}/first_error"] = text
         if self.verifier is not None:  # true accuracy beside a learned reward
             v = score_completions(self.verifier, row_problems, ro.texts, cfg.reward_budget_s).scores["verifier"]
             metrics["reward/verifier/mean"] = sum(x for x in v if x == x) / len(v)
@@ -342,7 +346,7 @@ class PPOTrainer:
         """Mean training reward of each function on `samples` completions per held-out problem."""
         ro = generate(self.policy, self.policy.encode_prompts(problems), samples, self._sampling(seed))
         scored = score_completions(self.reward_fns, [problems[i // samples] for i in range(len(ro.texts))], ro.texts,
-                                   self.cfg.reward_budget_s)
+                                   self.cfg.reward_budget_s, self.cfg.reward_failures == "stop")
         out = {"eval/reward": sum(scored.total) / len(scored.total)}
         for name, v in scored.scores.items():
             applied = [x for x in v if x == x]
@@ -354,7 +358,8 @@ def _mean_metrics(per_rank: list[dict[str, float]]) -> dict[str, float]:
     if len(per_rank) == 1:
         return per_rank[0]
     keys = dict.fromkeys(k for m in per_rank for k in m)
-    return {k: float(sum(m[k] for m in per_rank if k in m) / sum(k in m for m in per_rank)) for k in keys}
+    return {k: next(m[k] for m in per_rank if k in m) if isinstance(next(m[k] for m in per_rank if k in m), str)
+            else float(sum(m[k] for m in per_rank if k in m) / sum(k in m for m in per_rank)) for k in keys}
 
 
 def critic_model_config(cfg: PPOConfig) -> ModelConfig:
@@ -426,6 +431,7 @@ def train(cfg: PPOConfig) -> dict[str, float]:
         if main:
             logger.log(0, {**final, **placement})
     guard = RunGuard(cfg.run, policy.model)
+    warned: set[str] = set()  # reward functions whose first failure was printed
     with progress_bar(cfg.steps, f"ppo {cfg.run.name}", disable=not (cfg.run.progress and main)) as bar, guard:
         bar.advance(start)
         try:
@@ -438,8 +444,9 @@ def train(cfg: PPOConfig) -> dict[str, float]:
                 metrics["perf/tokens_per_s"] = metrics["perf/gen_tokens"] / (metrics["perf/gen_s"] + metrics["perf/train_s"])
                 if (cfg.eval.every and done % cfg.eval.every == 0) or done == cfg.steps:
                     metrics.update(run_eval())
+                error_texts = report_reward_errors(metrics, done, warned if main else None)
                 if main and (done % cfg.run.log_every == 0 or done == cfg.steps or "eval/accuracy" in metrics):
-                    logger.log(done, metrics)
+                    logger.log(done, {**metrics, **error_texts})
                 final.update(metrics)
                 stopping = guard.stop_requested() and done < cfg.steps
                 if (cfg.run.save_every and done % cfg.run.save_every == 0) or done == cfg.steps or stopping:

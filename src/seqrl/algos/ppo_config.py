@@ -93,6 +93,11 @@ class PPOConfig:
     """Weighted reward functions; the sequence reward is Σ weight · score."""
     reward_budget_s: float = 300.0
     """Wall-clock budget for scoring one batch."""
+    reward_failures: Literal["stop", "continue"] = "stop"
+    """A user's reward function that fails (raises, returns no number) on every completion of a batch:
+    stop (the run ends with one line naming it and its first error) or continue (those completions
+    score 0; counted in ``reward/<fn>/errors``). Failures on some completions never stop the run; the
+    first message of each step's is logged as ``reward/<fn>/first_error``."""
     steps: int = 50
     """Sampling-and-update steps."""
     batch_size: int = 128

@@ -229,6 +229,25 @@ FLOAT32_MAX = 3.4028234663852886e38
 """A score above this becomes inf in the trainer's float32 tensors."""
 
 
+def report_reward_errors(metrics: dict, step: int, warned: set[str] | None) -> dict[str, str]:
+    """Take the ``reward/<fn>/first_error`` texts out of a step's metrics (they are logged beside the
+    numbers, not returned with them); print each function's first failure of the run once, on stderr
+    (``warned``: the functions already printed; None prints nothing — other processes than the main)."""
+    import sys
+
+    texts = {k: metrics.pop(k) for k in [k for k in metrics if k.endswith("/first_error")]}
+    for key, text in texts.items():
+        name = key[len("reward/"):-len("/first_error")]
+        if warned is None or name in warned or not text:
+            continue
+        warned.add(name)
+        n = int(metrics.get(f"reward/{name}/errors", 0))
+        print(f"warning: reward {name!r} failed on {n} completion(s) at step {step}, scored 0: {str(text)[:300]} "
+              f"(later failures: reward/{name}/errors and reward/{name}/first_error in metrics.jsonl)",
+              file=sys.stderr)
+    return texts
+
+
 class RewardFailed(ValueError):
     """A user's reward function failed (raised, or returned no number) on every completion of a batch:
     a bug in the function, not a verdict on the model's output. Stops the run with one line naming it."""
@@ -286,13 +305,16 @@ def _safe_results(name: str, fn: RewardFn, problems: list[Problem], completions:
 
 
 def score_completions(fns: dict[str, tuple[RewardFn, float]], problems: list[Problem], completions: list[str],
-                      budget_s: float | None = DEFAULT_BATCH_BUDGET_S) -> ScoredBatch:
+                      budget_s: float | None = DEFAULT_BATCH_BUDGET_S, stop_on_failure: bool = True) -> ScoredBatch:
     """Run every reward function; total = Σ weight · score over the functions that apply (a None
     score is left out, TRL's rule).
 
     budget_s: wall-clock budget of the whole batch (None: unbounded). `BoundedReward` completions not
     started before it runs out, and every completion of a plain function called after it ran out,
-    score 0 with reason "batch budget"."""
+    score 0 with reason "batch budget".
+
+    stop_on_failure: a user's function that fails on every completion raises `RewardFailed` (a bug,
+    not a verdict); False scores those completions 0 and goes on (counted in ``errors``)."""
     if len(problems) != len(completions):
         raise ValueError(f"score_completions: {len(problems)} problems for {len(completions)} completions")
     if budget_s is not None and not (isinstance(budget_s, (int, float)) and budget_s >= 0):
@@ -316,7 +338,7 @@ def score_completions(fns: dict[str, tuple[RewardFn, float]], problems: list[Pro
         if errors:
             batch.first_error[name] = next(r.reason for r in results if r is not None and r.reason.startswith(
                 ("error", "non-finite")))
-            if isinstance(fn, UserReward) and errors == len(completions):
+            if stop_on_failure and isinstance(fn, UserReward) and errors == len(completions):
                 raise RewardFailed(f"reward {name!r} failed on all {errors} completions of a batch; the first: "
                                    f"{batch.first_error[name][:300]}")
         for i, r in enumerate(results):

@@ -15,7 +15,8 @@ counted. The spec's ``kwargs`` are passed to every call. User functions run in t
 (they are the user's code); a function that raises keeps `score_completions`' isolation (the
 completion that raises scores 0 with the reason), one that calls ``sys.exit`` or ``os._exit`` raises
 `RewardExit` there instead of ending the trainer, and one that fails on every completion of a batch
-stops the run with one line naming it (`seqrl.rewards.combine.RewardFailed`).
+stops the run with one line naming it (`seqrl.rewards.combine.RewardFailed`; the trainers'
+``reward_failures: continue`` keeps going).
 """
 
 from __future__ import annotations
