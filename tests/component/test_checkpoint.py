@@ -244,6 +244,32 @@ def test_crash_during_save_keeps_previous_checkpoint(tmp_path, monkeypatch):
         assert torch.equal(value, reference[key]), key
 
 
+def test_a_write_limit_inside_safetensors_or_torch_is_an_os_error_naming_the_checkpoint(tmp_path):
+    """A file-size limit (RLIMIT_FSIZE, EFBIG) or quota leaves the disk's free space untouched, and the
+    libraries raise their own types (SafetensorError "... (os error 27)", torch's "unexpected pos"):
+    the run's one-line disk error needs the OSError. Measured in a child with a 64 KiB file limit."""
+    import subprocess
+    import sys
+
+    code = (
+        "import errno, resource, sys, torch, torch.nn as nn\n"
+        "from seqrl.utils.checkpoint import save_checkpoint\n"
+        "resource.setrlimit(resource.RLIMIT_FSIZE, (64 << 10, resource.RLIM_INFINITY))\n"
+        "small, big = nn.Linear(4, 4), nn.Linear(256, 256)\n"
+        "opt = torch.optim.Adam(small.parameters())\n"
+        "small(torch.ones(1, 4)).sum().backward(); opt.step()\n"
+        "opt.state[next(iter(opt.state))]['exp_avg'] = torch.zeros(64 << 10)  # optimizer file over the limit\n"
+        "for model, optimizer in ((big, None), (small, opt)):\n"
+        "    try:\n"
+        "        save_checkpoint(sys.argv[1], 1, model, optimizer=optimizer)\n"
+        "    except OSError as e:\n"
+        "        print(e.errno == errno.EFBIG, 'checkpoint-1' in str(e.filename))\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, timeout=120)
+    assert r.stdout.split() == ["True", "True", "True", "True"], (r.stdout, r.stderr[-2000:])
+    assert not list(tmp_path.iterdir())  # nothing half-written left
+
+
 def test_failed_replace_of_same_step_restores_old_checkpoint(tmp_path, monkeypatch):
     torch.manual_seed(0)
     old = nn.Linear(2, 2)

@@ -133,8 +133,8 @@ def save_checkpoint(
         if tokenizer is not None:
             tokenizer.save_pretrained(tmp)
         if optim_state is not None:
-            torch.save(optim_state, tmp / OPTIMIZER_FILE)
-        torch.save(get_rng_state(), tmp / RNG_FILE)
+            _torch_save(optim_state, tmp / OPTIMIZER_FILE)
+        _torch_save(get_rng_state(), tmp / RNG_FILE)
         digests = {str(f.relative_to(tmp)): _sha256(f) for f in sorted(tmp.rglob("*")) if f.is_file()}
         record = {"step": step, **state, CHECKSUM_KEY: digests}
         trainer_state = json.dumps({**record, STATE_DIGEST_KEY: _state_digest(record)}, indent=2)
@@ -142,7 +142,7 @@ def save_checkpoint(
         _fsync_tree(tmp)
         _move_into_place(tmp, final)
     except Exception as e:
-        disk = None if isinstance(e, OSError) else _disk_failure(run_dir, final)
+        disk = None if isinstance(e, OSError) else (_os_error_in(e, final) or _disk_failure(run_dir, final))
         shutil.rmtree(tmp, ignore_errors=True)
         if disk is not None:  # safetensors and torch report a full disk as their own error types
             raise disk from e
@@ -197,6 +197,31 @@ def _sha256(file: Path) -> str:
         for block in iter(lambda: f.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
+
+
+def _torch_save(obj: Any, path: Path) -> None:
+    """``torch.save`` through a Python file, so a failed write keeps its OSError (errno) in the chain."""
+    with open(path, "wb") as f:
+        torch.save(obj, f)
+
+
+def _os_error_in(exc: BaseException, final: Path) -> OSError | None:
+    """The OS error behind a library's own exception type, naming `final`: an OSError in the cause /
+    context chain (torch writing to a Python file), or ``os error N`` in the message (safetensors)."""
+    stack, seen = [exc], set()
+    while stack:
+        e = stack.pop()
+        if e is None or id(e) in seen:
+            continue
+        seen.add(id(e))
+        if isinstance(e, OSError) and e.errno:
+            return OSError(e.errno, e.strerror or os.strerror(e.errno), str(final))
+        m = re.search(r"\(os error (\d+)\)|\[Errno (\d+)\]", str(e))
+        if m:
+            n = int(m.group(1) or m.group(2))
+            return OSError(n, os.strerror(n), str(final))
+        stack += [e.__cause__, e.__context__]
+    return None
 
 
 def _disk_failure(run_dir: Path, final: Path) -> OSError | None:
