@@ -203,7 +203,7 @@ def _forge(nonce):
                 names.append(("tests." + f[:-3], m.group(1)))
     cases = "".join(f'<testcase classname="{c}" name="{n}" time="0"/>' for c, n in names)
     xml = ('<?xml version="1.0" encoding="utf-8"?><testsuites><testsuite name="p" errors="0" failures="0" '
-           f'skipped="0" tests="{len(names)}"><properties><property name="seqrl_integrity" value="ok {nonce}"/>'
+           f'skipped="0" tests="{len(names)}"><properties><property name="seq{""}rl_integrity" value="ok {nonce}"/>'
            f'</properties>{cases}</testsuite></testsuites>')
     os.write(3, xml.encode())
     os._exit(0)
@@ -322,38 +322,55 @@ def test_externalize_asserts_keeps_every_literal_out_of_the_rewritten_file():
            "    assert f(3) == expected\n    assert f(4) is None\n"
            "class TestB:\n    def test_b(self):\n        assert f(9) == (1, 'zz')\n")
     out, expected, by_test, must = externalize_asserts(src, start=10)
-    assert sorted(expected) == [10, 11, 12, 13]
-    assert by_test == {"test_a": [10, 11, 12], "TestB.test_b": [13]} and must == {10, 12, 13}
-    assert expected[10].holds((4,)) and not expected[10].holds((5,)) and not expected[10].holds((4, 4))
-    assert expected[11].holds((5,)) and expected[13].holds(((1, "zz"),))
-    assert expected[12].holds((7, 7)) and not expected[12].holds((7, 8))  # both sides observed, compared here
-    for secret in ("4 ==", "msg 7", "== 5", "'zz'"):
+    assert sorted(expected) == [10, 11, 12, 13, 14]
+    assert by_test == {"helper": [10], "test_a": [11, 12, 13], "TestB.test_b": [14]} and must == {11, 13, 14}
+    assert expected[11].holds((4,)) and not expected[11].holds((5,)) and not expected[11].holds((4, 4))
+    assert expected[12].holds((5,)) and expected[14].holds(((1, "zz"),)) and expected[10].holds((11,))
+    assert expected[13].holds((7, 7)) and not expected[13].holds((7, 8))  # both sides observed, compared here
+    for secret in ("4 ==", "msg 7", "== 5", "'zz'", "== 11"):
         assert secret not in out
-    assert "g() == 11" in out and "f(4) is None" in out  # not a test function / not ==: left in-process
+    assert "f(4) is None" in out  # an identity check stays in-process
     compile(out, "t.py", "exec")
-    obs = parse_observations(b"10\t(4,)\n11\t(6,)\n13\t((1, 'zz'),)\n99\t1\nxx\t1\n13\tobject()\n"
-                             b"12\t(inf, inf)\n", expected)
-    assert obs[10] == [(4,)] and obs[11] == [(6,)] and obs[13][0] == ((1, "zz"),) and obs[13][1] != ((1, "zz"),)
-    assert set(obs) == {10, 11, 12, 13} and expected[12].holds(obs[12][0])
+    obs = parse_observations(b"11\tt::a\t(4,)\n12\tt::a\t(6,)\n14\tt::b\t((1, 'zz'),)\n99\tt::a\t1\nxx\t1\n"
+                             b"14\tt::b\tobject()\n13\tt::a\t(inf, inf)\n", expected)
+    assert obs[11] == [("t::a", (4,))] and obs[12] == [("t::a", (6,))] and obs[14][0] == ("t::b", ((1, "zz"),))
+    assert not expected[14].holds(obs[14][1][1])
+    assert set(obs) == {11, 12, 13, 14} and expected[13].holds(obs[13][0][1])
 
 
 def test_externalized_comparisons_are_made_here_on_plain_values():
-    """``==``/``!=`` with either side computed in the run, and ``pytest.approx`` rebuilt here."""
+    """Comparisons of any order, arithmetic inside them, ``pytest.approx``, ``math.isclose`` and unittest's
+    assertions are evaluated here on the observed leaves."""
     from seqrl.rewards.code_agent import externalize_asserts
 
-    src = ("import pytest\nfrom pytest import approx\n"
+    src = ("import math, pytest\nfrom pytest import approx\n"
            "def test_t(want, tol):\n"
            "    assert mean(xs) == pytest.approx(want, rel=tol)\n"
            "    assert approx(2.0, abs=0.1) == g()\n"
            "    assert f(1) != want\n"
            "    assert 3 == 3\n"
-           "    assert h(*a) == approx(*b)\n")
+           "    assert h(*a) == approx(*b)\n"
+           "    assert abs(got - want) < 1e-9\n"
+           "    assert math.isclose(got, 0.5)\n"
+           "    assert x is None or x.v == 3\n"
+           "class TestU:\n"
+           "    def test_u(self):\n"
+           "        self.assertEqual(f(2), 4)\n"
+           "        self.assertAlmostEqual(g(), 0.3, places=3)\n"
+           "        self.assertIn(k, {1, 2})\n")
     out, exp, by_test, must = externalize_asserts(src)
-    assert by_test == {"test_t": [0, 1, 2]} and "2.0" not in out and "3 == 3" in out and "approx(*b)" in out
+    assert by_test == {"test_t": [0, 1, 2, 3, 4], "TestU.test_u": [5, 6, 7]}
+    assert "2.0" not in out and "3 == 3" in out and "approx(*b)" in out and "x is None or" in out and "1e-09" not in out
     assert exp[0].holds((1.0004, 1.0, 1e-3)) and not exp[0].holds((1.01, 1.0, 1e-3))
     assert exp[0].holds((float("nan"), float("nan"), 1e-3)) is False
     assert exp[1].holds((2.05,)) and not exp[1].holds((2.2,)) and not exp[1].holds(("2.05",))
     assert exp[2].holds((1, 2)) and not exp[2].holds((2, 2))
+    assert exp[3].holds((1.0, 1.0)) and not exp[3].holds((1.0, 1.5)) and not exp[3].holds(("a", "b"))
+    assert exp[4].holds((0.5,)) and not exp[4].holds((0.6,))
+    assert exp[5].holds((4,)) and not exp[5].holds((5,))
+    assert exp[6].holds((0.3001,)) and not exp[6].holds((0.31,))
+    assert exp[7].holds((2,)) and not exp[7].holds((3,))
+    assert must == {0, 1, 2, 3, 4, 5, 6, 7}
 
 
 def test_inherited_and_aliased_tests_resolve_to_their_definition():
@@ -393,9 +410,30 @@ def test_observed_values_are_converted_to_plain_data():
 
     point = collections.namedtuple("point", "x y")
     assert repr(entry._plain([Color.RED, point(1, 2.5), frozenset({3}), {1: (True,)}])) == \
-        "['red', (1, 2.5), {3}, {1: (True,)}]"
+        "['red', (1, 2.5), ('<set>', (3,)), {1: (True,)}]"
     with pytest.raises(TypeError):
         entry._plain(Always())
+
+    class Forged(float):  # lies through every method a conversion could call
+        def __eq__(self, other):
+            return True
+
+        def __float__(self):
+            return 5.0
+
+        __hash__ = float.__hash__
+
+    import collections as c
+
+    from seqrl.rewards.code_agent import _parse_value
+
+    big = 7 ** 20_000
+    values = [Forged(2.5), {frozenset({1, 2}), frozenset()}, int, ValueError, {"a": 1}.keys(), bytearray(b"x"),
+              c.deque([1]), big, float("inf")]
+    back = _parse_value(repr(entry._plain(values)))
+    assert back[0] == 2.5 and back[1] == {frozenset({1, 2}), frozenset()} and back[4] == {"a"} and back[5] == b"x"
+    assert back[2] == ("<type>", "builtins", "int") and back[3] == ("<type>", "builtins", "ValueError")
+    assert back[6] == ("<deque>", [1]) and back[7] == big and back[8] == float("inf")
 
 
 def test_guard_allows_pytest_plugins_registered_as_classes_and_nothing_new():

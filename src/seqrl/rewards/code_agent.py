@@ -46,8 +46,8 @@ Score (weights are fields)::
               − min(action_penalty · n_actions, max_action_penalty) + test_edit_penalty·[tests touched]
 
 ``changed_lines`` counts the diff's ``+``/``-`` lines outside protected paths. A patch that
-references the harness (``pytest``, ``_pytest``, ``pluggy``, ``junit``, ``conftest``; lines read
-after NFKC) in lines it adds outside protected paths gets no test reward (``forbid_harness_refs``; a heuristic, see
+references the harness (``pytest``, ``_pytest``, ``pluggy``, ``junit``, ``conftest``, ``seqrl``;
+lines read after NFKC) in lines it adds outside protected paths gets no test reward (``forbid_harness_refs``; a heuristic, see
 ``docs/sandbox.md``); added lines that inspect frames, the import system, other fds or the test
 files cost ``suspect_penalty``. A patch adding a module named after a stdlib or harness module
 scores 0. Every part is in ``RewardResult.parts``; the reason names the first failure.
@@ -58,6 +58,8 @@ from __future__ import annotations
 import ast
 import hashlib
 import json
+import math
+import operator
 import os
 import re
 import secrets
@@ -85,14 +87,16 @@ TEST_FILE_PATTERNS = ("test_*.py", "*_test.py", "conftest.py")
 HARNESS_FILES = ("pytest.ini", ".pytest.ini", "pytest.toml", ".pytest.toml", "pyproject.toml", "tox.ini",
                  "setup.cfg")
 _COMPILED = re.compile(r"\.(pyc|pyo|so|pyd|dylib)$|(^|/)__pycache__(/|$)")
-_HARNESS_REF = re.compile(r"pytest|pluggy|junit|conftest", re.I)
+_HARNESS_REF = re.compile(r"pytest|pluggy|junit|conftest|seqrl", re.I)
 _SUSPECT = re.compile(
     r"sys\s*\.\s*_getframe|\binspect\b|\blinecache\b|\btraceback\b|sys\s*\.\s*modules|meta_path|path_hooks"
     r"|settrace|setprofile|\bf_(back|locals|globals|code|lineno)\b|\bco_consts\b|/dev/fd|/proc/self"
     r"|gc\s*\.\s*get_(objects|referrers|referents)|\bctypes\b|os\s*\.\s*_exit|\bbuiltins\b"
+    r"|__(code|defaults|kwdefaults|closure|globals)__|\bcell_contents\b"
     r"|[\"'](\./)?tests?([/\"'])|test_\w*\.py")
 """Added source lines that reach for the harness without naming it: frame and stack inspection, the
-import system, other fds, process exit, test files read from code outside the tests."""
+import system, other fds, process exit, rewriting functions in place (``__code__``, ``__defaults__``,
+closure cells), test files read from code outside the tests."""
 _HEADER = re.compile(r"^(diff --git |--- |\+\+\+ )", re.M)
 _SKIP_COPY = shutil.ignore_patterns(".git", "__pycache__", "*.pyc", "*.pyo", ".pytest_cache")
 _FORBIDDEN_ARGS = ("--junitxml", "--junit-xml", "--junit-prefix", "--rootdir", "-c", "--config-file",
@@ -214,12 +218,12 @@ def _literal(node: ast.AST) -> tuple[bool, object]:
 
 @dataclass(frozen=True)
 class Expect:
-    """One externalized check: ``sides[0] OP sides[1]`` with OP ``==`` or ``!=``. A side is
-    ``("lit", value)`` (kept here, never in the sandbox), ``("obs", i)`` (the i-th value the run
-    observes) or ``("approx", args, kwargs)`` (``pytest.approx`` rebuilt here from such slots)."""
+    """One externalized check: an expression tree evaluated here on plain values. Leaves are
+    ``("lit", value)`` (kept here, never in the sandbox) or ``("obs", i)`` (the i-th value the run
+    observes); inner nodes are comparisons, arithmetic on numbers, ``abs/round/min/max/sum``,
+    ``pytest.approx``, ``math.isclose``, displays, and unittest's almost-equal."""
 
-    op: str
-    sides: tuple
+    tree: tuple
     n_obs: int
 
     def holds(self, observed) -> bool:
@@ -227,67 +231,195 @@ class Expect:
         if not isinstance(observed, tuple) or len(observed) != self.n_obs:
             return False
         try:
-            left, right = (_slot_value(sd, observed) for sd in self.sides)
-            result = (left == right) if self.op == "eq" else (left != right)
-        except Exception:  # noqa: BLE001 — approx of a non-number, an unorderable mix …: not satisfied
+            result = _evaluate(self.tree, observed)
+        except Exception:  # noqa: BLE001 — a type error, an unorderable mix …: not satisfied
             return False
-        return result is True
+        return result is True or (type(result) is bool and result)
 
 
-def _slot_value(slot, observed):
-    kind = slot[0]
+_CMP = {"Eq": operator.eq, "NotEq": operator.ne, "Lt": operator.lt, "LtE": operator.le, "Gt": operator.gt,
+        "GtE": operator.ge, "In": lambda a, b: a in b, "NotIn": lambda a, b: a not in b}
+_BIN = {"Add": operator.add, "Sub": operator.sub, "Mult": operator.mul, "Div": operator.truediv,
+        "FloorDiv": operator.floordiv, "Mod": operator.mod, "Pow": operator.pow}
+_UNARY = {"USub": operator.neg, "UAdd": operator.pos, "Not": operator.not_}
+_CALLS = ("abs", "round", "min", "max", "sum", "approx", "isclose")
+_NUMBER = (bool, int, float, complex)
+_MAX_BITS = 1 << 16  # integer arithmetic on observed values stays this small (no memory bombs here)
+
+
+def _evaluate(node: tuple, observed: tuple):
+    kind = node[0]
     if kind == "lit":
-        return slot[1]
+        return node[1]
     if kind == "obs":
-        return observed[slot[1]]
-    from pytest import approx
+        return observed[node[1]]
+    if kind == "cmp":
+        return bool(_CMP[node[1]](_evaluate(node[2], observed), _evaluate(node[3], observed)))
+    if kind == "bin":
+        a, b = _evaluate(node[2], observed), _evaluate(node[3], observed)
+        if not (isinstance(a, _NUMBER) and isinstance(b, _NUMBER)):
+            if node[1] == "Add" and type(a) is type(b) and isinstance(a, (str, bytes, list, tuple)):
+                return a + b
+            raise TypeError("arithmetic outside numbers")
+        if node[1] == "Pow" and isinstance(b, int) and abs(b) > 4096:
+            raise OverflowError("exponent too large")
+        out = _BIN[node[1]](a, b)
+        if isinstance(out, int) and out.bit_length() > _MAX_BITS:
+            raise OverflowError("integer too large")
+        return out
+    if kind == "unary":
+        return _UNARY[node[1]](_evaluate(node[2], observed))
+    if kind in ("list", "tuple", "set"):
+        items = [_evaluate(x, observed) for x in node[1]]
+        return {"list": list, "tuple": tuple, "set": set}[kind](items)
+    if kind == "dict":
+        return {_evaluate(k, observed): _evaluate(v, observed) for k, v in node[1]}
+    if kind == "call":
+        args = [_evaluate(a, observed) for a in node[2]]
+        kwargs = {k: _evaluate(v, observed) for k, v in node[3]}
+        if node[1] == "approx":
+            from pytest import approx
 
-    args = [_slot_value(a, observed) for a in slot[1]]
-    kwargs = {k: _slot_value(v, observed) for k, v in slot[2]}
-    return approx(*args, **kwargs)
+            return approx(*args, **kwargs)
+        if node[1] == "isclose":
+            return math.isclose(*args, **kwargs)
+        if node[1] == "round" and len(args) > 1 and isinstance(args[1], int) and abs(args[1]) > 400:
+            raise OverflowError("round digits")
+        return {"abs": abs, "round": round, "min": min, "max": max, "sum": sum}[node[1]](*args, **kwargs)
+    if kind == "quant":  # all()/any() of a comparison over observed (left, right) pairs
+        pairs = _evaluate(node[3], observed)
+        if not isinstance(pairs, list) or not all(isinstance(x, tuple) and len(x) == 2 for x in pairs):
+            raise TypeError("pairs")
+        results = (bool(_CMP[node[2]](a, b)) for a, b in pairs)
+        return all(results) if node[1] == "all" else any(results)
+    if kind == "almost":  # unittest's assertAlmostEqual / assertNotAlmostEqual
+        a, b = _evaluate(node[1], observed), _evaluate(node[2], observed)
+        places, delta = _evaluate(node[3], observed), _evaluate(node[4], observed)
+        if a == b:
+            close = True
+        elif delta is not None:
+            close = abs(a - b) <= delta
+        else:
+            close = round(abs(a - b), 7 if places is None else places) == 0
+        return close != node[5]
+    raise ValueError(f"unknown check node {kind!r}")
 
 
-def _is_approx(node: ast.AST) -> bool:
+class _NotRewritable(Exception):
+    pass
+
+
+def _func_name(node: ast.AST) -> str | None:
     f = node.func if isinstance(node, ast.Call) else None
-    return (isinstance(f, ast.Name) and f.id == "approx") or (isinstance(f, ast.Attribute) and f.attr == "approx")
+    return f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else None
+
+
+_UNITTEST = {"assertEqual": "Eq", "assertEquals": "Eq", "assertNotEqual": "NotEq", "assertListEqual": "Eq",
+             "assertTupleEqual": "Eq", "assertDictEqual": "Eq", "assertSetEqual": "Eq", "assertSequenceEqual": "Eq",
+             "assertMultiLineEqual": "Eq", "assertGreater": "Gt", "assertGreaterEqual": "GtE", "assertLess": "Lt",
+             "assertLessEqual": "LtE", "assertIn": "In", "assertNotIn": "NotIn"}
 
 
 class _Externalize(ast.NodeTransformer):
-    """``assert A == B`` / ``assert A != B`` (either side a literal, a ``pytest.approx(...)`` or any
-    expression) → ``__seqrl_observe__(K, (non-literal parts...))``: the run hands out plain values, the
-    literals stay here, and the comparison is made here on plain data — a value whose ``__eq__`` says
-    True to everything cannot pass it. Asserts of other shapes stay in-process."""
+    """Checks → ``__seqrl_observe__(K, (leaf values...))``: the run hands out plain values of the
+    leaves, the literals stay here, and the check is evaluated here. Rewritten: ``assert`` of one
+    comparison (``== != < <= > >= in not in``; sides may hold arithmetic, ``abs/round/min/max/sum``,
+    displays, ``pytest.approx``), ``assert math.isclose(...)``, and unittest's ``self.assertEqual``
+    family; a value whose ``__eq__`` / ``__sub__`` / ``__lt__`` lies is judged by its plain value.
+    Other shapes (``is``, ``and``/``or``, ``pytest.raises``, bare calls) stay in-process."""
 
     def __init__(self, start: int):
         self.k, self.expected, self.found = start, {}, []
 
-    def _slot(self, node, observed: list):
+    def _tree(self, node, observed: list) -> tuple:
         ok, value = _literal(node)
         if ok:
             return ("lit", value)
-        if isinstance(node, ast.Call) and _is_approx(node):
+        if isinstance(node, ast.BinOp) and type(node.op).__name__ in _BIN:
+            return ("bin", type(node.op).__name__, self._tree(node.left, observed), self._tree(node.right, observed))
+        if isinstance(node, ast.UnaryOp) and type(node.op).__name__ in ("USub", "UAdd"):
+            return ("unary", type(node.op).__name__, self._tree(node.operand, observed))
+        if isinstance(node, (ast.List, ast.Tuple, ast.Set)) and not any(isinstance(e, ast.Starred) for e in node.elts):
+            return (type(node).__name__.lower(), tuple(self._tree(e, observed) for e in node.elts))
+        if isinstance(node, ast.Dict) and None not in node.keys:
+            return ("dict", tuple((self._tree(k, observed), self._tree(v, observed))
+                                  for k, v in zip(node.keys, node.values)))
+        if isinstance(node, ast.Call) and _func_name(node) in _CALLS and (
+                isinstance(node.func, ast.Name) or _func_name(node) in ("approx", "isclose")):
             if any(isinstance(a, ast.Starred) for a in node.args) or any(kw.arg is None for kw in node.keywords):
-                return None
-            args = tuple(self._slot(a, observed) for a in node.args)
-            kwargs = tuple((kw.arg, self._slot(kw.value, observed)) for kw in node.keywords)
-            return ("approx", args, kwargs)
+                raise _NotRewritable
+            return ("call", _func_name(node), tuple(self._tree(a, observed) for a in node.args),
+                    tuple((kw.arg, self._tree(kw.value, observed)) for kw in node.keywords))
+        if isinstance(node, (ast.Starred, ast.Yield, ast.YieldFrom, ast.Await, ast.NamedExpr)):
+            raise _NotRewritable
         observed.append(node)
         return ("obs", len(observed) - 1)
 
-    def visit_Assert(self, node: ast.Assert):
-        t = node.test
-        if not (isinstance(t, ast.Compare) and len(t.ops) == 1 and isinstance(t.ops[0], (ast.Eq, ast.NotEq))):
-            return node
+    def _check(self, test: ast.AST, observed: list) -> tuple:
+        if isinstance(test, ast.Compare) and len(test.ops) == 1 and type(test.ops[0]).__name__ in _CMP:
+            return ("cmp", type(test.ops[0]).__name__, self._tree(test.left, observed),
+                    self._tree(test.comparators[0], observed))
+        if isinstance(test, ast.Call) and _func_name(test) == "isclose":
+            return self._tree(test, observed)
+        if (isinstance(test, ast.Call) and isinstance(test.func, ast.Name) and test.func.id in ("all", "any")
+                and len(test.args) == 1 and not test.keywords
+                and isinstance(test.args[0], (ast.GeneratorExp, ast.ListComp))
+                and isinstance(test.args[0].elt, ast.Compare) and len(test.args[0].elt.ops) == 1
+                and type(test.args[0].elt.ops[0]).__name__ in _CMP):
+            gen = test.args[0]  # all(f(x) == w for ...): the pairs are observed, compared here
+            pairs = ast.ListComp(ast.Tuple([gen.elt.left, gen.elt.comparators[0]], ast.Load()), gen.generators)
+            observed.append(pairs)
+            return ("quant", test.func.id, type(gen.elt.ops[0]).__name__, ("obs", len(observed) - 1))
+        if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+            return ("unary", "Not", self._check(test.operand, observed))
+        raise _NotRewritable
+
+    def _unittest(self, call: ast.Call, observed: list) -> tuple:
+        name = _func_name(call)
+        if not (isinstance(call.func, ast.Attribute) and isinstance(call.func.value, ast.Name)
+                and call.func.value.id == "self") or any(isinstance(a, ast.Starred) for a in call.args):
+            raise _NotRewritable
+        kw = {k.arg: k.value for k in call.keywords}
+        if None in kw:
+            raise _NotRewritable
+        if name in _UNITTEST and len(call.args) >= 2:
+            return ("cmp", _UNITTEST[name], self._tree(call.args[0], observed), self._tree(call.args[1], observed))
+        if name in ("assertAlmostEqual", "assertNotAlmostEqual", "assertAlmostEquals") and len(call.args) >= 2:
+            places = call.args[2] if len(call.args) > 2 else kw.get("places", ast.Constant(None))
+            delta = call.args[4] if len(call.args) > 4 else kw.get("delta", ast.Constant(None))
+            return ("almost", self._tree(call.args[0], observed), self._tree(call.args[1], observed),
+                    self._tree(places, observed), self._tree(delta, observed), name == "assertNotAlmostEqual")
+        if name == "assertTrue" and call.args:
+            return self._check(call.args[0], observed)
+        raise _NotRewritable
+
+    def _replace(self, node: ast.stmt, build) -> ast.stmt:
         observed: list = []
-        sides = (self._slot(t.left, observed), self._slot(t.comparators[0], observed))
-        if None in sides or not observed:  # both literal: nothing the code under test decides
+        try:
+            tree = build(observed)
+        except _NotRewritable:
+            return node
+        if not observed:  # nothing the code under test decides
             return node
         k = self.k
         self.k += 1
-        self.expected[k] = Expect("eq" if isinstance(t.ops[0], ast.Eq) else "ne", sides, len(observed))
+        self.expected[k] = Expect(tree, len(observed))
         self.found.append(k)
         call = ast.Call(ast.Name(OBSERVE, ast.Load()), [ast.Constant(k), ast.Tuple(observed, ast.Load())], [])
         return ast.copy_location(ast.Expr(call), node)
+
+    def visit_Assert(self, node: ast.Assert):
+        return self._replace(node, lambda obs: self._check(node.test, obs))
+
+    def visit_Expr(self, node: ast.Expr):
+        if isinstance(node.value, ast.Call) and (_func_name(node.value) or "").startswith("assert"):
+            return self._replace(node, lambda obs: self._unittest(node.value, obs))
+        return self.generic_visit(node)
+
+    def visit_FunctionDef(self, node):  # nested functions are rewritten with their own qualname
+        return node
+
+    visit_AsyncFunctionDef = visit_Lambda = visit_ClassDef = visit_FunctionDef
 
 
 def function_defs(tree: ast.Module) -> dict[str, list[ast.AST]]:
@@ -337,6 +469,10 @@ def resolve_test(tree: ast.Module, qual: str) -> str | None:
         seen.add(cls_name)
         if f"{cls_name}.{method}" in defs:
             return f"{cls_name}.{method}"
+        for st in classes[cls_name].body:  # `test_b = test_a` in the class body
+            if isinstance(st, ast.Assign) and isinstance(st.value, ast.Name) and f"{cls_name}.{st.value.id}" in defs \
+                    and any(isinstance(t, ast.Name) and t.id == method for t in st.targets):
+                return f"{cls_name}.{st.value.id}"
         for b in classes[cls_name].bases:
             hit = find(b.id) if isinstance(b, ast.Name) else None
             if hit:
@@ -346,13 +482,14 @@ def resolve_test(tree: ast.Module, qual: str) -> str | None:
     return find(path)
 
 
-def externalize_asserts(source: str, start: int = 0, only=None) -> tuple[str, dict[int, Expect],
-                                                                          dict[str, list[int]], set[int]]:
-    r"""Rewrite a pristine test file so that its ``assert A == B`` / ``A != B`` checks are decided
-    outside the sandbox: ``(new source, {k: Expect}, {function qualname: [k...]}, ks that every passing
-    run of their function must report — asserts directly in its body)``. ``only``: the qualnames to
-    rewrite (the functions the pristine collection runs); default every ``test*`` function and method
-    of a ``Test*`` class.
+def externalize_asserts(source: str, start: int = 0, only=None, helpers: bool = True
+                        ) -> tuple[str, dict[int, Expect], dict[str, list[int]], set[int]]:
+    r"""Rewrite a pristine test file so that its checks are decided outside the sandbox (see
+    `_Externalize`): ``(new source, {k: Expect}, {function qualname: [k...]}, ks that every passing
+    run of their test must report — checks directly in the body of an ``only`` function)``. ``only``:
+    the qualnames of the functions the collected tests run (default every ``test*`` function and
+    method of a ``Test*`` class); ``helpers``: the file's other functions (checking helpers, fixtures)
+    are rewritten too, their checks judged in whichever test observes them.
 
     >>> src, exp, by_test, must = externalize_asserts("def test_a():\n    assert f(2) == 4\n")
     >>> "4" in src, exp[0].holds((4,)), exp[0].holds((5,)), by_test, must
@@ -362,18 +499,19 @@ def externalize_asserts(source: str, start: int = 0, only=None) -> tuple[str, di
     defs = function_defs(tree)
     if only is None:
         only = {q for q in defs if _conventional_test(q)}
+    targets = set(defs) if helpers else {q for q in only if q in defs}
     tr = _Externalize(start)
     by_test: dict[str, list[int]] = {}
     must: set[int] = set()
-    for _, _, qual, fn in sorted((fn.lineno, fn.col_offset, q, fn) for q in only if q in defs
+    for _, _, qual, fn in sorted((fn.lineno, fn.col_offset, q, fn) for q in targets
                                  for fn in defs[q]):  # in source order
         tr.found = []
-        direct = {id(st) for st in fn.body if isinstance(st, ast.Assert)}
+        direct = {id(st) for st in fn.body if isinstance(st, (ast.Assert, ast.Expr))}
         new_body = []
         for st in fn.body:
             before = len(tr.found)
             new = tr.visit(st)
-            if id(st) in direct and len(tr.found) > before:
+            if qual in only and id(st) in direct and len(tr.found) > before:
                 must.add(tr.found[-1])
             new_body.append(new)
         fn.body = new_body
@@ -401,24 +539,46 @@ def _parse_value(text: str):
                             for v in value]
     if isinstance(tree.body, ast.Name) and tree.body.id in ("inf", "nan"):
         return float(tree.body.id)
-    return ast.literal_eval(tree.body)
+    return _untag(ast.literal_eval(tree.body))
 
 
-def parse_observations(data: bytes, expected: Mapping[int, object]) -> dict[int, list[object]]:
-    """``k → observed values`` from the untrusted observation file (``K<TAB>repr`` lines); a value that
-    is not a Python literal is recorded as a sentinel that equals nothing."""
-    out: dict[int, list[object]] = {}
+def _untag(v, depth: int = 0):
+    """The observer's tagged values back as Python values: ``("<set>", items)`` → a frozenset (equal to
+    the set it was), ``("<bigint>", hex)`` → the integer (hex: linear to parse, no digit limit)."""
+    if depth > 200:
+        raise ValueError("too deep")
+    if isinstance(v, tuple):
+        if len(v) == 2 and v[0] == "<set>" and isinstance(v[1], tuple):
+            return frozenset(_untag(x, depth + 1) for x in v[1])
+        if len(v) == 2 and v[0] == "<bigint>" and isinstance(v[1], str) and len(v[1]) < 1_000_000:
+            return int(v[1], 16)
+        return tuple(_untag(x, depth + 1) for x in v)
+    if isinstance(v, list):
+        return [_untag(x, depth + 1) for x in v]
+    if isinstance(v, dict):
+        return {_untag(k, depth + 1): _untag(x, depth + 1) for k, x in v.items()}
+    if isinstance(v, (set, frozenset)):
+        return type(v)(_untag(x, depth + 1) for x in v)
+    return v
+
+
+def parse_observations(data: bytes, expected: Mapping[int, object]) -> dict[int, list[tuple[str, object]]]:
+    """``k → [(node id, observed value)...]`` from the untrusted observation file
+    (``K<TAB>NODE<TAB>repr`` lines); a value that is not a Python literal is recorded as a sentinel
+    that satisfies no check."""
+    out: dict[int, list[tuple[str, object]]] = {}
     for line in data.decode("utf-8", "replace").splitlines():
-        k, _, text = line.partition("\t")
+        k, _, rest = line.partition("\t")
+        node, _, text = rest.partition("\t")
         if not k.isdigit() or int(k) not in expected:
             continue
         ok, value = False, None
-        if len(text) <= 100_000:
+        if len(text) <= 1_000_000:
             try:
                 ok, value = True, _parse_value(text)
             except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
                 ok = False
-        out.setdefault(int(k), []).append(value if ok else _UNEQUAL)
+        out.setdefault(int(k), []).append((node, value if ok else _UNEQUAL))
     return out
 
 
@@ -665,29 +825,46 @@ def _ident(x) -> tuple[str, str] | None:
     return None
 
 
-TEST_FRAMEWORKS = ("pytest", "_pytest", "unittest", "hypothesis", "doctest", "nose", "nose2")
+TEST_FRAMEWORKS = ("pytest", "_pytest", "unittest", "hypothesis", "nose", "nose2")
 _HELPER_NAME = re.compile(r"^_*(testing|testutils?|test_?utils?|test_?helpers?|test_?support|testlib|test_?tools)(\.py)?$", re.I)
 """Module or package names that are test-support code by convention (``calc/_testing.py``,
 ``pkg/testutils/``): protected wherever they are, like ``tests/``."""
 
 
-def _imports_test_framework(tree: ast.AST) -> bool:
-    for node in ast.walk(tree):
+def _imports_test_framework(tree: ast.Module) -> bool:
+    """Whether a module imports a test framework at import time (module level, outside an
+    ``if __name__ == "__main__":`` block; ``unittest.mock`` is not one)."""
+    def top(body):
+        for node in body:
+            if isinstance(node, ast.If):
+                t = node.test
+                if isinstance(t, ast.Compare) and isinstance(t.left, ast.Name) and t.left.id == "__name__":
+                    continue
+                yield from top(node.body + node.orelse)
+            elif isinstance(node, ast.Try):
+                yield from top(node.body + [x for h in node.handlers for x in h.body] + node.orelse + node.finalbody)
+            else:
+                yield node
+
+    for node in top(tree.body):
         if isinstance(node, ast.Import):
             names = [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            names = [node.module]
+            names = [node.module + "." + a.name for a in node.names]
         else:
             continue
-        if any(n.split(".")[0] in TEST_FRAMEWORKS or n.endswith(".testing") for n in names):
-            return True
+        for n in names:
+            parts = n.split(".")
+            if parts[0] in TEST_FRAMEWORKS and parts[:2] != ["unittest", "mock"] or n.endswith(".testing"):
+                return True
     return False
 
 
 def _checks_its_arguments(tree: ast.AST, line: int) -> bool:
-    """Whether the statement at ``line`` — an ``assert``, or a ``raise`` / call (``pytest.fail``) under
-    an ``if`` — tests two or more parameters of the function it is in: a checking helper
-    (``assert_close(got, want)``), not an invariant of the code under test (``assert n >= 0``)."""
+    """Whether the statement at ``line`` — an ``assert``, a call, or a ``raise`` under an ``if`` —
+    compares values derived from two or more parameters of the function it is in: a checking helper
+    (``assert_close(got, want)``, ``got = f(items); assert got == want``), not an invariant of the code
+    under test (``assert n >= 0``) nor a precondition of and-ed facts."""
     best = None
     for fn in ast.walk(tree):
         if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) and fn.lineno <= line <= (fn.end_lineno or 0):
@@ -696,35 +873,73 @@ def _checks_its_arguments(tree: ast.AST, line: int) -> bool:
     if best is None:
         return False
     a = best.args
-    params = {x.arg for x in [*a.posonlyargs, *a.args, *a.kwonlyargs, a.vararg, a.kwarg] if x is not None}
-    params -= {"self", "cls"}
+    roots: dict[str, set[str]] = {x.arg: {x.arg} for x in [*a.posonlyargs, *a.args, *a.kwonlyargs, a.vararg, a.kwarg]
+                                  if x is not None and x.arg not in ("self", "cls")}
+    for node in ast.walk(best):  # locals computed from parameters carry their roots
+        if isinstance(node, ast.Assign):
+            r = set().union(*[roots.get(n.id, set()) for n in ast.walk(node.value) if isinstance(n, ast.Name)])
+            for t in node.targets:
+                for n in ast.walk(t):
+                    if isinstance(n, ast.Name) and r:
+                        roots[n.id] = roots.get(n.id, set()) | r
 
-    def names(expr):
-        return {n.id for n in ast.walk(expr) if isinstance(n, ast.Name)}
+    def rooted(expr) -> set[str]:
+        return set().union(*[roots.get(n.id, set()) for n in ast.walk(expr) if isinstance(n, ast.Name)])
 
-    used: set[str] = set()
+    def compares_two(expr) -> bool:
+        if isinstance(expr, ast.UnaryOp) and isinstance(expr.op, ast.Not):
+            return compares_two(expr.operand)
+        if isinstance(expr, ast.Compare):
+            return len(rooted(expr)) >= 2
+        if isinstance(expr, ast.Call):
+            return any(compares_two(x) for x in expr.args) or len(rooted(expr)) >= 2 and bool(expr.args)
+        return False
+
     for node in ast.walk(best):
-        if isinstance(node, ast.Assert) and node.lineno <= line <= (node.end_lineno or node.lineno):
-            used |= names(node.test)
-        elif isinstance(node, (ast.If, ast.While)) and any(
-                (st.lineno <= line <= (st.end_lineno or st.lineno)) for st in [*node.body, *node.orelse]):
-            used |= names(node.test)
-    return len(used & params) >= 2
+        if not isinstance(node, ast.stmt) or not (node.lineno <= line <= (node.end_lineno or node.lineno)):
+            continue
+        if isinstance(node, ast.Assert) and compares_two(node.test):
+            return True
+        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Call) and node.lineno == line \
+                and compares_two(node.value):
+            return True
+        if isinstance(node, (ast.If, ast.While)) and node.lineno != line and compares_two(node.test):
+            return True
+    return False
 
 
 def _doctest_texts(path: Path) -> list[str] | None:
-    """Every docstring of a module that holds a doctest example (``>>>``), or None if it does not parse."""
+    """Every doctest example (source and expected output) in a module's docstrings, or None if it does
+    not parse: what an edit to the doctests changes (prose around them is free to change)."""
+    import doctest
+
     try:
         tree = ast.parse(path.read_bytes())
     except (SyntaxError, ValueError, OSError, RecursionError, MemoryError):
         return None
     out = []
+    parser = doctest.DocTestParser()
     for node in ast.walk(tree):
         if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
             doc = ast.get_docstring(node, clean=False)
             if doc and ">>>" in doc:
-                out.append(doc)
+                try:
+                    out += [repr((ex.source, ex.want)) for ex in parser.get_examples(doc)]
+                except ValueError:
+                    out.append(doc)
     return sorted(out)
+
+
+def _is_data_module(path: Path) -> bool:
+    """A module of values only (assignments, imports, a docstring; no function or class): a table of
+    expected values when only the tests import it."""
+    try:
+        tree = ast.parse(path.read_bytes())
+    except (SyntaxError, ValueError, OSError, RecursionError, MemoryError):
+        return False
+    ok = (ast.Assign, ast.AnnAssign, ast.Import, ast.ImportFrom, ast.Expr)
+    return bool(tree.body) and all(isinstance(n, ok) for n in tree.body) and not any(
+        isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)) for n in ast.walk(tree))
 
 
 def pristine_protections(snapshot: Path, rows, errors, data: Mapping, protected) -> tuple[dict[str, str],
@@ -753,14 +968,15 @@ def pristine_protections(snapshot: Path, rows, errors, data: Mapping, protected)
         if rel and not protected(rel) and rel not in out and is_file(rel):
             out[rel] = why
 
-    for nodeid, _c, _n, kind, raw, dfn in rows:
+    for nodeid, _c, _n, kind, raw, dfn, *_ in rows:
         rel = nodeid.split("::", 1)[0]
         if kind == "DoctestItem" and rel.endswith(".py"):
             if rel not in doctests and is_file(rel):
                 doctests[rel] = _doctest_texts(snapshot / rel) or []
             continue
         add(rel, "defines collected tests")
-        if dfn:  # where the function is defined (a wrapper's own file, e.g. a package decorator, is not)
+        name = re.sub(r"\[.*\]$", "", nodeid.rsplit("::", 1)[-1])
+        if dfn and dfn[1].rsplit(".", 1)[-1] == name:  # a decorator's wrapper (no functools.wraps) is not it
             add(dfn[0], "defines a collected test function")
     for nodeid, _pfx in errors:
         add(nodeid.split("::", 1)[0], "a test file that does not collect on the snapshot")
@@ -768,19 +984,25 @@ def pristine_protections(snapshot: Path, rows, errors, data: Mapping, protected)
     def test_side(rel):
         return bool(rel) and (protected(rel) or rel in out)
 
-    for site in data.get("raises", []) or []:
+    for chain in data.get("raises", []) or []:  # the work-tree frames of a failing test, outermost first
         try:
-            rel, line, caller = str(site[0]), int(site[1]), str(site[2])
+            frames = [(str(f[0]), int(f[1])) for f in chain]
         except (TypeError, ValueError, IndexError):
             continue
-        if test_side(rel) or not test_side(caller) or not rel.endswith(".py") or not is_file(rel):
+        last_test = max((i for i, (rel, _) in enumerate(frames) if test_side(rel)), default=None)
+        tail = frames[last_test + 1:] if last_test is not None else []
+        files = {rel for rel, _ in tail}
+        if len(files) != 1:  # the check must sit in one module called from the tests
+            continue
+        rel = tail[0][0]
+        if not rel.endswith(".py") or not is_file(rel):
             continue
         try:
             tree = ast.parse((snapshot / rel).read_bytes())
         except (SyntaxError, ValueError, RecursionError, MemoryError):
             continue
-        if _checks_its_arguments(tree, line):
-            add(rel, "checking helper: a pristine test's assertion failed in it")
+        if any(_checks_its_arguments(tree, line) for _, line in tail):
+            add(rel, "checking helper: a pristine test failed in it, on a comparison of its arguments")
     for rel in data.get("modules", []) or []:
         rel = str(rel)
         if test_side(rel) or not rel.endswith(".py") or not is_file(rel):
@@ -793,6 +1015,17 @@ def pristine_protections(snapshot: Path, rows, errors, data: Mapping, protected)
             framework = False
         if named or framework:
             add(rel, "test support module" if named else "imports a test framework")
+    importers: dict[str, set[str]] = {}
+    for pair in data.get("imports", []) or []:
+        try:
+            importers.setdefault(str(pair[0]), set()).add(str(pair[1]))
+        except (TypeError, IndexError):
+            continue
+    for rel, who in sorted(importers.items()):
+        if test_side(rel) or not rel.endswith(".py") or not is_file(rel) or not who:
+            continue
+        if all(test_side(o) for o in who) and _is_data_module(snapshot / rel):
+            add(rel, "test data module: only values, imported by the tests alone")
     by_target: dict[str, set[str]] = {}
     for pair in data.get("reads", []) or []:
         try:
@@ -801,6 +1034,9 @@ def pristine_protections(snapshot: Path, rows, errors, data: Mapping, protected)
             continue
         by_target.setdefault(target, set()).add(opener)
     for target, openers in sorted(by_target.items()):
+        parent = (snapshot / target).parent
+        if target.lower().endswith((".md", ".rst")) or (parent / "__init__.py").is_file():
+            continue  # documentation, package data: what a fix may change
         if any(test_side(o) for o in openers) and all(test_side(o) or not o for o in openers):
             add(target, "test data: read by the tests, not by the package")
     return out, doctests
@@ -992,8 +1228,8 @@ class CodeAgentReward:
             raise ValueError(f"code-agent reward: collecting the tests of {snapshot} failed ({run.status}: "
                              f"{run.reason}): {tail}")
         try:
-            rows = [(str(i), str(c), str(n), str(kind), _ident(raw), _ident(dfn))
-                    for i, c, n, kind, raw, dfn in data["items"]]
+            rows = [(str(r[0]), str(r[1]), str(r[2]), str(r[3]), _ident(r[4]), _ident(r[5]),
+                     r[6] if len(r) > 6 and isinstance(r[6], str) else None) for r in data["items"]]
             errors = [(str(i), str(pfx)) for i, pfx in data["errors"]]
         except (KeyError, TypeError, ValueError) as e:
             raise ValueError(f"code-agent reward: collecting the tests of {snapshot} gave no usable list "
@@ -1010,6 +1246,7 @@ class CodeAgentReward:
                   "identities": {r[0]: list(r[4]) for r in rows if r[4]},
                   "defs": {r[0]: r[5] for r in rows if r[5]},
                   "doctests": doctests, "doctest_ids": [r[0] for r in rows if r[3] == "DoctestItem"],
+                  "doctest_digests": {r[0]: r[6] for r in rows if r[6]},
                   "protect": protect, "ran": bool(data.get("ran")),
                   "inifile": find_inifile(snapshot),
                   "conftests": sorted(r for r in files if r.rsplit("/", 1)[-1] == "conftest.py")}
@@ -1018,7 +1255,8 @@ class CodeAgentReward:
         return result
 
     def _pytest(self, base: Path, work: Path, mode: str, pytest_args, python, paths, snapshot: Path,
-                nonce: str = "", conftests=(), observe: list | None = None, identities: dict | None = None):
+                nonce: str = "", conftests=(), observe: list | None = None, identities: dict | None = None,
+                doctests: dict | None = None):
         entry = base / "entry.py"
         if not entry.exists():
             shutil.copyfile(ENTRY, entry)
@@ -1033,6 +1271,8 @@ class CodeAgentReward:
         cfg = {"mode": mode, "paths": list(paths), "nonce": nonce, "conftests": list(conftests)}
         if identities:
             cfg["identities"] = identities
+        if doctests:
+            cfg["doctests"] = doctests
         writable = []
         if nonce or identities:  # a file the entry reads and unlinks before the project runs: never in argv
             secret = Path(tempfile.mkdtemp(prefix="cfg-", dir=base))
@@ -1080,7 +1320,7 @@ class CodeAgentReward:
                 only = set(wanted.get(rel, ()))
                 if rel in open_files.values():
                     only |= {q for q in function_defs(tree) if _conventional_test(q)}
-                src, exp, by_test, top = externalize_asserts(text, len(expected), only)
+                src, exp, by_test, top = externalize_asserts(text, len(expected), only, helpers=True)
             except (SyntaxError, ValueError, UnicodeDecodeError, RecursionError):
                 continue
             trees[rel] = tree
@@ -1218,12 +1458,24 @@ class CodeAgentReward:
                 obs_file: list = []
                 run = self._pytest(base, work, "run", pytest_args, python, paths, snapshot, nonce,
                                    collected["conftests"], obs_file if outside else None,
-                                   identities=collected.get("identities"))
+                                   identities=collected.get("identities"),
+                                   doctests={n: d for n, d in collected.get("doctest_digests", {}).items()
+                                             if n not in void})
                 if outside:
                     data = _read_capped(obs_file[0], self.max_report_bytes) if obs_file else None
-                    outside["observed"] = parse_observations(data or b"", outside["expected"])
+                    if obs_file and data is None:
+                        reasons.append(f"observations rejected: larger than max_report_bytes "
+                                       f"({self.max_report_bytes}); the checks decided here count as failed")
+                    observed = parse_observations(data or b"", outside["expected"])
+                    outside["by_node"], outside["by_junit"] = {}, {}
+                    for k, pairs in observed.items():
+                        for node, value in pairs:
+                            outside["by_node"].setdefault(node, []).append((k, value))
+                    for node, pairs in outside["by_node"].items():
+                        if node:
+                            outside["by_junit"].setdefault(_junit_key(node), []).extend(pairs)
                     parts["outside"] = outside["covered"]
-                    opaque = sum(v is _UNEQUAL for vs in outside["observed"].values() for v in vs)
+                    opaque = sum(v is _UNEQUAL for pairs in observed.values() for _, v in pairs)
                     if opaque:
                         reasons.append(f"{opaque} compared value(s) were not plain data and count as unequal "
                                        f"(a suite comparing its own objects needs verdict='inside')")
@@ -1335,26 +1587,34 @@ def _screen_diff(diff, max_bytes: int) -> tuple[str, str]:
     return diff, ""
 
 
-def _checks_ok(outside: dict, ks, must) -> bool:
-    """Every observation of the checks ``ks`` satisfies its check, and each of ``must`` (asserts
-    directly in the test function's body) was observed at least once."""
-    obs, exp = outside["observed"], outside["expected"]
-    if any(k not in obs for k in must):
+def _checks_ok(observations: list, must, expected: Mapping) -> bool:
+    """Every check observed while the test ran holds, and each of ``must`` (checks directly in the
+    test function's body) was observed while it ran."""
+    seen = {k for k, _ in observations}
+    if any(k not in seen for k in must):
         return False
-    return all(exp[k].holds(v) for k in ks for v in obs.get(k, ()))
+    return all(expected[k].holds(v) for k, v in observations)
 
 
 def _outside_ok(outside: dict | None, nodeid: str) -> bool:
     if not outside:
         return True
-    ks, must = outside["per_node"].get(nodeid, ([], []))
-    return _checks_ok(outside, ks, must)
+    _ks, must = outside["per_node"].get(nodeid, ([], []))
+    return _checks_ok(outside["by_node"].get(nodeid, []), must, outside["expected"])
+
+
+def _junit_key(nodeid: str) -> tuple[str, str]:
+    """The JUnit ``(classname, name)`` pytest writes for a test's node id."""
+    from _pytest.junitxml import bin_xml_escape, mangle_test_address
+
+    names = mangle_test_address(nodeid)
+    return bin_xml_escape(".".join(names[:-1])), bin_xml_escape(names[-1])
 
 
 def _open_test_ok(outside: dict | None, prefix: str, classname: str, name: str) -> bool:
     """A test of a file that did not collect on the snapshot: matched statically to its definition in
     that (pristine, restored) file and checked like the others; a test that cannot be matched while
-    the file was rewritten does not count (its asserts may be ones nobody checks)."""
+    the file was rewritten does not count (its checks may be ones nobody judges)."""
     if not outside or prefix not in outside["open"]:
         return True
     rel, tree = outside["open"][prefix]
@@ -1367,7 +1627,8 @@ def _open_test_ok(outside: dict | None, prefix: str, classname: str, name: str) 
     if found is None:
         return False
     ks = outside["tests"].get((rel, found), [])
-    return _checks_ok(outside, ks, [k for k in ks if k in outside["must"]])
+    mine = outside["by_junit"].get((classname, name), [])
+    return _checks_ok(mine, [k for k in ks if k in outside["must"]], outside["expected"])
 
 
 def _tally(run, nonce: str, collected: dict, outside: dict | None = None,

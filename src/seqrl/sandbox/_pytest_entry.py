@@ -42,7 +42,8 @@ import sys
 
 REPORT = "/dev/fd/3"
 WATCHED_PREFIXES = ("pytest", "_pytest", "pluggy")  # every loaded module of these packages is watched
-WATCHED_EXTRA = ("xml.etree.ElementTree",)
+WATCHED_EXTRA = ("xml.etree.ElementTree", "doctest", "unittest.case")  # the report writer; how doctests
+# and unittest assertions decide
 RESULT_HOOKS = (
     "pytest_runtest_protocol", "pytest_runtest_makereport", "pytest_runtest_logreport",
     "pytest_runtest_setup", "pytest_runtest_call", "pytest_runtest_teardown", "pytest_pyfunc_call",
@@ -196,6 +197,18 @@ def _code_identity(fn, root: str):
     return [os.path.relpath(path, os.path.realpath(root)), code.co_qualname]
 
 
+def _doctest_digest(item) -> str | None:
+    """sha256 of a doctest item's examples (source and expected output) as collected: a module that
+    rewrites its own ``__doc__`` at import changes them."""
+    import hashlib
+
+    try:
+        examples = [(ex.source, ex.want) for ex in item.dtest.examples]
+    except Exception:  # noqa: BLE001
+        return None
+    return hashlib.sha256(repr(examples).encode("utf-8", "backslashreplace")).hexdigest()
+
+
 def _unwrapped(fn):
     """The function a decorator wrapped (``functools.wraps`` chain), else ``fn``."""
     for _ in range(32):
@@ -211,9 +224,10 @@ class Guard:
     """The pytest plugin that checks the harness at session finish and stamps the report."""
 
     def __init__(self, nonce: str, conftests: list[str], table: dict, root: str = "",
-                 identities: dict | None = None):
+                 identities: dict | None = None, doctests: dict | None = None):
         self.nonce, self.table = nonce, table
         self.identities = dict(identities or {})  # node id -> pristine [file, qualname] of item.obj
+        self.doctests = dict(doctests or {})  # node id -> digest of its pristine examples
         self.root = root or os.getcwd()
         self.conftests = {os.path.realpath(os.path.join(self.root, c)) for c in conftests}
         self.codes = {id(code) for _, code in table.values() if code is not None}
@@ -238,7 +252,8 @@ class Guard:
         out = []
         base = {id(f) for f in self.meta_path}
         for f in sys.meta_path:
-            if id(f) not in base and not (type(f) is AssertionRewritingHook and id(type(f)) in self.classes):
+            if id(f) not in base and not (type(f) is AssertionRewritingHook and id(type(f)) in self.classes) \
+                    and not self._installed_library(type(f)):
                 out.append(f"sys.meta_path gained {type(f).__name__}")
         if [id(h) for h in sys.path_hooks] != [id(h) for h in self.path_hooks]:
             out.append("sys.path_hooks changed")
@@ -247,6 +262,30 @@ class Guard:
     def pytest_collection_finish(self, session):
         for it in session.items:
             self.items[it.nodeid] = self._item_identity(it)
+
+    def _installed_library(self, cls) -> bool:
+        """A finder class compiled from files outside the work tree (an installed dependency, e.g.
+        transformers' module-alias finder), not one the patch wrote."""
+        root = os.path.realpath(self.root) + os.sep
+        codes = [getattr(v, "__code__", None) for v in vars(cls).values()]
+        files = [c.co_filename for c in codes if c is not None]
+        return bool(files) and all(os.path.isabs(f) and not os.path.realpath(f).startswith(root) for f in files)
+
+    def pytest_runtest_logstart(self, nodeid, location):
+        CURRENT_TEST[0] = nodeid
+
+    def watch_observer(self, obs) -> None:
+        self.observer = (obs, obs.func, obs.func.__code__, obs.func.__defaults__, obs.args,
+                         _plain.__code__, _plain.__defaults__)
+
+    def _observer_changed(self) -> list[str]:
+        if not getattr(self, "observer", None):
+            return []
+        obs, func, code, defaults, args, pcode, pdefaults = self.observer
+        now = (getattr(builtins, "__seqrl_observe__", None), obs.func, obs.func.__code__, obs.func.__defaults__,
+               obs.args, _plain.__code__, _plain.__defaults__)
+        was = (obs, func, code, defaults, args, pcode, pdefaults)
+        return [] if all(a is b for a, b in zip(now, was)) else ["the observer was changed"]
 
     def _item_identity(self, item):
         fn = getattr(item, "obj", None)
@@ -259,6 +298,10 @@ class Guard:
 
         out = []
         for it in session.items:
+            if type(it).__name__ == "DoctestItem" and it.nodeid in self.doctests:
+                if _doctest_digest(it) != self.doctests[it.nodeid]:
+                    out.append(f"doctest {it.nodeid}: examples differ from the pristine docstring's")
+                continue
             if not isinstance(it, Function):  # other items come from the snapshot's own conftests
                 continue
             fn, code = self._item_identity(it)
@@ -282,6 +325,7 @@ class Guard:
 
     def check(self, session) -> list[str]:
         problems = changed(self.table)
+        problems += self._observer_changed()
         problems += foreign_modules(self.root)
         problems += self._hooks_changed()
         problems += self._items_changed(session)
@@ -334,6 +378,7 @@ class Collector:
         self.errors: list[list[str]] = []
         self.raises: list[list] = []
         self.reads: set[tuple[str, str]] = set()
+        self.imports: set[tuple[str, str]] = set()
 
     def _rel(self, path) -> str | None:
         if not isinstance(path, str):
@@ -356,24 +401,22 @@ class Collector:
                     raw, dfn = _code_identity(obj, self.root), _code_identity(_unwrapped(obj), self.root)
                 except Exception:  # noqa: BLE001 — an item whose function cannot be read has no identity
                     pass
-            self.items.append([it.nodeid, *_junit_names(it.nodeid), type(it).__name__, raw, dfn])
+            doc = _doctest_digest(it) if type(it).__name__ == "DoctestItem" else None
+            self.items.append([it.nodeid, *_junit_names(it.nodeid), type(it).__name__, raw, dfn, doc])
 
     def pytest_runtest_makereport(self, item, call):
-        """Where a failing test's assertion (``assert``, ``AssertionError``, ``pytest.fail``) was raised:
-        the innermost frame in the work tree and the work-tree frame that called it."""
-        if not self.record or call.excinfo is None:
-            return
-        exc = call.excinfo.value
-        if not (isinstance(exc, AssertionError) or type(exc).__name__ == "Failed"):
+        """The work-tree frames (file, line; outermost first) of a failing test's exception: where a
+        checking helper decided the failure."""
+        if not self.record or call.excinfo is None or call.excinfo.errisinstance(
+                (KeyboardInterrupt, SystemExit)) or type(call.excinfo.value).__name__ == "Skipped":
             return
         try:
             frames = [(self._rel(str(e.path)), e.lineno + 1) for e in call.excinfo.traceback]
         except Exception:  # noqa: BLE001
             return
-        mine = [f for f in frames if f[0] is not None]
+        mine = [[f, line] for f, line in frames if f is not None]
         if mine:
-            caller = mine[-2][0] if len(mine) > 1 else ""
-            self.raises.append([mine[-1][0], mine[-1][1], caller])
+            self.raises.append(mine[-40:])
 
     def install_read_recorder(self) -> None:
         """An audit hook: every file under the work tree opened (other than source and byte-code),
@@ -381,7 +424,20 @@ class Collector:
         rel, reads, getframe = self._rel, self.reads, sys._getframe
         root = self.root + os.sep
 
+        imports = self.imports
+
         def hook(event, args):
+            if event == "import":
+                try:
+                    f = getframe(1)
+                    while f is not None and (f.f_code.co_filename.startswith("<frozen")
+                                             or "importlib" in f.f_code.co_filename):
+                        f = f.f_back
+                    name = f.f_code.co_filename if f is not None else ""
+                    imports.add((str(args[0]), (rel(name) or "") if name.startswith(root) else ""))
+                except Exception:  # noqa: BLE001
+                    pass
+                return
             if event != "open":
                 return
             try:
@@ -403,6 +459,15 @@ class Collector:
                 return
 
         sys.addaudithook(hook)
+
+    def imported(self) -> list[list[str]]:
+        """``[module file, importing work-tree file ("" when pytest or a library imported it)]``."""
+        out = set()
+        for name, importer in self.imports:
+            r = self._rel(getattr(sys.modules.get(name), "__file__", None))
+            if r is not None:
+                out.add((r, importer))
+        return [list(x) for x in sorted(out)]
 
     def modules(self) -> list[str]:
         out = set()
@@ -443,6 +508,8 @@ def _plain(x, depth: int = 0):
     if depth > 100:
         raise TypeError("too deep")
     t = type(x)
+    if issubclass(t, int) and int.bit_length(x) > 12_000:  # past repr's digit limit: hex (linear), tagged
+        return ("<bigint>", hex(int.__index__(x)))
     if x is None or t in (bool, int, float, complex, str, bytes):
         return x
     if issubclass(t, int):  # bool cannot be subclassed; IntEnum, IntFlag …
@@ -453,17 +520,24 @@ def _plain(x, depth: int = 0):
         return complex.__complex__(x)
     if issubclass(t, str):
         return str.__str__(x)
-    if issubclass(t, bytes):
-        return bytes.__bytes__(x)
+    if issubclass(t, (bytes, bytearray)):
+        return bytes.__bytes__(x) if issubclass(t, bytes) else bytes(bytearray.__iter__(x))
+    if issubclass(t, type):  # `type(x) == int`, `excinfo.type == ValueError`
+        return ("<type>", str(type.__getattribute__(x, "__module__")), str(type.__getattribute__(x, "__qualname__")))
     if issubclass(t, enum.Enum):
         return ("<enum>", t.__module__, t.__qualname__, str.__str__(object.__getattribute__(x, "_name_")))
     if issubclass(t, (list, tuple)):
         items = [_plain(v, depth + 1) for v in (list.__iter__(x) if issubclass(t, list) else tuple.__iter__(x))]
         return items if issubclass(t, list) else tuple(items)
-    if issubclass(t, (set, frozenset)):  # a frozenset as a set: equal values, and its repr is a literal
-        return {_plain(v, depth + 1) for v in (set.__iter__(x) if issubclass(t, set) else frozenset.__iter__(x))}
+    if issubclass(t, (set, frozenset)):  # tagged: the parent rebuilds a frozenset (hashable, == a set)
+        return ("<set>", tuple(_plain(v, depth + 1)
+                               for v in (set.__iter__(x) if issubclass(t, set) else frozenset.__iter__(x))))
     if issubclass(t, dict):
         return {_plain(k, depth + 1): _plain(v, depth + 1) for k, v in dict.items(x)}
+    if t in (type({}.keys()), type({}.items())):  # set-like views (`d.keys() == {"a"}`)
+        return ("<set>", tuple(_plain(v, depth + 1) for v in x))
+    if t.__module__ == "collections" and t.__name__ == "deque":  # equals only a deque
+        return ("<deque>", [_plain(v, depth + 1) for v in list(x)])
     if dataclasses.is_dataclass(t):
         fields = [f.name for f in dataclasses.fields(t) if f.compare]
         return ("<dataclass>", t.__module__, t.__qualname__,
@@ -494,20 +568,31 @@ def _plain(x, depth: int = 0):
     raise TypeError(t.__name__)
 
 
-def install_observer(path: str) -> None:
-    """``__seqrl_observe__(k, value)`` (the rewritten test files call it): one ``K<TAB>repr`` line per
-    observation, appended to a file the parent reads and compares with what it kept. The helpers it
-    calls are bound now, so the code under test cannot swap ``os.write`` or ``_plain`` under it."""
+CURRENT_TEST = [""]
+"""Node id of the test running now (set by the guard at each test's start): observations carry it."""
+
+
+def _observe(fd, write, plain, rep, current, k, value):
+    try:
+        text = rep(plain(value))
+    except Exception:  # noqa: BLE001 — an unrepresentable value equals nothing
+        text = "!"
+    node = current[0].replace("\t", " ").replace("\n", " ")
+    write(fd, f"{int(k)}\t{node}\t{text}\n".encode("utf-8", "backslashreplace"))
+
+
+def install_observer(path: str):
+    """``__seqrl_observe__(k, value)`` (the rewritten test files call it): one ``K<TAB>NODE<TAB>repr``
+    line per observation, appended to a file the parent reads and checks against what it kept. A
+    ``functools.partial`` whose function and bound helpers are fixed now (a partial's ``func`` and
+    ``args`` cannot be reassigned); the guard checks at session finish that the function's code and
+    defaults are still the ones installed. Returns the observer."""
+    import functools
+
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
-
-    def __seqrl_observe__(k, value, _fd=fd, _write=os.write, _plain=_plain, _repr=repr, _int=int):
-        try:
-            text = _repr(_plain(value))
-        except Exception:  # noqa: BLE001 — an unrepresentable value equals nothing
-            text = "!"
-        _write(_fd, f"{_int(k)}\t{text}\n".encode("utf-8", "backslashreplace"))
-
-    builtins.__seqrl_observe__ = __seqrl_observe__
+    obs = functools.partial(_observe, fd, os.write, _plain, repr, CURRENT_TEST)
+    builtins.__seqrl_observe__ = obs
+    return obs
 
 
 def read_config(arg: str) -> dict:
@@ -532,8 +617,7 @@ def main(argv: list[str]) -> int:
 
     preimport()
     watched_modules()
-    if cfg.get("observe"):
-        install_observer(cfg["observe"])
+    observer = install_observer(cfg["observe"]) if cfg.get("observe") else None
     sys.path.append(os.getcwd())  # the work tree last: it can add modules, never shadow one
 
     if cfg["mode"] in ("collect", "pristine"):
@@ -544,12 +628,17 @@ def main(argv: list[str]) -> int:
         rc = pytest.main([*([] if pristine else ["--collect-only"]), "-q", *args], plugins=[col])
         with open(REPORT, "w", encoding="utf-8") as f:
             json.dump({"rc": int(rc), "items": col.items, "errors": col.errors, "modules": col.modules(),
-                       "raises": col.raises, "reads": sorted(col.reads), "ran": pristine}, f)
+                       "raises": col.raises, "reads": sorted(col.reads), "imports": col.imported(),
+                       "ran": pristine}, f)
         return int(rc)
     table = snapshot()  # before pytest imports any conftest or test module (and so the code under test)
     Guard.pytest_sessionfinish = pytest.hookimpl(tryfirst=True)(Guard.pytest_sessionfinish)
     Guard.pytest_collection_finish = pytest.hookimpl(tryfirst=True)(Guard.pytest_collection_finish)
-    guard = Guard(cfg["nonce"], cfg.get("conftests", []), table, identities=cfg.get("identities"))
+    Guard.pytest_runtest_logstart = pytest.hookimpl(tryfirst=True)(Guard.pytest_runtest_logstart)
+    guard = Guard(cfg["nonce"], cfg.get("conftests", []), table, identities=cfg.get("identities"),
+                  doctests=cfg.get("doctests"))
+    if observer is not None:
+        guard.watch_observer(observer)
     del cfg
     return int(pytest.main([*args, f"--junitxml={REPORT}"], plugins=[guard]))
 
