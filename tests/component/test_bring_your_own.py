@@ -391,6 +391,23 @@ def test_reward_failures_continue_scores_zero_and_the_first_error_is_printed_and
     assert all("ZeroDivisionError" in r["reward/flaky/first_error"] for r in steps)
 
 
+def test_log_completions_writes_a_sample_of_each_logged_step_with_every_reward(workdir, monkeypatch):
+    monkeypatch.setattr(sys, "argv", ["seqrl"])
+    rc = cli.main(["train", "grpo", "--config", "arith_tiny_grpo", f"--run.out_dir={workdir / 'runs'}",
+                   "--run.name=logged", "--run.log_every=1", "--run.log_completions=3", "--model.preset=tiny",
+                   "--model.path=null", "--steps=2", "--batch_size=8", "--group_size=2", "--eval.every=0",
+                   "--run.progress=false", "--sampling.max_new_tokens=4",
+                   "--rewards=[{name: task}, {name: format, weight: 0.5}]"])
+    assert rc == 0
+    records = read_metrics(workdir / "runs" / "logged" / "completions.jsonl")
+    assert [r["step"] for r in records] == [1, 1, 1, 2, 2, 2]
+    assert len({r["prompt"] for r in records if r["step"] == 1}) == 3  # spread over the step's prompts
+    for r in records:
+        assert {"prompt", "answer", "completion", "reward", "reward/accuracy", "reason/accuracy",
+                "reward/format", "reason/format"} <= set(r)
+        assert r["reward"] == pytest.approx(r["reward/accuracy"] + 0.5 * r["reward/format"])
+
+
 def test_a_score_beyond_float32_is_an_error_naming_the_reward():
     batch = score_completions({"huge": (lambda p, c: [RewardResult(1e308), RewardResult(2.0)], 1.0)},
                               [Problem("q", "1")] * 2, ["a", "b"])

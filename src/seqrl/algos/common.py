@@ -36,7 +36,8 @@ from seqrl.utils.checkpoint import (
 from seqrl.utils.metrics import MetricsLogger
 from seqrl.utils.seeding import seed_everything
 
-RESUMABLE_CHANGES = ("steps", "eval.every", "run.log_every", "run.save_every", "run.keep_last", "run.progress",
+RESUMABLE_CHANGES = ("steps", "eval.every", "run.log_every", "run.log_completions", "run.save_every",
+                     "run.keep_last", "run.progress",
                      "run.threads", "run.resume", "run.on_nonfinite", "online.iterations", "run.device", "iterations",
                      "shared_prompt_forward")
 """Fields a resumed run may change from its saved config.yaml (length, intervals, display, the device
@@ -195,6 +196,23 @@ def lock_run_dir(run_dir: Path) -> None:
     os.ftruncate(fd, 0)
     os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
     _locks[key] = fd
+
+
+def completion_samples(k: int, problems, texts, totals, scores: dict, reasons: dict) -> list[dict]:
+    """Up to `k` records of one step's completions, spread over its rows (groups share a prompt): what
+    ``run.log_completions`` writes to ``completions.jsonl``."""
+    if k <= 0 or not texts:
+        return []
+    stride = max(1, len(texts) // k)
+    out = []
+    for i in list(range(0, len(texts), stride))[:k]:
+        rec = {"prompt": problems[i].prompt, "answer": problems[i].answer, "completion": texts[i],
+               "reward": float(totals[i])}
+        for name in scores:
+            rec[f"reward/{name}"] = float(scores[name][i])
+            rec[f"reason/{name}"] = str(reasons[name][i])[:500]
+        out.append(rec)
+    return out
 
 
 def releases_run_folder(train: Any) -> Any:

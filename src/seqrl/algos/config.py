@@ -49,6 +49,10 @@ class RunConfig:
     """Steps between metric records."""
     progress: bool = True
     """Show a progress bar."""
+    log_completions: int = 0
+    """Completions of each logged step (spread over its prompts) written to ``completions.jsonl`` in the
+    run folder — prompt, gold answer, completion, total reward, each function's score and reason — by
+    the trainers that sample (GRPO, PPO); 0: none. TRL's ``log_completions``."""
     on_nonfinite: Literal["stop", "skip_step"] = "stop"
     """A non-finite loss or gradient norm: stop the run naming the step and the newest checkpoint, or
     skip that optimizer update (weights and optimizer state unchanged; counted as
@@ -60,6 +64,8 @@ class RunConfig:
                 raise ValueError(f"run.{name} must be >= 1 (got {getattr(self, name)})")
         if self.save_every < 0:
             raise ValueError(f"run.save_every must be >= 0 (got {self.save_every})")
+        if self.log_completions < 0:
+            raise ValueError(f"run.log_completions must be >= 0 (got {self.log_completions})")
         if self.on_nonfinite not in ("stop", "skip_step"):
             hint = " (warn was removed: the update it let through made every weight NaN)" if self.on_nonfinite == "warn" else ""
             raise ValueError(f"run.on_nonfinite must be 'stop' or 'skip_step' (got {self.on_nonfinite!r}){hint}")

@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 import torch
 
 from seqrl.algos.common import (
+    completion_samples,
     OptimConfig,
     RunConfig,
     TaskConfig,
@@ -125,6 +126,7 @@ class GRPOTrainer:
         # reads the global positions r, r + W, r + 2W, … so the shares never overlap.
         self.prompt_cursor = 0
         self.skipped_updates = 0  # optimizer updates run.on_nonfinite=skip_step skipped
+        self.samples: list[dict] = []  # the last collected step's logged completions (run.log_completions)
         self.shared_forward = use_shared_prompt_forward(cfg.shared_prompt_forward, policy.model)
 
     # -- sampling -------------------------------------------------------------------------------
@@ -185,6 +187,9 @@ class GRPOTrainer:
                 fn_none[name] += scored.not_applicable[name]
             for name, text in scored.first_error.items():
                 fn_first.setdefault(name, text)
+            if rounds == 1:  # run.log_completions: a sample of the step's first round
+                self.samples = completion_samples(cfg.run.log_completions, row_problems, ro.texts, total.tolist(),
+                                                  scored.scores, scored.reasons)
             lengths_all.append(lengths.float())
             truncated_all.append(truncated.float())
             key = total  # (n·G,)
@@ -501,6 +506,8 @@ def train(cfg: GRPOConfig, rewards: dict | None = None) -> dict[str, float]:
         if main:
             print(f"resumed from {resume_from} at step {start}")
     logger = MetricsLogger(run_dir / "metrics.jsonl", resume_step=start if resume_from else None) if main else None
+    samples_log = (MetricsLogger(run_dir / "completions.jsonl", resume_step=start if resume_from else None)
+                   if main and cfg.run.log_completions else None)
 
     def run_eval() -> dict[str, float]:
         out: dict[str, float] = {}
@@ -542,6 +549,8 @@ def train(cfg: GRPOConfig, rewards: dict | None = None) -> dict[str, float]:
                 error_texts = report_reward_errors(metrics, done, warned if main else None)
                 if main and (done % cfg.run.log_every == 0 or done == cfg.steps or "eval/accuracy" in metrics):
                     logger.log(done, {**metrics, **error_texts})
+                    for record in trainer.samples if samples_log is not None else ():
+                        samples_log.log(done, record)
                 final.update(metrics)
                 stopping = guard.stop_requested() and done < cfg.steps
                 if (cfg.run.save_every and done % cfg.run.save_every == 0) or done == cfg.steps or stopping:
@@ -563,6 +572,8 @@ def train(cfg: GRPOConfig, rewards: dict | None = None) -> dict[str, float]:
         finally:
             if logger is not None:
                 logger.close()
+            if samples_log is not None:
+                samples_log.close()
     if main:
         plot_metrics(read_metrics(run_dir / "metrics.jsonl"),
                      ["reward/total/mean", "eval/accuracy", "eval/pass@1", "stats/completion_len_mean", "stats/kl",

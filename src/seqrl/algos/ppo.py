@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 import torch
 
 from seqrl.algos.common import (
+    completion_samples,
     releases_run_folder,
     refuse_skip_step,
     OptimConfig,
@@ -120,6 +121,7 @@ class PPOTrainer:
                  reward_fns: dict[str, tuple[RewardFn, float]] | None = None) -> None:
         self.cfg, self.policy, self.critic, self.task, self.problems = cfg, policy, critic, task, problems
         self.reward_fns = reward_fns if reward_fns is not None else build_rewards(cfg.rewards, task)
+        self.samples: list[dict] = []  # the last collected step's logged completions (run.log_completions)
         self.verifier = None
         if not any(k in self.reward_fns for k in VERIFIER_KEYS):
             self.verifier = {"verifier": (build_reward(RewardSpec("task"), task), 1.0)}
@@ -264,6 +266,8 @@ class PPOTrainer:
             metrics[f"reward/{name}/errors"] = float(scored.errors[name])
         for name, text in scored.first_error.items():
             metrics[f"reward/{name}/first_error"] = text
+        self.samples = completion_samples(cfg.run.log_completions, row_problems, ro.texts, scored.total,
+                                          scored.scores, scored.reasons)
         if self.verifier is not None:  # true accuracy beside a learned reward
             v = score_completions(self.verifier, row_problems, ro.texts, cfg.reward_budget_s).scores["verifier"]
             metrics["reward/verifier/mean"] = sum(x for x in v if x == x) / len(v)
@@ -413,6 +417,8 @@ def train(cfg: PPOConfig) -> dict[str, float]:
         if main:
             print(f"resumed from {resume_from} at step {start}")
     logger = MetricsLogger(run_dir / "metrics.jsonl", resume_step=start if resume_from else None) if main else None
+    samples_log = (MetricsLogger(run_dir / "completions.jsonl", resume_step=start if resume_from else None)
+                   if main and cfg.run.log_completions else None)
 
     def run_eval() -> dict[str, float]:
         out: dict[str, float] = {}
@@ -447,6 +453,8 @@ def train(cfg: PPOConfig) -> dict[str, float]:
                 error_texts = report_reward_errors(metrics, done, warned if main else None)
                 if main and (done % cfg.run.log_every == 0 or done == cfg.steps or "eval/accuracy" in metrics):
                     logger.log(done, {**metrics, **error_texts})
+                    for record in trainer.samples if samples_log is not None else ():
+                        samples_log.log(done, record)
                 final.update(metrics)
                 stopping = guard.stop_requested() and done < cfg.steps
                 if (cfg.run.save_every and done % cfg.run.save_every == 0) or done == cfg.steps or stopping:
@@ -465,6 +473,8 @@ def train(cfg: PPOConfig) -> dict[str, float]:
         finally:
             if logger is not None:
                 logger.close()
+            if samples_log is not None:
+                samples_log.close()
     if main:
         plot_metrics(read_metrics(run_dir / "metrics.jsonl"),
                      ["reward/total/mean", "reward/verifier/mean", "eval/accuracy", "eval/pass@1", "stats/kl",
