@@ -914,8 +914,11 @@ def build_parser() -> argparse.ArgumentParser:
     sb.set_defaults(func=cmd_sandbox)
 
     data = sub.add_parser("data", help="build datasets locally: D4RL-style Minari datasets, BabyAI bot "
-                                       "demonstrations, or preference pairs from a policy")
-    data.add_argument("kind", choices=("minari", "babyai", "preferences"))
+                                       "demonstrations, preference pairs from a policy, or PRM step labels "
+                                       "(`seqrl data prm-labels --help`)")
+    data.add_argument("kind", choices=("minari", "babyai", "preferences", "prm-labels"),
+                      help="prm-labels: Math-Shepherd step labels from a policy's own solutions (its own options: "
+                           "seqrl data prm-labels --help)")
     data.add_argument("env", nargs="?", help="minari: pendulum, hopper, halfcheetah, walker2d (or their gymnasium ids); "
                       "babyai: a level (GoToRedBallGrey, GoToLocal, PickupLoc, PutNextLocal, any BabyAI-* id)")
     data.add_argument("level", nargs="?", help="minari: random, medium, expert, medium-replay, medium-expert, or all")
@@ -946,7 +949,14 @@ def build_parser() -> argparse.ArgumentParser:
                                   "~/.cache/seqrl/models/NAME)")
     mo.set_defaults(func=cmd_models)
 
-    demo = sub.add_parser("demo", help="SFT then GRPO on arithmetic from scratch, with a report (CPU, minutes)")
+    se = sub.add_parser("search", help="test-time search with a policy and a scorer: bon (best-of-N, voting), "
+                                       "beam, dvts or mcts (each has its own options: seqrl search bon --help)")
+    se.add_argument("method", choices=("bon", "beam", "dvts", "mcts"))
+    se.set_defaults(func=lambda a, rest: (_search_bon if a.method == "bon" else
+                                          (lambda r: _search_steps(a.method, r)))(rest))
+
+    demo = sub.add_parser("demo", help="SFT, GRPO, a process reward model and test-time search on arithmetic "
+                                       "from scratch, with a report (CPU, minutes)")
     demo.add_argument("--out", default="runs/demo",
                       help="a new or empty folder, or an earlier demo's (replaced); any other non-empty "
                            "folder is refused, never emptied (default: runs/demo)")

@@ -277,3 +277,22 @@ def test_train_grpo_takes_trls_config_names(tmp_path, monkeypatch, capsys):
     assert (cfg["run"]["out_dir"], cfg["run"]["name"], cfg["run"]["log_every"]) == ("out", "trl_run", 3)
     assert main(["train", "ppo", "--config", "arith_tiny_ppo", "--scale_rewards=none", "--print-config"]) == 2
     assert "scale_rewards" in capsys.readouterr().err  # an alias PPO has no field for is named, not dropped
+
+
+def test_every_command_is_found_from_the_help(capsys):
+    """`seqrl search` was missing from `seqrl --help` and refused `--help`; `seqrl data --help` omitted
+    prm-labels; the demo was described as SFT then GRPO only."""
+    with pytest.raises(SystemExit) as e:
+        main(["--help"])
+    out = capsys.readouterr().out
+    assert e.value.code == 0 and "search" in out and "process reward model and test-time search" in out
+    with pytest.raises(SystemExit) as e:
+        main(["search", "--help"])
+    out = capsys.readouterr().out
+    assert e.value.code == 0 and "{bon,beam,dvts,mcts}" in out
+    with pytest.raises(SystemExit) as e:
+        main(["data", "--help"])
+    assert e.value.code == 0 and "prm-labels" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as e:
+        main(["search", "bon", "--help"])
+    assert e.value.code == 0 and "--scorer" in capsys.readouterr().out
