@@ -285,3 +285,22 @@ def test_under_torchrun_it_refuses_to_start(tmp_path, monkeypatch):
     with pytest.raises(ValueError, match="one process"):
         train(_cfg(tmp_path))
     assert not (tmp_path / "star").exists()
+
+
+def test_with_every_row_the_base_examples_are_not_training_problems(tmp_path):
+    """n_train: -1 once trained STaR on the rows the base had been fine-tuned on."""
+    import json
+
+    rows = [{"question": f"{a}+{a}=", "answer": str(2 * a)} for a in range(40)]
+    data = tmp_path / "rows.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    task = TaskConfig(name=f"jsonl:{data}", n_train=-1, n_test=-1)
+    cfg = _cfg(tmp_path, task=task)
+    built = cfg.task.build()
+    every = built.problems("train", -1, cfg.task.seed)
+    train_p, base_p, _ = star.split_problems(built, cfg)
+    assert len(base_p) == 12 and len(train_p) + len(base_p) == len(every) and train_p
+    assert not {p.prompt for p in train_p} & {p.prompt for p in base_p}
+    with pytest.raises(ValueError, match="worked examples"):
+        star.split_problems(built, _cfg(tmp_path, task=task, base=BaseConfig(examples=35, hinted=5, steps=3,
+                                                                            batch_size=4)))

@@ -262,13 +262,16 @@ def train_base(policy: Policy, problems: list[Problem], cfg: STaRConfig) -> dict
 
 
 def split_problems(task: Task, cfg: STaRConfig) -> tuple[list[Problem], list[Problem], list[Problem]]:
-    """(STaR training problems, the base's worked examples, held-out problems). The base's examples
-    follow the training problems in the train split's draw (every row with n_train: -1: then they
-    are the last rows of the training set)."""
+    """(STaR training problems, the base's worked examples, held-out problems), disjoint. The base's
+    examples follow the training problems in the train split's draw (with n_train: -1 they are the
+    split's last rows, and STaR trains on the rows before them)."""
     n_base = 0 if cfg.base.path else cfg.base.examples + cfg.base.hinted
     if cfg.task.n_train == -1:
-        train = task.problems("train", -1, cfg.task.seed)
-        base = train[-n_base:] if n_base else []
+        rows = task.problems("train", -1, cfg.task.seed)
+        if n_base and len(rows) <= n_base:
+            raise ValueError(f"task {cfg.task.name!r}: the train split has {len(rows)} rows, not more than the base's "
+                             f"{n_base} worked examples (base.examples + base.hinted); lower them or add rows")
+        train, base = (rows[:-n_base], rows[-n_base:]) if n_base else (rows, [])
     else:
         drawn = task.problems("train", cfg.task.n_train + n_base, cfg.task.seed)
         train, base = drawn[: cfg.task.n_train], drawn[cfg.task.n_train :]
