@@ -210,3 +210,16 @@ def test_run_bf16_covers_sampling_too(bf16_autocast_spy, bf16):
     trainer = _trainer(_cfg(run=RunConfig(name="p", out_dir="runs", seed=1, progress=False, device="cpu", bf16=bf16)))
     trainer.collect(0)
     assert seen and all(s == bf16 for s in seen)
+
+
+def test_missing_eos_penalty_lowers_exactly_the_cut_off_completions():
+    """TRL's missing_eos_penalty: a completion that hit max_new_tokens without EOS loses it from its score."""
+    plain = _trainer(_cfg()).collect(0)
+    trainer = _trainer(_cfg(missing_eos_penalty=0.5))
+    batch = trainer.collect(0)  # same seed, same samples
+    eos = trainer.policy.tokenizer.eos_token_id
+    cut = ~((batch.completion_ids == eos) & batch.mask.bool()).any(1)  # no EOS: ran to the token limit
+    assert bool(cut.any()) and not bool(cut.all())
+    assert torch.allclose(plain.scores - 0.5 * cut.float(), batch.scores)
+    with pytest.raises(ConfigError, match="missing_eos_penalty must be a finite number >= 0"):
+        from_dict(PPOConfig, {"missing_eos_penalty": -1.0}, path="ppo")

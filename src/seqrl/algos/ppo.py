@@ -228,6 +228,9 @@ class PPOTrainer:
         scored = score_completions(self.reward_fns, row_problems, ro.texts, cfg.reward_budget_s,
                                    cfg.reward_failures == "stop")
         scores = torch.tensor(scored.total, dtype=torch.float32)  # (N,)
+        cut_off = torch.tensor([r == "length" for r in ro.finish_reasons])  # (N,) no EOS
+        if cfg.missing_eos_penalty:
+            scores = scores - cfg.missing_eos_penalty * cut_off.float()
         gen_s = time.perf_counter() - t0
         prompt_ids = [ro.prompt_ids[i // g] for i in range(len(ro.texts))]
         ids, mask = ro.completion_ids.cpu(), ro.completion_mask.float().cpu()  # (N, T)

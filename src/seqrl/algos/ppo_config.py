@@ -93,6 +93,10 @@ class PPOConfig:
     """Weighted reward functions; the sequence reward is Σ weight · score."""
     reward_budget_s: float = 300.0
     """Wall-clock budget for scoring one batch."""
+    missing_eos_penalty: float | None = None
+    """Subtracted from the sequence reward of a completion cut off at ``sampling.max_new_tokens``
+    (no EOS), as TRL's ``missing_eos_penalty``: a learned reward model reads a cut-off answer and a
+    finished one alike, so without it PPO can learn to stop mid-answer. None: no penalty."""
     reward_failures: Literal["stop", "continue"] = "stop"
     """A user's reward function that fails (raises, returns no number) on every completion of a batch:
     stop (the run ends with one line naming it and its first error) or continue (those completions
@@ -130,6 +134,9 @@ class PPOConfig:
         if not self.rewards:
             raise ValueError("rewards must name at least one reward function")
         check_reward_keys(self.rewards)
+        if self.missing_eos_penalty is not None and not (self.missing_eos_penalty >= 0
+                                                         and self.missing_eos_penalty < float("inf")):
+            raise ValueError(f"missing_eos_penalty must be a finite number >= 0 or null (got {self.missing_eos_penalty})")
 
     @property
     def local_prompts_per_step(self) -> int:
