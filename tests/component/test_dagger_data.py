@@ -137,3 +137,18 @@ def test_a_stuck_bot_that_would_plan_forever_is_stopped_and_its_labels_end_there
                                                     context=2, bot_memory=memory)
         assert stats["bot_errors"] == sum(result.lengths >= 4)  # every episode that got that far
         assert all(len(ep.labels) == min(3, n) for ep, n in zip(episodes, result.lengths))  # labels end there
+
+
+def test_the_policy_sees_only_real_steps_at_the_start_of_an_episode():
+    """Evaluation once padded every window to the context with fake steps the model attended to
+    (training masks them): the window grows 1, 2, … up to the context, and holds the episode's own
+    steps (BOS before the first action)."""
+    seen = []
+
+    def act(images, directions, missions, previous_actions):
+        seen.append((images.shape[1], directions.shape[1], previous_actions.shape[1], int(previous_actions[0, 0])))
+        return np.zeros(len(missions), dtype=np.int64)  # turn left: the episode runs to its step limit
+
+    labelled_rollouts(act, LEVEL, [dagger_reset_seed(1, 0)], context=3, max_steps=5)
+    assert [s[:3] for s in seen] == [(1, 1, 1), (2, 2, 2), (3, 3, 3), (3, 3, 3), (3, 3, 3)]
+    assert seen[0][3] == BOS and seen[1][3] == BOS and seen[3][3] == 0

@@ -225,7 +225,8 @@ class BabyAIEvalResult:
 def evaluate_babyai(act: Act, env_id: str, episodes: int = 100, seed: int = 0, context: int = 1,
                     max_steps: int = 0, record: int | None = None) -> tuple[BabyAIEvalResult, list]:
     """Run `episodes` episodes on held-out layouts (`eval_reset_seed`) in lockstep; one `act` call per step
-    over the active episodes with their last `context` steps (left-padded with zeros and `BOS`).
+    over the active episodes with their last k ≤ `context` real steps (no fake padding steps: a policy
+    pads and masks a short window itself, as training masks the start of an episode).
 
     max_steps: cap on episode length (0: the level's own limit). `record`: index of an episode whose
     RGB frames are returned (for a picture strip); else the list is empty.
@@ -345,12 +346,10 @@ def _lockstep(act: Act, env_id: str, seeds: list[int], context: int, max_steps: 
             idx = np.flatnonzero(active)
             if not len(idx):
                 break
-            w0 = max(0, t - context + 1)
-            pad = context - (t + 1 - w0)
-            win = lambda a, fill: np.concatenate(  # noqa: E731 — (n, context, ...) left-padded window
-                [np.full((len(idx), pad, *a.shape[2:]), fill, dtype=a.dtype), a[idx, w0 : t + 1]], axis=1)
-            actions = np.asarray(act(win(images, 0), win(directions, 0), [missions[i] for i in idx],
-                                     win(prev, BOS))).reshape(-1)  # (n,)
+            w0 = max(0, t - context + 1)  # the real window only (episodes start together): the policy pads
+            win = lambda a: a[idx, w0 : t + 1]  # noqa: E731 — (n, k ≤ context, ...) and masks, as in training
+            actions = np.asarray(act(win(images), win(directions), [missions[i] for i in idx],
+                                     win(prev))).reshape(-1)  # (n,)
             for row, i in enumerate(idx):
                 a = int(actions[row])
                 if not 0 <= a < N_ACTIONS:
