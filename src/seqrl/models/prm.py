@@ -30,7 +30,7 @@ from transformers import AutoConfig, AutoModelForTokenClassification, AutoTokeni
 from seqrl.data.stepwise import split_steps, step_pieces
 from seqrl.models.lm import ModelConfig, Policy, dequantised, load_policy, model_device, pretrained_source
 from seqrl.types import Problem
-from seqrl.utils.checkpoint import verify_if_recorded
+from seqrl.utils.checkpoint import apply_user_mode, verify_if_recorded
 
 KINDS = ("prm", "orm")
 HEADS = ("2class", "scalar")
@@ -119,6 +119,7 @@ class ProcessRewardModel:
     def save(self, path: str | Path) -> None:
         self.model.save_pretrained(path, safe_serialization=True)
         self.tokenizer.save_pretrained(path)
+        apply_user_mode(path)
 
     @property
     def max_seq_len(self) -> int:

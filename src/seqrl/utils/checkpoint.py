@@ -135,6 +135,7 @@ def save_checkpoint(
         if optim_state is not None:
             _torch_save(optim_state, tmp / OPTIMIZER_FILE)
         _torch_save(get_rng_state(), tmp / RNG_FILE)
+        apply_user_mode(tmp)
         digests = {str(f.relative_to(tmp)): _sha256(f) for f in sorted(tmp.rglob("*")) if f.is_file()}
         record = {"step": step, **state, CHECKSUM_KEY: digests}
         trainer_state = json.dumps({**record, STATE_DIGEST_KEY: _state_digest(record)}, indent=2)
@@ -197,6 +198,17 @@ def _sha256(file: Path) -> str:
         for block in iter(lambda: f.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
+
+
+def apply_user_mode(folder: str | os.PathLike) -> None:
+    """Give every file below `folder` the mode the user's umask gives a new file: safetensors writes
+    weights 0600, unlike every other file of a run."""
+    from seqrl.config import user_file_mode
+
+    mode = user_file_mode()
+    for f in Path(folder).rglob("*"):
+        if f.is_file() and not f.is_symlink():
+            os.chmod(f, mode)
 
 
 def _torch_save(obj: Any, path: Path) -> None:
