@@ -89,7 +89,15 @@ def resolve_config(name: str | None, algo: str) -> Path | Traversable | None:
     for candidate in (preset, f"{'dt' if algo == 'bc' else algo}/{preset}"):
         if candidate in presets:
             return preset_file(candidate)
-    raise ConfigError(f"--config {name!r}: no such file or preset; presets: {', '.join(presets) or 'none'}")
+    import difflib
+
+    root = "dt" if algo == "bc" else algo
+    mine = [q.split("/", 1)[1] for q in presets if q.startswith(root + "/")]
+    close = difflib.get_close_matches(preset.split("/")[-1], mine, n=1, cutoff=0.6) or \
+        difflib.get_close_matches(preset, presets, n=1, cutoff=0.6)
+    hint = f"did you mean {close[0]!r}? " if close else ""
+    listed = f"{root} presets: {', '.join(mine)}" if mine else f"presets: {', '.join(presets) or 'none'}"
+    raise ConfigError(f"--config {name!r}: no such file or preset; {hint}{listed} (all: seqrl configs ls)")
 
 
 def _config_class(algo: str) -> type:

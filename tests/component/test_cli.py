@@ -27,7 +27,8 @@ def test_preset_name_resolves_and_configs_ls_lists_it(capsys):
     "argv,message",
     [
         (["train", "sft", "--config", "arith_tiny", "--optim.lrr=1"], "sft.optim.lrr: unknown key"),
-        (["train", "sft", "--config", "nope"], "no such file or preset; presets: "),
+        (["train", "sft", "--config", "nope"], "no such file or preset; sft presets: arith_mixed_small, arith_tiny"),
+        (["train", "sft", "--config", "arith_tny"], "did you mean 'arith_tiny'? sft presets: "),
         (["train", "nope"], "unknown algorithm 'nope'; implemented: sft, grpo"),
         (["train", "sft", "--task.name=nope", "--print-config"], ""),
         (["eval", "./missing_dir", "--task", "arith"], "missing_dir: not found"),
