@@ -151,6 +151,18 @@ def test_warn_is_refused_naming_its_replacement(tmp_path, capsys):
     assert "run.on_nonfinite: expected one of 'stop', 'skip_step'" in _one_line(capsys.readouterr().err)
 
 
+def test_resume_on_a_folder_that_is_not_a_run_leaves_it_untouched(tmp_path, capsys):
+    """It once created the folder, or left a run.lock in someone's folder, before saying there was nothing."""
+    other = tmp_path / "r"
+    other.mkdir()
+    (other / "notes.txt").write_text("mine")
+    assert main(_argv("sft", tmp_path, "--steps=1", "--resume")) == 2
+    assert "(not a run folder)" in _one_line(capsys.readouterr().err)
+    assert sorted(p.name for p in other.iterdir()) == ["notes.txt"]
+    assert main(_argv("sft", tmp_path / "none", "--steps=1", "--resume")) == 2
+    assert "(no such folder)" in _one_line(capsys.readouterr().err) and not (tmp_path / "none").exists()
+
+
 # 2. one process per run folder ------------------------------------------------------------------------
 
 def test_a_second_process_on_a_run_folder_is_refused_naming_the_holder(tmp_path, capsys):

@@ -112,6 +112,10 @@ def prepare_run_dir(run: RunConfig, cfg: Any) -> Path | None:
     or a new run.name) so earlier work is never overwritten. A resumed run writes its config.yaml
     only once its state has loaded (`load_resume_checkpoint`), so a failed resume leaves it as it was.
     """
+    if run.resume and (not run.dir.is_dir() or latest_checkpoint(run.dir) is None):  # before a lock is left there
+        what = "no such folder" if not run.dir.is_dir() else \
+            "not a run folder" if not (run.dir / "config.yaml").is_file() else "no checkpoint yet"
+        raise ValueError(f"run.resume: no checkpoint in {run.dir} to resume from ({what})")
     try:
         run.dir.mkdir(parents=True, exist_ok=True)
     except OSError as e:
