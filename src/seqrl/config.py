@@ -218,6 +218,8 @@ def _convert(value: Any, tp: Any, path: str) -> Any:
     elif tp is str:
         if isinstance(value, str):
             return value
+        if isinstance(value, (_TextDict, _TextList)):  # typed on the command line: the text itself
+            return value.text
     elif origin is list:
         if isinstance(value, (list, tuple)):
             return [_convert(item, args[0], f"{path}[{i}]") for i, item in enumerate(value)]
@@ -334,10 +336,27 @@ def parse_json_object(text: str, flag: str) -> dict[str, Any]:
     return value
 
 
+class _TextDict(dict):
+    """A mapping YAML read from a command-line value; ``text`` is what was typed, used where the field is
+    a string (``--prompt.template=Q: {question}`` is text, not ``{'Q': {'question': None}}``)."""
+
+    text: str = ""
+
+
+class _TextList(list):
+    """A list YAML read from a command-line value, with the typed ``text`` (see `_TextDict`)."""
+
+    text: str = ""
+
+
 class WholeMapping(dict):
     """An empty mapping given on the command line (``--task.kwargs={}``): `merge` puts it in place of the
     mapping it overrides, so a preset's keys can be removed (dotted keys after it add new ones). A
     non-empty mapping merges key by key, so ``--optim={lr: 1e-4}`` keeps the preset's other fields."""
+
+
+_Dumper.add_representer(_TextDict, lambda d, v: d.represent_dict(dict(v)))
+_Dumper.add_representer(_TextList, lambda d, v: d.represent_list(list(v)))
 
 
 def parse_overrides(args: list[str]) -> dict[str, Any]:
@@ -345,8 +364,9 @@ def parse_overrides(args: list[str]) -> dict[str, Any]:
 
     Each override is ``--KEY=VALUE``, ``KEY=VALUE`` or ``--KEY VALUE`` (two items); KEY is dotted,
     VALUE is read as YAML (``3e-4`` → float, ``true`` → bool, ``[1, 2]`` → list, ``null`` → None;
-    quote to force a string: ``--name='"123"'``; a value starting with ``{`` that is not YAML, or
-    names only keys, is the text itself: a format string like ``{question} in {unit}``). Later
+    quote to force a string: ``--name='"123"'``; a value that is not YAML, or starts with ``{`` and
+    names only keys, is the text itself: a format string like ``{question} in {unit}``; a value YAML
+    reads as a mapping or list, given to a string field, is the text as typed: ``Q: {question}``). Later
     overrides win. A dotted key changes one field and keeps the others (``--task.kwargs.digits=3``),
     and so does a mapping (merged key by key); an empty mapping clears the one it overrides
     (``--task.kwargs={}`` drops a preset's ``digits``; `WholeMapping`).
@@ -376,13 +396,17 @@ def parse_overrides(args: list[str]) -> dict[str, Any]:
         try:
             value = _yaml_load(text)
         except yaml.YAMLError as e:
-            if not text.lstrip().startswith("{"):
+            if text.lstrip().startswith("["):  # an unclosed list is a typo, not text
                 raise ConfigError(f"override {arg!r}: cannot parse value {text!r} as YAML: {e}") from e
-            value = text  # a format string such as "{question} in {unit}"
+            value = text  # not YAML: the text itself ("{question} in {unit}", "Q: {question} A:"); a field
+            # that is no string then says what it expected
         if isinstance(value, dict) and value and all(v is None for v in value.values()) and text.lstrip().startswith("{"):
             value = text  # "{question}": a format string, not a mapping of empty keys
         if isinstance(value, dict) and not value:
             value = WholeMapping()
+        elif type(value) in (dict, list):
+            value = (_TextDict if isinstance(value, dict) else _TextList)(value)
+            value.text = text
         node = out
         for depth, part in enumerate(parts[:-1]):
             child = node.setdefault(part, {})

@@ -299,3 +299,12 @@ def test_trl_names_in_the_two_item_form():
 
     assert trl_overrides(["--output_dir", "runs/a", "--learning_rate", "1e-5"], {"run", "optim"}) == [
         "--run.out_dir=runs", "--run.name=a", "--optim.lr=1e-5"]
+
+
+def test_text_that_yaml_reads_as_a_mapping_is_text_for_a_string_field():
+    """`--prompt.template=Q: {question}` was refused: YAML read it as {'Q': {'question': None}}."""
+    from seqrl.algos.sft import SFTConfig
+    from seqrl.config import from_dict, merge, parse_overrides
+
+    cfg = from_dict(SFTConfig, merge({}, parse_overrides(["--prompt.template=Q: {question} A:", "--task.kwargs={digits: 3}"])))
+    assert cfg.prompt.template == "Q: {question} A:" and cfg.task.kwargs == {"digits": 3}
