@@ -331,11 +331,20 @@ def test_externalize_asserts_keeps_every_literal_out_of_the_rewritten_file():
         assert secret not in out
     assert "f(4) is None" in out  # an identity check stays in-process
     compile(out, "t.py", "exec")
-    obs = parse_observations(b"11\tt::a\t(4,)\n12\tt::a\t(6,)\n14\tt::b\t((1, 'zz'),)\n99\tt::a\t1\nxx\t1\n"
-                             b"14\tt::b\tobject()\n13\tt::a\t(inf, inf)\n", expected)
+    def lines(*rows):
+        return "".join(f"{k}\t{node}\t{len(text)}\t{text}\n" for k, node, text in rows).encode()
+
+    obs = parse_observations(lines((11, "t::a", "(4,)"), (12, "t::a", "(6,)"), (14, "t::b", "((1, 'zz'),)"),
+                                   (99, "t::a", "1"), (14, "t::b", "object()"), (13, "t::a", "(inf, inf)")), expected)
     assert obs[11] == [("t::a", (4,))] and obs[12] == [("t::a", (6,))] and obs[14][0] == ("t::b", ((1, "zz"),))
     assert not expected[14].holds(obs[14][1][1])
     assert set(obs) == {11, 12, 13, 14} and expected[13].holds(obs[13][0][1])
+    from seqrl.rewards.code_agent import CorruptObservations
+
+    for bad in (lines((11, "t::a", "(4,)"))[:-1], b"11\tt::a\t9\t(4,)\n", b"xx\t1\n",
+                lines((11, "t::a", "(4,)")).replace(b"\n", b"") + lines((12, "t::a", "(5,)"))):
+        with pytest.raises(CorruptObservations):  # cut, wrong length, no fields, two lines merged
+            parse_observations(bad, expected)
 
 
 def test_externalized_comparisons_are_made_here_on_plain_values():
@@ -359,18 +368,23 @@ def test_externalized_comparisons_are_made_here_on_plain_values():
            "        self.assertAlmostEqual(g(), 0.3, places=3)\n"
            "        self.assertIn(k, {1, 2})\n")
     out, exp, by_test, must = externalize_asserts(src)
-    assert by_test == {"test_t": [0, 1, 2, 3, 4], "TestU.test_u": [5, 6, 7]}
+    assert by_test == {"test_t": [0, 1, 2, 3, 4, 5], "TestU.test_u": [6, 7, 8]}
     assert "2.0" not in out and "3 == 3" in out and "approx(*b)" in out and "x is None or" in out and "1e-09" not in out
     assert exp[0].holds((1.0004, 1.0, 1e-3)) and not exp[0].holds((1.01, 1.0, 1e-3))
     assert exp[0].holds((float("nan"), float("nan"), 1e-3)) is False
     assert exp[1].holds((2.05,)) and not exp[1].holds((2.2,)) and not exp[1].holds(("2.05",))
     assert exp[2].holds((1, 2)) and not exp[2].holds((2, 2))
-    assert exp[3].holds((1.0, 1.0)) and not exp[3].holds((1.0, 1.5)) and not exp[3].holds(("a", "b"))
-    assert exp[4].holds((0.5,)) and not exp[4].holds((0.6,))
-    assert exp[5].holds((4,)) and not exp[5].holds((5,))
-    assert exp[6].holds((0.3001,)) and not exp[6].holds((0.31,))
-    assert exp[7].holds((2,)) and not exp[7].holds((3,))
-    assert must == {0, 1, 2, 3, 4, 5, 6, 7}
+    from seqrl.rewards.code_agent import Verdict, _untag
+
+    approx_3 = _untag(("<approx>", 3.0, None, None, False))  # a starred approx: both sides observed
+    assert exp[3].holds((3.0000001, approx_3)) and not exp[3].holds((3.1, approx_3))
+    assert exp[3].holds(Verdict(True)) and not exp[1].holds(Verdict(True))  # pytest's verdict: no literal only
+    assert exp[4].holds((1.0, 1.0)) and not exp[4].holds((1.0, 1.5)) and not exp[4].holds(("a", "b"))
+    assert exp[5].holds((0.5,)) and not exp[5].holds((0.6,))
+    assert exp[6].holds((4,)) and not exp[6].holds((5,))
+    assert exp[7].holds((0.3001,)) and not exp[7].holds((0.31,))
+    assert exp[8].holds((2,)) and not exp[8].holds((3,))
+    assert must == {0, 1, 2, 3, 4, 5, 6, 7, 8}
 
 
 def test_inherited_and_aliased_tests_resolve_to_their_definition():

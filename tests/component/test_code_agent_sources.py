@@ -210,7 +210,9 @@ def test_always_equal_values_do_not_pass_tables_approx_or_new_tests(reward, tabl
     assert score(inside, tables, {"shop/pricing.py": BUGGY + ALWAYS_EQUAL + UNIT_COUNT_FORGED}).parts["tests"] == 1.0
 
 
-def test_a_suite_comparing_its_own_objects_is_told_to_use_inside(reward, tmp_path):
+def test_a_suite_comparing_its_own_objects_keeps_pytests_verdict_there_only(reward, tmp_path):
+    """Where both sides are the suite's own objects (no plain value to compare) the observer reports
+    pytest's verdict; where the expected side is plain, an object the code returns must be plain too."""
     repo = build(tmp_path, {
         "shop/__init__.py": "",
         "shop/money.py": '''
@@ -224,19 +226,30 @@ def test_a_suite_comparing_its_own_objects_is_told_to_use_inside(reward, tmp_pat
 
             def add(a, b):
                 return Money(a.cents - b.cents)
+
+
+            def cents(a, b):
+                return a.cents - b.cents
             ''',
         "tests/test_money.py": '''
-            from shop.money import Money, add
+            from shop.money import Money, add, cents
 
 
             def test_add():
                 assert add(Money(1), Money(2)) == Money(3)
+
+
+            def test_cents():
+                assert cents(Money(5), Money(2)) == 7
             ''',
     })
-    fix = {"shop/money.py": (repo / "shop/money.py").read_text().replace("a.cents - b.cents", "a.cents + b.cents")}
-    outside = score(reward, repo, fix)
-    assert outside.parts["tests"] < 1.0 and "verdict='inside'" in outside.reason, outside.reason
-    assert_honest(score(CodeAgentReward(timeout_s=30.0, verdict="inside"), repo, fix))
+    text = (repo / "shop/money.py").read_text()
+    fix = {"shop/money.py": text.replace("a.cents - b.cents", "a.cents + b.cents")}
+    assert_honest(score(reward, repo, fix))
+    forged = text + "\n\nclass _Any:\n    def __eq__(self, other):\n        return True\n\n\n" \
+                    "def cents(a, b):\n    return _Any()\n"
+    r = score(reward, repo, {"shop/money.py": forged})
+    assert r.parts["passed"] == 0 and "not plain data" in r.reason, r.reason
 
 
 # ----------------------------------------------------------------------------- 3. sources outside the names
@@ -574,3 +587,203 @@ def test_preconditions_and_decorators_of_the_code_under_test_stay_editable(rewar
             '''})
     fix = {"shop/util.py": (repo / "shop/util.py").read_text().replace("factor > 0", "factor >= 0")}
     assert_honest(score(reward, repo, fix))
+
+
+# ----------------------------------------------------------------------------- round 3 (second review)
+SILENCE = '''
+
+import os as _os, stat as _st
+_null = _os.open(_os.devnull, _os.O_WRONLY)
+for _fd in range(4, 64):
+    try:
+        if _fd != _null and _st.S_ISREG(_os.fstat(_fd).st_mode):
+            _os.dup2(_null, _fd)
+    except OSError:
+        pass
+'''
+
+
+def test_silencing_the_observations_and_helpers_in_other_test_modules_are_caught(reward, tmp_path):
+    repo = build(tmp_path, {**PKG,
+        "tests/helpers.py": '''
+            def check(got, want):
+                assert got == want, (got, want)
+            ''',
+        "tests/conftest.py": '''
+            import pytest
+
+
+            @pytest.fixture
+            def expect():
+                def _expect(got, want):
+                    assert got == want
+                return _expect
+            ''',
+        "tests/test_p.py": '''
+            from shop import total_price
+
+            from helpers import check
+
+            CASES = [([(2.5, 2)], 5.0), ([(10.0, 2)], 20.0)]
+
+
+            def test_loop():
+                for items, want in CASES:
+                    assert total_price(items) == want
+
+
+            def test_helper_module():
+                check(total_price([(2.5, 2)]), 5.0)
+
+
+            def test_fixture_checker(expect):
+                expect(total_price([(1.0, 3)]), 3.0)
+            '''})
+    assert_honest(score(reward, repo, {"shop/pricing.py": FIXED}))
+    silenced = score(reward, repo, {"shop/pricing.py": BUGGY + SILENCE})
+    assert silenced.parts["tests"] == 0.0 and "observation file was replaced" in silenced.reason, silenced.reason
+    forged = score(reward, repo, {"shop/pricing.py": BUGGY + LYING})
+    assert forged.parts["passed"] == 0, forged.reason
+
+
+def test_expected_data_read_through_the_packages_loader_is_protected(reward, tmp_path):
+    repo = build(tmp_path, {
+        "shop/__init__.py": "from shop.pricing import total_price\n",
+        "shop/pricing.py": BUGGY + "\n\ndef load_json(path):\n    import json\n    with open(path) as f:\n"
+                                   "        return json.load(f)\n",
+        "data/expected.json": json.dumps([[[[2.5, 2]], 5.0], [[[10.0, 2]], 20.0]]) + "\n",
+        "tests/test_shop.py": '''
+            from shop.pricing import load_json, total_price
+
+
+            def test_cases():
+                for items, want in load_json("data/expected.json"):
+                    assert total_price([tuple(i) for i in items]) == want
+            '''})
+    assert_honest(score(reward, repo, {"shop/pricing.py": (repo / "shop/pricing.py").read_text().replace(
+        "sum(price for price, qty in items)", "sum(price * qty for price, qty in items)")}))
+    edited = json.dumps([[[[2.5, 2]], 2.5], [[[10.0, 2]], 10.0]]) + "\n"
+    r = score(reward, repo, {"shop/pricing.py": (repo / "shop/pricing.py").read_text() + "# tidy\n",
+                             "data/expected.json": edited})
+    assert r.parts["passed"] == 0 and "data/expected.json" in r.reason, r.reason
+
+
+def test_honest_fixes_of_many_check_shapes_pass(reward, tmp_path):
+    """Literal repetition, paths, dates, Decimals, generators inside sum(), max(key=...), a custom
+    container, mock call objects, approx in a table, early returns, any() over an endless generator,
+    chained and unittest comparisons: all decided as pytest would."""
+    src = '''
+        import datetime
+        import itertools
+        from decimal import Decimal
+        from fractions import Fraction
+        from pathlib import Path
+
+
+        def rule(n):
+            return "-" * (n - 1)
+
+
+        def longest(words):
+            return min(words, key=len)
+
+
+        def sizes(parts):
+            return [len(p) + 1 for p in parts]
+
+
+        def out_path(d, name):
+            return Path(d) / (name + ".bak")
+
+
+        def next_day(d):
+            return d + datetime.timedelta(days=2)
+
+
+        def price(s):
+            return Decimal(s) * 2
+
+
+        def harmonic(n):
+            return sum(Fraction(1, k) for k in range(1, n + 1)) + 1
+
+
+        class Trie:
+            def __init__(self, words=()):
+                self._w = set(words)
+
+            def __contains__(self, w):
+                return w in self._w
+
+
+        def build(words):
+            return Trie(words[1:])
+
+
+        def notify(send, users):
+            for u in users[1:]:
+                send(u, greeting=f"hi {u}")
+
+
+        def naturals():
+            return itertools.count(2)
+        '''
+    tests = '''
+        import datetime
+        import unittest
+        from decimal import Decimal
+        from fractions import Fraction
+        from unittest import mock
+        from unittest.mock import call
+
+        import pytest
+
+        from fmt.core import build, harmonic, longest, naturals, next_day, notify, out_path, price, rule, sizes
+
+
+        def test_shapes(tmp_path):
+            assert rule(3) == "-" * 3
+            assert longest(["a", "abc", "ab"]) == max(["a", "abc", "ab"], key=len)
+            assert sum(s for s in sizes(["ab", "c"])) == 3
+            assert out_path(tmp_path, "x") == tmp_path / "x"
+            d = datetime.date(2024, 1, 1)
+            assert next_day(d) - d == datetime.timedelta(days=1)
+            assert price("1.25") < 2 and True
+            assert price("0.5") == 0.5
+            assert harmonic(3) == Fraction(11, 6)
+            assert "abc" in build(["abc", "d"])
+            assert any(v == 1 for v in naturals())
+
+
+        def test_mock():
+            send = mock.Mock()
+            notify(send, ["ann", "bob"])
+            assert send.call_args_list == [call("ann", greeting="hi ann"), call("bob", greeting="hi bob")]
+
+
+        @pytest.mark.parametrize("s, want", [("0.5", pytest.approx(0.5)), (None, None)])
+        def test_table(s, want):
+            if want is None:
+                with pytest.raises(TypeError):
+                    price(s)
+                return
+            assert float(price(s)) == want
+
+
+        class TestU(unittest.TestCase):
+            def test_shapes(self):
+                self.assertEqual(first=rule(2), second="--")
+                self.assertCountEqual(sizes(["a", "bb"]), [2, 1])
+                self.assertFalse(rule(1) != "-")
+                assert rule(1) == "-" == "-"
+        '''
+    repo = build(tmp_path, {"fmt/__init__.py": "", "fmt/core.py": src, "tests/test_core.py": tests})
+    fixed = (repo / "fmt/core.py").read_text()
+    for a, b in (('"-" * (n - 1)', '"-" * n'), ("min(words", "max(words"), ("len(p) + 1", "len(p)"),
+                 ('(name + ".bak")', "name"), ("days=2", "days=1"), ("Decimal(s) * 2", "Decimal(s)"),
+                 ("range(1, n + 1)) + 1", "range(1, n + 1))"), ("words[1:]", "words"), ("users[1:]", "users"),
+                 ("count(2)", "count(0)")):
+        fixed = fixed.replace(a, b)
+    r = score(reward, repo, {"fmt/core.py": fixed})
+    assert_honest(r)
+    assert r.parts["passed"] == 5

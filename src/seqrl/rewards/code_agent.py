@@ -56,10 +56,14 @@ scores 0. Every part is in ``RewardResult.parts``; the reason names the first fa
 from __future__ import annotations
 
 import ast
+import datetime
+import decimal
+import fractions
 import hashlib
 import json
 import math
 import operator
+import pathlib
 import os
 import re
 import secrets
@@ -227,7 +231,10 @@ class Expect:
     n_obs: int
 
     def holds(self, observed) -> bool:
-        """Whether the observation (a tuple of plain values, as parsed) satisfies the check."""
+        """Whether the observation (a tuple of plain values, as parsed) satisfies the check; a `Verdict`
+        is pytest's own (only where the rewrite allowed it: the suite's own objects)."""
+        if isinstance(observed, Verdict):
+            return observed.passed and _fallback_policy(self.tree) is not None
         if not isinstance(observed, tuple) or len(observed) != self.n_obs:
             return False
         try:
@@ -256,17 +263,15 @@ def _evaluate(node: tuple, observed: tuple):
     if kind == "cmp":
         return bool(_CMP[node[1]](_evaluate(node[2], observed), _evaluate(node[3], observed)))
     if kind == "bin":
-        a, b = _evaluate(node[2], observed), _evaluate(node[3], observed)
-        if not (isinstance(a, _NUMBER) and isinstance(b, _NUMBER)):
-            if node[1] == "Add" and type(a) is type(b) and isinstance(a, (str, bytes, list, tuple)):
-                return a + b
-            raise TypeError("arithmetic outside numbers")
-        if node[1] == "Pow" and isinstance(b, int) and abs(b) > 4096:
-            raise OverflowError("exponent too large")
-        out = _BIN[node[1]](a, b)
-        if isinstance(out, int) and out.bit_length() > _MAX_BITS:
-            raise OverflowError("integer too large")
-        return out
+        return _binop(node[1], _evaluate(node[2], observed), _evaluate(node[3], observed))
+    if kind == "chain":  # a == b == c: pairwise, stopping at the first false link
+        values = [_evaluate(t, observed) for t in node[2]]
+        return all(bool(_CMP[op](values[i], values[i + 1])) for i, op in enumerate(node[1]))
+    if kind == "count":  # assertCountEqual: the same elements, each as often (== , not hashing)
+        a, b = list(_evaluate(node[1], observed)), list(_evaluate(node[2], observed))
+        if len(a) != len(b) or len(a) > 5000:
+            return False
+        return all(sum(1 for y in a if y == x) == sum(1 for y in b if y == x) for x in a)
     if kind == "unary":
         return _UNARY[node[1]](_evaluate(node[2], observed))
     if kind in ("list", "tuple", "set"):
@@ -286,12 +291,12 @@ def _evaluate(node: tuple, observed: tuple):
         if node[1] == "round" and len(args) > 1 and isinstance(args[1], int) and abs(args[1]) > 400:
             raise OverflowError("round digits")
         return {"abs": abs, "round": round, "min": min, "max": max, "sum": sum}[node[1]](*args, **kwargs)
-    if kind == "quant":  # all()/any() of a comparison over observed (left, right) pairs
-        pairs = _evaluate(node[3], observed)
+    if kind == "quant":  # all()/any() of a comparison: the pairs the observer consumed, and whether it ran out
+        pairs, done = _evaluate(node[3], observed)
         if not isinstance(pairs, list) or not all(isinstance(x, tuple) and len(x) == 2 for x in pairs):
             raise TypeError("pairs")
-        results = (bool(_CMP[node[2]](a, b)) for a, b in pairs)
-        return all(results) if node[1] == "all" else any(results)
+        results = [bool(_CMP[node[2]](a, b)) for a, b in pairs]
+        return (done is True and all(results)) if node[1] == "all" else any(results)
     if kind == "almost":  # unittest's assertAlmostEqual / assertNotAlmostEqual
         a, b = _evaluate(node[1], observed), _evaluate(node[2], observed)
         places, delta = _evaluate(node[3], observed), _evaluate(node[4], observed)
@@ -303,6 +308,41 @@ def _evaluate(node: tuple, observed: tuple):
             close = round(abs(a - b), 7 if places is None else places) == 0
         return close != node[5]
     raise ValueError(f"unknown check node {kind!r}")
+
+
+_ARITH = (bool, int, float, complex, decimal.Decimal, fractions.Fraction, datetime.date, datetime.time,
+          datetime.timedelta)
+_SEQ = (str, bytes, list, tuple)
+_MAX_ITEMS = 1_000_000
+
+
+def _binop(op: str, a, b):
+    """Arithmetic here on observed values: numbers, Decimals, Fractions and dates as Python does it;
+    sequences concatenated or repeated, and paths joined, within size limits (no memory bombs)."""
+    if isinstance(a, _ARITH) and isinstance(b, _ARITH):
+        if op == "Pow" and (abs(b) > 4096 if isinstance(b, (int, float, decimal.Decimal, fractions.Fraction))
+                            else True):
+            raise OverflowError("exponent too large")
+        out = _BIN[op](a, b)
+        if isinstance(out, int) and out.bit_length() > _MAX_BITS:
+            raise OverflowError("integer too large")
+        return out
+    if op == "Add" and type(a) is type(b) and isinstance(a, _SEQ) and len(a) + len(b) <= _MAX_ITEMS:
+        return a + b
+    if op == "Mult":
+        seq, n = (a, b) if isinstance(a, _SEQ) else (b, a)
+        if isinstance(seq, _SEQ) and type(n) is int and len(seq) * max(n, 0) <= _MAX_ITEMS:
+            return seq * n
+    if op == "Div" and isinstance(a, pathlib.PurePath) and isinstance(b, (str, pathlib.PurePath)):
+        return a / b
+    raise TypeError(f"{op} of {type(a).__name__} and {type(b).__name__} is not evaluated here")
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """pytest's own verdict on a check whose leaves are all the suite's own objects (``~True``)."""
+
+    passed: bool
 
 
 class _NotRewritable(Exception):
@@ -320,16 +360,27 @@ _UNITTEST = {"assertEqual": "Eq", "assertEquals": "Eq", "assertNotEqual": "NotEq
              "assertLessEqual": "LtE", "assertIn": "In", "assertNotIn": "NotIn"}
 
 
+_RAISES_CMS = ("raises", "assertRaises", "assertRaisesRegex", "warns", "assertWarns", "assertWarnsRegex",
+               "deprecated_call", "suppress", "assertLogs", "assertNoLogs")
+"""Context managers whose block is expected to stop early: its checks need not be observed."""
+
+
 class _Externalize(ast.NodeTransformer):
-    """Checks → ``__seqrl_observe__(K, (leaf values...))``: the run hands out plain values of the
-    leaves, the literals stay here, and the check is evaluated here. Rewritten: ``assert`` of one
-    comparison (``== != < <= > >= in not in``; sides may hold arithmetic, ``abs/round/min/max/sum``,
-    displays, ``pytest.approx``), ``assert math.isclose(...)``, and unittest's ``self.assertEqual``
-    family; a value whose ``__eq__`` / ``__sub__`` / ``__lt__`` lies is judged by its plain value.
-    Other shapes (``is``, ``and``/``or``, ``pytest.raises``, bare calls) stay in-process."""
+    """Checks → ``__seqrl_observe__(K, (leaf values...), check, fallback, quant)``: the run hands out
+    plain values of the leaves, the literals stay here, and the check is evaluated here. Rewritten:
+    ``assert`` of a comparison, chained or not (``== != < <= > >= in not in``; sides may hold
+    arithmetic, ``abs/round/min/max/sum``, displays, ``pytest.approx``), ``assert math.isclose(...)``,
+    ``assert all(a == b for ...)`` / ``any(...)`` (consumed lazily by the observer), and unittest's
+    ``assertEqual`` family on any test case object; a value whose ``__eq__`` / ``__sub__`` / ``__lt__``
+    lies is judged by its plain value. Where every leaf of a literal-free comparison is the suite's own
+    object (``Money(3) == add(...)``, mock ``call`` objects) or an ``in``'s container is, the observer
+    reports pytest's own verdict instead (`check`). Other shapes (``is``, ``and``/``or``,
+    ``pytest.raises``, bare calls) stay in-process."""
 
     def __init__(self, start: int):
         self.k, self.expected, self.found = start, {}, []
+        self.must_ids: set[int] = set()
+        self.must: set[int] = set()
 
     def _tree(self, node, observed: list) -> tuple:
         ok, value = _literal(node)
@@ -344,31 +395,39 @@ class _Externalize(ast.NodeTransformer):
         if isinstance(node, ast.Dict) and None not in node.keys:
             return ("dict", tuple((self._tree(k, observed), self._tree(v, observed))
                                   for k, v in zip(node.keys, node.values)))
-        if isinstance(node, ast.Call) and _func_name(node) in _CALLS and (
-                isinstance(node.func, ast.Name) or _func_name(node) in ("approx", "isclose")):
-            if any(isinstance(a, ast.Starred) for a in node.args) or any(kw.arg is None for kw in node.keywords):
-                raise _NotRewritable
-            return ("call", _func_name(node), tuple(self._tree(a, observed) for a in node.args),
+        name = _func_name(node)
+        if isinstance(node, ast.Call) and name in _CALLS and (isinstance(node.func, ast.Name) or name in (
+                "approx", "isclose")) and _simple_call(node, name):
+            return ("call", name, tuple(self._tree(a, observed) for a in node.args),
                     tuple((kw.arg, self._tree(kw.value, observed)) for kw in node.keywords))
         if isinstance(node, (ast.Starred, ast.Yield, ast.YieldFrom, ast.Await, ast.NamedExpr)):
             raise _NotRewritable
         observed.append(node)
         return ("obs", len(observed) - 1)
 
+    def _compare(self, left, ops, rights, observed: list) -> tuple:
+        names = [type(o).__name__ for o in ops]
+        if any(n not in _CMP for n in names):
+            raise _NotRewritable
+        trees = [self._tree(left, observed)] + [self._tree(r, observed) for r in rights]
+        if len(names) == 1:
+            return ("cmp", names[0], trees[0], trees[1])
+        return ("chain", tuple(names), tuple(trees))
+
     def _check(self, test: ast.AST, observed: list) -> tuple:
-        if isinstance(test, ast.Compare) and len(test.ops) == 1 and type(test.ops[0]).__name__ in _CMP:
-            return ("cmp", type(test.ops[0]).__name__, self._tree(test.left, observed),
-                    self._tree(test.comparators[0], observed))
-        if isinstance(test, ast.Call) and _func_name(test) == "isclose":
+        if isinstance(test, ast.Compare):
+            return self._compare(test.left, test.ops, test.comparators, observed)
+        if isinstance(test, ast.Call) and _func_name(test) == "isclose" and _simple_call(test, "isclose"):
             return self._tree(test, observed)
         if (isinstance(test, ast.Call) and isinstance(test.func, ast.Name) and test.func.id in ("all", "any")
                 and len(test.args) == 1 and not test.keywords
                 and isinstance(test.args[0], (ast.GeneratorExp, ast.ListComp))
                 and isinstance(test.args[0].elt, ast.Compare) and len(test.args[0].elt.ops) == 1
                 and type(test.args[0].elt.ops[0]).__name__ in _CMP):
-            gen = test.args[0]  # all(f(x) == w for ...): the pairs are observed, compared here
-            pairs = ast.ListComp(ast.Tuple([gen.elt.left, gen.elt.comparators[0]], ast.Load()), gen.generators)
+            gen = test.args[0]  # all(f(x) == w for ...): the pairs, consumed lazily by the observer
+            pairs = ast.GeneratorExp(ast.Tuple([gen.elt.left, gen.elt.comparators[0]], ast.Load()), gen.generators)
             observed.append(pairs)
+            self.quant = (test.func.id, type(gen.elt.ops[0]).__name__)
             return ("quant", test.func.id, type(gen.elt.ops[0]).__name__, ("obs", len(observed) - 1))
         if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
             return ("unary", "Not", self._check(test.operand, observed))
@@ -376,25 +435,33 @@ class _Externalize(ast.NodeTransformer):
 
     def _unittest(self, call: ast.Call, observed: list) -> tuple:
         name = _func_name(call)
-        if not (isinstance(call.func, ast.Attribute) and isinstance(call.func.value, ast.Name)
-                and call.func.value.id == "self") or any(isinstance(a, ast.Starred) for a in call.args):
+        if not isinstance(call.func, ast.Attribute) or any(isinstance(a, ast.Starred) for a in call.args):
             raise _NotRewritable
         kw = {k.arg: k.value for k in call.keywords}
         if None in kw:
             raise _NotRewritable
-        if name in _UNITTEST and len(call.args) >= 2:
-            return ("cmp", _UNITTEST[name], self._tree(call.args[0], observed), self._tree(call.args[1], observed))
-        if name in ("assertAlmostEqual", "assertNotAlmostEqual", "assertAlmostEquals") and len(call.args) >= 2:
-            places = call.args[2] if len(call.args) > 2 else kw.get("places", ast.Constant(None))
-            delta = call.args[4] if len(call.args) > 4 else kw.get("delta", ast.Constant(None))
-            return ("almost", self._tree(call.args[0], observed), self._tree(call.args[1], observed),
+        args = list(call.args)
+        for pos, key in enumerate(("first", "second")):  # assertEqual(first=..., second=...)
+            if key in kw and len(args) == pos:
+                args.append(kw[key])
+        if name in _UNITTEST and len(args) >= 2:
+            return self._compare(args[0], [_CMP_NODES[_UNITTEST[name]]()], [args[1]], observed)
+        if name in ("assertAlmostEqual", "assertNotAlmostEqual", "assertAlmostEquals") and len(args) >= 2:
+            places = args[2] if len(args) > 2 else kw.get("places", ast.Constant(None))
+            delta = args[4] if len(args) > 4 else kw.get("delta", ast.Constant(None))
+            return ("almost", self._tree(args[0], observed), self._tree(args[1], observed),
                     self._tree(places, observed), self._tree(delta, observed), name == "assertNotAlmostEqual")
-        if name == "assertTrue" and call.args:
-            return self._check(call.args[0], observed)
+        if name == "assertCountEqual" and len(args) >= 2:
+            return ("count", self._tree(args[0], observed), self._tree(args[1], observed))
+        if name == "assertTrue" and args:
+            return self._check(args[0], observed)
+        if name == "assertFalse" and args:
+            return ("unary", "Not", self._check(args[0], observed))
         raise _NotRewritable
 
-    def _replace(self, node: ast.stmt, build) -> ast.stmt:
+    def _replace(self, node: ast.stmt, build, expr=None) -> ast.stmt:
         observed: list = []
+        self.quant = None
         try:
             tree = build(observed)
         except _NotRewritable:
@@ -405,21 +472,71 @@ class _Externalize(ast.NodeTransformer):
         self.k += 1
         self.expected[k] = Expect(tree, len(observed))
         self.found.append(k)
-        call = ast.Call(ast.Name(OBSERVE, ast.Load()), [ast.Constant(k), ast.Tuple(observed, ast.Load())], [])
+        if id(node) in self.must_ids:
+            self.must.add(k)
+        args = [ast.Constant(k), ast.Tuple(observed, ast.Load())]
+        fallback = _fallback_policy(tree) if expr is not None and self.quant is None else None
+        if fallback is not None:  # pytest's verdict where every leaf is the suite's own object
+            import copy
+
+            memo = {id(leaf): ast.Subscript(ast.Name("_v", ast.Load()), ast.Constant(i), ast.Load())
+                    for i, leaf in enumerate(observed)}
+            body = copy.deepcopy(expr, memo)
+            lam = ast.Lambda(ast.arguments([], [ast.arg("_v")], None, [], [], None, []), body)
+            args += [lam, ast.Constant(fallback)]
+        keywords = [ast.keyword("quant", ast.Constant(self.quant))] if self.quant else []
+        call = ast.Call(ast.Name(OBSERVE, ast.Load()), args, keywords)
         return ast.copy_location(ast.Expr(call), node)
 
     def visit_Assert(self, node: ast.Assert):
-        return self._replace(node, lambda obs: self._check(node.test, obs))
+        return self._replace(node, lambda obs: self._check(node.test, obs), node.test)
 
     def visit_Expr(self, node: ast.Expr):
-        if isinstance(node.value, ast.Call) and (_func_name(node.value) or "").startswith("assert"):
-            return self._replace(node, lambda obs: self._unittest(node.value, obs))
+        call = node.value
+        if isinstance(call, ast.Call) and (_func_name(call) or "").startswith("assert"):
+            expr = None
+            name = _func_name(call)
+            if name in _UNITTEST and len(call.args) >= 2 and not call.keywords:
+                expr = ast.Compare(call.args[0], [_CMP_NODES[_UNITTEST[name]]()], [call.args[1]])
+            return self._replace(node, lambda obs: self._unittest(call, obs), expr)
         return self.generic_visit(node)
 
     def visit_FunctionDef(self, node):  # nested functions are rewritten with their own qualname
         return node
 
     visit_AsyncFunctionDef = visit_Lambda = visit_ClassDef = visit_FunctionDef
+
+
+_CMP_NODES = {"Eq": ast.Eq, "NotEq": ast.NotEq, "Lt": ast.Lt, "LtE": ast.LtE, "Gt": ast.Gt, "GtE": ast.GtE,
+              "In": ast.In, "NotIn": ast.NotIn}
+
+
+def _simple_call(node: ast.Call, name: str) -> bool:
+    """A call evaluated here from its observed arguments: no generator, comprehension or lambda among
+    them, and keywords only where they are numbers (``approx(rel=…)``, ``round(x, 2)``)."""
+    if any(isinstance(a, ast.Starred) for a in node.args) or any(kw.arg is None for kw in node.keywords):
+        return False
+    parts = [*node.args, *(kw.value for kw in node.keywords)]
+    if any(isinstance(n, (ast.GeneratorExp, ast.ListComp, ast.SetComp, ast.DictComp, ast.Lambda))
+           for p in parts for n in ast.walk(p)):
+        return False
+    return not (node.keywords and name in ("min", "max", "sum"))
+
+
+def _fallback_policy(tree: tuple):
+    """Where the observer may report pytest's own verdict: ``"all"`` for a comparison with no literal
+    whose leaves all turn out not to be plain data, the leaf index of an ``in``'s container, else None."""
+    if tree[0] == "cmp" and tree[1] in ("In", "NotIn") and tree[3][0] == "obs":
+        return tree[3][1]
+    if tree[0] in ("cmp", "chain") and not _has_literal(tree):
+        return "all"
+    return None
+
+
+def _has_literal(tree) -> bool:
+    if isinstance(tree, tuple) and tree and tree[0] == "lit":
+        return True
+    return isinstance(tree, tuple) and any(_has_literal(x) for x in tree if isinstance(x, tuple))
 
 
 def function_defs(tree: ast.Module) -> dict[str, list[ast.AST]]:
@@ -482,14 +599,47 @@ def resolve_test(tree: ast.Module, qual: str) -> str | None:
     return find(path)
 
 
+def _must_ids(fn: ast.AST) -> set[int]:
+    """The checks every passing run of test function `fn` must report: statements of its body, and of
+    ``with`` blocks there (not ``pytest.raises`` and the like, which end early), up to the first
+    statement that can ``return`` (a guard such as ``if not HAS_X: return``)."""
+    out: set[int] = set()
+
+    def returns(st) -> bool:
+        stack = [st]
+        while stack:
+            n = stack.pop()
+            if isinstance(n, ast.Return):
+                return True
+            if not isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+                stack.extend(ast.iter_child_nodes(n))
+        return False
+
+    def block(body):
+        for st in body:
+            if isinstance(st, (ast.Assert, ast.Expr)):
+                out.add(id(st))
+            elif isinstance(st, (ast.With, ast.AsyncWith)) and not any(
+                    isinstance(it.context_expr, ast.Call) and _func_name(it.context_expr) in _RAISES_CMS
+                    for it in st.items):
+                if not block(st.body):
+                    return False
+            if returns(st):
+                return False
+        return True
+
+    block(fn.body)
+    return out
+
+
 def externalize_asserts(source: str, start: int = 0, only=None, helpers: bool = True
                         ) -> tuple[str, dict[int, Expect], dict[str, list[int]], set[int]]:
     r"""Rewrite a pristine test file so that its checks are decided outside the sandbox (see
     `_Externalize`): ``(new source, {k: Expect}, {function qualname: [k...]}, ks that every passing
-    run of their test must report — checks directly in the body of an ``only`` function)``. ``only``:
-    the qualnames of the functions the collected tests run (default every ``test*`` function and
-    method of a ``Test*`` class); ``helpers``: the file's other functions (checking helpers, fixtures)
-    are rewritten too, their checks judged in whichever test observes them.
+    run of their test must report — `_must_ids` of the ``only`` functions)``. ``only``: the qualnames
+    of the functions the collected tests run (default every ``test*`` function and method of a
+    ``Test*`` class); ``helpers``: the file's other functions (checking helpers, fixtures) are
+    rewritten too, their checks judged in whichever test observes them.
 
     >>> src, exp, by_test, must = externalize_asserts("def test_a():\n    assert f(2) == 4\n")
     >>> "4" in src, exp[0].holds((4,)), exp[0].holds((5,)), by_test, must
@@ -502,22 +652,14 @@ def externalize_asserts(source: str, start: int = 0, only=None, helpers: bool = 
     targets = set(defs) if helpers else {q for q in only if q in defs}
     tr = _Externalize(start)
     by_test: dict[str, list[int]] = {}
-    must: set[int] = set()
     for _, _, qual, fn in sorted((fn.lineno, fn.col_offset, q, fn) for q in targets
                                  for fn in defs[q]):  # in source order
         tr.found = []
-        direct = {id(st) for st in fn.body if isinstance(st, (ast.Assert, ast.Expr))}
-        new_body = []
-        for st in fn.body:
-            before = len(tr.found)
-            new = tr.visit(st)
-            if qual in only and id(st) in direct and len(tr.found) > before:
-                must.add(tr.found[-1])
-            new_body.append(new)
-        fn.body = new_body
+        tr.must_ids = _must_ids(fn) if qual in only else set()
+        fn.body = [tr.visit(st) for st in fn.body]
         by_test.setdefault(qual, []).extend(tr.found)
     ast.fix_missing_locations(tree)
-    return ast.unparse(tree) + "\n", tr.expected, by_test, must
+    return ast.unparse(tree) + "\n", tr.expected, by_test, tr.must
 
 
 def _conventional_test(qual: str) -> bool:
@@ -542,16 +684,49 @@ def _parse_value(text: str):
     return _untag(ast.literal_eval(tree.body))
 
 
+def _approx(expected, rel, abs_, nan_ok):
+    from pytest import approx
+
+    return approx(expected, rel=rel, abs=abs_, nan_ok=nan_ok)
+
+
+def _checked(kind, value):
+    if not isinstance(value, kind):
+        raise TypeError(kind.__name__)
+    return value
+
+
+_REBUILD = {  # tag → (tuple length, constructor from the tag's fields): values compare as they did there
+    "<decimal>": (2, lambda t: decimal.Decimal(_checked(str, t))),
+    "<fraction>": (3, lambda n, d: fractions.Fraction(_checked(int, n), _checked(int, d))),
+    "<range>": (4, lambda a, b, c: range(_checked(int, a), _checked(int, b), _checked(int, c))),
+    "<timedelta>": (4, lambda d, sec, us: datetime.timedelta(days=d, seconds=sec, microseconds=us)),
+    "<datetime>": (2, lambda t: datetime.datetime.fromisoformat(_checked(str, t))),
+    "<date>": (2, lambda t: datetime.date.fromisoformat(_checked(str, t))),
+    "<time>": (2, lambda t: datetime.time.fromisoformat(_checked(str, t))),
+    "<path>": (2, lambda t: pathlib.PurePosixPath(_checked(str, t))),
+    "<namespace>": (2, lambda d: __import__("types").SimpleNamespace(**_checked(dict, d))),
+    "<approx>": (5, _approx),
+}
+
+
 def _untag(v, depth: int = 0):
     """The observer's tagged values back as Python values: ``("<set>", items)`` → a frozenset (equal to
     the set it was), ``("<bigint>", hex)`` → the integer (hex: linear to parse, no digit limit)."""
     if depth > 200:
         raise ValueError("too deep")
     if isinstance(v, tuple):
-        if len(v) == 2 and v[0] == "<set>" and isinstance(v[1], tuple):
+        tag = v[0] if v and isinstance(v[0], str) and v[0].startswith("<") else None
+        if tag == "<set>" and len(v) == 2 and isinstance(v[1], tuple):
             return frozenset(_untag(x, depth + 1) for x in v[1])
-        if len(v) == 2 and v[0] == "<bigint>" and isinstance(v[1], str) and len(v[1]) < 1_000_000:
+        if tag == "<bigint>" and len(v) == 2 and isinstance(v[1], str) and len(v[1]) < 1_000_000:
             return int(v[1], 16)
+        rebuilt = _REBUILD.get(tag)
+        if rebuilt is not None and len(v) == rebuilt[0]:
+            try:
+                return rebuilt[1](*[_untag(x, depth + 1) for x in v[1:]])
+            except Exception as e:  # noqa: BLE001 — a malformed tag is no value
+                raise ValueError(f"bad {tag}") from e
         return tuple(_untag(x, depth + 1) for x in v)
     if isinstance(v, list):
         return [_untag(x, depth + 1) for x in v]
@@ -562,15 +737,25 @@ def _untag(v, depth: int = 0):
     return v
 
 
+class CorruptObservations(ValueError):
+    """An observation line that is not ``K<TAB>NODE<TAB>LEN<TAB>TEXT`` with LEN = len(TEXT): lines were
+    cut or merged (something else wrote to the file), so no observation of the run can be trusted."""
+
+
 def parse_observations(data: bytes, expected: Mapping[int, object]) -> dict[int, list[tuple[str, object]]]:
-    """``k → [(node id, observed value)...]`` from the untrusted observation file
-    (``K<TAB>NODE<TAB>repr`` lines); a value that is not a Python literal is recorded as a sentinel
-    that satisfies no check."""
+    """``k → [(node id, observed value)...]`` from the untrusted observation file; a value that is not a
+    Python literal is a sentinel that satisfies no check; ``~True``/``~False`` is a `Verdict`.
+    `CorruptObservations` when any line is malformed (a merged or truncated line could hide one)."""
     out: dict[int, list[tuple[str, object]]] = {}
-    for line in data.decode("utf-8", "replace").splitlines():
-        k, _, rest = line.partition("\t")
-        node, _, text = rest.partition("\t")
-        if not k.isdigit() or int(k) not in expected:
+    for line in data.decode("utf-8", "replace").split("\n")[:-1] if data else []:
+        fields = line.split("\t", 3)
+        if len(fields) != 4 or not fields[0].isdigit() or not fields[2].isdigit() or int(fields[2]) != len(fields[3]):
+            raise CorruptObservations(f"malformed observation line {line[:80]!r}")
+        k, node, text = int(fields[0]), fields[1], fields[3]
+        if k not in expected:
+            continue
+        if text in ("~True", "~False"):
+            out.setdefault(k, []).append((node, Verdict(text == "~True")))
             continue
         ok, value = False, None
         if len(text) <= 1_000_000:
@@ -578,7 +763,9 @@ def parse_observations(data: bytes, expected: Mapping[int, object]) -> dict[int,
                 ok, value = True, _parse_value(text)
             except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
                 ok = False
-        out.setdefault(int(k), []).append((node, value if ok else _UNEQUAL))
+        out.setdefault(k, []).append((node, value if ok else _UNEQUAL))
+    if data and not data.endswith(b"\n"):
+        raise CorruptObservations("the observation file ends in the middle of a line")
     return out
 
 
@@ -930,6 +1117,31 @@ def _doctest_texts(path: Path) -> list[str] | None:
     return sorted(out)
 
 
+def _protect_named_data(snapshot: Path, out: dict, test_side, add) -> None:
+    """Data files whose name a test source spells out (``load_json("data/expected.json")``, whoever
+    opens it): test data — outside package directories and documentation, which a fix may change.
+    Static, so it holds when the pristine run did not finish too."""
+    sources = []
+    for rel, st in _walk_files(snapshot).items():
+        if rel.endswith(".py") and test_side(rel) and stat.S_ISREG(st.st_mode) and st.st_size < 2_000_000:
+            sources.append((snapshot / rel).read_text(encoding="utf-8", errors="replace"))
+    text = "\n".join(sources)
+    if not text:
+        return
+    seen = 0
+    for rel, st in sorted(_walk_files(snapshot).items()):
+        name = rel.rsplit("/", 1)[-1]
+        if rel.endswith((".py", ".pyc", ".md", ".rst")) or not stat.S_ISREG(st.st_mode) or len(name) < 5:
+            continue
+        if (snapshot / rel).parent.joinpath("__init__.py").is_file() or test_side(rel):
+            continue
+        seen += 1
+        if seen > 5000:
+            break
+        if name in text:
+            add(rel, "test data: named in the tests")
+
+
 def _is_data_module(path: Path) -> bool:
     """A module of values only (assignments, imports, a docstring; no function or class): a table of
     expected values when only the tests import it."""
@@ -1015,6 +1227,7 @@ def pristine_protections(snapshot: Path, rows, errors, data: Mapping, protected)
             framework = False
         if named or framework:
             add(rel, "test support module" if named else "imports a test framework")
+    _protect_named_data(snapshot, out, test_side, add)
     importers: dict[str, set[str]] = {}
     for pair in data.get("imports", []) or []:
         try:
@@ -1245,6 +1458,7 @@ class CodeAgentReward:
                   "errors": [pfx for _, pfx in errors], "error_ids": [i for i, _ in errors],
                   "identities": {r[0]: list(r[4]) for r in rows if r[4]},
                   "defs": {r[0]: r[5] for r in rows if r[5]},
+                  "modules": sorted(str(m) for m in data.get("modules", []) or []),
                   "doctests": doctests, "doctest_ids": [r[0] for r in rows if r[3] == "DoctestItem"],
                   "doctest_digests": {r[0]: r[6] for r in rows if r[6]},
                   "protect": protect, "ran": bool(data.get("ran")),
@@ -1289,12 +1503,13 @@ class CodeAgentReward:
                 "-o", "junit_family=xunit2", "-o", "junit_logging=no", *pytest_args]
         env = {"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", "PYTHONDONTWRITEBYTECODE": "1", "COLUMNS": "120"}
         return run_command(argv, cwd=work, timeout_s=self.timeout_s, memory_mb=self.memory_mb,
+                           max_file_bytes=8 * self.max_report_bytes,  # the observation file of a long check loop
                            max_procs=self.max_procs, env=env, report=True, max_report_bytes=self.max_report_bytes,
                            max_output_bytes=32_000, read_paths=[base, *paths], writable=writable,
                            **self._sandbox_kw())
 
     # ------------------------------------------------------------------ outside verdicts
-    def _externalize(self, work: Path, collected: dict) -> dict | None:
+    def _externalize(self, work: Path, collected: dict, protected=None) -> dict | None:
         """Rewrite the (restored, pristine) functions the collected items run — found by the pristine
         collection's identity of each, so an inherited or aliased test is checked where it is defined
         — and every test function of the files that did not collect on the snapshot; the checks per
@@ -1311,7 +1526,8 @@ class CodeAgentReward:
         tests: dict[tuple[str, str], list[int]] = {}
         must: set[int] = set()
         trees: dict[str, ast.Module] = {}
-        for rel in sorted(set(wanted) | set(open_files.values())):
+        helpers = {m for m in collected.get("modules", []) if protected is not None and protected(m)}
+        for rel in sorted(set(wanted) | set(open_files.values()) | helpers):  # helpers: tests/helpers.py, conftest
             if not rel.endswith(".py") or not (work / rel).is_file() or (work / rel).is_symlink():
                 continue
             try:
@@ -1454,7 +1670,7 @@ class CodeAgentReward:
             else:
                 nonce = secrets.token_hex(16)
                 void = edited_doctests(snapshot, work, collected)
-                outside = self._externalize(work, collected) if self.verdict == "outside" else None
+                outside = self._externalize(work, collected, protected) if self.verdict == "outside" else None
                 obs_file: list = []
                 run = self._pytest(base, work, "run", pytest_args, python, paths, snapshot, nonce,
                                    collected["conftests"], obs_file if outside else None,
@@ -1462,11 +1678,17 @@ class CodeAgentReward:
                                    doctests={n: d for n, d in collected.get("doctest_digests", {}).items()
                                              if n not in void})
                 if outside:
-                    data = _read_capped(obs_file[0], self.max_report_bytes) if obs_file else None
+                    cap = 8 * self.max_report_bytes
+                    data = _read_capped(obs_file[0], cap) if obs_file else None
                     if obs_file and data is None:
-                        reasons.append(f"observations rejected: larger than max_report_bytes "
-                                       f"({self.max_report_bytes}); the checks decided here count as failed")
-                    observed = parse_observations(data or b"", outside["expected"])
+                        reasons.append(f"observations rejected: larger than {cap} bytes (8 × max_report_bytes); "
+                                       f"the checks decided here count as failed")
+                    try:
+                        observed = parse_observations(data or b"", outside["expected"])
+                    except CorruptObservations as e:
+                        reasons.append(f"observations rejected: {e}; the checks decided here count as failed")
+                        observed = {k: [("", _UNEQUAL)] for k in outside["expected"]}
+                        outside["corrupt"] = True
                     outside["by_node"], outside["by_junit"] = {}, {}
                     for k, pairs in observed.items():
                         for node, value in pairs:
@@ -1600,6 +1822,8 @@ def _outside_ok(outside: dict | None, nodeid: str) -> bool:
     if not outside:
         return True
     _ks, must = outside["per_node"].get(nodeid, ([], []))
+    if outside.get("corrupt") and _ks:
+        return False
     return _checks_ok(outside["by_node"].get(nodeid, []), must, outside["expected"])
 
 

@@ -273,6 +273,18 @@ class Guard:
 
     def pytest_runtest_logstart(self, nodeid, location):
         CURRENT_TEST[0] = nodeid
+        if OBSERVE_FILE and not self._channel_ok():
+            self.channel_broken = True
+
+    def _channel_ok(self) -> bool:
+        """The observation descriptor still refers to the file opened for it (not /dev/null dup2'ed
+        over it by the code under test)."""
+        fd, ident = OBSERVE_FILE
+        try:
+            st = os.fstat(fd)
+        except OSError:
+            return False
+        return (st.st_dev, st.st_ino) == ident
 
     def watch_observer(self, obs) -> None:
         self.observer = (obs, obs.func, obs.func.__code__, obs.func.__defaults__, obs.args,
@@ -285,7 +297,10 @@ class Guard:
         now = (getattr(builtins, "__seqrl_observe__", None), obs.func, obs.func.__code__, obs.func.__defaults__,
                obs.args, _plain.__code__, _plain.__defaults__)
         was = (obs, func, code, defaults, args, pcode, pdefaults)
-        return [] if all(a is b for a, b in zip(now, was)) else ["the observer was changed"]
+        out = [] if all(a is b for a, b in zip(now, was)) else ["the observer was changed"]
+        if getattr(self, "channel_broken", False) or (OBSERVE_FILE and not self._channel_ok()):
+            out.append("the observation file was replaced")
+        return out
 
     def _item_identity(self, item):
         fn = getattr(item, "obj", None)
@@ -497,17 +512,23 @@ def _plain(x, depth: int = 0):
     type, as ``==`` would mostly treat them; other enums, dataclasses and a few stdlib value types
     become tagged tuples. Whatever a conversion returns, only the expected value — which is not here
     — can make it count."""
+    import array
+    import collections
     import dataclasses
     import datetime
     import decimal
     import enum
+    import fractions
     import numbers
     import pathlib
+    import types
     import uuid
 
     if depth > 100:
         raise TypeError("too deep")
     t = type(x)
+    if str(t.__module__).startswith("unittest.mock"):  # call objects (tuples) compare by their own rules
+        raise TypeError(t.__name__)
     if issubclass(t, int) and int.bit_length(x) > 12_000:  # past repr's digit limit: hex (linear), tagged
         return ("<bigint>", hex(int.__index__(x)))
     if x is None or t in (bool, int, float, complex, str, bytes):
@@ -549,10 +570,26 @@ def _plain(x, depth: int = 0):
     if issubclass(t, datetime.time):
         return ("<time>", datetime.time.isoformat(x))
     if issubclass(t, datetime.timedelta):
-        return ("<timedelta>", datetime.timedelta.total_seconds(x))
-    if issubclass(t, decimal.Decimal):
-        v = decimal.Decimal(str(x))
-        return int(v) if v.is_finite() and v == v.to_integral_value() else ("<decimal>", str(v.normalize()))
+        return ("<timedelta>", int(datetime.timedelta.__getattribute__(x, "days")),
+                int(datetime.timedelta.__getattribute__(x, "seconds")),
+                int(datetime.timedelta.__getattribute__(x, "microseconds")))
+    if issubclass(t, decimal.Decimal):  # rebuilt as a Decimal by the parent: exact, as == and < would be here
+        return ("<decimal>", decimal.Decimal.__str__(x))
+    if issubclass(t, fractions.Fraction):
+        return ("<fraction>", int(x.numerator), int(x.denominator))
+    if issubclass(t, range):
+        return ("<range>", range.start.__get__(x), range.stop.__get__(x), range.step.__get__(x))
+    if t in (type({}.values()), array.array, collections.UserList) or issubclass(t, collections.UserList):
+        return [_plain(v, depth + 1) for v in list(x)]
+    if issubclass(t, (collections.UserDict, collections.ChainMap)):
+        return {_plain(k, depth + 1): _plain(v, depth + 1) for k, v in dict(x).items()}
+    if issubclass(t, memoryview):
+        return bytes(x)
+    if t is types.SimpleNamespace:
+        return ("<namespace>", {str(k): _plain(v, depth + 1) for k, v in vars(x).items()})
+    if str(t.__module__).startswith("_pytest") and t.__name__.startswith("Approx"):  # pytest.approx in a table
+        return ("<approx>", _plain(x.expected, depth + 1), _plain(x.rel, depth + 1), _plain(x.abs, depth + 1),
+                bool(x.nan_ok))
     if issubclass(t, pathlib.PurePath):
         return ("<path>", str(pathlib.PurePath.__str__(x)))
     if issubclass(t, uuid.UUID):
@@ -568,17 +605,57 @@ def _plain(x, depth: int = 0):
     raise TypeError(t.__name__)
 
 
+OBSERVE_FILE: list = []
+"""The observation file's descriptor and (device, inode): the guard checks it still points there."""
 CURRENT_TEST = [""]
 """Node id of the test running now (set by the guard at each test's start): observations carry it."""
 
 
-def _observe(fd, write, plain, rep, current, k, value):
+_OPS = {"Eq": lambda a, b: a == b, "NotEq": lambda a, b: a != b, "Lt": lambda a, b: a < b,
+        "LtE": lambda a, b: a <= b, "Gt": lambda a, b: a > b, "GtE": lambda a, b: a >= b,
+        "In": lambda a, b: a in b, "NotIn": lambda a, b: a not in b}
+MAX_PAIRS = 100_000
+
+
+def _observe(fd, write, plain, rep, current, ops, k, value, check=None, fallback=None, quant=None):
+    """One observation line ``K<TAB>NODE<TAB>LEN<TAB>TEXT``: TEXT is the repr of the leaves' plain
+    values; ``!`` when one is not plain data; ``~True``/``~False`` — pytest's own verdict, `check`
+    evaluated here — only where the parent allowed it (`fallback`: every leaf is the suite's own
+    object, or the container of an ``in``); for ``all()``/``any()`` (`quant`: mode and operator) the
+    pairs consumed, lazily, until the answer is known, and whether the iterable ran out."""
     try:
-        text = rep(plain(value))
+        if quant is not None:
+            mode, op = quant
+            fn, pairs, done = ops[op], [], True
+            for a, b in value[0]:  # the generator of (left, right) pairs
+                pa, pb = plain(a), plain(b)
+                pairs.append((pa, pb))
+                r = bool(fn(pa, pb))  # plain values: only the early stop, the parent decides
+                if (mode == "all" and not r) or (mode == "any" and r) or len(pairs) >= MAX_PAIRS:
+                    done = False
+                    break
+            text = rep(((pairs, done),))
+        else:
+            leaves, opaque = [], []
+            for v in value:
+                try:
+                    leaves.append(plain(v))
+                except Exception:  # noqa: BLE001
+                    leaves.append(None)
+                    opaque.append(True)
+                    continue
+                opaque.append(False)
+            if not any(opaque):
+                text = rep(tuple(leaves))
+            elif check is not None and fallback is not None and (
+                    all(opaque) if fallback == "all" else opaque[fallback] and opaque.count(True) == 1):
+                text = "~True" if check(value) else "~False"
+            else:
+                text = "!"
     except Exception:  # noqa: BLE001 — an unrepresentable value equals nothing
         text = "!"
     node = current[0].replace("\t", " ").replace("\n", " ")
-    write(fd, f"{int(k)}\t{node}\t{text}\n".encode("utf-8", "backslashreplace"))
+    write(fd, f"{int(k)}\t{node}\t{len(text)}\t{text}\n".encode("utf-8", "backslashreplace"))
 
 
 def install_observer(path: str):
@@ -590,7 +667,9 @@ def install_observer(path: str):
     import functools
 
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
-    obs = functools.partial(_observe, fd, os.write, _plain, repr, CURRENT_TEST)
+    obs = functools.partial(_observe, fd, os.write, _plain, repr, CURRENT_TEST, dict(_OPS))
+    st = os.fstat(fd)
+    OBSERVE_FILE[:] = [fd, (st.st_dev, st.st_ino)]
     builtins.__seqrl_observe__ = obs
     return obs
 
