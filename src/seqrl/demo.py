@@ -3,8 +3,9 @@
 1. build the character tokenizer and the tiny preset (fresh weights, seed 0) and evaluate it;
 2. a deliberately short SFT on worked column-wise solutions, then evaluate;
 3. GRPO from that SFT model with the task's verifier as reward, then evaluate;
-4. a process reward model trained on exactly labelled worked solutions, then test-time search with the
-   GRPO model at one budget N: majority vote, PRM-weighted best-of-N and PRM-guided beam search;
+4. a process reward model — the SFT model with a fresh head — trained on the SFT model's own solutions,
+   each step labelled exactly (good iff it and every step before it are right), then test-time search
+   with the GRPO model at one budget N: majority vote, PRM-weighted best-of-N and PRM-guided beam search;
 5. write `<out>/report.md` with the tables and plots.
 
 Held-out metrics at each stage: greedy accuracy, mean sampled accuracy (pass@1 at T = 1),
@@ -34,17 +35,22 @@ SEARCH_T = 0.8  # sampling temperature of every search method (search-and-learn'
 MARKER = ".seqrl-demo"  # written into every folder the demo creates; only such folders are ever replaced
 TASK = TaskConfig(name="arith", kwargs={"digits": 2}, n_train=4000, n_test=200)
 MAX_NEW = 48
+PRM_PROBLEMS, PRM_STEPS, PRM_LR = 4000, 600, 1e-3
 QUICK_NOTE = ("\n\n`--quick` checks the pipeline only: its stages are too short to learn the task; "
               "run `seqrl demo` to see SFT and GRPO at work.")
 
 
-def prm_config(out: Path, quick: bool) -> prm.PRMConfig:
+def prm_config(out: Path, quick: bool, sft_checkpoint: Path | None = None) -> prm.PRMConfig:
+    """The PRM: the SFT model with a fresh head, trained on that model's own solutions to the train
+    problems, labelled exactly (a step is good iff it and every step before it are right)."""
+    sft_checkpoint = sft_checkpoint or out / "sft" / "checkpoint-200"
     return prm.PRMConfig(
         run=RunConfig(name="prm", out_dir=str(out), seed=0, save_every=0, log_every=20),
-        model=ModelConfig(preset="tiny", max_seq_len=128),
-        task=replace(TASK),
-        optim=OptimConfig(lr=2e-3, warmup_steps=30),
-        steps=30 if quick else 300,
+        model=ModelConfig(path=str(sft_checkpoint)),
+        task=replace(TASK, n_train=PRM_PROBLEMS),
+        data=prm.PRMDataConfig(policy=str(sft_checkpoint), samples=4, temperature=1.0, max_new_tokens=MAX_NEW),
+        optim=OptimConfig(lr=PRM_LR, warmup_steps=30),
+        steps=30 if quick else PRM_STEPS,
         batch_size=32,
     )
 
@@ -111,7 +117,8 @@ def run_demo(out: Path, quick: bool = False, overrides: list[str] | None = None)
     if unknown:
         raise ConfigError(f"demo: overrides must start with sft., grpo. or prm. (got {sorted(unknown)})")
     sft_cfg, grpo_cfg = _apply(sft_cfg, given.get("sft", {}), "sft"), _apply(grpo_cfg, given.get("grpo", {}), "grpo")
-    prm_cfg = _apply(prm_config(out, quick), given.get("prm", {}), "prm")
+    sft_checkpoint = sft_cfg.run.dir / f"checkpoint-{sft_cfg.steps}"  # SFT saves at its last step
+    prm_cfg = _apply(prm_config(out, quick, sft_checkpoint), given.get("prm", {}), "prm")
     prepare_demo_dir(out)
     t0 = time.perf_counter()
 
@@ -131,9 +138,12 @@ def run_demo(out: Path, quick: bool = False, overrides: list[str] | None = None)
     print("      evaluating the GRPO model")
     final_policy = load_pretrained(latest_checkpoint(grpo_cfg.run.dir))
     stages["after GRPO"] = _evaluate(final_policy, sft_cfg.task, sft_cfg.run.seed)
-    print(f"[4/5] PRM: {prm_cfg.steps} steps on labelled worked solutions; search at N = {SEARCH_N}")
+    print(f"[4/5] PRM: {prm_cfg.steps} steps on the SFT model's own labelled solutions; search at N = {SEARCH_N}")
+    t_prm = time.perf_counter()
     prm.train(prm_cfg)
+    t_search = time.perf_counter()
     search = _search_stage(final_policy, prm_cfg, sft_cfg.task, 20 if quick else 100, sft_cfg.run.seed)
+    print(f"      PRM {t_search - t_prm:.0f} s, search {time.perf_counter() - t_search:.0f} s")
     elapsed = time.perf_counter() - t0
     print("[5/5] report")
 
@@ -161,9 +171,10 @@ maj@{EVAL_K} = majority answer of {EVAL_K} samples.
 ![stages](stages.png)
 
 Test-time search with the GRPO model on the first {search['problems']} held-out problems, N = {SEARCH_N}
-samples or beams (beam width {SEARCH_WIDTH}) at temperature {SEARCH_T}, scored by a process reward model trained for {prm_cfg.steps}
-steps on exactly labelled worked solutions (held-out step AUC {search['prm_auc']:.3f}); the gold answer
-is used only to grade the final pick:
+samples or beams (beam width {SEARCH_WIDTH}) at temperature {SEARCH_T}, scored by a process reward model: the SFT
+model with a fresh head, trained for {prm_cfg.steps} steps on {prm_cfg.data.samples} of its own solutions per train problem, each
+step labelled exactly (good iff it and every earlier step are right; held-out step AUC {search['prm_auc']:.3f} on its
+solutions to the test problems). The gold answer is used only to label the PRM's data and to grade the final pick:
 
 | method | accuracy | generated tokens | PRM tokens |
 |---|---|---|---|
@@ -185,7 +196,7 @@ def search_note(accuracy: dict[str, float], majority: float, prm_auc: float) -> 
     """The report's sentence when a PRM-guided method scores below majority vote (a demo never shows a
     method making the model worse without saying why); "" otherwise.
 
-    >>> search_note({"PRM beam search": 0.6, "PRM-weighted best-of-8": 0.95}, 0.9, 0.62)[:52]
+    >>> search_note({"PRM beam search": 0.6, "PRM-weighted best-of-8": 0.95}, 0.9, 0.72)[:52]
     '\\nPRM beam search is below majority@8 here, for reaso'
     >>> search_note({"PRM beam search": 0.95}, 0.9, 0.99)
     ''
@@ -194,10 +205,11 @@ def search_note(accuracy: dict[str, float], majority: float, prm_auc: float) -> 
     if not worse:
         return ""
     return (f"\n{' and '.join(worse)} {'is' if len(worse) == 1 else 'are'} below majority@{SEARCH_N} here, for "
-            f"reasons not yet fixed: the PRM is a tiny model trained from scratch (held-out step AUC "
-            f"{prm_auc:.2f}), which cannot check a step the policy itself had to learn, and on this task stepping "
-            "a solution (each partial solution re-encoded and continued) loses accuracy even with a near-perfect "
-            "PRM (docs/algorithms/search.md).\n")
+            f"reasons not yet fixed: the PRM tells right steps from wrong ones in the policy's own solutions "
+            f"only weakly (held-out step AUC {prm_auc:.2f}) — judging a step means redoing the column sum the "
+            "policy itself got wrong, which this tiny model learns slowly — and a method that follows "
+            "its scores (a pick, a beam) inherits its mistakes, while a vote needs no scorer "
+            "(docs/algorithms/search.md).\n")
 
 
 def _search_stage(policy, prm_cfg: prm.PRMConfig, task_cfg: TaskConfig, n_problems: int, seed: int) -> dict:
@@ -220,8 +232,8 @@ def _search_stage(policy, prm_cfg: prm.PRMConfig, task_cfg: TaskConfig, n_proble
             f"PRM beam search (N={SEARCH_N}, M={SEARCH_WIDTH})": beam}
     table = "\n".join(f"| {name} | {r.accuracy:.3f} | {r.account.generated_tokens:,} | {r.account.scorer_tokens:,} |"
                       for name, r in rows.items())
-    auc = [m["eval/auc"] for m in read_metrics(prm_cfg.run.dir / "metrics.jsonl") if "eval/auc" in m]
-    prm_auc = auc[-1] if auc else float("nan")
+    auc = [m["eval/auc"] for m in read_metrics(prm_cfg.run.dir / "metrics.jsonl") if m.get("eval/auc") is not None]
+    prm_auc = auc[-1] if auc else float("nan")  # none: held-out labels of one class (an untrained policy)
     note = search_note({name: r.accuracy for name, r in rows.items()}, majority.accuracy, prm_auc)
     return {"problems": len(problems), "table": table, "prm_auc": prm_auc, "note": note,
             "accuracy": {name: r.accuracy for name, r in rows.items()}}

@@ -199,3 +199,34 @@ def test_cli_train_orm_uses_the_prm_presets_with_its_own_run_folder(capsys):
     assert main(["train", "prm", "--config", "arith_tiny_prm", "--print-config", "--run.name=x"]) == 0
     text = capsys.readouterr().out
     assert "name: x" in text and "kind: prm" in text
+
+
+def test_train_on_a_policys_own_solutions(tmp_path, tiny_policy):
+    """data.policy: rows are the policy's samples, exactly labelled (cumulative truth), held out by problem."""
+    from seqrl.algos.prm import load_rows
+
+    tiny_policy.save(tmp_path / "lm")
+    data = PRMDataConfig(policy=str(tmp_path / "lm"), samples=2, max_new_tokens=24)
+    cfg = _cfg(tmp_path, 2, data=data)
+    cfg.model = ModelConfig(path=str(tmp_path / "lm"))
+    train_rows, test_rows, source = load_rows(cfg)
+    assert "sampled by" in source and train_rows and test_rows
+    assert not {r.prompt for r in train_rows} & {r.prompt for r in test_rows}  # train vs test problems
+    assert len(train_rows) <= 2 * 64 and len(test_rows) <= 2 * 16
+    for r in train_rows:  # once a step is bad, every later step is
+        assert list(r.labels) == sorted(r.labels, reverse=True) and set(r.labels) <= {0.0, 1.0}
+    assert load_rows(cfg)[0] == train_rows  # seeded sampling
+    out = train(cfg)
+    assert "eval/auc" in out
+    first = json.loads((tmp_path / "p" / "metrics.jsonl").read_text().splitlines()[0])
+    assert first["data/train_examples"] == len(train_rows)
+
+
+def test_policy_data_needs_exact_step_truth():
+    from seqrl.algos.prm import load_rows
+
+    cfg = PRMConfig(task=TaskConfig(name="countdown", n_train=8, n_test=4), data=PRMDataConfig(policy="runs/x"))
+    with pytest.raises(ValueError, match="no exact step truth.*seqrl data prm-labels.*data.path"):
+        load_rows(cfg)
+    with pytest.raises(ValueError, match="data.temperature"):
+        PRMDataConfig(policy="x", temperature=0.0)

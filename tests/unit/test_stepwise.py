@@ -12,6 +12,8 @@ from seqrl.data.stepwise import (
     StepwiseFormatError,
     arith_step_truth,
     corrupted_arith_examples,
+    cumulative_truth,
+    policy_arith_examples,
     prefix_text,
     read_stepwise,
     split_steps,
@@ -88,3 +90,27 @@ def test_corrupted_examples_label_exactly_the_moved_step():
     assert 0.5 < sum(n_wrong) / len(examples) < 0.8  # about 2/3 have one wrong step
     for p, ex in zip(problems, examples):
         assert list(ex.labels) == [float(t) for t in arith_step_truth(p, ex.completions)]
+
+
+def test_policy_solutions_get_cumulative_step_labels():
+    """Math-Shepherd under a perfect verifier: after the first wrong step every step is bad, even one that
+    is right on its own (here the copied-digit error of a real policy, then a right tens column)."""
+    p = Problem("18+90=", "108", steps=("8+0=8", "1+9+0=10"))
+    assert cumulative_truth([True, True, True]) == [True, True, True]
+    assert cumulative_truth([False, True, True]) == [False, False, False]
+    assert cumulative_truth([True, False, True]) == [True, False, False]
+    assert cumulative_truth([]) == []
+    solutions = [
+        "<think>8+0=8\n\n1+9+0=10</think><answer>108</answer>",  # all right
+        "<think>9+0=9\n\n1+9+0=10</think><answer>109</answer>",  # wrong first step; the 2nd is right alone
+        "<think>8+0=8\n\n1+9+0=11</think><answer>118</answer>",  # wrong 2nd step; the answer follows it
+        "<think>8+0=8\n\n1+9+0=10</think><answer>107</answer>",  # only the answer wrong
+        "<think>8+0=8\n\n",  # truncated: no answer step
+        "no steps",  # dropped
+    ]
+    rows = policy_arith_examples([p], [solutions])
+    assert [r.labels for r in rows] == [(1.0, 1.0, 1.0), (0.0, 0.0, 0.0), (1.0, 0.0, 0.0), (1.0, 1.0, 0.0), (1.0,)]
+    assert [arith_step_truth(p, r.completions) for r in rows][1] == [False, True, False]  # position-wise differs
+    assert rows[1].completions == ("9+0=9", "1+9+0=10", "<answer>109</answer>") and {r.prompt for r in rows} == {p.prompt}
+    with pytest.raises(ValueError):
+        policy_arith_examples([p], [])  # one list of solutions per problem

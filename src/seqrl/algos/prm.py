@@ -6,8 +6,13 @@
 Data: a stepwise file (TRL's ``{"prompt", "completions", "labels"}``, e.g. from
 ``seqrl data prm-labels``) split into train/held-out rows by problem (a seeded permutation of the
 distinct prompts: no held-out problem is trained on), or, without a
-file, exactly labelled arithmetic solutions (`corrupted_arith_examples`) from the task's train and
-test splits. A PRM learns a label at the last token of every step, an ORM one label (the last
+file, exactly labelled arithmetic solutions from the task's train and test splits: a policy's own
+samples with ``data.policy`` (`policy_arith_examples`: a step is good iff it and every step before it
+are right), else gold steps with one value moved (`corrupted_arith_examples`).
+
+    seqrl train prm --config arith_tiny_prm --model.path=runs/sft/checkpoint-200 \
+        --data.policy=runs/sft/checkpoint-200 --optim.lr=1e-3
+ A PRM learns a label at the last token of every step, an ORM one label (the last
 step's) at the last step's end; the loss is the (soft-label) cross-entropy `step_label_loss`.
 A solution longer than the context loses the steps that do not fit (counted in
 ``data/dropped_steps``; an ORM drops the whole solution) or, with ``data.overlong: error``, stops.
@@ -37,7 +42,7 @@ from seqrl.algos.common import (
 )
 from seqrl.algos.prm_config import PRMConfig, PRMDataConfig  # noqa: F401 (re-exported)
 from seqrl.core.search import binary_auc, step_label_loss
-from seqrl.data.stepwise import StepExample, corrupted_arith_examples, read_stepwise
+from seqrl.data.stepwise import StepExample, corrupted_arith_examples, policy_arith_examples, read_stepwise
 from seqrl.models.lm import ModelConfig, num_parameters
 from seqrl.models.prm import ProcessRewardModel, pad_right
 from seqrl.utils.checkpoint import save_checkpoint
@@ -145,7 +150,48 @@ def split_by_prompt(rows: list[StepExample], test_fraction: float, seed: int
     return [r for r in rows if r.prompt not in held], [r for r in rows if r.prompt in held]
 
 
-def load_rows(cfg: PRMConfig) -> tuple[list[StepExample], list[StepExample], str]:
+def sample_solutions(policy, problems: list, n: int, temperature: float, max_new_tokens: int, seed: int,
+                     chunk: int = 128, progress: bool = False) -> list[list[str]]:
+    """`n` completions of each problem from `policy` (a `Policy`) through the rollout engine, `chunk`
+    problems per call (call k samples with seed + k: a pure function of the arguments)."""
+    from seqrl.rollout import SamplingParams, generate
+
+    out: list[list[str]] = []
+    with progress_bar(len(problems), "sampling PRM data", disable=not progress) as bar:
+        for k, start in enumerate(range(0, len(problems), chunk)):
+            part = problems[start:start + chunk]
+            params = SamplingParams(temperature=temperature, max_new_tokens=max_new_tokens, seed=seed + k)
+            texts = generate(policy, policy.encode_prompts(part), n, params).texts
+            out += [texts[i * n:(i + 1) * n] for i in range(len(part))]
+            bar.advance(len(part))
+    return out
+
+
+def policy_rows(cfg: PRMConfig, task, train: list, test: list, device=None
+                ) -> tuple[list[StepExample], list[StepExample]]:
+    """(train rows, held-out rows) from `cfg.data.policy`'s own samples, exactly labelled
+    (`policy_arith_examples`); a task without exact step truth is a ValueError."""
+    if not task.name.startswith("arith") or not all(p.steps for p in train[:10]):
+        raise ValueError(f"data.policy: task {cfg.task.name!r} has no exact step truth to label the policy's "
+                         "solutions with; label them by rollouts with `seqrl data prm-labels --policy "
+                         f"{cfg.data.policy} --task {cfg.task.name} --out labels.jsonl` and pass data.path=labels.jsonl")
+    from seqrl.models.lm import load_policy
+
+    d = cfg.data
+    policy = load_policy(ModelConfig(path=d.policy), device)
+    policy.model.eval()
+    args = (d.samples, d.temperature, d.max_new_tokens)
+    seed = cfg.task.seed
+    rows = [policy_arith_examples(ps, sample_solutions(policy, ps, *args, seed=seed + 10_000 * i,
+                                                       progress=cfg.run.progress))
+            for i, ps in enumerate((train, test))]
+    del policy
+    if d.corrupted > 0:
+        rows[0] += corrupted_arith_examples(train[: round(d.corrupted * len(train))], seed=seed)
+    return rows[0], rows[1]
+
+
+def load_rows(cfg: PRMConfig, device=None) -> tuple[list[StepExample], list[StepExample], str]:
     """(train rows, held-out rows, where they came from)."""
     if cfg.data.path is not None:
         rows = read_stepwise(cfg.data.path)
@@ -157,6 +203,9 @@ def load_rows(cfg: PRMConfig) -> tuple[list[StepExample], list[StepExample], str
     task = cfg.task.build()
     train = task.problems("train", cfg.task.n_train, cfg.task.seed)
     test = task.problems("test", cfg.task.n_test, cfg.task.seed)
+    if cfg.data.policy is not None:
+        train_rows, test_rows = policy_rows(cfg, task, train, test, device)
+        return train_rows, test_rows, f"task {cfg.task.name} sampled by {cfg.data.policy}"
     if not all(p.steps for p in train[:10]):
         raise ValueError(f"task {cfg.task.name!r} has no worked steps; give data.path (a stepwise file)")
     return (corrupted_arith_examples(train, seed=cfg.task.seed),
@@ -169,7 +218,7 @@ def train(cfg: PRMConfig) -> dict[str, float]:
     refuse_skip_step(cfg.run, "prm")
     device, _, run_dir, resume_from, placement = start_run(cfg, distributed=False)
 
-    train_rows, test_rows, source = load_rows(cfg)
+    train_rows, test_rows, source = load_rows(cfg, device)
     prm = ProcessRewardModel.build(cfg.model, cfg.kind, cfg.head, device)
     model, tok = prm.model, prm.tokenizer
     examples, dropped = encode_examples(prm, train_rows, cfg.data.overlong, f"{source} (train)")

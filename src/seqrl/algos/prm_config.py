@@ -18,7 +18,22 @@ class PRMDataConfig:
 
     path: str | None = None
     """A stepwise file (.jsonl/.json/.parquet/.csv); None: exactly labelled arithmetic solutions
-    built from `task` (gold steps, one value moved in about two thirds of them)."""
+    built from `task`: the `policy`'s own samples when it is set, else gold steps with one value
+    moved in about two thirds of them."""
+    policy: str | None = None
+    """A causal-LM folder (e.g. an SFT checkpoint) whose own solutions to the task's train problems
+    (training rows) and test problems (held-out rows) are the data when `path` is None, labelled
+    exactly (arithmetic only) with Math-Shepherd semantics: a step is good iff it and every step
+    before it are right. Without it a PRM learns only corrupted gold steps, not the policy's errors."""
+    samples: int = 4
+    """With `policy`: solutions sampled per problem."""
+    temperature: float = 1.0
+    """With `policy`: sampling temperature."""
+    max_new_tokens: int = 64
+    """With `policy`: cap on each sampled solution."""
+    corrupted: float = 0.0
+    """With `policy`: share of the train problems that also give a corrupted-gold row (the rows used
+    without `policy`), which teach step arithmetic on its own; held-out rows stay policy samples."""
     test_fraction: float = 0.1
     """Share of `path`'s distinct prompts held out for evaluation, with all their rows (a seeded
     permutation of the prompts: the held-out AUC measures problems never trained on)."""
@@ -30,6 +45,13 @@ class PRMDataConfig:
             raise ValueError(f"data.test_fraction must be in (0, 1) (got {self.test_fraction})")
         if self.overlong not in ("drop", "error"):
             raise ValueError(f"data.overlong must be 'drop' or 'error' (got {self.overlong!r})")
+        if self.samples < 1 or self.max_new_tokens < 1:
+            raise ValueError(f"data.samples and data.max_new_tokens must be >= 1 "
+                             f"(got {self.samples}, {self.max_new_tokens})")
+        if not 0 <= self.corrupted <= 1:
+            raise ValueError(f"data.corrupted must be in [0, 1] (got {self.corrupted})")
+        if self.temperature <= 0:
+            raise ValueError(f"data.temperature must be > 0 (got {self.temperature})")
 
 
 @dataclass

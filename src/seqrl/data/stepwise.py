@@ -257,3 +257,37 @@ def corrupted_arith_examples(problems: list[Problem], seed: int = 0, p_clean: fl
         labels = tuple(float(t) for t in arith_step_truth(p, steps))
         out.append(StepExample(p.prompt, tuple(steps), labels))
     return out
+
+
+def cumulative_truth(truth: list[bool] | tuple[bool, ...]) -> list[bool]:
+    """Math-Shepherd step labels under a perfect verifier: a step is good iff it and every step before
+    it are right, so every step after the first wrong one is bad — the answer step included, even a
+    step that is right on its own.
+
+    >>> cumulative_truth([True, False, True, True])
+    [True, False, False, False]
+    """
+    out, ok = [], True
+    for t in truth:
+        ok = ok and bool(t)
+        out.append(ok)
+    return out
+
+
+def policy_arith_examples(problems: list[Problem], solutions: list[list[str]]) -> list[StepExample]:
+    """Exactly labelled rows from a policy's own solutions to arithmetic problems: `solutions[i]` holds
+    the completions sampled for `problems[i]`; each becomes one row of its `split_steps`, labelled by
+    `cumulative_truth` of `arith_step_truth`. A completion with no step is dropped.
+
+    >>> p = Problem("18+90=", "108", steps=("8+0=8", "1+9=10"))
+    >>> [ex.labels for ex in policy_arith_examples([p], [["<think>8+0=8\\n\\n1+9=11</think><answer>119</answer>", "x"]])]
+    [(1.0, 0.0, 0.0)]
+    """
+    out = []
+    for p, texts in zip(problems, solutions, strict=True):
+        for text in texts:
+            steps = split_steps(text)
+            if steps:
+                labels = tuple(float(t) for t in cumulative_truth(arith_step_truth(p, steps)))
+                out.append(StepExample(p.prompt, tuple(steps), labels))
+    return out
