@@ -7,7 +7,7 @@ import json
 import pytest
 
 from seqrl.data import ArithmeticTask
-from seqrl.data.stepwise import read_stepwise
+from seqrl.data.stepwise import read_stepwise, split_steps
 from seqrl.search.labels import LabelConfig, label_problems
 from seqrl.search.simulated import NoisyArithmeticPolicy
 
@@ -28,7 +28,7 @@ class Scripted:
             if not pre:
                 out.append([gold.target] * n)
                 continue
-            t = pre.count("\n\n")  # a prefix of t think steps ends with t separators
+            t = len(split_steps(pre))  # think steps in the prefix
             tail = gold.target[len(pre):]
             right = 4 - 2 * t + 1 if t <= 2 else n
             out.append([tail if i < right else tail.replace(f">{gold.answer}<", ">-1<") for i in range(n)])
@@ -47,6 +47,38 @@ def test_hard_and_soft_labels_exact(tmp_path):
         assert row["labels"] == row["soft"] and row["truth"] == [True, True, True]
     assert stats.label_acc_hard == 1.0 and stats.label_acc_soft == pytest.approx(4 / 6)  # 0.25 < ½ misses
     assert read_stepwise(tmp_path / "l.jsonl")[0].labels == (0.75, 0.25, 1.0)  # a valid stepwise file
+
+
+class InFormat:
+    """A policy that learned the house format on two-step solutions: after a step separator it writes a
+    step, after ``</think>`` the answer; from a correct prefix it is right, except that a third think
+    step (which it never saw) leads it astray."""
+
+    def continue_texts(self, questions, prefixes, n, seed):
+        out = []
+        for q, pre in zip(questions, prefixes):
+            gold = NoisyArithmeticPolicy()._problem(q)
+            if pre.endswith("</think>"):
+                out.append([f"<answer>{gold.answer}</answer>"] * n)
+            elif len(split_steps(pre)) >= len(gold.steps):  # one step too many: a made-up step, a wrong answer
+                out.append([f"1=1</think><answer>{int(gold.answer) + 1}</answer>"] * n)
+            else:
+                out.append([gold.target[len(pre):]] * n)
+        return out, n * len(questions)
+
+
+def test_the_last_think_step_is_continued_in_format():
+    """Continued after a separator, a policy in format invents a step and labels a right last step wrong
+    (P(reach gold) 0.006 in format vs 0.657, gsm): after the last think step the prefix closes </think>."""
+    task = ArithmeticTask(digits=2)
+    problems = [p for p in task.problems("train", 20, seed=0) if len(p.steps) == 2][:3]
+    import tempfile
+    from pathlib import Path
+
+    out = Path(tempfile.mkdtemp()) / "l.jsonl"
+    label_problems(InFormat(), task, problems, LabelConfig(n=1, rollouts=2), out, progress=False)
+    for row in map(json.loads, out.read_text().splitlines()):
+        assert row["hard"] == [True, True, True] and row["truth"] == [True, True, True], row
 
 
 def test_resume_skips_finished_problems_and_matches_an_uninterrupted_run(tmp_path):

@@ -3,7 +3,8 @@
     seqrl data prm-labels --policy runs/sft/checkpoint-400 --task arith --n 4 --rollouts 8 --out labels.jsonl
 
 For each problem the policy samples N solutions; for each step prefix s_1..s_t of a solution, K
-completions continue from it and are verified against the gold answer:
+completions continue from it (in the house format: after the last think step the prefix closes
+``</think>``, `rollout_prefix`) and are verified against the gold answer:
 
     hard label  y_t = 1[any of the K completions is correct]        soft label  y_t = (# correct) / K
 
@@ -29,7 +30,7 @@ from seqrl.config import parse_json_object
 from seqrl.data.stepwise import arith_step_truth, prefix_text, split_steps
 from seqrl.models.lm import Policy
 from seqrl.rollout import SamplingParams, generate
-from seqrl.types import ANSWER_OPEN, Problem, Task
+from seqrl.types import ANSWER_OPEN, STEP_SEP, THINK_CLOSE, THINK_OPEN, Problem, Task
 from seqrl.utils.progress import progress_bar
 
 
@@ -149,6 +150,27 @@ def _read_done(out: Path, problems: list[Problem]) -> tuple[set[int], LabelStats
     return done, stats
 
 
+def rollout_prefix(steps: list[str], t: int) -> str:
+    """The text a rollout continues after think step `t` of a solution, in the house format: the
+    separator after a step that another think step follows, ``</think>`` after the solution's last
+    think step when an answer step follows it — a policy that learned the format then writes the
+    answer, where after a separator it would invent one more step.
+
+    >>> rollout_prefix(["7+5=12", "4+8+1=13", "<answer>132</answer>"], 0)
+    '<think>7+5=12\\n\\n'
+    >>> rollout_prefix(["7+5=12", "4+8+1=13", "<answer>132</answer>"], 1)
+    '<think>7+5=12\\n\\n4+8+1=13</think>'
+    >>> rollout_prefix(["7+5=12", "4+8+1=13"], 1)  # no answer step (cut off): another step may follow
+    '<think>7+5=12\\n\\n4+8+1=13\\n\\n'
+    """
+    head = steps[: t + 1]
+    answered = any(x.startswith(ANSWER_OPEN) for x in steps[t + 1:])
+    last_think = all(x.startswith(ANSWER_OPEN) for x in steps[t + 1:])
+    if answered and last_think:
+        return f"{THINK_OPEN}{STEP_SEP.join(head)}{THINK_CLOSE}"
+    return prefix_text(head)
+
+
 def label_problems(policy: Policy | Continuer, task: Task, problems: list[Problem], cfg: LabelConfig,
                    out: str | Path, progress: bool = True, exact_truth: bool | None = None) -> LabelStats:
     """Label `problems` into `out` (appending; problems already there are skipped) and write
@@ -190,7 +212,7 @@ def label_problems(policy: Policy | Continuer, task: Task, problems: list[Proble
                     for t in range(len(steps)):
                         if not steps[t].startswith(ANSWER_OPEN):
                             questions.append(chunk[j].prompt)
-                            prefixes.append(prefix_text(steps[: t + 1]))
+                            prefixes.append(rollout_prefix(steps, t))
                             owners.append((len(solutions) - 1, t))
             correct: dict[tuple[int, int], int] = {}
             if prefixes:
