@@ -165,3 +165,21 @@ def test_simulated_policy_errors():
             assert sum(int(x) for x in lhs.split("+")) == int(value)
     with pytest.raises(ValueError, match="must be 'value' or 'carry'"):
         NoisyArithmeticPolicy(error="typo")
+
+
+def test_labels_and_search_ask_the_policy_as_its_run_trained_it(tmp_path, tiny_policy, monkeypatch):
+    """`seqrl data prm-labels` / `seqrl search` once rendered prompts with the default rendering, not the
+    `prompt` section the policy's run saved in its config.yaml."""
+    import seqrl.search.labels as labels
+    from seqrl.prompts import PromptConfig, saved_prompt
+
+    ckpt = tmp_path / "run" / "checkpoint-1"
+    tiny_policy.save(ckpt)
+    (tmp_path / "run" / "config.yaml").write_text("prompt:\n  system: null\n  template: 'Q: {question} A:'\n")
+    assert saved_prompt(str(ckpt)) == PromptConfig(template="Q: {question} A:")
+    assert saved_prompt(str(tmp_path)) == PromptConfig()  # no run config: the default
+    seen = []
+    monkeypatch.setattr(labels, "label_problems", lambda policy, task, problems, *a, **k: (
+        seen.append(policy.prompt_text(problems[0])), labels.LabelStats())[1])
+    labels.cli_main(["--policy", str(ckpt), "--task", "arith", "--problems", "1", "--seed", "0", "--out", str(tmp_path / "l.jsonl")])
+    assert seen and "Q: 47+56= A:" in seen[0], seen

@@ -175,6 +175,7 @@ def cli_main(method: str, argv: list[str]) -> int:
 
     from seqrl.data import get_task
     from seqrl.models.lm import ModelConfig, load_policy
+    from seqrl.prompts import saved_prompt
     from seqrl.models.prm import ProcessRewardModel
 
     torch.set_num_threads(max(1, args.threads))
@@ -182,6 +183,7 @@ def cli_main(method: str, argv: list[str]) -> int:
     task = get_task(args.task, **kwargs)
     scorer = ProcessRewardModel.load(path)
     policy = load_policy(ModelConfig(path=args.policy))
+    policy.prompt = saved_prompt(args.policy)  # asked as the run that wrote it was trained
     problems = task.problems("test", args.problems, 0)
     result = search_curves(problems, policy, scorer, task, method, budgets, seeds, args.beam_width, args.max_steps,
                            args.step_tokens, args.max_new_tokens, args.temperature, args.aggregation,

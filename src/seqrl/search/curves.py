@@ -138,6 +138,7 @@ def cli_main(argv: list[str]) -> int:
 
     from seqrl.data import get_task
     from seqrl.models.lm import ModelConfig, load_policy
+    from seqrl.prompts import saved_prompt
     from seqrl.models.prm import ProcessRewardModel
     from seqrl.rollout import SamplingParams
     from seqrl.search.best_of_n import PolicySampler, VerifierScorer
@@ -163,6 +164,7 @@ def cli_main(argv: list[str]) -> int:
         make = lambda seed: _Seeded(NoisyArithmeticPolicy(step_error=rate), seed)  # noqa: E731
     else:
         policy = load_policy(ModelConfig(path=args.policy))
+        policy.prompt = saved_prompt(args.policy)  # asked as the run that wrote it was trained
         make = lambda seed: PolicySampler(policy, SamplingParams(  # noqa: E731
             temperature=args.temperature, max_new_tokens=args.max_new_tokens, seed=seed))
     problems = task.problems(args.split, args.problems, 0)

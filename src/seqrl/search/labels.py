@@ -283,6 +283,7 @@ def cli_main(argv: list[str]) -> int:
 
     from seqrl.data import get_task
     from seqrl.models.lm import ModelConfig, load_policy
+    from seqrl.prompts import saved_prompt
 
     torch.set_num_threads(max(1, args.threads))
     kwargs = parse_json_object(args.task_kwargs, "--task-kwargs")
@@ -293,6 +294,7 @@ def cli_main(argv: list[str]) -> int:
                       max_new_tokens=args.max_new_tokens, problems_per_round=args.problems_per_round,
                       label=args.label, seed=args.seed)
     policy = load_policy(ModelConfig(path=args.policy))
+    policy.prompt = saved_prompt(args.policy)  # asked as the run that wrote it was trained
     problems = task.problems(args.split, args.problems, args.seed)
     stats = label_problems(policy, task, problems, cfg, args.out)
     print(json.dumps({"out": args.out, **asdict(stats), "label_acc_hard": stats.label_acc_hard,
