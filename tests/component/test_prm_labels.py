@@ -146,6 +146,20 @@ def test_search_bon_cli_writes_json_table_and_plot(tmp_path, capsys):
     assert res["budgets"] == [1, 4] and len(res["accuracy_per_seed"]["first"]) == 2
     assert (tmp_path / "bon" / "bon.png").is_file()
     assert main(["search", "bon", "--policy", "simulated", "--scorer", "what", "--out", str(tmp_path / "x")]) == 2
+    # an earlier result is never overwritten silently; --force replaces it; the default folder is under runs/
+    again = ["search", "bon", "--policy", "simulated:0.3", "--scorer", "oracle", "--problems", "4", "--budget", "1",
+             "--seeds", "0", "--out", str(tmp_path / "bon")]
+    capsys.readouterr()
+    assert main(again) == 2 and "already holds bon.json" in capsys.readouterr().err
+    assert main([*again, "--force"]) == 0 and "wrote " in capsys.readouterr().out
+    import os
+
+    cwd = os.getcwd()
+    os.chdir(tmp_path)
+    try:
+        assert main(again[:-2]) == 0 and (tmp_path / "runs" / "search" / "bon_arith" / "bon.json").is_file()
+    finally:
+        os.chdir(cwd)
 
 
 def test_simulated_policy_errors():

@@ -45,17 +45,29 @@ def _bins(pass1: Sequence[float], k: int) -> list[int]:
 def search_curves(problems: Sequence[Problem], policy, scorer: Scorer, task: Task, method: str,
                   budgets: Sequence[int], seeds: Sequence[int], beam_width: int = 4, max_steps: int = 8,
                   step_tokens: int = 32, solution_tokens: int = 128, temperature: float = 1.0,
-                  aggregation: str = "last", difficulty_bins: int = 0) -> dict:
-    """Rows of (method, seed, N, accuracy, generated tokens, scorer tokens, seconds)."""
+                  aggregation: str = "last", difficulty_bins: int = 0, progress: bool = False) -> dict:
+    """Rows of (method, seed, N, accuracy, generated tokens, scorer tokens, seconds); `progress`: a bar
+    over seeds × budgets."""
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS} (got {method!r})")
-    from seqrl.rollout import SamplingParams
+    from seqrl.utils.progress import progress_bar
 
     problems = list(problems)
     rows: list[dict] = []
     pass1: list[float] = [0.0] * len(problems)
+    with progress_bar(len(seeds) * len(set(budgets)), f"search {method}", disable=not progress) as bar:
+        _search_rows(problems, policy, scorer, task, method, budgets, seeds, beam_width, max_steps, step_tokens,
+                     solution_tokens, temperature, aggregation, rows, pass1, bar)
+    return _summarise(rows, problems, budgets, seeds, method, beam_width, pass1, difficulty_bins)
+
+
+def _search_rows(problems, policy, scorer, task, method, budgets, seeds, beam_width, max_steps, step_tokens,
+                 solution_tokens, temperature, aggregation, rows, pass1, bar) -> None:
+    from seqrl.rollout import SamplingParams
+
     for seed in seeds:
         for n in sorted(set(budgets)):
+            bar.advance(1)
             stepper = PolicyStepper(policy, temperature=temperature, step_tokens=step_tokens,
                                     solution_tokens=solution_tokens, seed=seed * 7919 + n)
             if method == "mcts":
@@ -80,6 +92,9 @@ def search_curves(problems: Sequence[Problem], policy, scorer: Scorer, task: Tas
                              "accuracy": sum(correct) / len(correct), "generated_tokens": acc.generated_tokens,
                              "scorer_tokens": acc.scorer_tokens if name != "majority" else 0,
                              "gen_s": acc.gen_s, "score_s": acc.score_s, "other_s": acc.other_s})
+
+
+def _summarise(rows, problems, budgets, seeds, method, beam_width, pass1, difficulty_bins) -> dict:
     summary: dict[str, dict[int, dict[str, float]]] = {}
     for name in dict.fromkeys(r["method"] for r in rows):
         summary[name] = {}
@@ -162,8 +177,13 @@ def cli_main(method: str, argv: list[str]) -> int:
     p.add_argument("--aggregation", default="last", choices=("min", "last", "prod", "mean"))
     p.add_argument("--difficulty-bins", type=int, default=0, help="split problems by the policy's pass@1 into K bins")
     p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--out", required=True, help="output folder (search.json, search.png, search.md)")
+    p.add_argument("--out", help="output folder (search.json, search.png, search.md; default "
+                                 "runs/search/METHOD_TASK)")
+    p.add_argument("--force", action="store_true", help="replace an earlier result in --out")
     args = p.parse_args(argv)
+    from seqrl.search.curves import output_folder
+
+    out = output_folder(args.out, f"{method}_{args.task.split(':')[0]}", "search.json", args.force)
     budgets = [int(x) for x in args.budget.split(",") if x.strip()]
     seeds = [int(x) for x in args.seeds.split(",") if x.strip()]
     if not budgets or min(budgets) < 1 or not seeds:
@@ -187,8 +207,9 @@ def cli_main(method: str, argv: list[str]) -> int:
     problems = task.problems("test", args.problems, 0)
     result = search_curves(problems, policy, scorer, task, method, budgets, seeds, args.beam_width, args.max_steps,
                            args.step_tokens, args.max_new_tokens, args.temperature, args.aggregation,
-                           args.difficulty_bins)
+                           args.difficulty_bins, progress=True)
     result.update(policy=args.policy, scorer=args.scorer, task=args.task)
-    write_outputs(result, Path(args.out), f"{method} vs best-of-N on {args.task}")
-    print((Path(args.out) / "search.md").read_text(encoding="utf-8"))
+    write_outputs(result, out, f"{method} vs best-of-N on {args.task}")
+    print((out / "search.md").read_text(encoding="utf-8"))
+    print(f"wrote {out / 'search.json'}, {out / 'search.md'}, {out / 'search.png'}")
     return 0

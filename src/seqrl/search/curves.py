@@ -27,8 +27,17 @@ from seqrl.types import Problem, Task
 
 
 def bon_curves(problems: Sequence[Problem], make_sampler: Callable[[int], Sampler], scorers: dict[str, Scorer],
-               task: Task, budgets: Sequence[int], seeds: Sequence[int], aggregation: str = "last") -> dict:
-    """Accuracy at each N of every rule, mean and per seed, plus costs (see the module docstring)."""
+               task: Task, budgets: Sequence[int], seeds: Sequence[int], aggregation: str = "last",
+               progress: bool = False) -> dict:
+    """Accuracy at each N of every rule, mean and per seed, plus costs (see the module docstring);
+    `progress`: a bar over the seeds."""
+    from seqrl.utils.progress import progress_bar
+
+    with progress_bar(len(seeds), "search bon", disable=not progress) as bar:
+        return _bon_curves(problems, make_sampler, scorers, task, budgets, seeds, aggregation, bar)
+
+
+def _bon_curves(problems, make_sampler, scorers, task, budgets, seeds, aggregation, bar) -> dict:
     budgets = sorted(set(budgets))
     if not budgets or budgets[0] < 1:
         raise ValueError(f"budget must be positive integers (got {list(budgets)})")
@@ -66,12 +75,25 @@ def bon_curves(problems: Sequence[Problem], make_sampler: Callable[[int], Sample
             per_seed.setdefault(rule, []).append(
                 [sum(fn(i, n) for i in range(len(problems))) / len(problems) for n in budgets])
         seconds["other_s"] += time.perf_counter() - t0 - run.account.gen_s - t_score
+        bar.advance(1)
     mean = {rule: [statistics.fmean(col) for col in zip(*rows)] for rule, rows in per_seed.items()}
     std = {rule: [statistics.pstdev(col) for col in zip(*rows)] for rule, rows in per_seed.items()}
     cost_at = {k: [statistics.fmean(v) * n / n_max for n in budgets] for k, v in cost.items()}
     return {"budgets": budgets, "seeds": list(seeds), "problems": len(problems), "aggregation": aggregation,
             "accuracy": mean, "accuracy_std": std, "accuracy_per_seed": per_seed, "cost_at_n": cost_at,
             "seconds": seconds}
+
+
+def output_folder(out: str | None, default: str, result_file: str, force: bool) -> Path:
+    """Where a search command writes: `out`, else `default` under ``runs/search``; a folder that holds
+    an earlier result (`result_file`) is refused unless `force` (a result is never overwritten silently)."""
+    from seqrl.config import ConfigError
+
+    folder = Path(out) if out else Path("runs") / "search" / default
+    if (folder / result_file).exists() and not force:
+        raise ConfigError(f"{folder} already holds {result_file} from an earlier search; pass --force to replace "
+                          f"it or another --out")
+    return folder
 
 
 def write_outputs(result: dict, out: Path, title: str) -> None:
@@ -132,8 +154,10 @@ def cli_main(argv: list[str]) -> int:
     p.add_argument("--temperature", type=float, default=1.0)
     p.add_argument("--max-new-tokens", type=int, default=64)
     p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--out", required=True, help="output folder (bon.json, bon.png, bon.md)")
+    p.add_argument("--out", help="output folder (bon.json, bon.png, bon.md; default runs/search/bon_TASK)")
+    p.add_argument("--force", action="store_true", help="replace an earlier result in --out")
     args = p.parse_args(argv)
+    out = output_folder(args.out, f"bon_{args.task.split(':')[0]}", "bon.json", args.force)
     import torch
 
     from seqrl.data import get_task
@@ -168,10 +192,11 @@ def cli_main(argv: list[str]) -> int:
         make = lambda seed: PolicySampler(policy, SamplingParams(  # noqa: E731
             temperature=args.temperature, max_new_tokens=args.max_new_tokens, seed=seed))
     problems = task.problems(args.split, args.problems, 0)
-    result = bon_curves(problems, make, scorers, task, budgets, seeds, args.aggregation)
+    result = bon_curves(problems, make, scorers, task, budgets, seeds, args.aggregation, progress=True)
     result.update(policy=args.policy, scorer=args.scorer, task=args.task)
-    write_outputs(result, Path(args.out), f"best-of-N on {args.task} ({args.policy})")
-    print((Path(args.out) / "bon.md").read_text(encoding="utf-8"))
+    write_outputs(result, out, f"best-of-N on {args.task} ({args.policy})")
+    print((out / "bon.md").read_text(encoding="utf-8"))
+    print(f"wrote {out / 'bon.json'}, {out / 'bon.md'}, {out / 'bon.png'}")
     return 0
 
 
