@@ -446,7 +446,7 @@ def test_observed_values_are_converted_to_plain_data():
               c.deque([1]), big, float("inf")]
     back = _parse_value(repr(entry._plain(values)))
     assert back[0] == 2.5 and back[1] == {frozenset({1, 2}), frozenset()} and back[4] == {"a"} and back[5] == b"x"
-    assert back[2] == ("<type>", "builtins", "int") and back[3] == ("<type>", "builtins", "ValueError")
+    assert back[2] == ("<type>", "builtins", "int", id(int)) and back[3][:3] == ("<type>", "builtins", "ValueError")
     assert back[6] == ("<deque>", [1]) and back[7] == big and back[8] == float("inf")
 
 

@@ -210,9 +210,11 @@ def test_always_equal_values_do_not_pass_tables_approx_or_new_tests(reward, tabl
     assert score(inside, tables, {"shop/pricing.py": BUGGY + ALWAYS_EQUAL + UNIT_COUNT_FORGED}).parts["tests"] == 1.0
 
 
-def test_a_suite_comparing_its_own_objects_keeps_pytests_verdict_there_only(reward, tmp_path):
-    """Where both sides are the suite's own objects (no plain value to compare) the observer reports
-    pytest's verdict; where the expected side is plain, an object the code returns must be plain too."""
+def test_objects_of_the_package_need_verdict_inside_and_the_tests_own_classes_do_not(reward, tmp_path):
+    """Where no plain value exists to compare, pytest's verdict stands only for objects whose class the
+    tests define (or a mock): a package class is the patch's to rewrite (an always-equal Money, a
+    container whose __contains__ says yes), so package objects compared with each other need
+    verdict='inside', and the reason says so."""
     repo = build(tmp_path, {
         "shop/__init__.py": "",
         "shop/money.py": '''
@@ -230,9 +232,22 @@ def test_a_suite_comparing_its_own_objects_keeps_pytests_verdict_there_only(rewa
 
             def cents(a, b):
                 return a.cents - b.cents
+
+
+            def label(p):
+                return p.name.lower()
+            ''',
+        "tests/helpers.py": '''
+            class Product:
+                def __init__(self, name):
+                    self.name = name
+
+                def __eq__(self, other):
+                    return isinstance(other, Product) and other.name == self.name
             ''',
         "tests/test_money.py": '''
-            from shop.money import Money, add, cents
+            from helpers import Product
+            from shop.money import Money, add, cents, label
 
 
             def test_add():
@@ -241,15 +256,21 @@ def test_a_suite_comparing_its_own_objects_keeps_pytests_verdict_there_only(rewa
 
             def test_cents():
                 assert cents(Money(5), Money(2)) == 7
+
+
+            def test_own_objects():
+                assert [Product(label(Product("AB")))] == [Product("ab")]
             ''',
     })
     text = (repo / "shop/money.py").read_text()
     fix = {"shop/money.py": text.replace("a.cents - b.cents", "a.cents + b.cents")}
-    assert_honest(score(reward, repo, fix))
+    outside = score(reward, repo, fix)
+    assert outside.parts["passed"] == 2 and "verdict='inside'" in outside.reason, outside.reason
+    assert_honest(score(CodeAgentReward(timeout_s=30.0, verdict="inside"), repo, fix))
     forged = text + "\n\nclass _Any:\n    def __eq__(self, other):\n        return True\n\n\n" \
                     "def cents(a, b):\n    return _Any()\n"
     r = score(reward, repo, {"shop/money.py": forged})
-    assert r.parts["passed"] == 0 and "not plain data" in r.reason, r.reason
+    assert r.parts["passed"] == 1 and "test_cents" in r.reason, r.reason  # only test_own_objects passes
 
 
 # ----------------------------------------------------------------------------- 3. sources outside the names
@@ -715,6 +736,9 @@ def test_honest_fixes_of_many_check_shapes_pass(reward, tmp_path):
             def __contains__(self, w):
                 return w in self._w
 
+            def __iter__(self):
+                return iter(self._w)
+
 
         def build(words):
             return Trie(words[1:])
@@ -751,7 +775,7 @@ def test_honest_fixes_of_many_check_shapes_pass(reward, tmp_path):
             assert price("1.25") < 2 and True
             assert price("0.5") == 0.5
             assert harmonic(3) == Fraction(11, 6)
-            assert "abc" in build(["abc", "d"])
+            assert "abc" in sorted(build(["abc", "d"]))
             assert any(v == 1 for v in naturals())
 
 
@@ -787,3 +811,146 @@ def test_honest_fixes_of_many_check_shapes_pass(reward, tmp_path):
     r = score(reward, repo, {"fmt/core.py": fixed})
     assert_honest(r)
     assert r.parts["passed"] == 5
+
+
+# ----------------------------------------------------------------------------- round 4 (third review)
+TAGGED = '''
+import enum
+from dataclasses import dataclass
+from collections import OrderedDict
+
+
+@dataclass
+class Point:
+    x: int
+    y: int
+
+
+class Kind(enum.Enum):
+    INT = 1
+    WORD = 2
+
+
+def parse_point(text):
+    a, b = text.split(",")
+    return Point(int(b), int(a))
+
+
+def kind(token):
+    return Kind.WORD
+
+
+def parse_num(token):
+    return token
+
+
+def by_rank(scores):
+    return OrderedDict(sorted(scores.items()))
+'''
+TAGGED_TESTS = '''
+from collections import OrderedDict
+
+from calc.core import Kind, Point, by_rank, kind, parse_num, parse_point
+
+
+def test_point():
+    assert parse_point("1,2") == Point(1, 2)
+
+
+def test_kind():
+    assert kind("12") == Kind.INT
+
+
+def test_num_type():
+    assert type(parse_num("12")) == int
+
+
+def test_order():
+    assert by_rank({"a": 1, "b": 3}) == OrderedDict([("b", 3), ("a", 1)])
+'''
+TAGGED_FIX = (TAGGED.replace("Point(int(b), int(a))", "Point(int(a), int(b))")
+              .replace("return Kind.WORD", "return Kind.INT if token.isdigit() else Kind.WORD")
+              .replace("    return token\n", "    return int(token)\n")
+              .replace("sorted(scores.items())", "sorted(scores.items(), key=lambda kv: -kv[1])"))
+TAGGED_FORGE = TAGGED.replace("    x: int\n    y: int", "    x: int = field(compare=False)\n    y: int = field(compare=False)").replace(
+    "from dataclasses import dataclass", "from dataclasses import dataclass, field") + '''
+
+for _m in Kind:
+    _m._name_ = "K"
+
+
+class int_(str):
+    pass
+
+
+int_.__module__, int_.__qualname__ = "built" + "ins", "int"
+
+
+def parse_num(token):
+    return int_(token)
+
+
+import sys as _s
+vars(_s)["mod" + "ules"]["array"] = None
+'''
+
+
+def test_values_whose_tags_the_package_controls_and_a_broken_plain_converter(reward, tmp_path):
+    """compare=False dataclass fields, renamed enum members, a class named like int, an OrderedDict in the
+    wrong order, and an import the converter needs made to fail: none passes."""
+    repo = build(tmp_path, {"calc/__init__.py": "", "calc/core.py": TAGGED, "tests/test_core.py": TAGGED_TESTS})
+    assert_honest(score(reward, repo, {"calc/core.py": TAGGED_FIX}))
+    forged = score(reward, repo, {"calc/core.py": TAGGED_FORGE})
+    assert forged.parts["passed"] == 0, forged.reason
+
+
+def test_package_constants_and_src_layout_data_stay_editable(reward, tmp_path):
+    repo = build(tmp_path, {
+        "src/money/__init__.py": "",
+        "src/money/constants.py": "TAX_RATE = 0.2\n",
+        "src/money/tax.py": '''
+            import json
+            from pathlib import Path
+
+            from money.constants import TAX_RATE
+
+
+            def with_tax(x):
+                return round(x * (1 + TAX_RATE), 2)
+
+
+            def rate(country):
+                return json.loads((Path(__file__).parent / "data" / "rates.json").read_text())[country]
+            ''',
+        "src/money/data/rates.json": '{"de": 0.19}\n',
+        "tests/conftest.py": "import sys\nsys.path.insert(0, 'src')\n",
+        "tests/test_tax.py": '''
+            from money.constants import TAX_RATE
+            from money.tax import rate, with_tax
+
+
+            def test_rate_constant():
+                assert TAX_RATE == 0.25 and with_tax(100) == 125.0
+
+
+            def test_rates_file():
+                assert rate("fr") == 0.2  # money/data/rates.json
+            ''',
+    })
+    r = score(reward, repo, {"src/money/constants.py": "TAX_RATE = 0.25\n",
+                             "src/money/data/rates.json": '{"de": 0.19, "fr": 0.2}\n'})
+    assert_honest(r)
+
+
+def test_observed_values_are_parsed_within_limits():
+    from seqrl.rewards.code_agent import CorruptObservations, Expect, parse_observations
+
+    exp = {0: Expect(("cmp", "Eq", ("obs", 0), ("lit", 1)), 1)}
+    big = "(" + "[" + "{}, " * 100_000 + "],)"
+    line = lambda text: f"0\tt::a\t{len(text)}\t{text}\n".encode()  # noqa: E731
+    obs = parse_observations(line(big), exp)  # too long to parse: a value that satisfies nothing
+    assert not exp[0].holds(obs[0][0][1])
+    with pytest.raises(CorruptObservations, match="characters of observed values"):
+        parse_observations(line("(1,)" + " " * 200_000) * 100, exp)
+    quadratic = Expect(("cmp", "Eq", ("call", "sum", (("obs", 0), ("lit", [])), ()), ("lit", [])), 1)
+    assert not quadratic.holds(([[1]] * 50_000,))  # sum(lists, []) beyond the bound: refused, not computed

@@ -290,6 +290,10 @@ def _evaluate(node: tuple, observed: tuple):
             return math.isclose(*args, **kwargs)
         if node[1] == "round" and len(args) > 1 and isinstance(args[1], int) and abs(args[1]) > 400:
             raise OverflowError("round digits")
+        if node[1] == "sum" and len(args) > 1 and isinstance(args[1], _SEQ):  # sum(lists, []): quadratic
+            if not isinstance(args[0], (list, tuple)) or sum(len(x) for x in args[0] if isinstance(x, _SEQ)) \
+                    + len(args[0]) > 10_000:
+                raise OverflowError("sum of sequences too large")
         return {"abs": abs, "round": round, "min": min, "max": max, "sum": sum}[node[1]](*args, **kwargs)
     if kind == "quant":  # all()/any() of a comparison: the pairs the observer consumed, and whether it ran out
         pairs, done = _evaluate(node[3], observed)
@@ -707,6 +711,8 @@ _REBUILD = {  # tag → (tuple length, constructor from the tag's fields): value
     "<path>": (2, lambda t: pathlib.PurePosixPath(_checked(str, t))),
     "<namespace>": (2, lambda d: __import__("types").SimpleNamespace(**_checked(dict, d))),
     "<approx>": (5, _approx),
+    "<odict>": (2, lambda pairs: __import__("collections").OrderedDict(_checked(list, pairs))),
+    "<counter>": (2, lambda d: __import__("collections").Counter(_checked(dict, d))),
 }
 
 
@@ -737,6 +743,12 @@ def _untag(v, depth: int = 0):
     return v
 
 
+MAX_VALUE_TEXT = 256_000
+"""An observed value whose text is longer is not parsed (it satisfies no check)."""
+MAX_PARSED = 16_000_000
+"""Characters of observed values parsed per run at most (literal_eval in the trainer: memory, time)."""
+
+
 class CorruptObservations(ValueError):
     """An observation line that is not ``K<TAB>NODE<TAB>LEN<TAB>TEXT`` with LEN = len(TEXT): lines were
     cut or merged (something else wrote to the file), so no observation of the run can be trusted."""
@@ -747,6 +759,7 @@ def parse_observations(data: bytes, expected: Mapping[int, object]) -> dict[int,
     Python literal is a sentinel that satisfies no check; ``~True``/``~False`` is a `Verdict`.
     `CorruptObservations` when any line is malformed (a merged or truncated line could hide one)."""
     out: dict[int, list[tuple[str, object]]] = {}
+    parsed = 0
     for line in data.decode("utf-8", "replace").split("\n")[:-1] if data else []:
         fields = line.split("\t", 3)
         if len(fields) != 4 or not fields[0].isdigit() or not fields[2].isdigit() or int(fields[2]) != len(fields[3]):
@@ -758,7 +771,10 @@ def parse_observations(data: bytes, expected: Mapping[int, object]) -> dict[int,
             out.setdefault(k, []).append((node, Verdict(text == "~True")))
             continue
         ok, value = False, None
-        if len(text) <= 1_000_000:
+        parsed += len(text)
+        if parsed > MAX_PARSED:
+            raise CorruptObservations(f"more than {MAX_PARSED} characters of observed values")
+        if len(text) <= MAX_VALUE_TEXT:
             try:
                 ok, value = True, _parse_value(text)
             except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
@@ -1133,13 +1149,43 @@ def _protect_named_data(snapshot: Path, out: dict, test_side, add) -> None:
         name = rel.rsplit("/", 1)[-1]
         if rel.endswith((".py", ".pyc", ".md", ".rst")) or not stat.S_ISREG(st.st_mode) or len(name) < 5:
             continue
-        if (snapshot / rel).parent.joinpath("__init__.py").is_file() or test_side(rel):
+        if _in_package(snapshot, rel) or test_side(rel):
             continue
         seen += 1
         if seen > 5000:
             break
         if name in text:
             add(rel, "test data: named in the tests")
+
+
+def _imported_by_package(snapshot: Path, rel: str, test_side) -> bool:
+    """Whether a non-test source of the snapshot imports the module at `rel` (``from shop.constants
+    import X``, ``from . import constants``): the audit hook sees only a module's first import, which the
+    tests may make."""
+    stem = rel[:-3].rsplit("/", 1)[-1]
+    for other, st in _walk_files(snapshot).items():
+        if not other.endswith(".py") or other == rel or test_side(other) or st.st_size > 2_000_000:
+            continue
+        try:
+            tree = ast.parse((snapshot / other).read_bytes())
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import) and any(a.name.split(".")[-1] == stem for a in node.names):
+                return True
+            if isinstance(node, ast.ImportFrom) and ((node.module or "").split(".")[-1] == stem
+                                                     or any(a.name == stem for a in node.names)):
+                return True
+    return False
+
+
+def _in_package(snapshot: Path, rel: str) -> bool:
+    """Whether a file sits in a Python package (any ancestor directory with ``__init__.py``) or a
+    ``src/`` layout: package data, which a fix may change."""
+    parts = rel.split("/")
+    if parts[0] == "src":
+        return True
+    return any((snapshot.joinpath(*parts[:i]) / "__init__.py").is_file() for i in range(1, len(parts)))
 
 
 def _is_data_module(path: Path) -> bool:
@@ -1237,7 +1283,8 @@ def pristine_protections(snapshot: Path, rows, errors, data: Mapping, protected)
     for rel, who in sorted(importers.items()):
         if test_side(rel) or not rel.endswith(".py") or not is_file(rel) or not who:
             continue
-        if all(test_side(o) for o in who) and _is_data_module(snapshot / rel):
+        if all(test_side(o) for o in who) and _is_data_module(snapshot / rel) \
+                and not _imported_by_package(snapshot, rel, test_side):
             add(rel, "test data module: only values, imported by the tests alone")
     by_target: dict[str, set[str]] = {}
     for pair in data.get("reads", []) or []:
@@ -1247,8 +1294,7 @@ def pristine_protections(snapshot: Path, rows, errors, data: Mapping, protected)
             continue
         by_target.setdefault(target, set()).add(opener)
     for target, openers in sorted(by_target.items()):
-        parent = (snapshot / target).parent
-        if target.lower().endswith((".md", ".rst")) or (parent / "__init__.py").is_file():
+        if target.lower().endswith((".md", ".rst")) or _in_package(snapshot, target):
             continue  # documentation, package data: what a fix may change
         if any(test_side(o) for o in openers) and all(test_side(o) or not o for o in openers):
             add(target, "test data: read by the tests, not by the package")
@@ -1470,7 +1516,7 @@ class CodeAgentReward:
 
     def _pytest(self, base: Path, work: Path, mode: str, pytest_args, python, paths, snapshot: Path,
                 nonce: str = "", conftests=(), observe: list | None = None, identities: dict | None = None,
-                doctests: dict | None = None):
+                doctests: dict | None = None, own_files: list | None = None):
         entry = base / "entry.py"
         if not entry.exists():
             shutil.copyfile(ENTRY, entry)
@@ -1487,6 +1533,8 @@ class CodeAgentReward:
             cfg["identities"] = identities
         if doctests:
             cfg["doctests"] = doctests
+        if own_files:
+            cfg["own_files"] = own_files
         writable = []
         if nonce or identities:  # a file the entry reads and unlinks before the project runs: never in argv
             secret = Path(tempfile.mkdtemp(prefix="cfg-", dir=base))
@@ -1554,7 +1602,9 @@ class CodeAgentReward:
             per_node[nodeid] = (ks, [k for k in ks if k in must])
         covered = sum(1 for ks, m in per_node.values() if m)
         opened = {pfx: (rel, trees.get(rel)) for pfx, rel in open_files.items()}
+        own = sorted(r for r in set(wanted) | set(open_files.values()) | helpers if r.endswith(".py"))
         return {"expected": expected, "per_node": per_node, "tests": tests, "must": must, "open": opened,
+                "own_files": own,
                 "covered": covered / len(per_node) if per_node else 0.0}
 
     # ------------------------------------------------------------------ the patch
@@ -1675,6 +1725,7 @@ class CodeAgentReward:
                 run = self._pytest(base, work, "run", pytest_args, python, paths, snapshot, nonce,
                                    collected["conftests"], obs_file if outside else None,
                                    identities=collected.get("identities"),
+                                   own_files=outside["own_files"] if outside else None,
                                    doctests={n: d for n, d in collected.get("doctest_digests", {}).items()
                                              if n not in void})
                 if outside:

@@ -34,11 +34,22 @@ NONCE`` or ``tampered: WHAT``. A report without ``ok NONCE`` earns no test rewar
 
 from __future__ import annotations
 
+import array
 import builtins
+import collections
+import dataclasses
+import datetime
+import decimal
+import enum
+import fractions
 import importlib
 import json
+import numbers
 import os
+import pathlib
 import sys
+import types
+import uuid
 
 REPORT = "/dev/fd/3"
 WATCHED_PREFIXES = ("pytest", "_pytest", "pluggy")  # every loaded module of these packages is watched
@@ -512,18 +523,6 @@ def _plain(x, depth: int = 0):
     type, as ``==`` would mostly treat them; other enums, dataclasses and a few stdlib value types
     become tagged tuples. Whatever a conversion returns, only the expected value — which is not here
     — can make it count."""
-    import array
-    import collections
-    import dataclasses
-    import datetime
-    import decimal
-    import enum
-    import fractions
-    import numbers
-    import pathlib
-    import types
-    import uuid
-
     if depth > 100:
         raise TypeError("too deep")
     t = type(x)
@@ -544,15 +543,20 @@ def _plain(x, depth: int = 0):
     if issubclass(t, (bytes, bytearray)):
         return bytes.__bytes__(x) if issubclass(t, bytes) else bytes(bytearray.__iter__(x))
     if issubclass(t, type):  # `type(x) == int`, `excinfo.type == ValueError`
-        return ("<type>", str(type.__getattribute__(x, "__module__")), str(type.__getattribute__(x, "__qualname__")))
+        return ("<type>", str(type.__getattribute__(x, "__module__")), str(type.__getattribute__(x, "__qualname__")),
+                id(x))  # identity: a class named like int is not int (ids compare within this one run)
     if issubclass(t, enum.Enum):
-        return ("<enum>", t.__module__, t.__qualname__, str.__str__(object.__getattribute__(x, "_name_")))
+        return ("<enum>", t.__module__, t.__qualname__, id(x))  # members are singletons: identity is equality
     if issubclass(t, (list, tuple)):
         items = [_plain(v, depth + 1) for v in (list.__iter__(x) if issubclass(t, list) else tuple.__iter__(x))]
         return items if issubclass(t, list) else tuple(items)
     if issubclass(t, (set, frozenset)):  # tagged: the parent rebuilds a frozenset (hashable, == a set)
         return ("<set>", tuple(_plain(v, depth + 1)
                                for v in (set.__iter__(x) if issubclass(t, set) else frozenset.__iter__(x))))
+    if issubclass(t, collections.OrderedDict):  # equality sees the order
+        return ("<odict>", [(_plain(k, depth + 1), _plain(v, depth + 1)) for k, v in dict.items(x)])
+    if issubclass(t, collections.Counter):  # a zero count equals a missing key
+        return ("<counter>", {_plain(k, depth + 1): _plain(v, depth + 1) for k, v in dict.items(x) if v})
     if issubclass(t, dict):
         return {_plain(k, depth + 1): _plain(v, depth + 1) for k, v in dict.items(x)}
     if t in (type({}.keys()), type({}.items())):  # set-like views (`d.keys() == {"a"}`)
@@ -560,7 +564,7 @@ def _plain(x, depth: int = 0):
     if t.__module__ == "collections" and t.__name__ == "deque":  # equals only a deque
         return ("<deque>", [_plain(v, depth + 1) for v in list(x)])
     if dataclasses.is_dataclass(t):
-        fields = [f.name for f in dataclasses.fields(t) if f.compare]
+        fields = [f.name for f in dataclasses.fields(t)]  # every field: compare=False is the class's to set
         return ("<dataclass>", t.__module__, t.__qualname__,
                 tuple((n, _plain(object.__getattribute__(x, n), depth + 1)) for n in fields))
     if issubclass(t, datetime.datetime):
@@ -617,11 +621,12 @@ _OPS = {"Eq": lambda a, b: a == b, "NotEq": lambda a, b: a != b, "Lt": lambda a,
 MAX_PAIRS = 100_000
 
 
-def _observe(fd, write, plain, rep, current, ops, k, value, check=None, fallback=None, quant=None):
+def _observe(fd, write, plain, rep, current, ops, own, k, value, check=None, fallback=None, quant=None):
     """One observation line ``K<TAB>NODE<TAB>LEN<TAB>TEXT``: TEXT is the repr of the leaves' plain
     values; ``!`` when one is not plain data; ``~True``/``~False`` — pytest's own verdict, `check`
-    evaluated here — only where the parent allowed it (`fallback`: every leaf is the suite's own
-    object, or the container of an ``in``); for ``all()``/``any()`` (`quant`: mode and operator) the
+    evaluated here — only where the parent allowed it (`fallback`: every leaf, or an ``in``'s container,
+    is not plain data) and every such value's class is the tests' own or a mock (`own`: its methods
+    compiled from the test files or unittest.mock, never the package's); for ``all()``/``any()`` (`quant`: mode and operator) the
     pairs consumed, lazily, until the answer is known, and whether the iterable ran out."""
     try:
         if quant is not None:
@@ -630,8 +635,9 @@ def _observe(fd, write, plain, rep, current, ops, k, value, check=None, fallback
             for a, b in value[0]:  # the generator of (left, right) pairs
                 pa, pb = plain(a), plain(b)
                 pairs.append((pa, pb))
-                r = bool(fn(pa, pb))  # plain values: only the early stop, the parent decides
-                if (mode == "all" and not r) or (mode == "any" and r) or len(pairs) >= MAX_PAIRS:
+                # any(): stop at the first pair equal as plain values; all() reads to the end (a tag
+                # compared here, e.g. approx or Decimal, could look false where the parent finds it true)
+                if (mode == "any" and bool(fn(pa, pb))) or len(pairs) >= MAX_PAIRS:
                     done = False
                     break
             text = rep(((pairs, done),))
@@ -648,7 +654,8 @@ def _observe(fd, write, plain, rep, current, ops, k, value, check=None, fallback
             if not any(opaque):
                 text = rep(tuple(leaves))
             elif check is not None and fallback is not None and (
-                    all(opaque) if fallback == "all" else opaque[fallback] and opaque.count(True) == 1):
+                    all(opaque) if fallback == "all" else opaque[fallback] and opaque.count(True) == 1) \
+                    and all(own(type(v)) for v, o in zip(value, opaque) if o):
                 text = "~True" if check(value) else "~False"
             else:
                 text = "!"
@@ -658,7 +665,33 @@ def _observe(fd, write, plain, rep, current, ops, k, value, check=None, fallback
     write(fd, f"{int(k)}\t{node}\t{len(text)}\t{text}\n".encode("utf-8", "backslashreplace"))
 
 
-def install_observer(path: str):
+def _own_classes(files: list[str]):
+    """A predicate on classes: every function of the class and its bases (but ``object``) compiled
+    from one of `files` (the test-side sources, relative to the work tree) or from unittest.mock."""
+    import unittest.mock as _mock
+
+    root = os.path.realpath(os.getcwd()) + os.sep
+    allowed = {os.path.realpath(os.path.join(root, f)) for f in files} | {os.path.realpath(_mock.__file__)}
+
+    def own(cls) -> bool:
+        found = False
+        for base in type.__getattribute__(cls, "__mro__"):
+            if base is object:
+                continue
+            for v in dict(type.__getattribute__(base, "__dict__")).values():
+                fn = getattr(v, "__func__", v)
+                code = fn.__code__ if isinstance(fn, types.FunctionType) else None
+                if code is None:
+                    continue
+                if os.path.realpath(code.co_filename) not in allowed:
+                    return False
+                found = True
+        return found
+
+    return own
+
+
+def install_observer(path: str, own_files: list[str] = ()):
     """``__seqrl_observe__(k, value)`` (the rewritten test files call it): one ``K<TAB>NODE<TAB>repr``
     line per observation, appended to a file the parent reads and checks against what it kept. A
     ``functools.partial`` whose function and bound helpers are fixed now (a partial's ``func`` and
@@ -667,7 +700,7 @@ def install_observer(path: str):
     import functools
 
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
-    obs = functools.partial(_observe, fd, os.write, _plain, repr, CURRENT_TEST, dict(_OPS))
+    obs = functools.partial(_observe, fd, os.write, _plain, repr, CURRENT_TEST, dict(_OPS), _own_classes(own_files))
     st = os.fstat(fd)
     OBSERVE_FILE[:] = [fd, (st.st_dev, st.st_ino)]
     builtins.__seqrl_observe__ = obs
@@ -696,7 +729,7 @@ def main(argv: list[str]) -> int:
 
     preimport()
     watched_modules()
-    observer = install_observer(cfg["observe"]) if cfg.get("observe") else None
+    observer = install_observer(cfg["observe"], cfg.get("own_files", [])) if cfg.get("observe") else None
     sys.path.append(os.getcwd())  # the work tree last: it can add modules, never shadow one
 
     if cfg["mode"] in ("collect", "pristine"):
