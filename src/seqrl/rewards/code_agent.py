@@ -836,6 +836,21 @@ def parse_junit(data: bytes) -> JUnitReport:
 
 
 # ----------------------------------------------------------------------------- the tree work (root)
+def _fresh_copy(snapshot: Path) -> tuple[Path, Path]:
+    """``(base, base/repo)``: a throwaway directory any uid can traverse, holding a sealed copy of the
+    snapshot (``.git`` and byte-code left out). The caller removes `base`."""
+    base = Path(tempfile.mkdtemp(prefix="seqrl-agent-"))
+    try:
+        os.chmod(base, 0o711)
+        work = base / "repo"
+        shutil.copytree(snapshot, work, symlinks=True, ignore=_SKIP_COPY)
+        _seal(work)
+    except BaseException:
+        shutil.rmtree(base, ignore_errors=True)
+        raise
+    return base, work
+
+
 def _walk_files(root: Path, skip: bool = True) -> dict[str, os.stat_result]:
     """relpath → lstat of every non-directory entry (symlinks not followed, not entered). ``skip``:
     leave out what the copy leaves out (``.git``, ``__pycache__``, ``.pytest_cache``, byte-code)."""
@@ -1467,12 +1482,8 @@ class CodeAgentReward:
             return hit
         data = None
         for mode in ("pristine", "collect"):
-            base = Path(tempfile.mkdtemp(prefix="seqrl-agent-"))
+            base, work = _fresh_copy(snapshot)
             try:
-                os.chmod(base, 0o711)
-                work = base / "repo"
-                shutil.copytree(snapshot, work, symlinks=True, ignore=_SKIP_COPY)
-                _seal(work)
                 run = self._pytest(base, work, mode, pytest_args, python, paths, snapshot)
             finally:
                 shutil.rmtree(base, ignore_errors=True)
@@ -1615,12 +1626,8 @@ class CodeAgentReward:
         def protected(rel: str) -> bool:
             return self._protected(rel) or rel in extra
 
-        base = Path(tempfile.mkdtemp(prefix="seqrl-agent-"))
+        base, work = _fresh_copy(snapshot)
         try:
-            os.chmod(base, 0o711)
-            work = base / "repo"
-            shutil.copytree(snapshot, work, symlinks=True, ignore=_SKIP_COPY)
-            _seal(work)
             patch = base / "patch.diff"
             patch.write_bytes(diff.encode("utf-8", "surrogateescape"))
             os.chmod(patch, 0o644)
