@@ -280,6 +280,9 @@ def cmd_train(args: argparse.Namespace, overrides: list[str]) -> int:
         cfg.run.name = "orm" + cfg.run.name[3:]  # a prm preset's run folder stays the PRM's
     if not args.print_config:
         check_model_path(cfg)
+        task_cfg = getattr(cfg, "task", None)
+        if task_cfg is not None and hasattr(task_cfg, "check_kwargs"):
+            task_cfg.check_kwargs()  # a typo in one line now, before the run folder and the model
     if args.print_config:
         import yaml
 

@@ -297,3 +297,11 @@ def test_every_command_is_found_from_the_help(capsys):
     with pytest.raises(SystemExit) as e:
         main(["search", "bon", "--help"])
     assert e.value.code == 0 and "--scorer" in capsys.readouterr().out
+
+
+def test_a_task_kwarg_typo_is_one_line_before_anything_is_built(tmp_path, capsys):
+    code = main(["train", "sft", "--config", "arith_tiny", "--task.kwargs.digitz=3", f"--run.out_dir={tmp_path}",
+                 "--run.name=x"])
+    err = capsys.readouterr().err
+    assert code == 2 and "task.kwargs.digitz: task 'arith' takes no such keyword; did you mean 'digits'?" in err
+    assert not (tmp_path / "x").exists()  # no run folder, no model built

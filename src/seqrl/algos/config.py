@@ -131,6 +131,30 @@ class TaskConfig:
             if getattr(self, name) < 1 and getattr(self, name) != -1:
                 raise ValueError(f"task.{name} must be >= 1, or -1 for every row (got {getattr(self, name)})")
 
+    def check_kwargs(self) -> None:
+        """`ConfigError` naming an unknown keyword of a built-in task, with the closest valid one, before a
+        run builds anything (the task itself is built with the model, seconds later)."""
+        import difflib
+        import inspect
+
+        from seqrl.data import registry
+
+        prefix = self.name.partition(":")[0]
+        cls = (registry.ArithmeticTask if self.name in registry._ARITH_OPS else
+               {"countdown": registry.CountdownTask, "gsm": registry.GSMTask}.get(self.name) or
+               (registry.JsonlTask if prefix == "jsonl" else None))
+        if cls is None:
+            return
+        fixed = ("self", "path", "ops", "name") if cls is registry.ArithmeticTask else ("self", "path")  # set by the spec
+        params = [n for n, q in inspect.signature(cls.__init__).parameters.items()
+                  if n not in fixed and q.kind in (q.POSITIONAL_OR_KEYWORD, q.KEYWORD_ONLY)]
+        for key in self.kwargs:
+            if key not in params:
+                close = difflib.get_close_matches(str(key), params, n=1)
+                hint = f"did you mean {close[0]!r}? " if close else ""
+                raise ConfigError(f"task.kwargs.{key}: task {self.name!r} takes no such keyword; {hint}"
+                                  f"valid: {', '.join(params)}")
+
     def build(self) -> Task:
         try:
             from seqrl.data import get_task
