@@ -954,3 +954,77 @@ def test_observed_values_are_parsed_within_limits():
         parse_observations(line("(1,)" + " " * 200_000) * 100, exp)
     quadratic = Expect(("cmp", "Eq", ("call", "sum", (("obs", 0), ("lit", [])), ()), ("lit", [])), 1)
     assert not quadratic.holds(([[1]] * 50_000,))  # sum(lists, []) beyond the bound: refused, not computed
+
+
+# ----------------------------------------------------------------------------- round 5 (fourth review)
+def test_mocks_spoofed_tags_and_identity_values(reward, tmp_path):
+    """A MagicMock whose __eq__/__contains__ say yes, a tuple shaped like the observer's approx tag, a
+    mock.ANY argument: none passes; mock call lists, sentinels and exceptions compare as pytest would."""
+    repo = build(tmp_path, {
+        "shop/__init__.py": "",
+        "shop/core.py": '''
+            def total(items):
+                return sum(p for p, q in items)
+
+
+            def receipt(items):
+                return [f"TOTAL {total(items):.2f}"]
+
+
+            def notify(send, users):
+                for u in users[1:]:
+                    send(u, greeting=f"hi {u}")
+
+
+            def lookup(table, key):
+                return table.get(key.lower())
+            ''',
+        "tests/test_core.py": '''
+            from unittest import mock
+            from unittest.mock import call
+
+            from shop.core import lookup, notify, receipt, total
+
+            MISSING = object()
+
+
+            def test_total():
+                assert total([(10.0, 3)]) == 30.0
+
+
+            def test_receipt():
+                assert "TOTAL 30.00" in receipt([(10.0, 3)])
+
+
+            def test_calls():
+                send = mock.Mock()
+                notify(send, ["ann", "bob"])
+                assert send.call_args_list == [call("ann", greeting="hi ann"), call("bob", greeting="hi bob")]
+
+
+            def test_sentinel():
+                err = ValueError("x")
+                assert lookup({"k": MISSING, "e": err}, "K") == MISSING and lookup({"e": err}, "E") == err
+            '''})
+    src = (repo / "shop/core.py").read_text()
+    fixed = src.replace("sum(p for p, q in items)", "sum(p * q for p, q in items)").replace("users[1:]", "users") \
+        .replace("key.lower()", "key.lower()) if key.lower() in table else table.get(key")
+    assert_honest(score(reward, repo, {"shop/core.py": fixed}))
+    forged = src.replace("users[1:]", "users").replace('greeting=f"hi {u}"', "greeting=mock.ANY") + '''
+
+from unittest import mock
+
+
+def total(items):
+    return ("<approx>", 0.0, None, float("inf"), False)
+
+
+def receipt(items):
+    m = mock.MagicMock()
+    m.__contains__.return_value = True
+    m.__eq__.return_value = True
+    return m
+'''
+    r = score(reward, repo, {"shop/core.py": forged})
+    assert r.parts["passed"] <= 1, r.reason  # at most the sentinel test, whose code was not touched
+    assert "test_total" in r.reason and "test_receipt" in r.reason and "test_calls" in r.reason, r.reason

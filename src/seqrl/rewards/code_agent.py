@@ -96,7 +96,7 @@ _SUSPECT = re.compile(
     r"sys\s*\.\s*_getframe|\binspect\b|\blinecache\b|\btraceback\b|sys\s*\.\s*modules|meta_path|path_hooks"
     r"|settrace|setprofile|\bf_(back|locals|globals|code|lineno)\b|\bco_consts\b|/dev/fd|/proc/self"
     r"|gc\s*\.\s*get_(objects|referrers|referents)|\bctypes\b|os\s*\.\s*_exit|\bbuiltins\b"
-    r"|__(code|defaults|kwdefaults|closure|globals)__|\bcell_contents\b"
+    r"|__(code|defaults|kwdefaults|closure|globals)__|\bcell_contents\b|\bexec\s*\(|(?<![\w.])compile\s*\(|partialmethod"
     r"|[\"'](\./)?tests?([/\"'])|test_\w*\.py")
 """Added source lines that reach for the harness without naming it: frame and stack inspection, the
 import system, other fds, process exit, rewriting functions in place (``__code__``, ``__defaults__``,
@@ -268,9 +268,11 @@ def _evaluate(node: tuple, observed: tuple):
         values = [_evaluate(t, observed) for t in node[2]]
         return all(bool(_CMP[op](values[i], values[i + 1])) for i, op in enumerate(node[1]))
     if kind == "count":  # assertCountEqual: the same elements, each as often (== , not hashing)
-        a, b = list(_evaluate(node[1], observed)), list(_evaluate(node[2], observed))
-        if len(a) != len(b) or len(a) > 5000:
+        a, b = _evaluate(node[1], observed), _evaluate(node[2], observed)
+        if not all(isinstance(x, (list, tuple, str, bytes, frozenset, set, dict)) for x in (a, b)) \
+                or len(a) != len(b) or len(a) > 2000:
             return False
+        a, b = list(a), list(b)
         return all(sum(1 for y in a if y == x) == sum(1 for y in b if y == x) for x in a)
     if kind == "unary":
         return _UNARY[node[1]](_evaluate(node[2], observed))
@@ -689,9 +691,32 @@ def _parse_value(text: str):
 
 
 def _approx(expected, rel, abs_, nan_ok):
+    """``pytest.approx`` rebuilt from an observation, with a tolerance a test would write: finite,
+    ``rel`` ≤ 0.1, ``abs`` ≤ max(1e-3, 0.1 · the largest expected magnitude) — an approx object the code
+    under test returns with ``abs=inf`` equals every number."""
     from pytest import approx
 
+    numbers_ = [abs(v) for v in (expected if isinstance(expected, (list, tuple)) else
+                                 expected.values() if isinstance(expected, dict) else [expected])
+                if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)]
+    scale = max(numbers_, default=0.0)
+    for name, tol, bound in (("rel", rel, 0.1), ("abs", abs_, max(1e-3, 0.1 * scale))):
+        if tol is not None and not (isinstance(tol, (int, float)) and math.isfinite(tol) and 0 <= tol <= bound):
+            raise ValueError(f"approx {name}={tol!r} beyond what a test writes")
     return approx(expected, rel=rel, abs=abs_, nan_ok=nan_ok)
+
+
+def _call(name, args, kwargs):
+    from unittest import mock
+
+    return mock._Call((_checked(str, name), tuple(_checked(tuple, args)), dict(_checked(dict, kwargs))))
+
+
+def _bounded_range(a, b, c):
+    r = range(_checked(int, a), _checked(int, b), _checked(int, c))
+    if len(r) > _MAX_ITEMS:
+        raise ValueError("range too long to evaluate here")
+    return r
 
 
 def _checked(kind, value):
@@ -703,7 +728,8 @@ def _checked(kind, value):
 _REBUILD = {  # tag → (tuple length, constructor from the tag's fields): values compare as they did there
     "<decimal>": (2, lambda t: decimal.Decimal(_checked(str, t))),
     "<fraction>": (3, lambda n, d: fractions.Fraction(_checked(int, n), _checked(int, d))),
-    "<range>": (4, lambda a, b, c: range(_checked(int, a), _checked(int, b), _checked(int, c))),
+    "<range>": (4, _bounded_range),
+    "<call>": (4, _call),
     "<timedelta>": (4, lambda d, sec, us: datetime.timedelta(days=d, seconds=sec, microseconds=us)),
     "<datetime>": (2, lambda t: datetime.datetime.fromisoformat(_checked(str, t))),
     "<date>": (2, lambda t: datetime.date.fromisoformat(_checked(str, t))),
@@ -723,6 +749,8 @@ def _untag(v, depth: int = 0):
         raise ValueError("too deep")
     if isinstance(v, tuple):
         tag = v[0] if v and isinstance(v[0], str) and v[0].startswith("<") else None
+        if tag == "<tuple>" and len(v) == 2 and isinstance(v[1], tuple):  # a value's own tuple, not a tag
+            return tuple(_untag(x, depth + 1) for x in v[1])
         if tag == "<set>" and len(v) == 2 and isinstance(v[1], tuple):
             return frozenset(_untag(x, depth + 1) for x in v[1])
         if tag == "<bigint>" and len(v) == 2 and isinstance(v[1], str) and len(v[1]) < 1_000_000:

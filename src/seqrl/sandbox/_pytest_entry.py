@@ -52,6 +52,7 @@ import types
 import uuid
 
 REPORT = "/dev/fd/3"
+_APPROX = None  # pytest's ApproxBase, set in main() once the staged pytest is importable
 WATCHED_PREFIXES = ("pytest", "_pytest", "pluggy")  # every loaded module of these packages is watched
 WATCHED_EXTRA = ("xml.etree.ElementTree", "doctest", "unittest.case")  # the report writer; how doctests
 # and unittest assertions decide
@@ -273,6 +274,8 @@ class Guard:
     def pytest_collection_finish(self, session):
         for it in session.items:
             self.items[it.nodeid] = self._item_identity(it)
+        if OWN_FILES:
+            record_own_classes()
 
     def _installed_library(self, cls) -> bool:
         """A finder class compiled from files outside the work tree (an installed dependency, e.g.
@@ -526,8 +529,20 @@ def _plain(x, depth: int = 0):
     if depth > 100:
         raise TypeError("too deep")
     t = type(x)
-    if str(t.__module__).startswith("unittest.mock"):  # call objects (tuples) compare by their own rules
-        raise TypeError(t.__name__)
+    import unittest.mock as _mock  # imported before any project code (PREIMPORT)
+
+    if t is _mock._Call:  # a mock call: its name, arguments and keywords as plain data, rebuilt by the parent
+        parts = tuple.__iter__(x)
+        parts = list(parts)
+        name, args, kwargs = (parts if len(parts) == 3 else ["", *parts]) if len(parts) in (2, 3) else (None, (), {})
+        if name is None or not isinstance(args, tuple) or not isinstance(kwargs, dict):
+            raise TypeError("call")
+        return ("<call>", str(name), _plain(args, depth + 1), _plain(dict(kwargs), depth + 1))
+    if str(t.__module__).startswith("unittest.mock") and not issubclass(t, list):  # Mock objects, ANY (a
+        raise TypeError(t.__name__)  # call list is a list of calls)
+    if _APPROX is not None and issubclass(t, _APPROX):  # pytest.approx in a table (by class, not by name)
+        return ("<approx>", _plain(x.expected, depth + 1), _plain(x.rel, depth + 1), _plain(x.abs, depth + 1),
+                bool(x.nan_ok))
     if issubclass(t, int) and int.bit_length(x) > 12_000:  # past repr's digit limit: hex (linear), tagged
         return ("<bigint>", hex(int.__index__(x)))
     if x is None or t in (bool, int, float, complex, str, bytes):
@@ -549,7 +564,11 @@ def _plain(x, depth: int = 0):
         return ("<enum>", t.__module__, t.__qualname__, id(x))  # members are singletons: identity is equality
     if issubclass(t, (list, tuple)):
         items = [_plain(v, depth + 1) for v in (list.__iter__(x) if issubclass(t, list) else tuple.__iter__(x))]
-        return items if issubclass(t, list) else tuple(items)
+        if issubclass(t, list):
+            return items
+        if items and isinstance(items[0], str) and items[0].startswith("<"):  # only _plain writes tags
+            return ("<tuple>", tuple(items))
+        return tuple(items)
     if issubclass(t, (set, frozenset)):  # tagged: the parent rebuilds a frozenset (hashable, == a set)
         return ("<set>", tuple(_plain(v, depth + 1)
                                for v in (set.__iter__(x) if issubclass(t, set) else frozenset.__iter__(x))))
@@ -591,9 +610,7 @@ def _plain(x, depth: int = 0):
         return bytes(x)
     if t is types.SimpleNamespace:
         return ("<namespace>", {str(k): _plain(v, depth + 1) for k, v in vars(x).items()})
-    if str(t.__module__).startswith("_pytest") and t.__name__.startswith("Approx"):  # pytest.approx in a table
-        return ("<approx>", _plain(x.expected, depth + 1), _plain(x.rel, depth + 1), _plain(x.abs, depth + 1),
-                bool(x.nan_ok))
+
     if issubclass(t, pathlib.PurePath):
         return ("<path>", str(pathlib.PurePath.__str__(x)))
     if issubclass(t, uuid.UUID):
@@ -606,6 +623,8 @@ def _plain(x, depth: int = 0):
         return float(x)
     if issubclass(t, numbers.Complex):
         return complex(x)
+    if type.__getattribute__(t, "__eq__") is object.__eq__:  # compared by identity (sentinels, exceptions)
+        return ("<id>", id(x))
     raise TypeError(t.__name__)
 
 
@@ -625,8 +644,8 @@ def _observe(fd, write, plain, rep, current, ops, own, k, value, check=None, fal
     """One observation line ``K<TAB>NODE<TAB>LEN<TAB>TEXT``: TEXT is the repr of the leaves' plain
     values; ``!`` when one is not plain data; ``~True``/``~False`` — pytest's own verdict, `check`
     evaluated here — only where the parent allowed it (`fallback`: every leaf, or an ``in``'s container,
-    is not plain data) and every such value's class is the tests' own or a mock (`own`: its methods
-    compiled from the test files or unittest.mock, never the package's); for ``all()``/``any()`` (`quant`: mode and operator) the
+    is not plain data) and every such value's class is one the test modules define (`own`: recorded
+    after collection, never the package's); for ``all()``/``any()`` (`quant`: mode and operator) the
     pairs consumed, lazily, until the answer is known, and whether the iterable ran out."""
     try:
         if quant is not None:
@@ -665,30 +684,27 @@ def _observe(fd, write, plain, rep, current, ops, own, k, value, check=None, fal
     write(fd, f"{int(k)}\t{node}\t{len(text)}\t{text}\n".encode("utf-8", "backslashreplace"))
 
 
-def _own_classes(files: list[str]):
-    """A predicate on classes: every function of the class and its bases (but ``object``) compiled
-    from one of `files` (the test-side sources, relative to the work tree) or from unittest.mock."""
-    import unittest.mock as _mock
+OWN_CLASSES: set = set()
+"""ids of the classes the test modules define (recorded by the guard once collection imported them): the
+only non-plain values whose comparison pytest decides (`_observe`'s fallback)."""
+OWN_FILES: list = []
 
+
+def record_own_classes() -> None:
+    """The classes defined at the top level of the loaded test-side modules (`OWN_FILES`)."""
     root = os.path.realpath(os.getcwd()) + os.sep
-    allowed = {os.path.realpath(os.path.join(root, f)) for f in files} | {os.path.realpath(_mock.__file__)}
+    allowed = {os.path.realpath(os.path.join(root, f)) for f in OWN_FILES}
+    for mod in list(sys.modules.values()):
+        f = getattr(mod, "__file__", None)
+        if not isinstance(f, str) or os.path.realpath(f) not in allowed:
+            continue
+        for v in list(vars(mod).values()):
+            if isinstance(v, type) and type.__getattribute__(v, "__module__") == mod.__name__:
+                OWN_CLASSES.add(id(v))
 
-    def own(cls) -> bool:
-        found = False
-        for base in type.__getattribute__(cls, "__mro__"):
-            if base is object:
-                continue
-            for v in dict(type.__getattribute__(base, "__dict__")).values():
-                fn = getattr(v, "__func__", v)
-                code = fn.__code__ if isinstance(fn, types.FunctionType) else None
-                if code is None:
-                    continue
-                if os.path.realpath(code.co_filename) not in allowed:
-                    return False
-                found = True
-        return found
 
-    return own
+def _own(cls) -> bool:
+    return id(cls) in OWN_CLASSES
 
 
 def install_observer(path: str, own_files: list[str] = ()):
@@ -700,7 +716,8 @@ def install_observer(path: str, own_files: list[str] = ()):
     import functools
 
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
-    obs = functools.partial(_observe, fd, os.write, _plain, repr, CURRENT_TEST, dict(_OPS), _own_classes(own_files))
+    OWN_FILES[:] = list(own_files)
+    obs = functools.partial(_observe, fd, os.write, _plain, repr, CURRENT_TEST, dict(_OPS), _own)
     st = os.fstat(fd)
     OBSERVE_FILE[:] = [fd, (st.st_dev, st.st_ino)]
     builtins.__seqrl_observe__ = obs
@@ -729,6 +746,11 @@ def main(argv: list[str]) -> int:
 
     preimport()
     watched_modules()
+    global _APPROX
+    try:  # the base class of pytest.approx's objects (pytest.Approx; ApproxBase before pytest 9)
+        _APPROX = getattr(pytest, "Approx", None) or importlib.import_module("_pytest.python_api").ApproxBase
+    except (ImportError, AttributeError):
+        _APPROX = None
     observer = install_observer(cfg["observe"], cfg.get("own_files", [])) if cfg.get("observe") else None
     sys.path.append(os.getcwd())  # the work tree last: it can add modules, never shadow one
 
