@@ -96,7 +96,7 @@ _SUSPECT = re.compile(
     r"sys\s*\.\s*_getframe|\binspect\b|\blinecache\b|\btraceback\b|sys\s*\.\s*modules|meta_path|path_hooks"
     r"|settrace|setprofile|\bf_(back|locals|globals|code|lineno)\b|\bco_consts\b|/dev/fd|/proc/self"
     r"|gc\s*\.\s*get_(objects|referrers|referents)|\bctypes\b|os\s*\.\s*_exit|\bbuiltins\b"
-    r"|__(code|defaults|kwdefaults|closure|globals)__|\bcell_contents\b|\bexec\s*\(|(?<![\w.])compile\s*\(|partialmethod"
+    r"|__(code|defaults|kwdefaults|closure|globals)__|\bcell_contents\b|\bexec\s*\(|(?<![\w.])compile\s*\(|partialmethod|__import__|import_module"
     r"|[\"'](\./)?tests?([/\"'])|test_\w*\.py")
 """Added source lines that reach for the harness without naming it: frame and stack inspection, the
 import system, other fds, process exit, rewriting functions in place (``__code__``, ``__defaults__``,
@@ -692,15 +692,15 @@ def _parse_value(text: str):
 
 def _approx(expected, rel, abs_, nan_ok):
     """``pytest.approx`` rebuilt from an observation, with a tolerance a test would write: finite,
-    ``rel`` ≤ 0.1, ``abs`` ≤ max(1e-3, 0.1 · the largest expected magnitude) — an approx object the code
-    under test returns with ``abs=inf`` equals every number."""
+    ``rel`` ≤ 0.25, ``abs`` ≤ max(0.01, 0.25 · the largest expected magnitude) — an approx object the
+    code under test returns with ``abs=inf`` equals every number."""
     from pytest import approx
 
     numbers_ = [abs(v) for v in (expected if isinstance(expected, (list, tuple)) else
                                  expected.values() if isinstance(expected, dict) else [expected])
                 if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)]
     scale = max(numbers_, default=0.0)
-    for name, tol, bound in (("rel", rel, 0.1), ("abs", abs_, max(1e-3, 0.1 * scale))):
+    for name, tol, bound in (("rel", rel, 0.25), ("abs", abs_, max(0.01, 0.25 * scale))):
         if tol is not None and not (isinstance(tol, (int, float)) and math.isfinite(tol) and 0 <= tol <= bound):
             raise ValueError(f"approx {name}={tol!r} beyond what a test writes")
     return approx(expected, rel=rel, abs=abs_, nan_ok=nan_ok)
