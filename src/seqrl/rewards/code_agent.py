@@ -269,7 +269,7 @@ def _evaluate(node: tuple, observed: tuple):
         return all(bool(_CMP[op](values[i], values[i + 1])) for i, op in enumerate(node[1]))
     if kind == "count":  # assertCountEqual: the same elements, each as often (== , not hashing)
         a, b = _evaluate(node[1], observed), _evaluate(node[2], observed)
-        if not all(isinstance(x, (list, tuple, str, bytes, frozenset, set, dict)) for x in (a, b)) \
+        if not all(isinstance(x, (list, tuple, str, bytes, frozenset, set, dict, range)) for x in (a, b)) \
                 or len(a) != len(b) or len(a) > 2000:
             return False
         a, b = list(a), list(b)
@@ -297,6 +297,14 @@ def _evaluate(node: tuple, observed: tuple):
                     + len(args[0]) > 10_000:
                 raise OverflowError("sum of sequences too large")
         return {"abs": abs, "round": round, "min": min, "max": max, "sum": sum}[node[1]](*args, **kwargs)
+    if kind == "any":
+        from unittest import mock
+
+        return mock.ANY
+    if kind == "mockcall":
+        args = tuple(_evaluate(a, observed) for a in node[2])
+        kwargs = {k: _evaluate(v, observed) for k, v in node[3]}
+        return _call(node[1], args, kwargs)
     if kind == "quant":  # all()/any() of a comparison: the pairs the observer consumed, and whether it ran out
         pairs, done = _evaluate(node[3], observed)
         if not isinstance(pairs, list) or not all(isinstance(x, tuple) and len(x) == 2 for x in pairs):
@@ -401,6 +409,13 @@ class _Externalize(ast.NodeTransformer):
         if isinstance(node, ast.Dict) and None not in node.keys:
             return ("dict", tuple((self._tree(k, observed), self._tree(v, observed))
                                   for k, v in zip(node.keys, node.values)))
+        if (isinstance(node, ast.Name) and node.id == "ANY") or (isinstance(node, ast.Attribute) and node.attr == "ANY"
+                                                                and isinstance(node.value, ast.Name)):
+            return ("any",)  # mock.ANY written by the test: built here, never taken from the run
+        call_name = _mock_call_name(node)
+        if call_name is not None:  # call(...) / call.method(...) written by the test: built here
+            return ("mockcall", call_name, tuple(self._tree(a, observed) for a in node.args),
+                    tuple((kw.arg, self._tree(kw.value, observed)) for kw in node.keywords))
         name = _func_name(node)
         if isinstance(node, ast.Call) and name in _CALLS and (isinstance(node.func, ast.Name) or name in (
                 "approx", "isclose")) and _simple_call(node, name):
@@ -515,6 +530,21 @@ class _Externalize(ast.NodeTransformer):
 
 _CMP_NODES = {"Eq": ast.Eq, "NotEq": ast.NotEq, "Lt": ast.Lt, "LtE": ast.LtE, "Gt": ast.Gt, "GtE": ast.GtE,
               "In": ast.In, "NotIn": ast.NotIn}
+
+
+def _mock_call_name(node) -> str | None:
+    """``""`` for ``call(...)`` / ``mock.call(...)``, ``"run"`` for ``call.run(...)``; None otherwise
+    (starred arguments are not built here)."""
+    if not isinstance(node, ast.Call) or any(isinstance(a, ast.Starred) for a in node.args) \
+            or any(kw.arg is None for kw in node.keywords):
+        return None
+    f = node.func
+    if (isinstance(f, ast.Name) and f.id == "call") or (isinstance(f, ast.Attribute) and f.attr == "call"
+                                                        and isinstance(f.value, ast.Name) and f.value.id == "mock"):
+        return ""
+    if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and f.value.id == "call":
+        return f.attr
+    return None
 
 
 def _simple_call(node: ast.Call, name: str) -> bool:
@@ -691,18 +721,18 @@ def _parse_value(text: str):
 
 
 def _approx(expected, rel, abs_, nan_ok):
-    """``pytest.approx`` rebuilt from an observation, with a tolerance a test would write: finite,
-    ``rel`` ≤ 0.25, ``abs`` ≤ max(0.01, 0.25 · the largest expected magnitude) — an approx object the
-    code under test returns with ``abs=inf`` equals every number."""
+    """``pytest.approx`` rebuilt from an observation — only of approx objects test-side code made (the
+    observer refuses others: one the code under test returns would equal its own wrong answer) — with a
+    finite tolerance."""
     from pytest import approx
 
     numbers_ = [abs(v) for v in (expected if isinstance(expected, (list, tuple)) else
                                  expected.values() if isinstance(expected, dict) else [expected])
                 if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)]
-    scale = max(numbers_, default=0.0)
-    for name, tol, bound in (("rel", rel, 0.25), ("abs", abs_, max(0.01, 0.25 * scale))):
-        if tol is not None and not (isinstance(tol, (int, float)) and math.isfinite(tol) and 0 <= tol <= bound):
-            raise ValueError(f"approx {name}={tol!r} beyond what a test writes")
+    del numbers_
+    for name, tol in (("rel", rel), ("abs", abs_)):
+        if tol is not None and not (isinstance(tol, (int, float)) and math.isfinite(tol) and tol >= 0):
+            raise ValueError(f"approx {name}={tol!r}")
     return approx(expected, rel=rel, abs=abs_, nan_ok=nan_ok)
 
 
@@ -730,6 +760,8 @@ _REBUILD = {  # tag → (tuple length, constructor from the tag's fields): value
     "<fraction>": (3, lambda n, d: fractions.Fraction(_checked(int, n), _checked(int, d))),
     "<range>": (4, _bounded_range),
     "<call>": (4, _call),
+    "<calllist>": (2, lambda calls: __import__("unittest.mock", fromlist=["_CallList"])._CallList(
+        _checked(list, calls))),
     "<timedelta>": (4, lambda d, sec, us: datetime.timedelta(days=d, seconds=sec, microseconds=us)),
     "<datetime>": (2, lambda t: datetime.datetime.fromisoformat(_checked(str, t))),
     "<date>": (2, lambda t: datetime.date.fromisoformat(_checked(str, t))),

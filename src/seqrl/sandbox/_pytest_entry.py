@@ -538,9 +538,15 @@ def _plain(x, depth: int = 0):
         if name is None or not isinstance(args, tuple) or not isinstance(kwargs, dict):
             raise TypeError("call")
         return ("<call>", str(name), _plain(args, depth + 1), _plain(dict(kwargs), depth + 1))
-    if str(t.__module__).startswith("unittest.mock") and not issubclass(t, list):  # Mock objects, ANY (a
-        raise TypeError(t.__name__)  # call list is a list of calls)
-    if _APPROX is not None and issubclass(t, _APPROX):  # pytest.approx in a table (by class, not by name)
+    if t is _mock._CallList:  # sub-list containment (`[call.a(), call.b()] in m.mock_calls`): rebuilt as one
+        return ("<calllist>", [_plain(v, depth + 1) for v in list.__iter__(x)])
+    if str(t.__module__).startswith("unittest.mock"):  # Mock objects, sentinels: by identity where they
+        if _identity_only(t):  # compare by identity; a configured MagicMock (__eq__ …) is not plain
+            return ("<id>", id(x))
+        raise TypeError(t.__name__)
+    if _APPROX is not None and issubclass(t, _APPROX):  # pytest.approx objects the tests made (recorded)
+        if id(x) not in APPROX_MADE:
+            raise TypeError("an approx object the tests did not make")
         return ("<approx>", _plain(x.expected, depth + 1), _plain(x.rel, depth + 1), _plain(x.abs, depth + 1),
                 bool(x.nan_ok))
     if issubclass(t, int) and int.bit_length(x) > 12_000:  # past repr's digit limit: hex (linear), tagged
@@ -623,9 +629,26 @@ def _plain(x, depth: int = 0):
         return float(x)
     if issubclass(t, numbers.Complex):
         return complex(x)
-    if type.__getattribute__(t, "__eq__") is object.__eq__:  # compared by identity (sentinels, exceptions)
+    if _identity_only(t):  # compared by identity (sentinels, exceptions, classes without comparisons)
         return ("<id>", id(x))
     raise TypeError(t.__name__)
+
+
+_COMPARING = ("__eq__", "__ne__", "__lt__", "__le__", "__gt__", "__ge__", "__contains__", "__iter__", "__len__",
+              "__getitem__")
+
+
+def _identity_only(t) -> bool:
+    """Whether instances of `t` compare by identity and nothing else: ``==`` is object's, and no order,
+    containment or iteration (an id says nothing about those)."""
+    for name in _COMPARING:
+        try:
+            v = type.__getattribute__(t, name)
+        except AttributeError:
+            continue
+        if v is not getattr(object, name, None):
+            return False
+    return True
 
 
 OBSERVE_FILE: list = []
@@ -674,7 +697,7 @@ def _observe(fd, write, plain, rep, current, ops, own, k, value, check=None, fal
                 text = rep(tuple(leaves))
             elif check is not None and fallback is not None and (
                     all(opaque) if fallback == "all" else opaque[fallback] and opaque.count(True) == 1) \
-                    and all(own(type(v)) for v, o in zip(value, opaque) if o):
+                    and all(own(v) for v, o in zip(value, opaque) if o):
                 text = "~True" if check(value) else "~False"
             else:
                 text = "!"
@@ -684,27 +707,100 @@ def _observe(fd, write, plain, rep, current, ops, own, k, value, check=None, fal
     write(fd, f"{int(k)}\t{node}\t{len(text)}\t{text}\n".encode("utf-8", "backslashreplace"))
 
 
-OWN_CLASSES: set = set()
-"""ids of the classes the test modules define (recorded by the guard once collection imported them): the
-only non-plain values whose comparison pytest decides (`_observe`'s fallback)."""
+OWN_CLASSES: dict = {}
+"""id → (class, its comparison methods) of the classes the test modules define, recorded by the guard
+once collection imported them: the only non-plain values whose comparison pytest decides."""
 OWN_FILES: list = []
+APPROX_MADE: dict = {}
+"""id → approx object of the ``pytest.approx`` objects test-side code made (the only ones rebuilt here)."""
+
+
+def _dunders(cls) -> tuple:
+    return tuple(dict(type.__getattribute__(cls, "__dict__")).get(n) for n in _COMPARING)
 
 
 def record_own_classes() -> None:
-    """The classes defined at the top level of the loaded test-side modules (`OWN_FILES`)."""
+    """The classes defined in the loaded test-side modules (`OWN_FILES`), nested ones too, with their
+    comparison methods as they are now."""
     root = os.path.realpath(os.getcwd()) + os.sep
     allowed = {os.path.realpath(os.path.join(root, f)) for f in OWN_FILES}
+
+    def add(cls, depth=0):
+        if id(cls) in OWN_CLASSES or depth > 5:
+            return
+        OWN_CLASSES[id(cls)] = (cls, _dunders(cls))
+        for v in list(dict(type.__getattribute__(cls, "__dict__")).values()):
+            if isinstance(v, type) and v.__module__ == cls.__module__:
+                add(v, depth + 1)
+
     for mod in list(sys.modules.values()):
         f = getattr(mod, "__file__", None)
         if not isinstance(f, str) or os.path.realpath(f) not in allowed:
             continue
         for v in list(vars(mod).values()):
             if isinstance(v, type) and type.__getattribute__(v, "__module__") == mod.__name__:
-                OWN_CLASSES.add(id(v))
+                add(v)
 
 
-def _own(cls) -> bool:
-    return id(cls) in OWN_CLASSES
+def _own_class(cls) -> bool:
+    """Every class of `cls`'s MRO (but object) is a recorded test class whose comparison methods are
+    unchanged since collection (a test class on a package base, or an ``__eq__`` patched at run time,
+    is the package's to decide)."""
+    for base in type.__getattribute__(cls, "__mro__"):
+        if base is object:
+            continue
+        rec = OWN_CLASSES.get(id(base))
+        if rec is None or rec[0] is not base or _dunders(base) != rec[1]:
+            return False
+    return True
+
+
+def _own(value, depth: int = 0) -> bool:
+    """A value of a recorded test class whose fields are exact plain values or such values again:
+    pytest's own verdict on it cannot be bent by an always-equal field the package put there."""
+    if depth > 20 or not _own_class(type(value)):
+        return False
+    try:
+        fields = dict(object.__getattribute__(value, "__dict__"))
+    except AttributeError:
+        fields = {}
+    return all(_exact_plain(v, depth + 1) for v in fields.values())
+
+
+def _exact_plain(v, depth: int) -> bool:
+    t = type(v)
+    if v is None or t in (bool, int, float, complex, str, bytes):
+        return True
+    if t in (list, tuple, set, frozenset):
+        return len(v) <= 10_000 and all(_exact_plain(x, depth + 1) for x in v)
+    if t is dict:
+        return len(v) <= 10_000 and all(_exact_plain(k, depth + 1) and _exact_plain(x, depth + 1) for k, x in v.items())
+    return _own(v, depth)
+
+
+def wrap_approx() -> None:
+    """``pytest.approx`` records the objects that test-side code makes (its caller's file is one of
+    `OWN_FILES`): an approx object the code under test builds or returns is not one of them."""
+    import _pytest.approx as _approx_module
+
+    real = getattr(_approx_module, "approx", None)
+    if real is None:
+        return
+    root = os.path.realpath(os.getcwd()) + os.sep
+
+    def approx(*args, **kwargs):
+        made = real(*args, **kwargs)
+        caller = sys._getframe(1).f_code.co_filename
+        rel = os.path.relpath(os.path.realpath(caller), root) if os.path.realpath(caller).startswith(root) else ""
+        if rel in OWN_FILES:
+            APPROX_MADE[id(made)] = made  # kept alive: the id is never reused
+        return made
+
+    approx.__doc__, approx.__wrapped__ = real.__doc__, real
+    import pytest as _pytest_pkg
+
+    _approx_module.approx = approx
+    _pytest_pkg.approx = approx
 
 
 def install_observer(path: str, own_files: list[str] = ()):
@@ -752,6 +848,8 @@ def main(argv: list[str]) -> int:
     except (ImportError, AttributeError):
         _APPROX = None
     observer = install_observer(cfg["observe"], cfg.get("own_files", [])) if cfg.get("observe") else None
+    if observer is not None:
+        wrap_approx()  # before the guard's snapshot: the wrapper is what it watches
     sys.path.append(os.getcwd())  # the work tree last: it can add modules, never shadow one
 
     if cfg["mode"] in ("collect", "pristine"):
