@@ -1077,6 +1077,10 @@ def test_test_classes_cannot_be_bent_by_the_package(reward, tmp_path):
     approx_made = src + "\n\n_n = count_words\n\n\ndef count_words(text):\n" \
                         "    import importlib\n" \
                         "    return importlib.import_module('pyt' + 'est').approx(_n(text), abs=5)\n"
-    for forged in (patched_eq, approx_made):
+    patched_getattr = patched_eq.replace("type(items[0]).__eq__ = lambda s, o: True",
+                                         "type(items[0]).__getattribute__ = lambda s, n: 0")
+    imports_test = src + "\n\nimport test_core as _t\n_t.Item.__eq__ = lambda s, o: True\n"
+    for forged in (patched_eq, approx_made, patched_getattr, imports_test):
         r = score(reward, repo, {"shop/core.py": forged})
         assert r.parts["tests"] < 1.0 and r.parts["passed"] <= 1, r.reason
+    assert "references the test harness" in r.reason  # package code importing a test module

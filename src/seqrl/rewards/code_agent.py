@@ -91,7 +91,9 @@ TEST_FILE_PATTERNS = ("test_*.py", "*_test.py", "conftest.py")
 HARNESS_FILES = ("pytest.ini", ".pytest.ini", "pytest.toml", ".pytest.toml", "pyproject.toml", "tox.ini",
                  "setup.cfg")
 _COMPILED = re.compile(r"\.(pyc|pyo|so|pyd|dylib)$|(^|/)__pycache__(/|$)")
-_HARNESS_REF = re.compile(r"pytest|pluggy|junit|conftest|seqrl", re.I)
+_HARNESS_REF = re.compile(r"pytest|pluggy|junit|conftest|seqrl"
+                          r"|^\s*(import\s+tests?\b|from\s+tests?[\s.]|import\s+test_\w+|from\s+test_\w+\s+import)",
+                          re.I)
 _SUSPECT = re.compile(
     r"sys\s*\.\s*_getframe|\binspect\b|\blinecache\b|\btraceback\b|sys\s*\.\s*modules|meta_path|path_hooks"
     r"|settrace|setprofile|\bf_(back|locals|globals|code|lineno)\b|\bco_consts\b|/dev/fd|/proc/self"
@@ -530,6 +532,23 @@ class _Externalize(ast.NodeTransformer):
 
 _CMP_NODES = {"Eq": ast.Eq, "NotEq": ast.NotEq, "Lt": ast.Lt, "LtE": ast.LtE, "Gt": ast.Gt, "GtE": ast.GtE,
               "In": ast.In, "NotIn": ast.NotIn}
+
+
+def _class_qualnames(tree: ast.AST) -> set[str]:
+    """Qualnames of the classes a module's source defines at module level and nested in classes."""
+    out: set[str] = set()
+
+    def walk(body, prefix):
+        for node in body:
+            if isinstance(node, ast.ClassDef):
+                out.add(prefix + node.name)
+                walk(node.body, prefix + node.name + ".")
+            elif isinstance(node, (ast.If, ast.Try)):
+                walk([*node.body, *getattr(node, "orelse", []), *getattr(node, "finalbody", []),
+                      *[x for h in getattr(node, "handlers", []) for x in h.body]], prefix)
+
+    walk(getattr(tree, "body", []), "")
+    return out
 
 
 def _mock_call_name(node) -> str | None:
@@ -1587,7 +1606,7 @@ class CodeAgentReward:
 
     def _pytest(self, base: Path, work: Path, mode: str, pytest_args, python, paths, snapshot: Path,
                 nonce: str = "", conftests=(), observe: list | None = None, identities: dict | None = None,
-                doctests: dict | None = None, own_files: list | None = None):
+                doctests: dict | None = None, own_files: list | None = None, own_names: dict | None = None):
         entry = base / "entry.py"
         if not entry.exists():
             shutil.copyfile(ENTRY, entry)
@@ -1605,7 +1624,7 @@ class CodeAgentReward:
         if doctests:
             cfg["doctests"] = doctests
         if own_files:
-            cfg["own_files"] = own_files
+            cfg["own_files"], cfg["own_names"] = own_files, own_names or {}
         writable = []
         if nonce or identities:  # a file the entry reads and unlinks before the project runs: never in argv
             secret = Path(tempfile.mkdtemp(prefix="cfg-", dir=base))
@@ -1674,8 +1693,15 @@ class CodeAgentReward:
         covered = sum(1 for ks, m in per_node.values() if m)
         opened = {pfx: (rel, trees.get(rel)) for pfx, rel in open_files.items()}
         own = sorted(r for r in set(wanted) | set(open_files.values()) | helpers if r.endswith(".py"))
+        own_names = {}
+        for rel in own:  # the classes each test-side file's own source defines (what the run may record)
+            try:
+                tree = trees.get(rel) or ast.parse((work / rel).read_bytes())
+            except (SyntaxError, ValueError, OSError, RecursionError, MemoryError):
+                continue
+            own_names[rel] = sorted(_class_qualnames(tree))
         return {"expected": expected, "per_node": per_node, "tests": tests, "must": must, "open": opened,
-                "own_files": own,
+                "own_files": own, "own_names": own_names,
                 "covered": covered / len(per_node) if per_node else 0.0}
 
     # ------------------------------------------------------------------ the patch
@@ -1793,6 +1819,7 @@ class CodeAgentReward:
                                    collected["conftests"], obs_file if outside else None,
                                    identities=collected.get("identities"),
                                    own_files=outside["own_files"] if outside else None,
+                                   own_names=outside["own_names"] if outside else None,
                                    doctests={n: d for n, d in collected.get("doctest_digests", {}).items()
                                              if n not in void})
                 if outside:

@@ -715,42 +715,67 @@ APPROX_MADE: dict = {}
 """id → approx object of the ``pytest.approx`` objects test-side code made (the only ones rebuilt here)."""
 
 
-def _dunders(cls) -> tuple:
-    return tuple(dict(type.__getattribute__(cls, "__dict__")).get(n) for n in _COMPARING)
+OWN_NAMES: dict = {}
+"""test file (relative) → qualnames of the classes its source defines (from the parent's parse)."""
+OWN_MODULES: dict = {}
+"""id(module) → (module, {name: id(value)}) of the test modules at collection: rebinding a name there
+(a helper the tests' __eq__ calls, an expected value) withdraws pytest's verdict."""
+
+
+def _class_state(cls) -> tuple:
+    """Everything a class's comparisons could depend on: its namespace (values by identity) and metaclass."""
+    return (type(cls), tuple(sorted((k, id(v)) for k, v in dict(type.__getattribute__(cls, "__dict__")).items())))
 
 
 def record_own_classes() -> None:
-    """The classes defined in the loaded test-side modules (`OWN_FILES`), nested ones too, with their
-    comparison methods as they are now."""
+    """The classes the loaded test-side modules define — named in the file's own source (`OWN_NAMES`),
+    their methods compiled from that file — with their namespaces as they are now."""
     root = os.path.realpath(os.getcwd()) + os.sep
-    allowed = {os.path.realpath(os.path.join(root, f)) for f in OWN_FILES}
-
-    def add(cls, depth=0):
-        if id(cls) in OWN_CLASSES or depth > 5:
-            return
-        OWN_CLASSES[id(cls)] = (cls, _dunders(cls))
-        for v in list(dict(type.__getattribute__(cls, "__dict__")).values()):
-            if isinstance(v, type) and v.__module__ == cls.__module__:
-                add(v, depth + 1)
-
     for mod in list(sys.modules.values()):
         f = getattr(mod, "__file__", None)
-        if not isinstance(f, str) or os.path.realpath(f) not in allowed:
+        if not isinstance(f, str):
             continue
+        path = os.path.realpath(f)
+        rel = os.path.relpath(path, root) if path.startswith(root) else None
+        if rel not in OWN_NAMES:
+            continue
+        names = set(OWN_NAMES[rel])
+        OWN_MODULES[id(mod)] = (mod, {k: id(v) for k, v in list(vars(mod).items())})
+
+        def add(cls, depth=0):
+            if id(cls) in OWN_CLASSES or depth > 5:
+                return
+            ns = dict(type.__getattribute__(cls, "__dict__"))
+            if type.__getattribute__(cls, "__module__") != mod.__name__ \
+                    or type.__getattribute__(cls, "__qualname__") not in names:
+                return
+            for v in ns.values():
+                fn = getattr(v, "__func__", v)
+                code = getattr(fn, "__code__", None) if isinstance(fn, types.FunctionType) else None
+                if code is not None and os.path.realpath(code.co_filename) != path:
+                    return  # a method compiled elsewhere: not the test file's class
+            OWN_CLASSES[id(cls)] = (cls, _class_state(cls), id(mod))
+            for v in ns.values():
+                if isinstance(v, type):
+                    add(v, depth + 1)
+
         for v in list(vars(mod).values()):
-            if isinstance(v, type) and type.__getattribute__(v, "__module__") == mod.__name__:
+            if isinstance(v, type):
                 add(v)
 
 
 def _own_class(cls) -> bool:
-    """Every class of `cls`'s MRO (but object) is a recorded test class whose comparison methods are
-    unchanged since collection (a test class on a package base, or an ``__eq__`` patched at run time,
-    is the package's to decide)."""
+    """Every class of `cls`'s MRO (but object) is a recorded test class whose namespace, and whose
+    module's names, are unchanged since collection (a test class on a package base, a patched
+    ``__eq__`` / ``__getattribute__`` / helper, is the package's to decide)."""
     for base in type.__getattribute__(cls, "__mro__"):
         if base is object:
             continue
         rec = OWN_CLASSES.get(id(base))
-        if rec is None or rec[0] is not base or _dunders(base) != rec[1]:
+        if rec is None or rec[0] is not base or _class_state(base) != rec[1]:
+            return False
+        mod, names = OWN_MODULES.get(rec[2], (None, None))
+        if mod is None or {k: id(v) for k, v in list(vars(mod).items())} != names:
             return False
     return True
 
@@ -761,10 +786,17 @@ def _own(value, depth: int = 0) -> bool:
     if depth > 20 or not _own_class(type(value)):
         return False
     try:
-        fields = dict(object.__getattribute__(value, "__dict__"))
-    except AttributeError:
-        fields = {}
-    return all(_exact_plain(v, depth + 1) for v in fields.values())
+        fields = list(dict.values(object.__getattribute__(value, "__dict__")))
+    except (AttributeError, TypeError):
+        fields = []
+    for base in type.__getattribute__(type(value), "__mro__"):  # __slots__ fields too
+        slots = dict(type.__getattribute__(base, "__dict__")).get("__slots__", ())
+        for name in (slots,) if isinstance(slots, str) else slots:
+            try:
+                fields.append(object.__getattribute__(value, name))
+            except AttributeError:
+                continue
+    return all(_exact_plain(v, depth + 1) for v in fields)
 
 
 def _exact_plain(v, depth: int) -> bool:
@@ -803,7 +835,7 @@ def wrap_approx() -> None:
     _pytest_pkg.approx = approx
 
 
-def install_observer(path: str, own_files: list[str] = ()):
+def install_observer(path: str, own_files: list[str] = (), own_names: dict | None = None):
     """``__seqrl_observe__(k, value)`` (the rewritten test files call it): one ``K<TAB>NODE<TAB>repr``
     line per observation, appended to a file the parent reads and checks against what it kept. A
     ``functools.partial`` whose function and bound helpers are fixed now (a partial's ``func`` and
@@ -813,6 +845,7 @@ def install_observer(path: str, own_files: list[str] = ()):
 
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
     OWN_FILES[:] = list(own_files)
+    OWN_NAMES.update({str(k): list(v) for k, v in dict(own_names or {}).items()})
     obs = functools.partial(_observe, fd, os.write, _plain, repr, CURRENT_TEST, dict(_OPS), _own)
     st = os.fstat(fd)
     OBSERVE_FILE[:] = [fd, (st.st_dev, st.st_ino)]
@@ -847,7 +880,8 @@ def main(argv: list[str]) -> int:
         _APPROX = getattr(pytest, "Approx", None) or importlib.import_module("_pytest.python_api").ApproxBase
     except (ImportError, AttributeError):
         _APPROX = None
-    observer = install_observer(cfg["observe"], cfg.get("own_files", [])) if cfg.get("observe") else None
+    observer = install_observer(cfg["observe"], cfg.get("own_files", []), cfg.get("own_names")) \
+        if cfg.get("observe") else None
     if observer is not None:
         wrap_approx()  # before the guard's snapshot: the wrapper is what it watches
     sys.path.append(os.getcwd())  # the work tree last: it can add modules, never shadow one
