@@ -109,6 +109,74 @@ def snapshot() -> dict:
     return table
 
 
+def stdlib_functions() -> dict:
+    """``(module, name) → function`` of every function of the loaded standard-library modules (and their
+    classes' methods): the tests compute expected values with them (``statistics.mean(xs)``,
+    ``json.dumps(obj, sort_keys=True)``), so the code under test must not rebind them."""
+    names = set(getattr(sys, "stdlib_module_names", ()))
+    out = {}
+    for modname, mod in list(sys.modules.items()):
+        if mod is None or modname.split(".")[0] not in names or modname in ("__main__", "builtins"):
+            continue
+        for name, value in list(vars(mod).items()):
+            if isinstance(value, (types.FunctionType, types.BuiltinFunctionType)):
+                out[(modname, name)] = value
+            elif isinstance(value, type) and getattr(value, "__module__", None) == modname:
+                for attr, f in list(vars(value).items()):
+                    if isinstance(f, types.FunctionType):
+                        out[(modname, f"{name}.{attr}")] = f
+    return out
+
+
+def _work_tree_code(value, root: str) -> bool:
+    """Whether a callable's code comes from the work tree, or cannot be placed (no code and no builtin):
+    what a patch planting a replacement for a standard-library function would leave."""
+    if isinstance(value, (types.BuiltinFunctionType, types.BuiltinMethodType)) or value is _MISSING:
+        return False
+    import functools
+
+    for _ in range(8):
+        if isinstance(value, functools.partial):
+            inner = value.func
+        elif isinstance(value, types.MethodType):
+            inner = value.__func__
+        else:
+            inner = value.__dict__.get("__wrapped__") if isinstance(getattr(value, "__dict__", None), dict) else None
+        code = value.__code__ if isinstance(value, types.FunctionType) else None
+        if code is not None:  # frozen modules have a relative "<frozen …>" name: never the work tree
+            return os.path.isabs(code.co_filename) and os.path.realpath(code.co_filename).startswith(root)
+        if inner is None or inner is value:
+            return True
+        value = inner
+    return True
+
+
+def stdlib_changed(table: dict, root: str) -> list[str]:
+    """Standard-library functions replaced by code from the work tree (or by something without code)."""
+    root = os.path.realpath(root) + os.sep
+    out = []
+    for (modname, name), orig in table.items():
+        ns = sys.modules.get(modname)
+        now = ns
+        for part in name.split("."):
+            now = vars(now).get(part, _MISSING) if hasattr(now, "__dict__") else _MISSING
+        if now is not orig and now is not _MISSING and _work_tree_code(now, root):
+            out.append(f"{modname}.{name} replaced")
+    names = set(getattr(sys, "stdlib_module_names", ()))
+    for modname, mod in list(sys.modules.items()):  # modules imported later: no original, but a work-tree
+        if mod is None or modname.split(".")[0] not in names or modname in ("__main__", "builtins"):  # function
+            continue  # in a standard-library namespace never belongs there
+        for name, value in list(vars(mod).items()):
+            import functools
+
+            fn = value.func if isinstance(value, functools.partial) else value
+            code = fn.__code__ if isinstance(fn, types.FunctionType) else None
+            if (modname, name) not in table and isinstance(code, types.CodeType) and os.path.isabs(code.co_filename) \
+                    and os.path.realpath(code.co_filename).startswith(root):
+                out.append(f"{modname}.{name} replaced")
+    return out
+
+
 HARNESS_DIRS: tuple[str, ...] = ()  # set by main() from the trusted config, never from module attributes
 # stdlib modules pytest imports lazily (debugging, doctest, unittest support, config files): imported
 # before the work tree is on sys.path, so a same-named file in the patch can never be the one loaded
@@ -354,6 +422,7 @@ class Guard:
 
     def check(self, session) -> list[str]:
         problems = changed(self.table)
+        problems += stdlib_changed(self.stdlib, self.root) if getattr(self, "stdlib", None) else []
         problems += self._observer_changed()
         problems += foreign_modules(self.root)
         problems += self._hooks_changed()
@@ -903,6 +972,7 @@ def main(argv: list[str]) -> int:
     Guard.pytest_runtest_logstart = pytest.hookimpl(tryfirst=True)(Guard.pytest_runtest_logstart)
     guard = Guard(cfg["nonce"], cfg.get("conftests", []), table, identities=cfg.get("identities"),
                   doctests=cfg.get("doctests"))
+    guard.stdlib = stdlib_functions()  # before the tests' modules (and the code under test) are imported
     if observer is not None:
         guard.watch_observer(observer)
     del cfg
