@@ -1124,3 +1124,9 @@ def test_the_package_cannot_rebind_the_standard_library_the_tests_compute_with(r
     r = score(reward, repo, {"app/core.py": forged})
     assert r.parts["tests"] == 0.0 and "statistics.mean replaced" in r.reason and "json.dumps replaced" in r.reason, \
         r.reason
+    # a callable object instead of a function, and the encoder's separators instead of dumps itself
+    forged = src + "\n\nimport statistics\n\n\nclass _Mean:\n    def __call__(self, xs):\n        return average(xs)\n" \
+                   "\n\nstatistics.mean = _Mean()\njson.JSONEncoder.item_separator = ','\n"
+    r = score(reward, repo, {"app/core.py": forged})
+    assert r.parts["tests"] == 0.0 and "statistics.mean replaced" in r.reason and "item_separator changed" in r.reason, \
+        r.reason

@@ -128,6 +128,74 @@ def stdlib_functions() -> dict:
     return out
 
 
+_SIMPLE = (bool, int, float, complex, str, bytes, type(None))
+
+
+def stdlib_data() -> dict:
+    """``(module, name) → value`` of the constants tests compute expected values with: every simple value
+    (number, string, None, tuple of those) of ``math``, ``cmath`` and ``string``, upper-case ones of any
+    loaded standard-library module, and class attributes of the standard library's Python classes
+    (``json.JSONEncoder.item_separator``)."""
+    names = set(getattr(sys, "stdlib_module_names", ()))
+    out = {}
+
+    def simple(v):
+        return type(v) in _SIMPLE or (type(v) is tuple and len(v) < 64 and all(type(x) in _SIMPLE for x in v))
+
+    for modname, mod in list(sys.modules.items()):
+        if mod is None or modname.split(".")[0] not in names or modname in ("__main__", "builtins", "sys"):
+            continue
+        for name, value in list(vars(mod).items()):
+            if simple(value) and (modname in ("math", "cmath", "string") or (name.isupper() and name[:1] != "_")):
+                out[(modname, name)] = value
+            elif isinstance(value, type) and getattr(value, "__module__", None) == modname:
+                for attr, v in list(dict(type.__getattribute__(value, "__dict__")).items()):
+                    if simple(v) and not attr.startswith("_"):  # public settings only (private state moves)
+                        out[(modname, f"{name}.{attr}")] = v
+    return out
+
+
+def stdlib_data_changed(table: dict) -> list[str]:
+    out = []
+    for (modname, name), was in table.items():
+        now = sys.modules.get(modname)
+        for part in name.split("."):
+            now = vars(now).get(part, _MISSING) if hasattr(now, "__dict__") else _MISSING
+        if now is _MISSING or type(now) is not type(was) or (now != was and not (now != now and was != was)):
+            out.append(f"{modname}.{name} changed")
+    return out
+
+
+def _from_work_tree(value, root: str) -> bool:
+    """Whether a value in a standard-library namespace was made by the work tree: a function (or a
+    partial, bound method, static/class method of one) compiled there, or an object or class whose
+    class's methods were."""
+    import functools
+
+    for _ in range(8):
+        if isinstance(value, functools.partial):
+            value = value.func
+        elif isinstance(value, (types.MethodType, staticmethod, classmethod)):
+            value = value.__func__
+        else:
+            break
+    if isinstance(value, types.FunctionType):
+        f = value.__code__.co_filename
+        return os.path.isabs(f) and os.path.realpath(f).startswith(root)
+    cls = value if isinstance(value, type) else type(value)
+    try:
+        members = list(dict(type.__getattribute__(cls, "__dict__")).values())
+    except TypeError:
+        return False
+    for m in members:
+        m = getattr(m, "__func__", m) if isinstance(m, (staticmethod, classmethod)) else m
+        if isinstance(m, types.FunctionType):
+            f = m.__code__.co_filename
+            if os.path.isabs(f) and os.path.realpath(f).startswith(root):
+                return True
+    return False
+
+
 def _work_tree_code(value, root: str) -> bool:
     """Whether a callable's code comes from the work tree, or cannot be placed (no code and no builtin):
     what a patch planting a replacement for a standard-library function would leave."""
@@ -167,13 +235,13 @@ def stdlib_changed(table: dict, root: str) -> list[str]:
         if mod is None or modname.split(".")[0] not in names or modname in ("__main__", "builtins"):  # function
             continue  # in a standard-library namespace never belongs there
         for name, value in list(vars(mod).items()):
-            import functools
-
-            fn = value.func if isinstance(value, functools.partial) else value
-            code = fn.__code__ if isinstance(fn, types.FunctionType) else None
-            if (modname, name) not in table and isinstance(code, types.CodeType) and os.path.isabs(code.co_filename) \
-                    and os.path.realpath(code.co_filename).startswith(root):
+            if (modname, name) not in table and _from_work_tree(value, root):
                 out.append(f"{modname}.{name} replaced")
+            elif isinstance(value, type) and getattr(value, "__module__", None) == modname:
+                for attr, v in list(dict(type.__getattribute__(value, "__dict__")).items()):
+                    if (modname, f"{name}.{attr}") not in table and _from_work_tree(v, root) \
+                            and not isinstance(v, type):
+                        out.append(f"{modname}.{name}.{attr} replaced")
     return out
 
 
@@ -423,6 +491,7 @@ class Guard:
     def check(self, session) -> list[str]:
         problems = changed(self.table)
         problems += stdlib_changed(self.stdlib, self.root) if getattr(self, "stdlib", None) else []
+        problems += stdlib_data_changed(self.stdlib_data) if getattr(self, "stdlib_data", None) else []
         problems += self._observer_changed()
         problems += foreign_modules(self.root)
         problems += self._hooks_changed()
@@ -973,6 +1042,7 @@ def main(argv: list[str]) -> int:
     guard = Guard(cfg["nonce"], cfg.get("conftests", []), table, identities=cfg.get("identities"),
                   doctests=cfg.get("doctests"))
     guard.stdlib = stdlib_functions()  # before the tests' modules (and the code under test) are imported
+    guard.stdlib_data = stdlib_data()
     if observer is not None:
         guard.watch_observer(observer)
     del cfg
