@@ -360,20 +360,11 @@ def cmd_eval(args: argparse.Namespace, overrides: list[str]) -> int:
 def eval_prompt(args: argparse.Namespace, checkpoint: str):
     """The prompt rendering and stop strings of `seqrl eval`: those of the run that wrote the
     checkpoint (its folder's config.yaml: ``prompt``, ``sampling.stop``), each replaced by a flag given."""
-    import yaml
+    from seqrl.prompts import PromptConfig, saved_run_config
 
-    from seqrl.prompts import PromptConfig
-
-    prompt, stop = {}, []
-    run_config = Path(checkpoint).parent / "config.yaml"
-    if run_config.is_file():
-        try:
-            saved = yaml.safe_load(run_config.read_text(encoding="utf-8")) or {}
-        except (OSError, yaml.YAMLError, UnicodeDecodeError):
-            saved = {}
-        if isinstance(saved, dict):
-            prompt = dict(saved.get("prompt") or {})
-            stop = list((saved.get("sampling") or {}).get("stop") or (saved.get("eval") or {}).get("stop") or [])
+    saved = saved_run_config(checkpoint)
+    prompt = dict(saved.get("prompt") or {})
+    stop = list((saved.get("sampling") or {}).get("stop") or (saved.get("eval") or {}).get("stop") or [])
     if args.system is not None:
         prompt["system"] = args.system or None
     if args.template is not None:
@@ -963,8 +954,7 @@ def build_parser() -> argparse.ArgumentParser:
     se = sub.add_parser("search", help="test-time search with a policy and a scorer: bon (best-of-N, voting), "
                                        "beam, dvts or mcts (each has its own options: seqrl search bon --help)")
     se.add_argument("method", choices=("bon", "beam", "dvts", "mcts"))
-    se.set_defaults(func=lambda a, rest: (_search_bon if a.method == "bon" else
-                                          (lambda r: _search_steps(a.method, r)))(rest))
+    se.set_defaults(func=lambda a, rest: _search_bon(rest) if a.method == "bon" else _search_steps(a.method, rest))
 
     demo = sub.add_parser("demo", help="SFT, GRPO, a process reward model and test-time search on arithmetic "
                                        "from scratch, with a report (CPU, minutes)")

@@ -169,21 +169,27 @@ def render_prompt(tokenizer, problem: Problem | str, cfg: PromptConfig | None = 
     return render(tokenizer, build_messages(problem, cfg))
 
 
-def saved_prompt(checkpoint: str) -> PromptConfig:
-    """The prompt section of the run that wrote `checkpoint` (its folder's ``config.yaml``), so a policy
-    is asked the way it was trained; the default rendering when there is none (a model folder, a hub id)."""
+def saved_run_config(checkpoint: str) -> dict:
+    """The config.yaml of the run that wrote `checkpoint` (its folder's parent), as a mapping; ``{}``
+    when there is none or it does not read (a model folder, a hub id)."""
     from pathlib import Path
 
     import yaml
 
     run_config = Path(str(checkpoint)).parent / "config.yaml"
     if not run_config.is_file():
-        return PromptConfig()
+        return {}
     try:
         saved = yaml.safe_load(run_config.read_text(encoding="utf-8")) or {}
     except (OSError, yaml.YAMLError, UnicodeDecodeError):
-        return PromptConfig()
-    prompt = saved.get("prompt") if isinstance(saved, dict) else None
+        return {}
+    return saved if isinstance(saved, dict) else {}
+
+
+def saved_prompt(checkpoint: str) -> PromptConfig:
+    """The prompt section of the run that wrote `checkpoint`, so a policy is asked the way it was
+    trained; the default rendering when there is none."""
+    prompt = saved_run_config(checkpoint).get("prompt")
     if not isinstance(prompt, dict):
         return PromptConfig()
     return PromptConfig(**{k: prompt.get(k) for k in ("system", "template")})

@@ -364,9 +364,11 @@ class PPOTrainer:
 def _mean_metrics(per_rank: list[dict[str, float]]) -> dict[str, float]:
     if len(per_rank) == 1:
         return per_rank[0]
-    keys = dict.fromkeys(k for m in per_rank for k in m)
-    return {k: next(m[k] for m in per_rank if k in m) if isinstance(next(m[k] for m in per_rank if k in m), str)
-            else float(sum(m[k] for m in per_rank if k in m) / sum(k in m for m in per_rank)) for k in keys}
+    out: dict = {}
+    for k in dict.fromkeys(k for m in per_rank for k in m):
+        values = [m[k] for m in per_rank if k in m]
+        out[k] = values[0] if isinstance(values[0], str) else float(sum(values) / len(values))  # text: the first's
+    return out
 
 
 def critic_model_config(cfg: PPOConfig) -> ModelConfig:

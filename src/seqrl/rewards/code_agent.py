@@ -745,10 +745,6 @@ def _approx(expected, rel, abs_, nan_ok):
     finite tolerance."""
     from pytest import approx
 
-    numbers_ = [abs(v) for v in (expected if isinstance(expected, (list, tuple)) else
-                                 expected.values() if isinstance(expected, dict) else [expected])
-                if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)]
-    del numbers_
     for name, tol in (("rel", rel), ("abs", abs_)):
         if tol is not None and not (isinstance(tol, (int, float)) and math.isfinite(tol) and tol >= 0):
             raise ValueError(f"approx {name}={tol!r}")
@@ -1227,19 +1223,19 @@ def _doctest_texts(path: Path) -> list[str] | None:
     return sorted(out)
 
 
-def _protect_named_data(snapshot: Path, out: dict, test_side, add) -> None:
+def _protect_named_data(snapshot: Path, files: Mapping, test_side, add) -> None:
     """Data files whose name a test source spells out (``load_json("data/expected.json")``, whoever
     opens it): test data — outside package directories and documentation, which a fix may change.
-    Static, so it holds when the pristine run did not finish too."""
+    Static, so it holds when the pristine run did not finish too. `files`: `_walk_files` of the snapshot."""
     sources = []
-    for rel, st in _walk_files(snapshot).items():
+    for rel, st in files.items():
         if rel.endswith(".py") and test_side(rel) and stat.S_ISREG(st.st_mode) and st.st_size < 2_000_000:
             sources.append((snapshot / rel).read_text(encoding="utf-8", errors="replace"))
     text = "\n".join(sources)
     if not text:
         return
     seen = 0
-    for rel, st in sorted(_walk_files(snapshot).items()):
+    for rel, st in sorted(files.items()):
         name = rel.rsplit("/", 1)[-1]
         if rel.endswith((".py", ".pyc", ".md", ".rst")) or not stat.S_ISREG(st.st_mode) or len(name) < 5:
             continue
@@ -1252,24 +1248,34 @@ def _protect_named_data(snapshot: Path, out: dict, test_side, add) -> None:
             add(rel, "test data: named in the tests")
 
 
-def _imported_by_package(snapshot: Path, rel: str, test_side) -> bool:
+def _imported_names(path: Path) -> set[str]:
+    """The last component of every module a source imports, and every name it imports from one."""
+    try:
+        tree = ast.parse(path.read_bytes())
+    except (SyntaxError, ValueError, OSError, RecursionError, MemoryError):
+        return set()
+    out: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out.update(a.name.split(".")[-1] for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            out.add((node.module or "").split(".")[-1])
+            out.update(a.name for a in node.names)
+    return out
+
+
+def _imported_by_package(snapshot: Path, files: Mapping, rel: str, test_side, cache: dict) -> bool:
     """Whether a non-test source of the snapshot imports the module at `rel` (``from shop.constants
     import X``, ``from . import constants``): the audit hook sees only a module's first import, which the
-    tests may make."""
+    tests may make. `cache`: each source's `_imported_names`, parsed once per snapshot."""
     stem = rel[:-3].rsplit("/", 1)[-1]
-    for other, st in _walk_files(snapshot).items():
+    for other, st in files.items():
         if not other.endswith(".py") or other == rel or test_side(other) or st.st_size > 2_000_000:
             continue
-        try:
-            tree = ast.parse((snapshot / other).read_bytes())
-        except (SyntaxError, ValueError, RecursionError, MemoryError):
-            continue
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Import) and any(a.name.split(".")[-1] == stem for a in node.names):
-                return True
-            if isinstance(node, ast.ImportFrom) and ((node.module or "").split(".")[-1] == stem
-                                                     or any(a.name == stem for a in node.names)):
-                return True
+        if other not in cache:
+            cache[other] = _imported_names(snapshot / other)
+        if stem in cache[other]:
+            return True
     return False
 
 
@@ -1367,8 +1373,10 @@ def pristine_protections(snapshot: Path, rows, errors, data: Mapping, protected)
             framework = False
         if named or framework:
             add(rel, "test support module" if named else "imports a test framework")
-    _protect_named_data(snapshot, out, test_side, add)
+    files = _walk_files(snapshot)
+    _protect_named_data(snapshot, files, test_side, add)
     importers: dict[str, set[str]] = {}
+    parsed: dict[str, set[str]] = {}
     for pair in data.get("imports", []) or []:
         try:
             importers.setdefault(str(pair[0]), set()).add(str(pair[1]))
@@ -1378,7 +1386,7 @@ def pristine_protections(snapshot: Path, rows, errors, data: Mapping, protected)
         if test_side(rel) or not rel.endswith(".py") or not is_file(rel) or not who:
             continue
         if all(test_side(o) for o in who) and _is_data_module(snapshot / rel) \
-                and not _imported_by_package(snapshot, rel, test_side):
+                and not _imported_by_package(snapshot, files, rel, test_side, parsed):
             add(rel, "test data module: only values, imported by the tests alone")
     by_target: dict[str, set[str]] = {}
     for pair in data.get("reads", []) or []:

@@ -49,6 +49,7 @@ import os
 import pathlib
 import sys
 import types
+import unittest.mock as _mock
 import uuid
 
 REPORT = "/dev/fd/3"
@@ -667,8 +668,6 @@ def _plain(x, depth: int = 0):
     if depth > 100:
         raise TypeError("too deep")
     t = type(x)
-    import unittest.mock as _mock  # imported before any project code (PREIMPORT)
-
     if t is _mock._Call:  # a mock call: its name, arguments and keywords as plain data, rebuilt by the parent
         parts = tuple.__iter__(x)
         parts = list(parts)
