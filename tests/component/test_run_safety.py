@@ -35,6 +35,36 @@ def test_resume_applies_a_longer_run_and_refuses_a_changed_lr(tmp_path, capsys):
     assert (tmp_path / "r" / "checkpoint-3").is_dir()
 
 
+def test_a_longer_resumed_run_says_what_happens_to_its_cosine_schedule_and_can_continue_it(tmp_path, capsys):
+    """arith_tiny: lr 3e-3, cosine to 0.1 of it, warm-up 1 here; step s takes update s − 1. Step 4 of 4
+    ran at 0.1 + 0.45·(1 + cos(2π/3)) = 0.325 (9.75e-4) and a fifth would sit at the floor, 3e-4; resumed
+    with --steps=8 the cosine spans 8 (stretched): step 5 runs at 0.1 + 0.45·(1 + cos(3π/7)) = 0.650
+    (1.95e-3) — the line says so and names the other choice, --optim.schedule_steps=4, which continues
+    the old schedule at its floor."""
+    import json
+    import math
+
+    def lrs(name):
+        rows = [json.loads(line) for line in (tmp_path / name / "metrics.jsonl").read_text().splitlines()]
+        return {r["step"]: r["stats/lr"] for r in rows if "stats/lr" in r}
+
+    stretched = 3e-3 * (0.1 + 0.45 * (1 + math.cos(3 * math.pi / 7)))
+    for name, extra in (("stretch", []), ("keep", ["--optim.schedule_steps=4"])):
+        args = [a.replace("--run.name=r", f"--run.name={name}") for a in _sft(tmp_path, "--run.log_every=1")]
+        assert main([*args, "--steps=4"]) == 0
+        assert lrs(name)[4] == pytest.approx(9.75e-4, rel=1e-9)
+        capsys.readouterr()
+        assert main([*args, "--steps=8", "--resume", *extra]) == 0
+        out = " ".join(capsys.readouterr().out.split())
+        if name == "stretch":
+            assert (f"the learning rate of step 5 goes from 0.0003 to {stretched:.3g}" in out
+                    and "--optim.schedule_steps=4" in out)
+            assert lrs(name)[5] == pytest.approx(stretched, rel=1e-9)
+        else:
+            assert "learning rate goes from" not in out and "optim.schedule_steps: 0 -> 4" in out
+            assert all(lrs(name)[s] == pytest.approx(3e-4, rel=1e-9) for s in (5, 6, 7, 8))
+
+
 def test_resume_falls_back_from_a_corrupted_newest_checkpoint(tmp_path, capsys):
     assert main(_sft(tmp_path, "--steps=2")) == 0
     weights = tmp_path / "r" / "checkpoint-2" / "model.safetensors"
@@ -90,6 +120,12 @@ def test_plain_progress_lines_off_a_terminal():
     lines = stream.getvalue().splitlines()
     assert len(lines) == 2 and lines[0].startswith("sft r: 1/10 (10%)") and "loss=0.5" in lines[0]
     assert lines[1].startswith("sft r: 2/10 (20%)") and "loss=0.25" in lines[1]
+    bar.finish()  # the closing line would repeat the last one: not written
+    assert len(stream.getvalue().splitlines()) == 2
+    bar.advance(0, acc=0.85)  # an evaluation after the last step: the closing line shows it
+    bar.finish()
+    lines = stream.getvalue().splitlines()
+    assert len(lines) == 3 and lines[2].startswith("sft r: 2/10 (20%)") and "acc=0.85" in lines[2]
 
 
 @pytest.mark.parametrize("algo,preset", [("sft", "arith_tiny"), ("grpo", "arith_tiny_dapo"), ("dt", "pendulum_medium_expert"),

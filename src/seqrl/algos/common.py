@@ -36,7 +36,7 @@ from seqrl.utils.checkpoint import (
 from seqrl.utils.metrics import MetricsLogger
 from seqrl.utils.seeding import seed_everything
 
-RESUMABLE_CHANGES = ("steps", "eval.every", "run.log_every", "run.log_completions", "run.save_every",
+RESUMABLE_CHANGES = ("steps", "optim.schedule_steps", "critic.optim.schedule_steps", "eval.every", "run.log_every", "run.log_completions", "run.save_every",
                      "run.keep_last", "run.progress",
                      "run.threads", "run.resume", "run.on_nonfinite", "online.iterations", "run.device", "iterations",
                      "shared_prompt_forward")
@@ -62,8 +62,21 @@ class RunInterrupted(KeyboardInterrupt):
         self.signum, self.message, self.exit_code = signum, message, 128 + signum
 
 
-def make_optimizer(model: torch.nn.Module, cfg: OptimConfig, total_steps: int, fused: bool = False):
-    """AdamW (no decay on biases, norms and embeddings) and its LambdaLR schedule.
+def lr_factor(cfg: OptimConfig, update: int, total: int) -> float:
+    """The learning rate of optimizer update `update` as a fraction of ``cfg.lr``: linear warm-up, then
+    constant or a cosine over `total` updates down to ``cfg.min_lr_ratio`` (held there after `total`)."""
+    if update < cfg.warmup_steps:
+        return (update + 1) / cfg.warmup_steps
+    if cfg.schedule == "constant":
+        return 1.0
+    progress = min(1.0, (update - cfg.warmup_steps) / max(1, total - cfg.warmup_steps))
+    return cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
+
+
+def make_optimizer(model: torch.nn.Module, cfg: OptimConfig, total_steps: int, fused: bool = False,
+                   updates_per_step: int = 1):
+    """AdamW (no decay on biases, norms and embeddings) and its LambdaLR schedule over `total_steps`
+    optimizer updates, or over ``cfg.schedule_steps`` trainer steps of `updates_per_step` updates each.
 
     fused=True asks for PyTorch's fused AdamW kernel, used when every parameter is a floating tensor
     on one CPU or CUDA device: the same update up to float rounding, ≈ 10 % faster per Decision
@@ -85,15 +98,8 @@ def make_optimizer(model: torch.nn.Module, cfg: OptimConfig, total_steps: int, f
         fused=fused or None,
     )
 
-    def factor(step: int) -> float:
-        if step < cfg.warmup_steps:
-            return (step + 1) / cfg.warmup_steps
-        if cfg.schedule == "constant":
-            return 1.0
-        progress = min(1.0, (step - cfg.warmup_steps) / max(1, total_steps - cfg.warmup_steps))
-        return cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
-
-    return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+    horizon = cfg.schedule_steps * updates_per_step if cfg.schedule_steps else total_steps
+    return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, lambda update: lr_factor(cfg, update, horizon))
 
 
 LOCK_FILE = "run.lock"
@@ -325,7 +331,26 @@ def check_resume_changes(saved_file: Path, cfg: Any) -> list[str]:
     applied = [f"{k}: {saved.get(k)!r} -> {now.get(k)!r}" for k in changed if k != "run.resume"]
     if applied:
         print(f"resume: applying changed {'; '.join(applied)}")
+    if "steps" in changed and (note := _schedule_note(cfg, saved.get("steps"), saved_file.parent)):
+        print(note)
     return applied
+
+
+def _schedule_note(cfg: Any, old_steps: Any, run_dir: Path) -> str | None:
+    """What a changed `steps` does to a cosine schedule that follows it: the line `--resume` prints, with
+    the learning rate at the newest checkpoint's step under the old and the new length, and the choice."""
+    optim = getattr(cfg, "optim", None)
+    if (not isinstance(optim, OptimConfig) or optim.schedule != "cosine" or optim.schedule_steps
+            or not isinstance(old_steps, int) or hasattr(cfg, "iterations")):  # STaR: steps per iteration
+        return None
+    new_steps = cfg.steps
+    checkpoints = list_checkpoints(run_dir)
+    step = checkpoints[-1][0] if checkpoints else 0
+    k = getattr(cfg, "num_iterations", 1) * getattr(cfg, "minibatches", 1)  # optimizer updates per step
+    before, after = (optim.lr * lr_factor(optim, step * k, n * k) for n in (old_steps, new_steps))
+    return (f"resume: the cosine learning-rate schedule now spans steps={new_steps} (it spanned {old_steps}): the "
+            f"learning rate of step {step + 1} goes from {before:.3g} to {after:.3g}. To continue the old schedule "
+            f"instead (held at its floor after step {old_steps}), resume with --optim.schedule_steps={old_steps}")
 
 
 def load_resume_checkpoint(run_dir: Path, load: Any) -> tuple[Path, Any]:

@@ -182,6 +182,10 @@ class OptimConfig:
     """Decay after warm-up."""
     min_lr_ratio: float = 0.1
     """Cosine floor as a fraction of lr."""
+    schedule_steps: int = 0
+    """Trainer steps the cosine spans (0: the run's `steps`). A resumed run made longer stretches its
+    cosine over the new `steps` (its learning rate rises); set this to the old `steps` to continue the
+    old schedule instead, held at its floor after it."""
     grad_clip: float = 1.0
     """Max global gradient norm (0: no clipping)."""
 
@@ -189,8 +193,9 @@ class OptimConfig:
         if not (isinstance(self.lr, (int, float)) and math.isfinite(self.lr) and 0 < self.lr <= MAX_LR):
             # past this, Adam's update overflows float32 (lr 1e38 became inf inside the optimizer step)
             raise ValueError(f"optim.lr must be a number in (0, {MAX_LR:g}] (got {self.lr})")
-        if self.warmup_steps < 0 or self.grad_clip < 0 or not 0 <= self.min_lr_ratio <= 1:
-            raise ValueError("optim.warmup_steps and optim.grad_clip must be >= 0, optim.min_lr_ratio in [0, 1]")
+        if self.warmup_steps < 0 or self.grad_clip < 0 or self.schedule_steps < 0 or not 0 <= self.min_lr_ratio <= 1:
+            raise ValueError("optim.warmup_steps, optim.grad_clip and optim.schedule_steps must be >= 0, "
+                             "optim.min_lr_ratio in [0, 1]")
 
 
 @dataclass

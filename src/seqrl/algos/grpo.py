@@ -116,7 +116,8 @@ class GRPOTrainer:
                  reward_fns: dict[str, tuple[RewardFn, float]] | None = None) -> None:
         self.cfg, self.policy, self.task, self.problems = cfg, policy, task, problems
         self.reward_fns = reward_fns if reward_fns is not None else build_rewards(cfg.rewards, task)
-        self.optimizer, self.scheduler = make_optimizer(policy.model, cfg.optim, cfg.steps * cfg.num_iterations * cfg.minibatches)
+        self.optimizer, self.scheduler = make_optimizer(policy.model, cfg.optim, cfg.steps * cfg.num_iterations * cfg.minibatches,
+                                                       updates_per_step=cfg.num_iterations * cfg.minibatches)
         # The reference policy (only when β > 0): a frozen copy, or with LoRA the base model itself
         # (the adapter switched off in `_reference_logprobs`), so no second copy of the weights.
         self.ref = None

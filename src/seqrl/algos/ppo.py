@@ -126,8 +126,10 @@ class PPOTrainer:
         if not any(k in self.reward_fns for k in VERIFIER_KEYS):
             self.verifier = {"verifier": (build_reward(RewardSpec("task"), task), 1.0)}
         updates = cfg.steps * cfg.num_iterations * cfg.minibatches
-        self.optimizer, self.scheduler = make_optimizer(policy.model, cfg.optim, updates)
-        self.critic_optimizer, self.critic_scheduler = make_optimizer(critic, cfg.critic.optim, updates)
+        per_step = cfg.num_iterations * cfg.minibatches
+        self.optimizer, self.scheduler = make_optimizer(policy.model, cfg.optim, updates, updates_per_step=per_step)
+        self.critic_optimizer, self.critic_scheduler = make_optimizer(critic, cfg.critic.optim, updates,
+                                                                      updates_per_step=per_step)
         self.ref = None
         if cfg.loss.beta > 0:
             self.ref = copy.deepcopy(policy.model).eval().requires_grad_(False)

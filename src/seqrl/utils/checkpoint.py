@@ -420,6 +420,13 @@ def load_checkpoint(
                 obj.load_state_dict(saved[name])
             except (ValueError, KeyError, RuntimeError) as e:
                 raise CheckpointError(f"{path / OPTIMIZER_FILE}: {name} state does not fit: {e}") from e
+        if optimizer is not None and isinstance(scheduler, torch.optim.lr_scheduler.LambdaLR):
+            # the next update's rate from this run's schedule (the same value when it is unchanged): the
+            # saved optimizer holds the one the old schedule set, so a longer run took one step at it
+            groups = scheduler.optimizer.param_groups
+            for group, base, factor in zip(groups, scheduler.base_lrs, scheduler.lr_lambdas):
+                group["lr"] = base * factor(scheduler.last_epoch)
+            scheduler._last_lr = [group["lr"] for group in groups]
     if restore_rng:
         rng_file = path / RNG_FILE
         try:

@@ -66,6 +66,7 @@ class PlainProgress:
         self.done = 0
         self.fields: dict[str, Any] = {}
         self._t0 = self._last = time.monotonic()
+        self._shown: tuple[int, str] | None = None
 
     def advance(self, n: int = 1, **fields: Any) -> None:
         self.fields.update(fields)
@@ -75,9 +76,15 @@ class PlainProgress:
             self._last = now
             self.line()
 
+    def finish(self) -> None:
+        """The closing line, unless the last line shown already says the same."""
+        if self._shown != (self.done, _format_fields(self.fields)):
+            self.line()
+
     def line(self) -> None:
         of = f"/{self.total} ({100 * self.done / self.total:.0f}%)" if self.total else ""
         info = _format_fields(self.fields)
+        self._shown = (self.done, info)
         print(f"{self.description}: {self.done}{of} {time.monotonic() - self._t0:.0f} s"
               + (f" {info}" if info else ""), file=self.stream, flush=True)
 
@@ -94,7 +101,7 @@ def progress_bar(total: int | None, description: str, disable: bool = False) -> 
         if not disable and not sys.stderr.isatty():
             plain = PlainProgress(total, description)
             yield plain  # type: ignore[misc]
-            plain.line()
+            plain.finish()
             return
         with _rich(total, description, disable) as bar:
             yield bar
