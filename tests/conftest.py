@@ -19,6 +19,27 @@ torch.set_num_threads(1)
 
 
 @pytest.fixture
+def on_nth_call(monkeypatch):
+    """``on_nth_call(owner, name, n, action, patch=None)``: ``owner.name`` replaced so that its `n`-th call
+    (1-based) runs ``action()`` first (send a signal, raise), then the real function; undone with `patch`
+    (a ``monkeypatch.context()``) or at the end of the test."""
+
+    def install(owner, name: str, n: int, action, patch=None) -> None:
+        real, calls = getattr(owner, name), [0]
+
+        def hooked(*args, **kwargs):
+            calls[0] += 1
+            if calls[0] == n:
+                action()
+            return real(*args, **kwargs)
+
+        (patch or monkeypatch).setattr(owner, name, hooked)
+
+    install.monkeypatch = monkeypatch
+    return install
+
+
+@pytest.fixture
 def tiny_policy():
     from seqrl.models import ModelConfig, load_policy
 

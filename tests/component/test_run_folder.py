@@ -198,34 +198,25 @@ def test_a_second_process_on_a_run_folder_is_refused_naming_the_holder(tmp_path,
 
 # 3. pre-emption -------------------------------------------------------------------------------------
 
-def _signal_at(monkeypatch, algo: str, at: int, *signums: int) -> None:
+def _signal_at(on_nth_call, patch, algo: str, at: int, *signums: int) -> None:
     """Send `signums` to this process during step `at` (1-based) of the next run."""
     import seqrl.algos.dt as dt
     import seqrl.algos.grpo as grpo
     import seqrl.algos.sft as sft
 
-    module, name = {"sft": (sft, "accumulate_gradients"), "dt": (dt, "action_loss"),
-                    "grpo": (grpo.GRPOTrainer, "train_step")}[algo]
-    real, calls = getattr(module, name), []
-
-    def hooked(*args, **kwargs):
-        calls.append(1)
-        if len(calls) == at:
-            for signum in signums:
-                os.kill(os.getpid(), signum)
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(module, name, hooked)
+    owner, name = {"sft": (sft, "accumulate_gradients"), "dt": (dt, "action_loss"),
+                   "grpo": (grpo.GRPOTrainer, "train_step")}[algo]
+    on_nth_call(owner, name, at, lambda: [os.kill(os.getpid(), signum) for signum in signums], patch)
 
 
 @pytest.mark.parametrize("algo,signum,code", [("sft", signal.SIGTERM, 143), ("sft", signal.SIGINT, 130),
                                               ("grpo", signal.SIGTERM, 143), ("dt", signal.SIGTERM, 143)])
 def test_a_signal_saves_the_step_reached_and_resume_repeats_an_uninterrupted_run(tmp_path, capsys, monkeypatch,
-                                                                                 algo, signum, code):
+                                                                                 on_nth_call, algo, signum, code):
     steps = ["--steps=4", "--run.save_every=0", "--run.log_every=1"]
     assert main(_argv(algo, tmp_path / "whole", *steps)) == 0
     with monkeypatch.context() as patch:
-        _signal_at(patch, algo, 2, signum)
+        _signal_at(on_nth_call, patch, algo, 2, signum)
         capsys.readouterr()
         assert main(_argv(algo, tmp_path / "cut", *steps)) == code
     run = tmp_path / "cut" / "r"
@@ -240,21 +231,14 @@ def test_a_signal_saves_the_step_reached_and_resume_repeats_an_uninterrupted_run
 
 
 def test_a_signal_during_online_odt_saves_after_that_iteration_and_resume_repeats_the_run(tmp_path, capsys,
-                                                                                         monkeypatch):
+                                                                                         monkeypatch, on_nth_call):
     import seqrl.algos.odt as odt
 
     steps = ["--online.iterations=3", "--run.save_every=0", "--run.log_every=1"]
     assert main(_argv("odt", tmp_path / "whole", *steps)) == 0
-    real, calls = odt.collect_rollouts, []
-
-    def hooked(*args, **kwargs):
-        calls.append(1)
-        if len(calls) == 2:  # during online iteration 2: it finishes (step 2 + 2·2), then the run stops
-            os.kill(os.getpid(), signal.SIGTERM)
-        return real(*args, **kwargs)
-
     with monkeypatch.context() as patch:
-        patch.setattr(odt, "collect_rollouts", hooked)
+        # during online iteration 2: it finishes (step 2 + 2·2), then the run stops
+        on_nth_call(odt, "collect_rollouts", 2, lambda: os.kill(os.getpid(), signal.SIGTERM), patch)
         capsys.readouterr()
         assert main(_argv("odt", tmp_path / "cut", *steps)) == 143
     run = tmp_path / "cut" / "r"
@@ -311,8 +295,8 @@ def test_under_torchrun_a_signal_to_one_process_stops_every_process_at_the_same_
     verify_checkpoint(tmp_path / "r" / "checkpoint-2")
 
 
-def test_a_second_signal_stops_at_once_and_says_no_checkpoint_exists(tmp_path, capsys, monkeypatch):
-    _signal_at(monkeypatch, "sft", 2, signal.SIGTERM, signal.SIGTERM)
+def test_a_second_signal_stops_at_once_and_says_no_checkpoint_exists(tmp_path, capsys, monkeypatch, on_nth_call):
+    _signal_at(on_nth_call, monkeypatch, "sft", 2, signal.SIGTERM, signal.SIGTERM)
     assert main(_argv("sft", tmp_path, "--steps=4", "--run.save_every=0")) == 143
     line = _one_line(capsys.readouterr().err)
     assert "stopped at once by a second SIGTERM; no complete checkpoint in" in line

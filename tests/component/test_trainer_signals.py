@@ -25,20 +25,6 @@ from seqrl.utils.checkpoint import list_checkpoints, verify_checkpoint
 from seqrl.utils.metrics import read_metrics
 
 
-def _signal_at(monkeypatch, module, at: int, *signums: int) -> None:
-    """Send `signums` to this process in the `at`-th call (1-based) of `module.check_finite`."""
-    real, calls = module.check_finite, []
-
-    def hooked(*args, **kwargs):
-        calls.append(1)
-        if len(calls) == at:
-            for signum in signums:
-                os.kill(os.getpid(), signum)
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(module, "check_finite", hooked)
-
-
 def _weights(checkpoint) -> dict[str, torch.Tensor]:
     return safetensors.torch.load_file(checkpoint / "model.safetensors")
 
@@ -57,24 +43,25 @@ def _run(name: str, out, **kw) -> RunConfig:
                      **kw)
 
 
-def _interrupted(train, cfg, monkeypatch, module, at: int, *signums: int) -> RunInterrupted:
+def _interrupted(train, cfg, on_nth_call, module, at: int, *signums: int) -> RunInterrupted:
+    """`train(cfg)` with `signums` sent to this process in the `at`-th call (1-based) of `module.check_finite`."""
     # the handlers the process had before (SIGINT is SIG_IGN, not Python's default, in a background job)
     before = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
-    with monkeypatch.context() as patch:
-        _signal_at(patch, module, at, *signums)
+    with on_nth_call.monkeypatch.context() as patch:
+        on_nth_call(module, "check_finite", at, lambda: [os.kill(os.getpid(), signum) for signum in signums], patch)
         with pytest.raises(RunInterrupted) as caught:
             train(cfg)
     assert {s: signal.getsignal(s) for s in before} == before  # handlers restored
     return caught.value
 
 
-def _check_stop_and_resume(train, make_cfg, monkeypatch, module, tmp_path, loss_key: str, signum: int,
+def _check_stop_and_resume(train, make_cfg, on_nth_call, module, tmp_path, loss_key: str, signum: int,
                            at: int, last: int) -> None:
     """Whole run vs one stopped by `signum` in step `at` and resumed: same final weights, same losses."""
     whole = make_cfg(tmp_path / "whole")
     train(whole)
     cut = make_cfg(tmp_path / "cut")
-    e = _interrupted(train, cut, monkeypatch, module, at, signum)
+    e = _interrupted(train, cut, on_nth_call, module, at, signum)
     run = cut.run.dir
     assert e.exit_code == 128 + signum
     assert (f"stopped by {signal.Signals(signum).name} after step {at}; newest complete checkpoint: "
@@ -98,17 +85,17 @@ def _prm_cfg(out, resume: bool = False):
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
-def test_prm_saves_the_step_reached_and_resume_repeats_the_run(tmp_path, monkeypatch, signum):
+def test_prm_saves_the_step_reached_and_resume_repeats_the_run(tmp_path, on_nth_call, signum):
     import seqrl.algos.prm as prm
 
-    _check_stop_and_resume(prm.train, _prm_cfg, monkeypatch, prm, tmp_path, "loss/prm", signum, at=2, last=4)
+    _check_stop_and_resume(prm.train, _prm_cfg, on_nth_call, prm, tmp_path, "loss/prm", signum, at=2, last=4)
 
 
-def test_prm_second_signal_stops_at_once_and_says_no_checkpoint_exists(tmp_path, monkeypatch):
+def test_prm_second_signal_stops_at_once_and_says_no_checkpoint_exists(tmp_path, on_nth_call):
     import seqrl.algos.prm as prm
 
     cfg = _prm_cfg(tmp_path)
-    e = _interrupted(prm.train, cfg, monkeypatch, prm, 2, signal.SIGTERM, signal.SIGTERM)
+    e = _interrupted(prm.train, cfg, on_nth_call, prm, 2, signal.SIGTERM, signal.SIGTERM)
     assert e.exit_code == 143
     assert e.message == f"stopped at once by a second SIGTERM; no complete checkpoint in {cfg.run.dir}"
     assert list_checkpoints(cfg.run.dir) == []
@@ -134,10 +121,10 @@ def _rm_cfg(out, resume: bool = False):
                     optim=OptimConfig(lr=1e-3, warmup_steps=1), steps=4, batch_size=4, micro_batch_size=2)
 
 
-def test_rm_saves_the_step_reached_and_resume_repeats_the_run(tmp_path, monkeypatch):
+def test_rm_saves_the_step_reached_and_resume_repeats_the_run(tmp_path, on_nth_call):
     import seqrl.algos.rm as rm
 
-    _check_stop_and_resume(rm.train, _rm_cfg, monkeypatch, rm, tmp_path, "loss/bt", signal.SIGTERM, at=3, last=4)
+    _check_stop_and_resume(rm.train, _rm_cfg, on_nth_call, rm, tmp_path, "loss/bt", signal.SIGTERM, at=3, last=4)
 
 
 # ---- PPO ------------------------------------------------------------------------------------------
@@ -153,10 +140,10 @@ def _ppo_cfg(out, resume: bool = False):
                      steps=3, batch_size=8, group_size=4, micro_batch_size=8)
 
 
-def test_ppo_saves_policy_and_critic_at_the_step_reached_and_resume_repeats_the_run(tmp_path, monkeypatch):
+def test_ppo_saves_policy_and_critic_at_the_step_reached_and_resume_repeats_the_run(tmp_path, on_nth_call):
     import seqrl.algos.ppo as ppo
 
-    _check_stop_and_resume(ppo.train, _ppo_cfg, monkeypatch, ppo, tmp_path, "loss/value", signal.SIGTERM, at=2, last=3)
+    _check_stop_and_resume(ppo.train, _ppo_cfg, on_nth_call, ppo, tmp_path, "loss/value", signal.SIGTERM, at=2, last=3)
     run = tmp_path / "cut" / "p"
     assert [s for s, _ in list_checkpoints(run / "critic")] == [2, 3]  # the critic saved beside the policy
     assert _same_weights(tmp_path / "whole" / "p" / "critic" / "checkpoint-3", run / "critic" / "checkpoint-3")
@@ -173,10 +160,10 @@ def _vla_cfg(out, resume: bool = False):
                      optim=OptimConfig(lr=3e-3, warmup_steps=1), eval=VLAEvalConfig(episodes=0), steps=4, batch_size=4)
 
 
-def test_vla_saves_the_step_reached_and_resume_repeats_the_run(tmp_path, monkeypatch):
+def test_vla_saves_the_step_reached_and_resume_repeats_the_run(tmp_path, on_nth_call):
     import seqrl.algos.vla as vla
 
-    _check_stop_and_resume(vla.train, _vla_cfg, monkeypatch, vla, tmp_path, "loss/action", signal.SIGINT, at=2, last=4)
+    _check_stop_and_resume(vla.train, _vla_cfg, on_nth_call, vla, tmp_path, "loss/action", signal.SIGINT, at=2, last=4)
 
 
 # ---- STaR -----------------------------------------------------------------------------------------
@@ -212,14 +199,14 @@ def _star_records(run) -> list[dict]:
 
 @pytest.mark.parametrize("signals", [1, 2])
 def test_star_stops_after_the_iteration_or_at_once_saying_what_is_lost_and_resume_repeats_the_run(
-        tmp_path, monkeypatch, signals):
+        tmp_path, monkeypatch, on_nth_call, signals):
     import seqrl.algos.star as star
 
     monkeypatch.setattr(star, "generate", _scripted)
     whole = _star_cfg(tmp_path / "whole")
     star.train(whole)
     cut = _star_cfg(tmp_path / "cut")
-    e = _interrupted(star.train, cut, monkeypatch, star, 3, *[signal.SIGTERM] * signals)  # the fine-tune of iteration 2
+    e = _interrupted(star.train, cut, on_nth_call, star, 3, *[signal.SIGTERM] * signals)  # the fine-tune of iteration 2
     run = cut.run.dir
     assert e.exit_code == 143
     if signals == 1:  # iteration 2 finishes and is saved

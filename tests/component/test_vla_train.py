@@ -26,29 +26,25 @@ def _cfg(tmp_path, steps: int, name: str = "r", resume: bool = False, episodes: 
                      eval=VLAEvalConfig(episodes=episodes, strip=True), steps=steps, batch_size=8)
 
 
-def _interrupt_at_step(monkeypatch, vla, n: int, run) -> None:
+def _interrupt_at_step(on_nth_call, vla, n: int, run) -> None:
     """`run()` with a KeyboardInterrupt raised in the loss of its `n`-th step."""
-    real, calls = vla.action_loss, {"n": 0}
 
-    def interrupting(*args, **kwargs):
-        calls["n"] += 1
-        if calls["n"] == n:
-            raise KeyboardInterrupt
-        return real(*args, **kwargs)
+    def interrupt():
+        raise KeyboardInterrupt
 
-    monkeypatch.setattr(vla, "action_loss", interrupting)
-    with pytest.raises(KeyboardInterrupt):
-        run()
-    monkeypatch.undo()
+    with on_nth_call.monkeypatch.context() as patch:
+        on_nth_call(vla, "action_loss", n, interrupt, patch)
+        with pytest.raises(KeyboardInterrupt):
+            run()
 
 
-def test_resume_after_interrupt_repeats_an_uninterrupted_run_exactly(tmp_path, monkeypatch):
+def test_resume_after_interrupt_repeats_an_uninterrupted_run_exactly(tmp_path, on_nth_call):
     import seqrl.algos.vla as vla
     from seqrl.utils.checkpoint import latest_checkpoint
     from seqrl.utils.metrics import read_metrics
 
     train(_cfg(tmp_path, 6, "straight"))
-    _interrupt_at_step(monkeypatch, vla, 5, lambda: train(_cfg(tmp_path, 6, "cut")))
+    _interrupt_at_step(on_nth_call, vla, 5, lambda: train(_cfg(tmp_path, 6, "cut")))
     assert latest_checkpoint(tmp_path / "cut").name == "checkpoint-3"
     train(_cfg(tmp_path, 6, "cut", resume=True))
     a = safetensors.torch.load_file(tmp_path / "straight" / "checkpoint-6" / "model.safetensors")
@@ -141,7 +137,7 @@ def _dagger_cfg(tmp_path, name: str, resume: bool = False) -> VLAConfig:
     return cfg
 
 
-def test_dagger_rounds_add_bot_labelled_states_and_resume_trains_on_the_same_data(tmp_path, monkeypatch):
+def test_dagger_rounds_add_bot_labelled_states_and_resume_trains_on_the_same_data(tmp_path, on_nth_call):
     import seqrl.algos.vla as vla
     from seqrl.data.babyai import load_episodes
     from seqrl.utils.metrics import read_metrics
@@ -160,7 +156,7 @@ def test_dagger_rounds_add_bot_labelled_states_and_resume_trains_on_the_same_dat
     assert 0 <= first["dagger/disagreement"] <= 1 and 0 <= first["dagger/success_rate"] <= 1
 
     # interrupted in step 7: after the checkpoint at 4 and the round at 6
-    _interrupt_at_step(monkeypatch, vla, 7, lambda: train(_dagger_cfg(tmp_path, "cut")))
+    _interrupt_at_step(on_nth_call, vla, 7, lambda: train(_dagger_cfg(tmp_path, "cut")))
     cut = tmp_path / "cut"
     (cut / "dagger" / "round-0000006.npz").unlink()  # collected after the checkpoint: the resume collects it again
     train(_dagger_cfg(tmp_path, "cut", resume=True))
