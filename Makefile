@@ -22,6 +22,7 @@ demo: $(STAMP)
 	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(BIN)/seqrl demo
 
 test: $(STAMP)
+	$(BIN)/seqrl models get smollm2-135m-instruct >/dev/null || echo "smollm2-135m-instruct not fetched: its tests will skip"
 	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(BIN)/python -m pytest -q src tests
 
 bench: $(STAMP)

