@@ -299,6 +299,25 @@ def _flatten(data: Any, prefix: str = "") -> dict[str, Any]:
     return {prefix[:-1]: data}
 
 
+def reduce_rank_metrics(per_rank: list[dict[str, float]]) -> dict[str, float]:
+    """One record from every process's metrics (GRPO, PPO under torchrun): counts summed (generated
+    tokens, reward errors, kept groups), maxima and wall times maxed, the rest averaged, text the first's."""
+    if len(per_rank) == 1:
+        return per_rank[0]
+    out: dict = {}
+    for key in dict.fromkeys(k for m in per_rank for k in m):
+        values = [m[key] for m in per_rank if key in m]
+        if isinstance(values[0], str):  # reward/<fn>/first_error: the first process's
+            out[key] = values[0]
+        elif key == "perf/gen_tokens" or key.endswith(("/errors", "/not_applicable")) or key == "stats/groups_kept":
+            out[key] = float(sum(values))
+        elif key.endswith("_max") or key.endswith("_s") or key == "stats/sampling_rounds":
+            out[key] = float(max(values))
+        else:
+            out[key] = float(sum(values) / len(values))
+    return out
+
+
 def check_resume_changes(saved_file: Path, cfg: Any) -> list[str]:
     """Compare a resumed run's config with the one it was trained with; return the applied changes.
 

@@ -48,6 +48,7 @@ from seqrl.algos.common import (
     load_resume_checkpoint,
     make_optimizer,
     prepare_run_dir,
+    reduce_rank_metrics,
     releases_run_folder,
     set_threads,
     stream_indices,
@@ -432,24 +433,6 @@ class GRPOTrainer:
             self.ref.load_state_dict(self.policy.model.state_dict())
 
 
-def _reduce_metrics(per_rank: list[dict[str, float]]) -> dict[str, float]:
-    """One record from every process's metrics: token counts summed, maxima and wall times maxed, the rest averaged."""
-    if len(per_rank) == 1:
-        return per_rank[0]
-    out: dict = {}
-    for key in dict.fromkeys(k for m in per_rank for k in m):
-        values = [m[key] for m in per_rank if key in m]
-        if isinstance(values[0], str):  # reward/<fn>/first_error: the first process's
-            out[key] = values[0]
-        elif key == "perf/gen_tokens" or key.endswith(("/errors", "/not_applicable")) or key == "stats/groups_kept":
-            out[key] = float(sum(values))
-        elif key.endswith("_max") or key.endswith("_s") or key == "stats/sampling_rounds":
-            out[key] = float(max(values))
-        else:
-            out[key] = float(sum(values) / len(values))
-    return out
-
-
 
 @releases_run_folder
 def train(cfg: GRPOConfig, rewards: dict | None = None) -> dict[str, float]:
@@ -540,7 +523,7 @@ def train(cfg: GRPOConfig, rewards: dict | None = None) -> dict[str, float]:
         try:
             for step in range(start, cfg.steps):
                 batch = trainer.collect(step)
-                metrics = _reduce_metrics(dist.all_gather_objects({**batch.metrics, **trainer.train_step(batch)}))
+                metrics = reduce_rank_metrics(dist.all_gather_objects({**batch.metrics, **trainer.train_step(batch)}))
                 done = step + 1
                 metrics["perf/tokens_per_s"] = metrics["perf/gen_tokens"] / (metrics["perf/gen_s"] + metrics["perf/train_s"])
                 if cfg.loss.ref_sync_every and done % cfg.loss.ref_sync_every == 0:

@@ -51,6 +51,7 @@ from seqrl.algos.common import (
     check_finite,
     load_resume_checkpoint,
     make_optimizer,
+    reduce_rank_metrics,
     stream_indices,
     start_run,
 )
@@ -363,16 +364,6 @@ class PPOTrainer:
         return out
 
 
-def _mean_metrics(per_rank: list[dict[str, float]]) -> dict[str, float]:
-    if len(per_rank) == 1:
-        return per_rank[0]
-    out: dict = {}
-    for k in dict.fromkeys(k for m in per_rank for k in m):
-        values = [m[k] for m in per_rank if k in m]
-        out[k] = values[0] if isinstance(values[0], str) else float(sum(values) / len(values))  # text: the first's
-    return out
-
-
 def critic_model_config(cfg: PPOConfig) -> ModelConfig:
     """Where the critic starts: critic.path, else the policy's folder, else the policy's preset."""
     path = cfg.critic.path or cfg.model.path
@@ -450,7 +441,7 @@ def train(cfg: PPOConfig) -> dict[str, float]:
         try:
             for step in range(start, cfg.steps):
                 batch = trainer.collect(step)
-                metrics = _mean_metrics(dist.all_gather_objects({**batch.metrics, **trainer.train_step(batch)}))
+                metrics = reduce_rank_metrics(dist.all_gather_objects({**batch.metrics, **trainer.train_step(batch)}))
                 done = step + 1
                 check_finite(done, cfg.run.on_nonfinite, loss=metrics["loss/policy"], value_loss=metrics["loss/value"],
                              grad_norm=metrics["stats/grad_norm_policy"])
