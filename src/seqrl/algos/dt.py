@@ -46,6 +46,7 @@ from seqrl.envs.evaluate import DTEvalConfig, run_evaluation, target_label, warn
 from seqrl.models.dt import DecisionTransformer, DTModelConfig, MLPPolicy
 from seqrl.utils import dist
 from seqrl.utils.checkpoint import latest_checkpoint, save_checkpoint
+from seqrl.utils.dist import bf16_autocast
 from seqrl.utils.metrics import read_metrics
 from seqrl.utils.plots import plot_bars, plot_metrics
 from seqrl.utils.progress import progress_bar
@@ -154,7 +155,7 @@ def train(cfg: DTConfig, dataset: OfflineDataset | None = None, env=None) -> dic
                     b = {k: v[rows] for k, v in b.items()}
                     share = float(b["mask"].sum()) / max(real, 1.0)  # weight of this share in the global mean
                 b = {k: v.to(device) for k, v in b.items()}
-                with torch.autocast(device.type, dtype=torch.bfloat16, enabled=cfg.run.use_bf16):
+                with bf16_autocast(device, cfg.run.use_bf16):
                     if cfg.method == "bc":
                         pred = policy(b["states"])  # (B, 1, A) or (B, 1, n)
                     else:

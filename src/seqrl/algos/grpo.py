@@ -74,6 +74,7 @@ from seqrl.rollout.logprobs import pack_micro_batches, shared_prompt_logprobs, u
 from seqrl.types import Problem, Task
 from seqrl.utils import dist
 from seqrl.utils.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from seqrl.utils.dist import bf16_autocast
 from seqrl.utils.metrics import MetricsLogger, read_metrics
 from seqrl.utils.plots import plot_metrics
 from seqrl.utils.progress import progress_bar
@@ -167,8 +168,7 @@ class GRPOTrainer:
         while len(kept) < want and (rounds == 0 or (cfg.dapo.dynamic_sampling and rounds < cfg.dapo.max_sampling_rounds)):
             need = want - len(kept)
             probs = self._next_prompts(need)
-            with torch.autocast(model_device(self.policy.model).type, dtype=torch.bfloat16,
-                                enabled=cfg.run.use_bf16):  # run.bf16: sampling too
+            with bf16_autocast(model_device(self.policy.model), cfg.run.use_bf16):  # run.bf16: sampling too
                 ro = generate(self.policy, self.policy.encode_prompts(probs), g, self._params(step, rounds))
             rounds += 1
             generated += ro.num_generated_tokens

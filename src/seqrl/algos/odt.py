@@ -77,6 +77,7 @@ from seqrl.models.dt import DTModelConfig
 from seqrl.models.odt import OnlineDecisionTransformer
 from seqrl.utils import dist
 from seqrl.utils.checkpoint import CheckpointError, latest_checkpoint, load_checkpoint, save_checkpoint
+from seqrl.utils.dist import bf16_autocast
 from seqrl.utils.metrics import MetricsLogger, read_metrics
 from seqrl.utils.optim import Lamb
 from seqrl.utils.plots import plot_bars, plot_metrics
@@ -276,7 +277,7 @@ def _update(policy: OnlineDecisionTransformer, log_temperature: torch.nn.Paramet
     share: this process's weight in the global batch under torchrun (its real steps / all real steps);
     the backward pass scales both losses by it, so the gradients summed over processes are the global ones.
     """
-    with torch.autocast(b["states"].device.type, dtype=torch.bfloat16, enabled=cfg.run.use_bf16):
+    with bf16_autocast(b["states"].device, cfg.run.use_bf16):
         mu, log_std = policy.distribution(b["returns"], b["states"], b["actions"], b["timesteps"], b["mask"])
     mu, log_std = mu.float(), log_std.float()  # (B, K, A) each
     low, high = policy.action_low, policy.action_high

@@ -78,6 +78,7 @@ from seqrl.rollout.logprobs import pack_micro_batches, shared_prompt_logprobs, u
 from seqrl.types import Problem, Task
 from seqrl.utils import dist
 from seqrl.utils.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from seqrl.utils.dist import bf16_autocast
 from seqrl.utils.metrics import MetricsLogger, read_metrics
 from seqrl.utils.plots import plot_metrics
 from seqrl.utils.progress import progress_bar
@@ -176,7 +177,7 @@ class PPOTrainer:
         t = completion_ids.shape[1]
         seqs = [list(p) + completion_ids[i].tolist() for i, p in enumerate(prompt_ids)]
         ids, attn = pad_sequences(seqs, self.policy.tokenizer.pad_token_id)  # (m, L) right-padded
-        with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=cfg.run.use_bf16):
+        with bf16_autocast(dev, cfg.run.use_bf16):
             out = model(input_ids=ids.to(dev), attention_mask=attn.to(dev), output_hidden_states=value_head is not None)
             values = value_head(out.hidden_states[-1]) if value_head is not None else None  # (m, L)
         logits = out.logits  # (m, L, V)
@@ -225,7 +226,7 @@ class PPOTrainer:
         t0 = time.perf_counter()
         probs = self._next_prompts(cfg.local_prompts_per_step)
         seed = cfg.run.seed * 1_000_003 + step * 101 + 7_919_111 * dist.rank()
-        with torch.autocast(model_device(self.policy.model).type, dtype=torch.bfloat16, enabled=cfg.run.use_bf16):
+        with bf16_autocast(model_device(self.policy.model), cfg.run.use_bf16):
             ro = generate(self.policy, self.policy.encode_prompts(probs), g, self._sampling(seed))  # run.bf16: sampling too
         row_problems = [probs[i // g] for i in range(len(ro.texts))]
         scored = score_completions(self.reward_fns, row_problems, ro.texts, cfg.reward_budget_s,

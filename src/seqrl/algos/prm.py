@@ -46,6 +46,7 @@ from seqrl.data.stepwise import StepExample, corrupted_arith_examples, policy_ar
 from seqrl.models.lm import ModelConfig, num_parameters
 from seqrl.models.prm import ProcessRewardModel, pad_right
 from seqrl.utils.checkpoint import save_checkpoint
+from seqrl.utils.dist import bf16_autocast
 from seqrl.utils.metrics import read_metrics
 from seqrl.utils.plots import plot_metrics
 from seqrl.utils.progress import progress_bar
@@ -107,7 +108,7 @@ def batch_loss(prm: ProcessRewardModel, batch: dict[str, torch.Tensor], bf16: bo
                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(loss, scores at labelled positions (N,), their targets (N,)) of one collated batch."""
     dev = batch["input_ids"].device
-    with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=bf16):
+    with bf16_autocast(dev, bf16):
         logits = prm.logits(batch["input_ids"], batch["attention_mask"])  # (B, L, C)
     labelled = batch["targets"] >= 0  # (B, L)
     picked, y = logits[labelled], batch["targets"][labelled]  # (N, C), (N,)

@@ -47,6 +47,7 @@ from seqrl.envs.babyai import dagger_reset_seed, evaluate_babyai, labelled_rollo
 from seqrl.models.loading import load_policy_checkpoint
 from seqrl.models.vla import VLAModel, VLAModelConfig
 from seqrl.utils.checkpoint import save_checkpoint
+from seqrl.utils.dist import bf16_autocast
 from seqrl.utils.metrics import read_metrics
 from seqrl.utils.plots import _save, plot_metrics
 from seqrl.utils.progress import progress_bar
@@ -154,7 +155,7 @@ def bc_loss(policy: VLAModel, batch: dict[str, torch.Tensor], mission_ids: torch
     image, direction, mission, prev = unpack_obs(batch["states"])  # (B, K, 7, 7, 3), (B, K) ×3
     mask = batch["mask"].to(device)  # (B, K)
     text = mission_ids[mission[:, -1].to(device)]  # (B, L): the last step is always real
-    with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
+    with bf16_autocast(device, bf16):
         logits = policy(image.long().to(device), text, prev.to(device), direction.to(device), mask)  # (B, K, A)
     actions = batch["actions"].to(device)  # (B, K)
     return action_loss(logits.float(), actions, mask, discrete=True), logits, actions, mask

@@ -23,6 +23,7 @@ from seqrl.models.tokenizer import build_char_tokenizer
 from seqrl.prompts import PromptConfig, render_prompt
 from seqrl.types import Problem, RewardResult
 from seqrl.utils.checkpoint import verify_if_recorded
+from seqrl.utils.dist import bf16_autocast
 
 
 def load_scalar_model(cfg: ModelConfig) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
@@ -77,7 +78,7 @@ def token_scores(model: PreTrainedModel, input_ids: torch.Tensor, attention_mask
     # Without left padding the model's own positions (0..L-1) are already right for every real token;
     # per-row positions made the tiny RM's forward + backward 5 % slower.
     pos = (attn.long().cumsum(1) - 1).clamp(min=0) if left_padded else None  # (B, L)
-    with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=bf16):
+    with bf16_autocast(dev, bf16):
         hidden = model.base_model(input_ids=ids, attention_mask=attn, position_ids=pos).last_hidden_state  # (B, L, H)
         out = _head(model)(hidden)  # (B, L, 1)
     return out.squeeze(-1).float()  # (B, L)

@@ -23,6 +23,7 @@ import torch
 from seqrl.core.policy_loss import entropy_from_logits
 from seqrl.models.lm import model_device
 from seqrl.utils import dist
+from seqrl.utils.dist import bf16_autocast
 
 
 def sequence_logprobs(
@@ -54,7 +55,7 @@ def sequence_logprobs(
         ids[i, : len(p)] = torch.tensor(p)
         ids[i, len(p) : len(p) + t] = completion_ids[i]
         attn[i, : len(p) + t] = 1
-    with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=bf16):
+    with bf16_autocast(dev, bf16):
         logits = model(input_ids=ids.to(dev), attention_mask=attn.to(dev)).logits  # (m, L, V)
     # The logits predicting completion token j sit at position len(prompt) − 1 + j.
     pos = (torch.tensor(lengths)[:, None] - 1 + torch.arange(t)[None, :]).to(dev)  # (m, T)
@@ -184,7 +185,7 @@ def shared_prompt_logprobs(
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     cache_kw = _cache_kwarg(base)
     keep = {"logits_to_keep": 1} if "logits_to_keep" in inspect.signature(base.forward).parameters else {}
-    with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=bf16):
+    with bf16_autocast(dev, bf16):
         pre = model(input_ids=pre_ids.to(dev), attention_mask=pre_mask.to(dev),
                     position_ids=torch.arange(width_pre)[None, :].expand(len(prompts), -1).to(dev),
                     use_cache=True, **keep)  # the prefix's logits are not needed

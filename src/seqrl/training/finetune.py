@@ -16,6 +16,7 @@ import torch
 from seqrl.core.losses import IGNORE_INDEX, token_nll_sum
 from seqrl.models.lm import Policy, check_on_device, model_device
 from seqrl.types import Problem
+from seqrl.utils.dist import bf16_autocast
 
 Example = tuple[list[int], list[int]]
 """(prompt ids, completion ids + EOS)."""
@@ -75,7 +76,7 @@ def accumulate_gradients(model, chunks: list[dict[str, torch.Tensor]], bf16: boo
         n_tokens = sum(int((c["labels"][:, 1:] != IGNORE_INDEX).sum()) for c in chunks)
     loss_sum = 0.0
     for chunk in chunks:
-        with torch.autocast(device_type or dev.type, dtype=torch.bfloat16, enabled=bf16):
+        with bf16_autocast(device_type or dev, bf16):
             logits = model(input_ids=chunk["input_ids"], attention_mask=chunk["attention_mask"]).logits  # (b, L, V)
         nll, _ = token_nll_sum(logits, chunk["labels"])
         (nll / max(n_tokens, 1)).backward()

@@ -108,6 +108,12 @@ def resolve_bf16(value: bool | str, device: torch.device) -> bool:
     raise ValueError(f"run.bf16 must be true, false or auto (got {value!r})")
 
 
+def bf16_autocast(device: torch.device | str, enabled: bool) -> torch.autocast:
+    """The one precision context of every forward pass: bf16 autocast on `device` (a device or its type)
+    when `enabled` (`RunConfig.use_bf16`), weights and optimizer state staying fp32; a no-op otherwise."""
+    return torch.autocast(device if isinstance(device, str) else device.type, dtype=torch.bfloat16, enabled=enabled)
+
+
 def shard(n: int, name: str = "batch_size") -> slice:
     """This process's rows of a global batch of `n` rows (all of them for one process).
 
