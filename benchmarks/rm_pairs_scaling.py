@@ -126,7 +126,7 @@ def main(argv: list[str] | None = None) -> dict:
             data = run_file(train, held, n, seed, noise, out_dir / f"{name}.jsonl")
             cmd = [sys.executable, "-m", "seqrl", "train", "rm", "--config", "arith_tiny_rm",
                    f"--model.path={ckpt}", f"--data.path={data}", f"--data.heldout_frac={args.heldout_frac}",
-                   f"--run.seed={seed}", f"--steps={args.steps}", f"--optim.lr={args.lr}", "--eval_every=0",
+                   f"--run.seed={seed}", f"--steps={args.steps}", f"--optim.lr={args.lr}", "--eval.every=0",
                    "--run.save_every=0", "--run.keep_last=1", "--run.progress=false", f"--run.out_dir={out_dir}",
                    f"--run.name={name}"]
             if (out_dir / name).exists():

@@ -223,7 +223,7 @@ def worker_ours(args: argparse.Namespace) -> dict:
         optim=OptimConfig(lr=args.lr, weight_decay=0.0, betas=(0.9, 0.95), warmup_steps=0, schedule="constant",
                           grad_clip=1.0),
         steps=args.steps, batch_size=args.batch_size, micro_batch_size=args.batch_size,
-        center_coef=args.center_coef, eval_every=0,
+        center_coef=args.center_coef,
     )
     # The process CPU time at each metric record (seqrl logs every step): the same points as the
     # records' wall-clock stamps, and a measure of work that other jobs' load does not stretch.

@@ -127,6 +127,11 @@ def _is_dataclass_type(tp: Any) -> bool:
     return isinstance(tp, type) and dataclasses.is_dataclass(tp)
 
 
+RENAMED_KEYS = {"eval_every": "eval.every", "eval_batch_size": "eval.batch_size"}
+"""Old spellings of config fields (the reward-model trainers' top-level ``eval_every``): refused naming the
+new one, and read as the new one in a run folder's saved config.yaml when it is resumed."""
+
+
 def from_dict(cls: type[T], data: Mapping[str, Any], path: str = "") -> T:
     """Build dataclass `cls` from `data`, strictly; every error is a `ConfigError` naming its field.
 
@@ -156,6 +161,9 @@ def from_dict(cls: type[T], data: Mapping[str, Any], path: str = "") -> T:
             raise ConfigError(_prefix(path, f"keys must be strings, got {_describe(key)}"))
         if key in fields and not fields[key].init:
             raise ConfigError(f"{_join(path, key)}: computed field (init=False); it cannot be set")
+        if key not in fields and RENAMED_KEYS.get(key, ".").split(".")[0] in fields:
+            raise ConfigError(f"{_join(path, key)}: renamed to {_join(path, RENAMED_KEYS[key])} (the same spelling in "
+                              f"every trainer); write that instead")
         if key not in fields:
             close = difflib.get_close_matches(key, settable, n=1)
             hint = f" did you mean {close[0]!r}?" if close else ""

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import pytest
+import yaml
 
 from seqrl.config import ConfigError, dump_yaml, from_dict, load_config, merge, parse_overrides, to_dict
 
@@ -308,3 +309,26 @@ def test_text_that_yaml_reads_as_a_mapping_is_text_for_a_string_field():
 
     cfg = from_dict(SFTConfig, merge({}, parse_overrides(["--prompt.template=Q: {question} A:", "--task.kwargs={digits: 3}"])))
     assert cfg.prompt.template == "Q: {question} A:" and cfg.task.kwargs == {"digits": 3}
+
+
+def test_the_old_top_level_eval_every_is_refused_naming_eval_every_and_read_from_an_old_run_folder(tmp_path):
+    """RM and PRM spell their evaluation cadence eval.every, as every other trainer does; the old spelling
+    is an error that names the new one, and a run folder written with it still resumes."""
+    from seqrl.algos.common import check_resume_changes
+    from seqrl.algos.prm_config import PRMConfig
+    from seqrl.algos.rm_config import PreferenceDataConfig, RMConfig
+    from seqrl.config import _Dumper
+
+    with pytest.raises(ConfigError, match=r"^eval_every: renamed to eval\.every"):
+        from_dict(PRMConfig, {"eval_every": 5})
+    with pytest.raises(ConfigError, match=r"^eval_batch_size: renamed to eval\.batch_size"):
+        from_dict(PRMConfig, {"eval_batch_size": 8})
+    assert from_dict(PRMConfig, {"eval": {"every": 5, "batch_size": 8}}).eval.batch_size == 8
+    with pytest.raises(ConfigError, match=r"^eval: every must be >= 0"):
+        from_dict(PRMConfig, {"eval": {"every": -1}})
+    cfg = from_dict(RMConfig, {"data": {"path": "prefs.jsonl"}, "eval": {"every": 50}})
+    assert isinstance(cfg.data, PreferenceDataConfig) and cfg.eval.every == 50
+    old = to_dict(cfg)
+    old["eval_every"] = old.pop("eval")["every"]  # config.yaml as the trainer wrote it before the rename
+    (tmp_path / "config.yaml").write_text(yaml.dump(old, Dumper=_Dumper, sort_keys=False))
+    assert check_resume_changes(tmp_path / "config.yaml", cfg) == []

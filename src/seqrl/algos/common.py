@@ -337,7 +337,9 @@ def check_resume_changes(saved_file: Path, cfg: Any) -> list[str]:
     if not isinstance(loaded, dict):
         raise ConfigError(f"{saved_file}: not a config (expected a YAML mapping, got {type(loaded).__name__}); "
                           "restore it or delete it to resume without the check")
-    saved = _flatten(loaded)
+    from seqrl.config import RENAMED_KEYS
+
+    saved = {RENAMED_KEYS.get(k, k): v for k, v in _flatten(loaded).items()}  # a run written before a rename
     now = _flatten(_yaml_load(yaml.dump(to_dict(cfg), Dumper=_Dumper, sort_keys=False)))
     changed = sorted(k for k in saved.keys() | now.keys() if saved.get(k, "<absent>") != now.get(k, "<absent>"))
     refused = [k for k in changed if k not in RESUMABLE_CHANGES]

@@ -265,8 +265,8 @@ def train(cfg: PRMConfig) -> dict[str, float]:
                                "stats/label_balance": float((y >= 0.5).float().mean()), "stats/grad_norm": float(grad_norm),
                                "stats/lr": lr, "perf/step_s": step_s,
                                "perf/tokens_per_s": float(batch["attention_mask"].sum()) / step_s}
-                if (cfg.eval_every and done % cfg.eval_every == 0) or done == cfg.steps:
-                    metrics.update(evaluate_examples(prm, test_examples, cfg.eval_batch_size))
+                if (cfg.eval.every and done % cfg.eval.every == 0) or done == cfg.steps:
+                    metrics.update(evaluate_examples(prm, test_examples, cfg.eval.batch_size))
                 if metrics:
                     logger.log(done, metrics)
                     final.update(metrics)

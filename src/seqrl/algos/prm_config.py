@@ -55,6 +55,20 @@ class PRMDataConfig:
 
 
 @dataclass
+class PRMEvalConfig:
+    """Held-out step-label metrics (AUC, accuracy)."""
+
+    every: int = 0
+    """Steps between held-out evaluations (0: only after the last step)."""
+    batch_size: int = 64
+    """Solutions per forward pass in evaluation."""
+
+    def __post_init__(self) -> None:
+        if self.every < 0 or self.batch_size < 1:
+            raise ValueError(f"every must be >= 0 and batch_size >= 1 (got {self.every}, {self.batch_size})")
+
+
+@dataclass
 class PRMConfig:
     run: RunConfig = field(default_factory=lambda: RunConfig(name="prm"))
     model: ModelConfig = field(default_factory=ModelConfig)
@@ -71,18 +85,13 @@ class PRMConfig:
     """Optimizer steps."""
     batch_size: int = 32
     """Solutions per optimizer step."""
-    eval_every: int = 0
-    """Steps between held-out evaluations (0: only after the last step)."""
-    eval_batch_size: int = 64
-    """Solutions per forward pass in evaluation."""
+    eval: PRMEvalConfig = field(default_factory=PRMEvalConfig)
 
     def __post_init__(self) -> None:
         if self.kind not in ("prm", "orm"):
             raise ValueError(f"kind must be 'prm' or 'orm' (got {self.kind!r})")
         if self.head not in ("2class", "scalar"):
             raise ValueError(f"head must be '2class' or 'scalar' (got {self.head!r})")
-        for name in ("steps", "batch_size", "eval_batch_size"):
+        for name in ("steps", "batch_size"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1 (got {getattr(self, name)})")
-        if self.eval_every < 0:
-            raise ValueError(f"eval_every must be >= 0 (got {self.eval_every})")

@@ -195,7 +195,7 @@ def train(cfg: RMConfig) -> dict[str, float]:
                 metrics = {"loss/bt": float(sums[0]) / n, "stats/accuracy": float(sums[1]) / n,
                            "stats/margin": float(sums[2]) / n, "stats/grad_norm": float(grad_norm), "stats/lr": lr,
                            "perf/step_s": time.perf_counter() - t0}
-                if (cfg.eval_every and done % cfg.eval_every == 0) or done == cfg.steps:
+                if (cfg.eval.every and done % cfg.eval.every == 0) or done == cfg.steps:
                     metrics.update(run_eval())
                 if main and (done % cfg.run.log_every == 0 or done == cfg.steps or "eval/pairwise_accuracy" in metrics):
                     logger.log(done, metrics)

@@ -33,6 +33,18 @@ class PreferenceDataConfig:
 
 
 @dataclass
+class RMEvalConfig:
+    """Held-out pairwise accuracy."""
+
+    every: int = 0
+    """Steps between held-out evaluations (0: only after the last step)."""
+
+    def __post_init__(self) -> None:
+        if self.every < 0:
+            raise ValueError(f"every must be >= 0 (got {self.every})")
+
+
+@dataclass
 class RMConfig:
     run: RunConfig = field(default_factory=lambda: RunConfig(name="rm"))
     model: ModelConfig = field(default_factory=ModelConfig)
@@ -49,15 +61,14 @@ class RMConfig:
     """Pairs per forward/backward (memory only: the gradient does not depend on it)."""
     center_coef: float = 0.0
     """Weight of the score-centring term mean((r_c + r_r)²) (TRL's center_rewards_coefficient; 0.01 there)."""
-    eval_every: int = 0
-    """Steps between held-out evaluations (0: only after the last step)."""
+    eval: RMEvalConfig = field(default_factory=RMEvalConfig)
 
     def __post_init__(self) -> None:
         for name in ("steps", "batch_size", "micro_batch_size"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1 (got {getattr(self, name)})")
-        if self.center_coef < 0 or self.eval_every < 0:
-            raise ValueError("center_coef and eval_every must be >= 0")
+        if self.center_coef < 0:
+            raise ValueError(f"center_coef must be >= 0 (got {self.center_coef})")
         if not self.data.path:
             raise ValueError("data.path must name the preference data (TRL format: prompt, chosen, rejected); "
                              "`seqrl data preferences` builds a synthetic set")
