@@ -332,3 +332,8 @@ def test_the_old_top_level_eval_every_is_refused_naming_eval_every_and_read_from
     old["eval_every"] = old.pop("eval")["every"]  # config.yaml as the trainer wrote it before the rename
     (tmp_path / "config.yaml").write_text(yaml.dump(old, Dumper=_Dumper, sort_keys=False))
     assert check_resume_changes(tmp_path / "config.yaml", cfg) == []
+    del old["optim"]["schedule_steps"]  # a field added after the run was written: at its default, no change
+    (tmp_path / "config.yaml").write_text(yaml.dump(old, Dumper=_Dumper, sort_keys=False))
+    assert check_resume_changes(tmp_path / "config.yaml", cfg) == []
+    cfg.optim.schedule_steps = 100  # set to something else on --resume: a change, applied and named
+    assert check_resume_changes(tmp_path / "config.yaml", cfg) == ["optim.schedule_steps: None -> 100"]

@@ -36,8 +36,8 @@ from seqrl.utils.checkpoint import (
 from seqrl.utils.metrics import MetricsLogger
 from seqrl.utils.seeding import seed_everything
 
-RESUMABLE_CHANGES = ("steps", "optim.schedule_steps", "critic.optim.schedule_steps", "eval.every", "run.log_every", "run.log_completions", "run.save_every",
-                     "run.keep_last", "run.progress",
+RESUMABLE_CHANGES = ("steps", "optim.schedule_steps", "critic.optim.schedule_steps", "eval.every", "run.log_every",
+                     "run.log_completions", "run.save_every", "run.keep_last", "run.progress",
                      "run.threads", "run.resume", "run.on_nonfinite", "online.iterations", "run.device", "iterations",
                      "shared_prompt_forward")
 """Fields a resumed run may change from its saved config.yaml (length, intervals, display, the device
@@ -341,7 +341,9 @@ def check_resume_changes(saved_file: Path, cfg: Any) -> list[str]:
 
     saved = {RENAMED_KEYS.get(k, k): v for k, v in _flatten(loaded).items()}  # a run written before a rename
     now = _flatten(_yaml_load(yaml.dump(to_dict(cfg), Dumper=_Dumper, sort_keys=False)))
-    changed = sorted(k for k in saved.keys() | now.keys() if saved.get(k, "<absent>") != now.get(k, "<absent>"))
+    # a field added since the run was written is absent from its config.yaml: at its default it is no change
+    changed = sorted(k for k in saved.keys() | now.keys() if saved.get(k, "<absent>") != now.get(k, "<absent>")
+                     and not (k not in saved and now[k] == _field_default(cfg, k)))
     refused = [k for k in changed if k not in RESUMABLE_CHANGES]
     if refused:
         key = refused[0]
@@ -355,6 +357,24 @@ def check_resume_changes(saved_file: Path, cfg: Any) -> list[str]:
     if "steps" in changed and (note := _schedule_note(cfg, saved.get("steps"), saved_file.parent)):
         print(note)
     return applied
+
+
+def _field_default(cfg: Any, dotted: str) -> Any:
+    """The class default of the config field at `dotted` (``optim.schedule_steps``); a sentinel when there is none."""
+    import dataclasses
+
+    missing = object()
+    obj: Any = cfg
+    for name in dotted.split("."):
+        if not dataclasses.is_dataclass(obj):
+            return missing
+        field = next((f for f in dataclasses.fields(obj) if f.name == name), None)
+        if field is None:
+            return missing
+        obj = getattr(obj, name)
+    if field.default is not dataclasses.MISSING:
+        return field.default
+    return missing  # a factory-made value (a list, a section) is compared as written
 
 
 def _schedule_note(cfg: Any, old_steps: Any, run_dir: Path) -> str | None:
