@@ -325,7 +325,7 @@ def check_resume_changes(saved_file: Path, cfg: Any) -> list[str]:
     `ConfigError` naming it (start a new run for that). A run folder without config.yaml passes; one
     that is not a YAML mapping is an error naming it (never silently replaced).
     """
-    from seqrl.config import _Dumper, _yaml_load  # the same YAML schema config.yaml was written with
+    from seqrl.config import RENAMED_KEYS, _Dumper, _yaml_load  # the YAML schema config.yaml was written with
 
     if not saved_file.is_file():
         return []
@@ -337,13 +337,11 @@ def check_resume_changes(saved_file: Path, cfg: Any) -> list[str]:
     if not isinstance(loaded, dict):
         raise ConfigError(f"{saved_file}: not a config (expected a YAML mapping, got {type(loaded).__name__}); "
                           "restore it or delete it to resume without the check")
-    from seqrl.config import RENAMED_KEYS
-
     saved = {RENAMED_KEYS.get(k, k): v for k, v in _flatten(loaded).items()}  # a run written before a rename
     now = _flatten(_yaml_load(yaml.dump(to_dict(cfg), Dumper=_Dumper, sort_keys=False)))
     # a field added since the run was written is absent from its config.yaml: at its default it is no change
     changed = sorted(k for k in saved.keys() | now.keys() if saved.get(k, "<absent>") != now.get(k, "<absent>")
-                     and not (k not in saved and now[k] == _field_default(cfg, k)))
+                     and not (k not in saved and now[k] == _plain_default(cfg, k)))
     refused = [k for k in changed if k not in RESUMABLE_CHANGES]
     if refused:
         key = refused[0]
@@ -359,22 +357,18 @@ def check_resume_changes(saved_file: Path, cfg: Any) -> list[str]:
     return applied
 
 
-def _field_default(cfg: Any, dotted: str) -> Any:
-    """The class default of the config field at `dotted` (``optim.schedule_steps``); a sentinel when there is none."""
+def _plain_default(cfg: Any, dotted: str) -> Any:
+    """The class default of the config field at `dotted` (``optim.schedule_steps``); a fresh sentinel (equal to
+    nothing) for a factory-made default (a list, a section: compared as written) or a path that is no field."""
     import dataclasses
 
-    missing = object()
-    obj: Any = cfg
+    field, obj = None, cfg
     for name in dotted.split("."):
-        if not dataclasses.is_dataclass(obj):
-            return missing
-        field = next((f for f in dataclasses.fields(obj) if f.name == name), None)
+        field = {f.name: f for f in dataclasses.fields(obj)}.get(name) if dataclasses.is_dataclass(obj) else None
         if field is None:
-            return missing
+            return object()
         obj = getattr(obj, name)
-    if field.default is not dataclasses.MISSING:
-        return field.default
-    return missing  # a factory-made value (a list, a section) is compared as written
+    return object() if field.default is dataclasses.MISSING else field.default
 
 
 def _schedule_note(cfg: Any, old_steps: Any, run_dir: Path) -> str | None:
