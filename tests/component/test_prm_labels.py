@@ -197,3 +197,43 @@ def test_labels_and_search_ask_the_policy_as_its_run_trained_it(tmp_path, tiny_p
         seen.append(policy.prompt_text(problems[0])), labels.LabelStats())[1])
     labels.cli_main(["--policy", str(ckpt), "--task", "arith", "--problems", "1", "--seed", "0", "--out", str(tmp_path / "l.jsonl")])
     assert seen and "Q: 47+56= A:" in seen[0], seen
+
+
+def test_the_prm_pipeline_runs_on_gsm_from_a_yaml_and_the_cli(tmp_path, capsys):
+    """Labels → PRM → search on a task other than arithmetic, as a user drives it: `seqrl data prm-labels`,
+    `seqrl train prm --config <their YAML>`, `seqrl search beam` (issue 32: the pipeline once could not
+    leave the arith presets)."""
+    from seqrl.cli import main
+
+    # a tiny policy that has seen the format for a few steps, so its solutions have steps to label
+    assert main(["train", "sft", "--model.preset=tiny", "--model.max_seq_len=160", "--task.name=gsm",
+                 "--task.n_train=400", "--task.n_test=10", "--steps=40", "--batch_size=16", "--optim.lr=3e-3",
+                 "--eval.every=0", "--eval.max_new_tokens=8", "--run.save_every=0", "--run.progress=false",
+                 f"--run.out_dir={tmp_path / 'runs'}", "--run.name=sft_gsm"]) == 0
+    policy = tmp_path / "runs" / "sft_gsm" / "checkpoint-40"
+    labels = tmp_path / "gsm_labels.jsonl"
+    assert main(["data", "prm-labels", "--policy", str(policy), "--task", "gsm", "--problems", "6", "--n", "2",
+                 "--rollouts", "2", "--max-new-tokens", "24", "--out", str(labels)]) == 0
+    rows = [json.loads(line) for line in labels.read_text().splitlines()]
+    assert len(rows) >= 6 and all(len(r["completions"]) == len(r["labels"]) for r in rows)  # ≤ 2 per problem
+    assert any("buys" in r["prompt"] or "old" in r["prompt"] for r in rows)  # gsm word problems, not sums
+    # a few rows a right step, so both labels are held out whatever the random policy wrote
+    rows += [{"prompt": r["prompt"], "completions": ["2*3=6", "<answer>6</answer>"], "labels": [1.0, 1.0]}
+             for r in rows[::2]]
+    labels.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (tmp_path / "prm.yaml").write_text(
+        f"run: {{name: prm_gsm, out_dir: {tmp_path / 'runs'}, save_every: 0, progress: false}}\n"
+        f"model: {{path: {policy}}}\n"
+        f"data: {{path: {labels}, test_fraction: 0.5}}\n"
+        "steps: 2\nbatch_size: 4\n")
+    assert main(["train", "prm", "--config", str(tmp_path / "prm.yaml")]) == 0
+    ckpt = tmp_path / "runs" / "prm_gsm" / "checkpoint-2"
+    assert ckpt.is_dir()
+    capsys.readouterr()
+    out = tmp_path / "search"
+    assert main(["search", "beam", "--policy", str(policy), "--scorer", f"prm:{ckpt}", "--task", "gsm",
+                 "--problems", "3", "--budget", "2", "--beam-width", "2", "--max-new-tokens", "24",
+                 "--seeds", "0", "--out", str(out)]) == 0
+    assert "| beam |" in capsys.readouterr().out
+    res = json.loads((out / "search.json").read_text())
+    assert res["task"] == "gsm" and res["problems"] == 3 and res["scorer"] == f"prm:{ckpt}"
