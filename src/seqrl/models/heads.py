@@ -24,6 +24,7 @@ from seqrl.prompts import PromptConfig, render_prompt
 from seqrl.types import Problem, RewardResult
 from seqrl.utils.checkpoint import verify_if_recorded
 from seqrl.utils.dist import bf16_autocast
+from seqrl.utils import hf
 
 
 def load_scalar_model(cfg: ModelConfig) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
@@ -46,8 +47,8 @@ def load_scalar_model(cfg: ModelConfig) -> tuple[PreTrainedModel, PreTrainedToke
             verify_if_recorded(path)  # a seqrl checkpoint: a file changed since its save is named
         try:
             tokenizer = AutoTokenizer.from_pretrained(where, **extra)
-            model = AutoModelForSequenceClassification.from_pretrained(
-                where, num_labels=1, dtype=torch.float32, attn_implementation=cfg.attn_implementation,
+            model = hf.from_pretrained(
+                AutoModelForSequenceClassification, where, fresh=("score.", "classifier."), num_labels=1, dtype=torch.float32, attn_implementation=cfg.attn_implementation,
                 use_kernels=cfg.hub_kernels, **extra)
             model = dequantised(model, cfg.path)
         except OSError as e:

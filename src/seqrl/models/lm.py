@@ -26,6 +26,7 @@ from seqrl.models.tokenizer import build_char_tokenizer
 from seqrl.prompts import PromptConfig, render_prompt
 from seqrl.types import Problem
 from seqrl.utils.checkpoint import apply_user_mode, verify_if_recorded
+from seqrl.utils import hf
 
 
 @dataclass
@@ -51,7 +52,8 @@ class Policy:
         return [self.tokenizer.encode(t, add_special_tokens=not self.tokenizer.chat_template) for t in texts]
 
     def save(self, path: str | Path) -> None:
-        self.model.save_pretrained(path, safe_serialization=True)
+        with hf.quiet():
+            self.model.save_pretrained(path, safe_serialization=True)
         self.tokenizer.save_pretrained(path)
         apply_user_mode(path)
 
@@ -191,8 +193,8 @@ def load_pretrained(path: str | Path, attn_implementation: str = "sdpa", hub_ker
     if not extra:
         verify_if_recorded(where)
     tokenizer = AutoTokenizer.from_pretrained(where, **extra)
-    model = AutoModelForCausalLM.from_pretrained(where, dtype=torch.float32, attn_implementation=attn_implementation,
-                                                 use_kernels=hub_kernels, **extra)
+    model = hf.from_pretrained(AutoModelForCausalLM, where, dtype=torch.float32,
+                               attn_implementation=attn_implementation, use_kernels=hub_kernels, **extra)
     model = dequantised(model, path)
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token

@@ -31,6 +31,7 @@ from seqrl.data.stepwise import split_steps, step_pieces
 from seqrl.models.lm import ModelConfig, Policy, dequantised, load_policy, model_device, pretrained_source
 from seqrl.types import Problem
 from seqrl.utils.checkpoint import apply_user_mode, verify_if_recorded
+from seqrl.utils import hf
 
 KINDS = ("prm", "orm")
 HEADS = ("2class", "scalar")
@@ -92,8 +93,8 @@ class ProcessRewardModel:
             where, extra = pretrained_source(backbone.path)  # a .gguf file: its folder + gguf_file
             config = AutoConfig.from_pretrained(where, **extra)
             config.num_labels, config.classifier_dropout = num_labels, 0.0
-            model = AutoModelForTokenClassification.from_pretrained(
-                where, config=config, dtype=torch.float32, attn_implementation=backbone.attn_implementation,
+            model = hf.from_pretrained(
+                AutoModelForTokenClassification, where, fresh=("score.", "classifier."), config=config, dtype=torch.float32, attn_implementation=backbone.attn_implementation,
                 use_kernels=backbone.hub_kernels, **extra)
             model = dequantised(model, backbone.path)
             tokenizer = _load_tokenizer(where, **extra)
@@ -108,7 +109,7 @@ class ProcessRewardModel:
         if not (path / "config.json").is_file():
             raise ValueError(f"{path}: not a reward-model folder (no config.json)")
         verify_if_recorded(path)  # a seqrl checkpoint: a file changed since its save is named
-        model = AutoModelForTokenClassification.from_pretrained(path, dtype=torch.float32, use_kernels=False)
+        model = hf.from_pretrained(AutoModelForTokenClassification, path, dtype=torch.float32, use_kernels=False)
         info = getattr(model.config, "seqrl_prm", None)
         if not isinstance(info, dict) or "kind" not in info or "head" not in info:
             raise ValueError(f"{path}: config.json has no seqrl_prm entry (kind, head): not a PRM/ORM checkpoint")
@@ -117,7 +118,8 @@ class ProcessRewardModel:
         return cls(model.eval(), _load_tokenizer(path), info["kind"], info["head"])
 
     def save(self, path: str | Path) -> None:
-        self.model.save_pretrained(path, safe_serialization=True)
+        with hf.quiet():
+            self.model.save_pretrained(path, safe_serialization=True)
         self.tokenizer.save_pretrained(path)
         apply_user_mode(path)
 

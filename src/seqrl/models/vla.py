@@ -42,6 +42,7 @@ from seqrl.core.sequences import causal_attention_mask
 from seqrl.models.action_tokens import ActionTokenizer
 from seqrl.models.config import FUSIONS, LANGUAGES, VLAModelConfig  # noqa: F401 (re-exported)
 from seqrl.models.dt import Block
+from seqrl.utils import hf
 
 __all__ = ["BABYAI_WORDS", "MissionVocab", "VLAModel", "VLAModelConfig", "minilm_path"]
 
@@ -178,7 +179,7 @@ class MiniLMLanguage(nn.Module):
         path = minilm_path()
         self.vocab = vocab
         self.__dict__["tokenizer"] = AutoTokenizer.from_pretrained(path)
-        backbone = AutoModel.from_pretrained(path, use_kernels=False).eval()
+        backbone = hf.from_pretrained(AutoModel, path, use_kernels=False).eval()
         backbone.requires_grad_(False)
         self.__dict__["backbone"] = backbone  # not registered: not saved, not moved, not trained
         width = backbone.config.hidden_size  # 384

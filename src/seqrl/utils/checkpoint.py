@@ -50,6 +50,7 @@ from transformers import PreTrainedModel
 
 from seqrl.models.lora import is_lora
 from seqrl.utils.seeding import get_rng_state, set_rng_state
+from seqrl.utils import hf
 
 __all__ = [
     "CheckpointError",
@@ -123,11 +124,13 @@ def save_checkpoint(
     tmp.mkdir()
     try:
         if is_lora(model):
-            model.save_pretrained(tmp)  # the adapter only: the base stays where adapter_config.json says
+            with hf.quiet():
+                model.save_pretrained(tmp)  # the adapter only: the base stays where adapter_config.json says
         elif isinstance(model, PreTrainedModel):
             # safetensors is the default format; keep the file's keys == model.state_dict() keys
             # (transformers 5 would otherwise revert e.g. fused MoE experts to the legacy layout)
-            model.save_pretrained(tmp, save_original_format=False)
+            with hf.quiet():
+                model.save_pretrained(tmp, save_original_format=False)
         else:
             safetensors.torch.save_file(module_weights(model), str(tmp / WEIGHTS_FILE), metadata={"format": "pt"})
         if tokenizer is not None:
