@@ -140,3 +140,26 @@ def test_an_unchanged_preset_resumes_without_a_reported_change(tmp_path, algo, p
     cfg = load_config(cls, resolve_config(preset, algo), [], root=algo)
     dump_yaml(cfg, tmp_path / "config.yaml")
     assert check_resume_changes(tmp_path / "config.yaml", cfg) == []
+
+
+def test_a_renamed_or_copied_run_folder_resumes_under_its_new_name(tmp_path, capsys):
+    import shutil
+
+    assert main(_sft(tmp_path, "--steps=2")) == 0
+    shutil.copytree(tmp_path / "r", tmp_path / "elsewhere" / "copy")
+    (tmp_path / "r").rename(tmp_path / "renamed")
+    capsys.readouterr()
+    renamed = [a.replace("--run.name=r", "--run.name=renamed") for a in _sft(tmp_path, "--steps=3", "--resume")]
+    assert main(renamed) == 0
+    out = capsys.readouterr().out
+    assert "run.name: 'r' -> 'renamed'" in out and "checkpoint-2" in out
+    assert (tmp_path / "renamed" / "checkpoint-3").is_dir()
+    assert yaml.safe_load((tmp_path / "renamed" / "config.yaml").read_text())["run"]["name"] == "renamed"
+    copied = [a.replace(f"--run.out_dir={tmp_path}", f"--run.out_dir={tmp_path / 'elsewhere'}")
+              .replace("--run.name=r", "--run.name=copy") for a in _sft(tmp_path, "--steps=3", "--resume")]
+    assert main(copied) == 0
+    assert (tmp_path / "elsewhere" / "copy" / "checkpoint-3").is_dir()
+    # both continued the same run: the same weights at step 3
+    a = (tmp_path / "renamed" / "checkpoint-3" / "model.safetensors").read_bytes()
+    b = (tmp_path / "elsewhere" / "copy" / "checkpoint-3" / "model.safetensors").read_bytes()
+    assert a == b

@@ -39,10 +39,11 @@ from seqrl.utils.seeding import seed_everything
 RESUMABLE_CHANGES = ("steps", "optim.schedule_steps", "critic.optim.schedule_steps", "eval.every", "run.log_every",
                      "run.log_completions", "run.save_every", "run.keep_last", "run.progress",
                      "run.threads", "run.resume", "run.on_nonfinite", "online.iterations", "run.device", "iterations",
-                     "shared_prompt_forward")
+                     "shared_prompt_forward", "run.name", "run.out_dir")
 """Fields a resumed run may change from its saved config.yaml (length, intervals, display, the device
-it continues on, how the same log-probs are computed); any other change is refused, so the run
-folder's config always says what was trained."""
+it continues on, how the same log-probs are computed, where the folder now is: a run folder renamed or
+copied elsewhere resumes under its new name); any other change is refused, so the run folder's config
+always says what was trained."""
 
 
 class NonFiniteError(ValueError):
