@@ -777,8 +777,11 @@ def cmd_data_preferences(args: argparse.Namespace) -> int:
     torch.set_num_threads(args.threads)
     _quiet_hf()
     task = get_task(args.task, **parse_json_object(args.task_kwargs, "--task-kwargs"))
+    if args.pairs_per_prompt < 1:
+        raise ConfigError(f"--pairs-per-prompt must be >= 1 (got {args.pairs_per_prompt})")
     rows, stats = build_preferences(args.policy, task, args.n, args.samples, args.label_noise, args.seed,
-                                    args.temperature, args.max_new_tokens)
+                                    args.temperature, args.max_new_tokens, pairs_per_prompt=args.pairs_per_prompt,
+                                    progress=True)
     if not rows:
         raise ConfigError(f"no pairs: no prompt of {args.n} had both a verified and an unverified sample "
                           f"(sample accuracy {stats['sample_accuracy']:.3f}); raise --samples or --temperature")
@@ -929,6 +932,8 @@ def build_parser() -> argparse.ArgumentParser:
     data.add_argument("--task-kwargs", default="{}", help='preferences: JSON, e.g. \'{"digits": 2}\'')
     data.add_argument("--n", type=int, default=1000, help="preferences: training prompts sampled")
     data.add_argument("--samples", type=int, default=4, help="preferences: completions per prompt")
+    data.add_argument("--pairs-per-prompt", type=int, default=1,
+                      help="preferences: up to this many pairs per prompt, no completion in two")
     data.add_argument("--label-noise", type=float, default=0.0, help="preferences: probability of swapping a pair")
     data.add_argument("--temperature", type=float, default=1.0)
     data.add_argument("--max-new-tokens", type=int, default=64)

@@ -180,6 +180,17 @@ def test_pair_samples_pairs_verified_with_unverified_and_flips_with_noise():
         pair_samples(prompts, uids, texts, verdicts, 3, 0.0, 0)
 
 
+def test_pair_samples_several_pairs_per_prompt_use_each_distinct_completion_once():
+    texts = ["r1", "w1", "r1", "w2", "r2", "w1", "r3", "x"]  # one prompt, 8 samples: r* right, w*/x wrong
+    verdicts = [1.0, 0.0, 1.0, 0.0, 1.0, 0.0, 1.0, 0.5]
+    pairs = lambda k: [(r["chosen"], r["rejected"]) for r in pair_samples(["p"], ["u"], texts, verdicts, 8, 0.0, 0, k)]
+    assert pairs(1) == [("r1", "w1")]
+    assert pairs(2) == [("r1", "w1"), ("r2", "w2")]  # the repeated r1 and w1 are not paired again
+    assert pairs(5) == [("r1", "w1"), ("r2", "w2"), ("r3", "x")]  # as many as the shorter distinct side
+    with pytest.raises(ValueError, match="pairs_per_prompt"):
+        pair_samples(["p"], ["u"], texts, verdicts, 8, 0.0, 0, 0)
+
+
 def test_data_preferences_cli_names_what_is_missing(tmp_path, capsys):
     from seqrl.cli import main
 

@@ -45,6 +45,7 @@ from seqrl.core.search import binary_auc, step_label_loss
 from seqrl.data.stepwise import StepExample, corrupted_arith_examples, policy_arith_examples, read_stepwise
 from seqrl.models.lm import ModelConfig, num_parameters
 from seqrl.models.prm import ProcessRewardModel, pad_right
+from seqrl.rollout import sample_solutions
 from seqrl.utils.checkpoint import save_checkpoint
 from seqrl.utils.dist import bf16_autocast
 from seqrl.utils.metrics import read_metrics
@@ -149,23 +150,6 @@ def split_by_prompt(rows: list[StepExample], test_fraction: float, seed: int
     n_test = min(len(prompts) - 1, max(1, round(test_fraction * len(prompts))))
     held = {prompts[i] for i in order[:n_test]}
     return [r for r in rows if r.prompt not in held], [r for r in rows if r.prompt in held]
-
-
-def sample_solutions(policy, problems: list, n: int, temperature: float, max_new_tokens: int, seed: int,
-                     chunk: int = 128, progress: bool = False) -> list[list[str]]:
-    """`n` completions of each problem from `policy` (a `Policy`) through the rollout engine, `chunk`
-    problems per call (call k samples with seed + k: a pure function of the arguments)."""
-    from seqrl.rollout import SamplingParams, generate
-
-    out: list[list[str]] = []
-    with progress_bar(len(problems), "sampling PRM data", disable=not progress) as bar:
-        for k, start in enumerate(range(0, len(problems), chunk)):
-            part = problems[start:start + chunk]
-            params = SamplingParams(temperature=temperature, max_new_tokens=max_new_tokens, seed=seed + k)
-            texts = generate(policy, policy.encode_prompts(part), n, params).texts
-            out += [texts[i * n:(i + 1) * n] for i in range(len(part))]
-            bar.advance(len(part))
-    return out
 
 
 def policy_rows(cfg: PRMConfig, task, train: list, test: list, device=None

@@ -48,7 +48,7 @@ from seqrl.models.heads import encode_pair, load_scalar_model, pad_sequences, se
 from seqrl.models.lm import ModelConfig, load_pretrained, num_parameters
 from seqrl.prompts import PromptConfig, render_prompt
 from seqrl.rewards.combine import RewardSpec, build_reward, score_completions
-from seqrl.rollout import SamplingParams, generate
+from seqrl.rollout import sample_solutions
 from seqrl.types import Problem, Task
 from seqrl.utils import dist
 from seqrl.utils.checkpoint import save_checkpoint
@@ -221,12 +221,12 @@ def train(cfg: RMConfig) -> dict[str, float]:
 
 def build_preferences(policy_path: str, task: Task, n_prompts: int, samples: int = 4, label_noise: float = 0.0,
                       seed: int = 0, temperature: float = 1.0, max_new_tokens: int = 64,
-                      prompt: PromptConfig | None = None, task_seed: int = 0, device: str = "cpu"
-                      ) -> tuple[list[dict], dict[str, float]]:
+                      prompt: PromptConfig | None = None, task_seed: int = 0, device: str = "cpu",
+                      pairs_per_prompt: int = 1, progress: bool = False) -> tuple[list[dict], dict[str, float]]:
     """Synthetic preference rows from a policy: per training problem, `samples` completions at
     `temperature`, scored by the task's verifier (bounded, `seqrl.rewards`); a prompt with at least
-    one accepted (score ≥ 1) and one rejected (score < 1) completion gives one pair
-    {prompt: the rendered prompt text, chosen: accepted, rejected: rejected}, the first of each.
+    one accepted (score ≥ 1) and one rejected (score < 1) completion gives up to `pairs_per_prompt`
+    pairs {prompt: the rendered prompt text, chosen: accepted, rejected: rejected} (`pair_samples`).
     With probability `label_noise` a pair's sides are swapped (its ``flipped`` column says so).
     Returns (rows, stats)."""
     if samples < 2:
@@ -237,13 +237,14 @@ def build_preferences(policy_path: str, task: Task, n_prompts: int, samples: int
     policy.model.to(dist.resolve_device(device)).eval()
     policy.prompt = prompt or PromptConfig()
     problems = task.problems("train", n_prompts, task_seed)
-    ro = generate(policy, policy.encode_prompts(problems), samples,
-                  SamplingParams(temperature=temperature, max_new_tokens=max_new_tokens, seed=seed))
+    # 128 prompts per call: one call over every prompt held all their sequences at once (12 GB at 8000 × 8)
+    texts = [t for group in sample_solutions(policy, problems, samples, temperature, max_new_tokens, seed, progress=progress)
+             for t in group]
     verifier = {"accuracy": (build_reward(RewardSpec("task"), task), 1.0)}
-    scored = score_completions(verifier, [problems[i // samples] for i in range(len(ro.texts))], ro.texts)
+    scored = score_completions(verifier, [problems[i // samples] for i in range(len(texts))], texts)
     ok = scored.scores["accuracy"]
-    rows = pair_samples([policy.prompt_text(p) for p in problems], [p.uid for p in problems], ro.texts, ok,
-                        samples, label_noise, seed)
+    rows = pair_samples([policy.prompt_text(p) for p in problems], [p.uid for p in problems], texts, ok,
+                        samples, label_noise, seed, pairs_per_prompt)
     stats = {"prompts": float(len(problems)), "pairs": float(len(rows)),
              "sample_accuracy": sum(s >= 1.0 for s in ok) / max(len(ok), 1),
              "flipped": float(sum(r["flipped"] for r in rows))}
@@ -251,24 +252,27 @@ def build_preferences(policy_path: str, task: Task, n_prompts: int, samples: int
 
 
 def pair_samples(prompts: list[str], uids: list[str], texts: list[str], verdicts: list[float], samples: int,
-                 label_noise: float, seed: int) -> list[dict]:
+                 label_noise: float, seed: int, pairs_per_prompt: int = 1) -> list[dict]:
     """Preference rows from `samples` consecutive completions per prompt and their verifier scores:
-    the first accepted (score ≥ 1) is chosen, the first rejected (score < 1, or NaN) rejected; a prompt
-    without both gives no row. Each row is swapped with probability `label_noise` (seeded)."""
+    the i-th distinct accepted completion (score ≥ 1) is chosen against the i-th distinct rejected one
+    (score < 1, or NaN), for i up to `pairs_per_prompt` and the shorter side, so no completion is in
+    two rows; a prompt without both gives no row. Each row is swapped with probability `label_noise`
+    (seeded)."""
     if len(texts) != len(prompts) * samples or len(verdicts) != len(texts):
         raise ValueError(f"pair_samples: {len(prompts)} prompts × {samples} samples, but {len(texts)} texts "
                          f"and {len(verdicts)} verdicts")
+    if pairs_per_prompt < 1:
+        raise ValueError(f"pairs_per_prompt must be >= 1 (got {pairs_per_prompt})")
     rng = random.Random(seed)
     rows = []
     for j, (prompt, uid) in enumerate(zip(prompts, uids)):
         group = list(zip(texts[j * samples : (j + 1) * samples], verdicts[j * samples : (j + 1) * samples]))
-        good = [t for t, s in group if s >= 1.0]
-        bad = [t for t, s in group if not s >= 1.0]
-        if not good or not bad:
-            continue
-        flipped = rng.random() < label_noise
-        chosen, rejected = (bad[0], good[0]) if flipped else (good[0], bad[0])
-        rows.append({"prompt": prompt, "chosen": chosen, "rejected": rejected, "uid": uid, "flipped": flipped})
+        good = list(dict.fromkeys(t for t, s in group if s >= 1.0))  # distinct, in sampling order
+        bad = list(dict.fromkeys(t for t, s in group if not s >= 1.0))
+        for g, b in list(zip(good, bad))[:pairs_per_prompt]:
+            flipped = rng.random() < label_noise
+            chosen, rejected = (b, g) if flipped else (g, b)
+            rows.append({"prompt": prompt, "chosen": chosen, "rejected": rejected, "uid": uid, "flipped": flipped})
     return rows
 
 

@@ -30,6 +30,7 @@ from transformers import DynamicCache
 
 from seqrl.models.lm import Policy, model_device
 from seqrl.rollout.lean import LeanDecoder, unsupported_reason
+from seqrl.utils.progress import progress_bar
 
 
 @dataclass(frozen=True)
@@ -318,3 +319,18 @@ def generate(
             "lean_decode": float(path == "lean"),
         },
     )
+
+
+def sample_solutions(policy, problems: list, n: int, temperature: float, max_new_tokens: int, seed: int,
+                     chunk: int = 128, progress: bool = False) -> list[list[str]]:
+    """`n` completions of each problem from `policy` (a `Policy`) through the rollout engine, `chunk`
+    problems per call (call k samples with seed + k: a pure function of the arguments)."""
+    out: list[list[str]] = []
+    with progress_bar(len(problems), "sampling", disable=not progress) as bar:
+        for k, start in enumerate(range(0, len(problems), chunk)):
+            part = problems[start:start + chunk]
+            params = SamplingParams(temperature=temperature, max_new_tokens=max_new_tokens, seed=seed + k)
+            texts = generate(policy, policy.encode_prompts(part), n, params).texts
+            out += [texts[i * n:(i + 1) * n] for i in range(len(part))]
+            bar.advance(len(part))
+    return out
