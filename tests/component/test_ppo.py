@@ -223,3 +223,22 @@ def test_missing_eos_penalty_lowers_exactly_the_cut_off_completions():
     assert torch.allclose(plain.scores - 0.5 * cut.float(), batch.scores)
     with pytest.raises(ConfigError, match="missing_eos_penalty must be a finite number >= 0"):
         from_dict(PPOConfig, {"missing_eos_penalty": -1.0}, path="ppo")
+
+
+def test_a_critic_with_another_tokenizer_is_refused_before_any_step(tmp_path):
+    """The critic reads the policy's token ids: a reward model on another backbone as critic.path would
+    read them as other tokens (or index past its embeddings)."""
+    import seqrl.algos.ppo as ppo
+
+    other = load_policy(ModelConfig(preset="tiny", max_seq_len=64))
+    other.tokenizer.add_tokens(["<extra>"])
+    other.model.resize_token_embeddings(len(other.tokenizer))
+    other.save(tmp_path / "other")
+    cfg = _cfg(tmp_path, critic=ppo.CriticConfig(path=str(tmp_path / "other")))
+    with pytest.raises(ValueError, match=r"critic.path .*other.*: its tokenizer is not the policy's"):
+        train(cfg)
+    assert not list((tmp_path / "p").glob("checkpoint-*"))
+    # the policy's own checkpoint as critic.path passes the check
+    policy = load_policy(ModelConfig(preset="tiny", max_seq_len=64))
+    ppo.check_same_tokenizer(policy.tokenizer, other.tokenizer, None)
+    ppo.check_same_tokenizer(policy.tokenizer, load_policy(ModelConfig(preset="tiny", max_seq_len=64)).tokenizer, "x")

@@ -365,6 +365,17 @@ class PPOTrainer:
         return out
 
 
+def check_same_tokenizer(critic_tok, policy_tok, critic_path: str | None) -> None:
+    """The critic reads the policy's token ids, so it must share the policy's vocabulary: a critic.path
+    with another tokenizer (a reward model on another backbone) is a ValueError naming it, before any step."""
+    if critic_path is None or critic_tok.get_vocab() == policy_tok.get_vocab():
+        return
+    raise ValueError(f"critic.path {critic_path!r}: its tokenizer is not the policy's ({len(critic_tok)} vs "
+                     f"{len(policy_tok)} tokens, or other ids); the critic reads the policy's token ids, so start "
+                     f"it from a model with the policy's tokenizer (the policy's checkpoint, or a reward model "
+                     f"trained from it)")
+
+
 def critic_model_config(cfg: PPOConfig) -> ModelConfig:
     """Where the critic starts: critic.path, else the policy's folder, else the policy's preset."""
     path = cfg.critic.path or cfg.model.path
@@ -391,7 +402,8 @@ def train(cfg: PPOConfig) -> dict[str, float]:
     if cfg.critic.shared_backbone:
         critic = ValueHead(policy.model.config.hidden_size)
     else:
-        critic, _ = load_scalar_model(critic_model_config(cfg))
+        critic, critic_tok = load_scalar_model(critic_model_config(cfg))
+        check_same_tokenizer(critic_tok, policy.tokenizer, cfg.critic.path)
     critic.to(device)
     trainer = PPOTrainer(cfg, policy, critic, task, problems, reward_fns)
     start = 0
