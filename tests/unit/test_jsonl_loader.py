@@ -208,6 +208,27 @@ def test_a_dataset_with_only_a_train_split_gets_a_stated_held_out_split(tmp_path
     assert len(train) + len(test) == 200 and 5 <= len(test) <= 40
     assert not {p.prompt for p in train} & {p.prompt for p in test}
     assert "no 'test' split; holding out" in capsys.readouterr().err
+    capsys.readouterr()
+    half = JsonlTask(str(folder), test_fraction=0.5)
+    held = {p.prompt for p in half.problems("test", -1)}
+    smaller = {p.prompt for p in JsonlTask(str(folder), test_fraction=0.3).problems("test", -1)}
+    assert 70 <= len(held) <= 130 and smaller < held  # a larger share keeps the smaller's held-out prompts
+    assert "holding out 50% of the prompts" in capsys.readouterr().err
+
+
+def test_test_fraction_sets_the_held_out_share_of_a_file(tmp_path):
+    path = write_jsonl(tmp_path / "d.jsonl", rows(1000))
+    for fraction, low, high in ((0.05, 25, 80), (0.3, 250, 350)):
+        task = JsonlTask(path, test_fraction=fraction)
+        train = {p.prompt for p in task.problems("train", -1)}
+        test = {p.prompt for p in task.problems("test", -1)}
+        assert train.isdisjoint(test) and len(train | test) == 1000 and low <= len(test) <= high
+    assert {p.prompt for p in get_task(f"jsonl:{path}", test_fraction=0.3).problems("test", -1)} == test
+    for bad in (0, 1, 1.5, "0.2", True):
+        with pytest.raises(ValueError, match="test_fraction must be a number in"):
+            JsonlTask(path, test_fraction=bad)
+    with pytest.raises(ValueError, match="exclude each other"):
+        JsonlTask(path, test_fraction=0.2, split_field="split")
 
 
 def test_a_file_without_a_known_answer_column_says_so_and_conversational_completions_load(tmp_path, capsys):

@@ -82,6 +82,9 @@ class JsonlTask(FormattedAnswers, Task):
     split_field: a field holding "train" or "test"; without it a stable hash of the prompt text
                  assigns rows to splits (~10% test), so equal prompts share a split. A hub dataset
                  with no ``test`` split gets its held-out rows by the same rule, and says so.
+    test_fraction: the share of distinct prompts the hash rule holds out (None: ≈ 10%); a problem-
+                 disjoint split, the same in every run. Only where the rule applies (no split_field,
+                 no ``test`` split of its own).
     config_name: the hub dataset's configuration (e.g. "main" for "openai/gsm8k").
     name:        defaults to the file's stem (or the hub name).
                  None for a dataset without gold answers (e.g. code with a ``tests`` column): the
@@ -99,8 +102,16 @@ class JsonlTask(FormattedAnswers, Task):
         name: str | None = None,
         config_name: str | None = None,
         answer_format: str = "answer_tag",
+        test_fraction: float | None = None,
     ):
         self.answer_format = check_answer_format(answer_format)
+        if test_fraction is not None and (isinstance(test_fraction, bool) or not isinstance(test_fraction, (int, float))
+                                          or not 0 < test_fraction < 1):
+            raise ValueError(f"task.kwargs.test_fraction must be a number in (0, 1) (got {test_fraction!r})")
+        if test_fraction is not None and split_field is not None:
+            raise ValueError("task.kwargs.test_fraction and split_field exclude each other: the split column "
+                             "already says which rows are held out")
+        self.test_fraction = test_fraction
         self.path, self.prompt_field, self.answer_field = str(path), prompt_field, answer_field
         self._auto_no_answer = False
         self.split_field = split_field
@@ -141,8 +152,9 @@ class JsonlTask(FormattedAnswers, Task):
             raise DatasetFormatError(f"{self.path}: no 'train' split (splits: {', '.join(loaded)})")
         own_test = "test" in loaded
         if not own_test:
-            print(f"{self.path}: no 'test' split; holding out ≈ 10% of 'train' by a stable hash of each prompt "
-                  "(equal prompts share a split)", file=sys.stderr)
+            print(f"{self.path}: no 'test' split; {self._rule()}", file=sys.stderr)
+        elif self.test_fraction is not None:
+            raise ValueError(f"task.kwargs.test_fraction: {self.path} has a 'test' split of its own, which is used")
         for split in self._rows if own_test else ("train",):
             for i, row in enumerate(loaded[split], start=1):
                 where = f"{self.path} {split} row {i}"
@@ -185,7 +197,12 @@ class JsonlTask(FormattedAnswers, Task):
                                          f"({type(value).__name__}: {e})") from None
             metadata[str(column)] = value
         problem = Problem(prompt, gold, steps, metadata, f"{self.name}/{number}", messages)
-        return problem, split or split_of(prompt)
+        return problem, split or split_of(prompt, self.test_fraction)
+
+    def _rule(self) -> str:
+        share = "≈ 10%" if self.test_fraction is None else f"{self.test_fraction:.0%}"
+        return (f"holding out {share} of the prompts by a stable hash of each (equal prompts share a split; "
+                "task.kwargs.test_fraction sets the share)")
 
     def problems(self, split: str, n: int, seed: int = 0) -> list[Problem]:
         """`n` rows of `split` in a seeded shuffle (``n=-1``: all of them).

@@ -32,9 +32,13 @@ def stable_hash(text: str) -> int:
     return int.from_bytes(hashlib.blake2b(text.encode("utf-8"), digest_size=8).digest(), "big")
 
 
-def split_of(key: str) -> str:
-    """The split ("train" or "test") a problem with canonical key `key` belongs to."""
-    return "test" if stable_hash(key) % TEST_EVERY == 0 else "train"
+def split_of(key: str, test_fraction: float | None = None) -> str:
+    """The split ("train" or "test") a problem with canonical key `key` belongs to: ~10% test, or
+    `test_fraction` of the keys (by the hash's position in [0, 1): of two fractions, the larger holds
+    out every key the smaller does)."""
+    if test_fraction is None:
+        return "test" if stable_hash(key) % TEST_EVERY == 0 else "train"
+    return "test" if stable_hash(key) / 2**64 < test_fraction else "train"
 
 
 def seeded_rng(name: str, split: str, seed: int) -> random.Random:
