@@ -242,3 +242,13 @@ def test_a_file_without_a_known_answer_column_says_so_and_conversational_complet
     conv = get_task(f"jsonl:{write_jsonl(tmp_path / 'pc.jsonl', chat)}")
     q = conv.problems("train", 1)[0]
     assert conv.answer_field == "completion" and q.answer == str(int(q.prompt.split("+")[0]) + 1)
+
+
+def test_test_fraction_is_refused_for_a_dataset_with_its_own_test_split(tmp_path):
+    folder = tmp_path / "both"
+    folder.mkdir()
+    write_jsonl(folder / "train.jsonl", rows(20))
+    write_jsonl(folder / "test.jsonl", rows(5))
+    assert len(JsonlTask(str(folder)).problems("test", -1)) == 5
+    with pytest.raises(ValueError, match="has a 'test' split of its own"):
+        JsonlTask(str(folder), test_fraction=0.2)
