@@ -22,9 +22,9 @@ from seqrl.models.lm import ModelConfig, build_model, dequantised, model_device,
 from seqrl.models.tokenizer import build_char_tokenizer
 from seqrl.prompts import PromptConfig, render_prompt
 from seqrl.types import Problem, RewardResult
+from seqrl.utils import hf
 from seqrl.utils.checkpoint import verify_if_recorded
 from seqrl.utils.dist import bf16_autocast
-from seqrl.utils import hf
 
 
 def load_scalar_model(cfg: ModelConfig) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
@@ -48,8 +48,8 @@ def load_scalar_model(cfg: ModelConfig) -> tuple[PreTrainedModel, PreTrainedToke
         try:
             tokenizer = AutoTokenizer.from_pretrained(where, **extra)
             model = hf.from_pretrained(
-                AutoModelForSequenceClassification, where, fresh=("score.", "classifier."), num_labels=1, dtype=torch.float32, attn_implementation=cfg.attn_implementation,
-                use_kernels=cfg.hub_kernels, **extra)
+                AutoModelForSequenceClassification, where, fresh=("score.", "classifier."), num_labels=1,
+                dtype=torch.float32, attn_implementation=cfg.attn_implementation, use_kernels=cfg.hub_kernels, **extra)
             model = dequantised(model, cfg.path)
         except OSError as e:
             raise ValueError(f"model.path {cfg.path!r} could not be loaded as a scalar-head model: {e}") from e

@@ -25,8 +25,8 @@ from seqrl.models.config import PRESETS, ModelConfig, looks_local, missing_path_
 from seqrl.models.tokenizer import build_char_tokenizer
 from seqrl.prompts import PromptConfig, render_prompt
 from seqrl.types import Problem
-from seqrl.utils.checkpoint import apply_user_mode, verify_if_recorded
 from seqrl.utils import hf
+from seqrl.utils.checkpoint import apply_user_mode, verify_if_recorded
 
 
 @dataclass

@@ -30,8 +30,8 @@ from transformers import AutoConfig, AutoModelForTokenClassification, AutoTokeni
 from seqrl.data.stepwise import split_steps, step_pieces
 from seqrl.models.lm import ModelConfig, Policy, dequantised, load_policy, model_device, pretrained_source
 from seqrl.types import Problem
-from seqrl.utils.checkpoint import apply_user_mode, verify_if_recorded
 from seqrl.utils import hf
+from seqrl.utils.checkpoint import apply_user_mode, verify_if_recorded
 
 KINDS = ("prm", "orm")
 HEADS = ("2class", "scalar")

@@ -49,8 +49,8 @@ from torch import nn
 from transformers import PreTrainedModel
 
 from seqrl.models.lora import is_lora
-from seqrl.utils.seeding import get_rng_state, set_rng_state
 from seqrl.utils import hf
+from seqrl.utils.seeding import get_rng_state, set_rng_state
 
 __all__ = [
     "CheckpointError",
