@@ -209,7 +209,8 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 class SeqrlSide:
     def __init__(self, args, dataset, seed: int, bf16: bool = False) -> None:
-        from seqrl.algos.common import OptimConfig, RunConfig, make_optimizer
+        from seqrl.training.run import make_optimizer
+        from seqrl.algos.config import OptimConfig, RunConfig
         from seqrl.algos.dt import DTConfig, build_policy
         from seqrl.data.minari_data import DataConfig
         from seqrl.data.offline import Trajectories
@@ -346,7 +347,7 @@ MIN_LR_RATIO = 0.1  # seqrl's OptimConfig.min_lr_ratio default
 
 
 def warmup_cosine_factory(warmup: int, total: int, min_ratio: float):
-    """A d3rlpy `LRSchedulerFactory` with seqrl's warm-up + cosine lambda (`algos.common.make_optimizer`)."""
+    """A d3rlpy `LRSchedulerFactory` with seqrl's warm-up + cosine lambda (`training.run.make_optimizer`)."""
     import dataclasses
     import math
 

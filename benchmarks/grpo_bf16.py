@@ -67,7 +67,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def make_trainer(checkpoint: str, seed: int, bf16: bool, steps: int, threads: int):
-    from seqrl.algos.common import OptimConfig, RunConfig, TaskConfig
+    from seqrl.algos.config import OptimConfig, RunConfig, TaskConfig
     from seqrl.algos.grpo import GRPOConfig, GRPOTrainer, LossConfig, SamplingConfig
     from seqrl.evaluation import EvalConfig
     from seqrl.models import ModelConfig, load_pretrained

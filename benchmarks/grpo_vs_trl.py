@@ -183,7 +183,7 @@ class Shared:
     def __init__(self, args: argparse.Namespace) -> None:
         import torch
 
-        from seqrl.algos.common import stream_indices
+        from seqrl.training.run import stream_indices
         from seqrl.data import get_task
 
         torch.set_num_threads(args.threads)
@@ -204,7 +204,8 @@ class OursRun:
     """seqrl's GRPOTrainer with the benchmark's settings; `step(k)` runs one collect + train_step."""
 
     def __init__(self, shared: Shared) -> None:
-        from seqrl.algos.common import OptimConfig, RunConfig, TaskConfig, stream_indices
+        from seqrl.training.run import stream_indices
+        from seqrl.algos.config import OptimConfig, RunConfig, TaskConfig
         from seqrl.algos.grpo import GRPOConfig, GRPOTrainer, LossConfig, SamplingConfig
         from seqrl.models import ModelConfig, load_pretrained
 

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import torch
 
-from seqrl.algos.common import OptimConfig, RunConfig, TaskConfig
+from seqrl.algos.config import OptimConfig, RunConfig, TaskConfig
 from seqrl.algos.prm import PRMConfig, PRMDataConfig, train
 from seqrl.data import ArithmeticTask
 from seqrl.data.stepwise import split_steps

@@ -143,7 +143,7 @@ class Data:
     """The preference pairs as seqrl's trainer sees them: split by prompt, encoded, in step order."""
 
     def __init__(self, args: argparse.Namespace, tokenizer) -> None:
-        from seqrl.algos.common import batch_indices
+        from seqrl.training.run import batch_indices
         from seqrl.algos.rm import encode_pairs, split_by_prompt
         from seqrl.data.preferences import load_preferences
         from seqrl.prompts import PromptConfig

@@ -62,7 +62,9 @@ import torch  # noqa: E402
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
-from seqrl.algos.common import OptimConfig, RunConfig, TaskConfig  # noqa: E402
+from seqrl.training.run import TaskConfig  # noqa: E402
+
+from seqrl.algos.config import OptimConfig, RunConfig
 from seqrl.algos.sft import SFTConfig  # noqa: E402
 from seqrl.evaluation import EvalConfig  # noqa: E402
 from seqrl.data import get_task  # noqa: E402

@@ -46,7 +46,7 @@ def main() -> None:
 
     from _warm_start import cached_sft
     from seqrl.algos import prm as prm_algo
-    from seqrl.algos.common import OptimConfig, RunConfig, TaskConfig
+    from seqrl.algos.config import OptimConfig, RunConfig, TaskConfig
     from seqrl.algos.sft import SFTConfig
     from seqrl.evaluation import EvalConfig
     from seqrl.models.lm import ModelConfig, load_pretrained

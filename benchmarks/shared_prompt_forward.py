@@ -53,7 +53,9 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import torch  # noqa: E402
 
-from seqrl.algos.common import OptimConfig, RunConfig, TaskConfig  # noqa: E402
+from seqrl.training.run import TaskConfig  # noqa: E402
+
+from seqrl.algos.config import OptimConfig, RunConfig
 from seqrl.algos.grpo import GRPOConfig, GRPOTrainer, LossConfig, SamplingConfig  # noqa: E402
 from seqrl.models import ModelConfig, load_policy, load_pretrained  # noqa: E402
 from seqrl.prompts import SYSTEM_PRESETS  # noqa: E402

@@ -32,7 +32,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from seqrl.algos.common import OptimConfig, RunConfig, TaskConfig  # noqa: E402
+from seqrl.training.run import TaskConfig  # noqa: E402
+
+from seqrl.algos.config import OptimConfig, RunConfig
 from seqrl.algos.grpo import GRPOConfig, LossConfig, SamplingConfig  # noqa: E402
 from seqrl.algos.grpo import train as train_grpo  # noqa: E402
 from seqrl.algos.star import BaseConfig, STaRConfig  # noqa: E402

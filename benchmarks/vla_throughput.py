@@ -39,7 +39,9 @@ sys.path.insert(0, str(ROOT / "src"))  # runnable from a checkout without instal
 
 import torch  # noqa: E402
 
-from seqrl.algos.common import OptimConfig, RunConfig, make_optimizer  # noqa: E402
+from seqrl.training.run import make_optimizer  # noqa: E402
+
+from seqrl.algos.config import OptimConfig, RunConfig
 from seqrl.algos.vla import (  # noqa: E402
     VLAConfig,
     VLADataConfig,

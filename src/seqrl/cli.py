@@ -295,7 +295,7 @@ def cmd_train(args: argparse.Namespace, overrides: list[str]) -> int:
     try:
         metrics = train(cfg)
     except OSError as e:  # a full, read-only or forbidden disk: one line naming the path and newest checkpoint
-        from seqrl.algos.common import DISK_ERRNOS, write_error
+        from seqrl.training.run import DISK_ERRNOS, write_error
 
         if e.errno not in DISK_ERRNOS:
             raise

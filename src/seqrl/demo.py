@@ -21,7 +21,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from seqrl.algos import grpo, prm, sft
-from seqrl.algos.common import OptimConfig, RunConfig, TaskConfig
+from seqrl.algos.config import OptimConfig, RunConfig, TaskConfig
 from seqrl.config import ConfigError, from_dict, merge, parse_overrides, to_dict
 from seqrl.evaluation import EvalConfig, evaluate
 from seqrl.models.lm import ModelConfig, load_policy, load_pretrained, num_parameters

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from seqrl import cli
-from seqrl.algos.common import OptimConfig, RunConfig, TaskConfig
+from seqrl.algos.config import OptimConfig, RunConfig, TaskConfig
 from seqrl.algos.grpo import GRPOConfig, GRPOTrainer, SamplingConfig, train
 from seqrl.data import get_task
 from seqrl.data.jsonl import DatasetFormatError, JsonlTask

@@ -245,7 +245,7 @@ def test_train_bad_input_is_one_line_naming_the_field_or_file(tmp_path, capsys, 
 
 
 def test_n_train_minus_one_means_every_row():
-    from seqrl.algos.common import TaskConfig
+    from seqrl.algos.config import TaskConfig
     from seqrl.config import ConfigError, from_dict
 
     assert from_dict(TaskConfig, {"n_train": -1}).n_train == -1

@@ -11,7 +11,7 @@ import time
 import pytest
 import torch
 
-from seqrl.algos.common import OptimConfig, RunConfig, TaskConfig
+from seqrl.algos.config import OptimConfig, RunConfig, TaskConfig
 from seqrl.algos.grpo import GRPOConfig, GRPOTrainer, SamplingConfig
 from seqrl.algos.sft import EvalConfig
 from seqrl.models import ModelConfig, load_policy

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from seqrl.algos.common import RunConfig
+from seqrl.algos.config import RunConfig
 from seqrl.algos.grpo import sequence_logprobs
 from seqrl.algos.sft import accumulate_gradients, collate, encode_examples
 from seqrl.config import from_dict

@@ -10,7 +10,7 @@ import pytest
 import torch
 import torch.multiprocessing as mp
 
-from seqrl.algos.common import OptimConfig, RunConfig, TaskConfig
+from seqrl.algos.config import OptimConfig, RunConfig, TaskConfig
 from seqrl.algos.dt import DataConfig, DTConfig, DTEvalConfig, DTModelConfig
 from seqrl.models.loading import load_policy_checkpoint
 from seqrl.algos.sft import EvalConfig, SFTConfig

@@ -249,7 +249,7 @@ def level_dataset(n_episodes=64, seed=0, noise=0.1) -> OfflineDataset:
 
 
 def _dt_cfg(tmp_path, name, method="dt", **kw):
-    from seqrl.algos.common import RunConfig
+    from seqrl.algos.config import RunConfig
     from seqrl.algos.dt import BCModelConfig, DTConfig
     from seqrl.data.minari_data import DataConfig
     from seqrl.envs.evaluate import DTEvalConfig
@@ -626,7 +626,8 @@ def test_quick_spec_and_a_passed_dataset_train_the_same_weights(tmp_path):
 
 
 def test_make_optimizer_uses_the_fused_adamw_with_the_same_update():
-    from seqrl.algos.common import OptimConfig, make_optimizer
+    from seqrl.training.run import make_optimizer
+    from seqrl.algos.config import OptimConfig
 
     torch.manual_seed(0)
     model = DecisionTransformer(3, 2, hidden_size=8, n_layer=1, context_len=2, max_ep_len=10, dropout=0.0)

@@ -134,7 +134,7 @@ def test_a_missing_gguf_file_and_an_unsaveable_quantized_model_are_named_before_
 
 
 def test_grpo_from_a_gguf_file_saves_checkpoints_and_resumes(tiny_gguf, tmp_path):
-    from seqrl.algos.common import OptimConfig, RunConfig, TaskConfig
+    from seqrl.algos.config import OptimConfig, RunConfig, TaskConfig
     from seqrl.algos.grpo import GRPOConfig, SamplingConfig, train
     from seqrl.evaluation import EvalConfig
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from seqrl.algos.common import OptimConfig, RunConfig, TaskConfig
+from seqrl.algos.config import OptimConfig, RunConfig, TaskConfig
 from seqrl.algos.grpo import DAPOConfig, GRPOConfig, GRPOTrainer, LossConfig, SamplingConfig, train
 from seqrl.config import ConfigError, from_dict
 from seqrl.core.advantages import zero_variance_groups

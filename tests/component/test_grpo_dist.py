@@ -11,7 +11,7 @@ import sys
 import torch
 import torch.multiprocessing as mp
 
-from seqrl.algos.common import OptimConfig, RunConfig, TaskConfig
+from seqrl.algos.config import OptimConfig, RunConfig, TaskConfig
 from seqrl.algos.grpo import GRPOBatch, GRPOConfig, GRPOTrainer, LossConfig, SamplingConfig
 from seqrl.evaluation import EvalConfig
 from seqrl.models import ModelConfig, load_policy

@@ -25,7 +25,7 @@ def _episode(rewards, ep_id=0, obs_dim=2, action_value=None, terminated=False) -
 
 
 def _cfg(tmp_path, name, **kw):
-    from seqrl.algos.common import OptimConfig, RunConfig
+    from seqrl.algos.config import OptimConfig, RunConfig
     from seqrl.data.minari_data import DataConfig
     from seqrl.algos.odt import ODTConfig, ODTEvalConfig, ODTModelConfig, OnlineConfig
 

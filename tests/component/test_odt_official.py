@@ -47,7 +47,7 @@ def test_rollout_context_reads_only_the_last_steps():
 
 
 def test_official_options_reach_the_checkpoint(tmp_path, drift):
-    from seqrl.algos.common import OptimConfig, RunConfig
+    from seqrl.algos.config import OptimConfig, RunConfig
     from seqrl.data.minari_data import DataConfig
     from seqrl.models.loading import load_policy_checkpoint
     from seqrl.algos.odt import ODTConfig, ODTEvalConfig, ODTModelConfig, OnlineConfig, train

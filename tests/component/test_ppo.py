@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from seqrl.algos.common import OptimConfig, RunConfig, TaskConfig
+from seqrl.algos.config import OptimConfig, RunConfig, TaskConfig
 from seqrl.algos.ppo import PPOConfig, PPOLossConfig, PPOTrainer, SamplingConfig, train
 from seqrl.config import ConfigError, from_dict
 from seqrl.evaluation import EvalConfig

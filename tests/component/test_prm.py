@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from seqrl.algos.prm import PRMConfig, PRMDataConfig, collate, encode_examples, train
-from seqrl.algos.common import OptimConfig, RunConfig, TaskConfig
+from seqrl.algos.config import OptimConfig, RunConfig, TaskConfig
 from seqrl.data.stepwise import StepExample, write_stepwise
 from seqrl.models.lm import ModelConfig
 from seqrl.models.prm import ProcessRewardModel, StepsTooLongError

@@ -175,7 +175,7 @@ def spin_forever(problems, completions):
 def test_grpo_counts_reward_timeouts_in_its_metrics(pool):
     import torch
 
-    from seqrl.algos.common import OptimConfig, RunConfig, TaskConfig
+    from seqrl.algos.config import OptimConfig, RunConfig, TaskConfig
     from seqrl.algos.grpo import GRPOConfig, GRPOTrainer, SamplingConfig
     from seqrl.models import ModelConfig, load_policy
 

@@ -173,7 +173,7 @@ def test_a_second_process_on_a_run_folder_is_refused_naming_the_holder(tmp_path,
         [sys.executable, "-c", textwrap.dedent(f"""
             import sys, time
             from pathlib import Path
-            from seqrl.algos.common import lock_run_dir
+            from seqrl.training.run import lock_run_dir
             lock_run_dir(Path({str(run)!r}))
             print("locked", flush=True)
             time.sleep(120)
@@ -253,7 +253,8 @@ def test_a_signal_during_online_odt_saves_after_that_iteration_and_resume_repeat
 def _stop_worker(rank: int, world: int, port: int, out: str) -> None:
     """One torchrun-like process of a 4-step SFT run; only rank 1 gets SIGTERM, during step 2."""
     import seqrl.algos.sft as sft
-    from seqrl.algos.common import OptimConfig, RunConfig, RunInterrupted, TaskConfig
+    from seqrl.training.run import RunInterrupted
+    from seqrl.algos.config import OptimConfig, RunConfig, TaskConfig
     from seqrl.models import ModelConfig
 
     os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1",

@@ -86,13 +86,13 @@ def test_resume_with_every_checkpoint_corrupted_is_a_one_line_error(tmp_path, ca
 
 
 def test_non_finite_stops_or_skips():
-    from seqrl.algos.common import NonFiniteError, check_finite
+    from seqrl.training.run import NonFiniteError, check_finite
 
     assert check_finite(3, "stop", loss=1.0, grad_norm=2.0)
     with pytest.raises(NonFiniteError, match="step 7: non-finite loss = nan"):
         check_finite(7, "stop", loss=float("nan"), grad_norm=1.0)
     assert not check_finite(7, "skip_step", loss=1.0, grad_norm=float("inf"))
-    from seqrl.algos.common import RunConfig
+    from seqrl.algos.config import RunConfig
 
     with pytest.raises(ValueError, match="'stop' or 'skip_step' \\(got 'warn'\\) \\(warn was removed"):
         RunConfig(on_nonfinite="warn")
@@ -132,7 +132,7 @@ def test_plain_progress_lines_off_a_terminal():
                                          ("odt", "pendulum_medium"), ("prm", "arith_tiny_prm"), ("rm", "arith_tiny_rm"),
                                          ("ppo", "arith_tiny_ppo"), ("star", "arith_tiny_star"), ("vla", "gotoredballgrey")])
 def test_an_unchanged_preset_resumes_without_a_reported_change(tmp_path, algo, preset):
-    from seqrl.algos.common import check_resume_changes
+    from seqrl.training.run import check_resume_changes
     from seqrl.cli import _config_class, resolve_config
     from seqrl.config import dump_yaml, load_config
 

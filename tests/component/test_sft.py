@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from seqrl.algos.common import OptimConfig, RunConfig, TaskConfig
+from seqrl.algos.config import OptimConfig, RunConfig, TaskConfig
 from seqrl.algos.sft import SFTConfig, accumulate_gradients, collate, encode_examples, train
 from seqrl.evaluation import EvalConfig
 from seqrl.config import ConfigError, from_dict

@@ -9,7 +9,7 @@ import types
 import pytest
 import torch
 
-from seqrl.algos.common import OptimConfig, RunConfig, TaskConfig
+from seqrl.algos.config import OptimConfig, RunConfig, TaskConfig
 from seqrl.algos.grpo import GRPOBatch, GRPOConfig, GRPOTrainer, LossConfig, SamplingConfig
 from seqrl.core.policy_loss import AGG_MODES
 from seqrl.models import ModelConfig, load_policy
@@ -311,7 +311,7 @@ def test_a_run_saved_before_the_setting_existed_resumes(tmp_path):
     """`shared_prompt_forward` computes the same log-probs, so a resumed run may set or change it."""
     import yaml
 
-    from seqrl.algos.common import check_resume_changes
+    from seqrl.training.run import check_resume_changes
     from seqrl.config import dump_yaml
 
     cfg = GRPOConfig(run=RunConfig(name="r", out_dir=str(tmp_path)))

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from seqrl.algos import star
-from seqrl.algos.common import OptimConfig, RunConfig, TaskConfig
+from seqrl.algos.config import OptimConfig, RunConfig, TaskConfig
 from seqrl.algos.star import BaseConfig, STaRConfig, STaRTrainer, collect, hint_words, quotes_hint, train
 from seqrl.cli import main
 from seqrl.data import get_task

@@ -2,13 +2,14 @@
 iteration) reached and exits 143 / 130 naming that checkpoint, ``--resume`` repeats the uninterrupted run
 exactly; a second signal stops at once and says what is lost.
 
-Signals are sent to this process from inside the loop (the trainer's `check_finite`, once per step, or
-once per STaR fine-tune), so the real handlers run. Also `start_run`'s side of it: a one-process trainer
+Signals are sent to this process from inside the loop (`check_finite`, once per step: the run loop's
+in `seqrl.training.run` for PRM and RM, the trainer's own otherwise; once per STaR fine-tune), so the real handlers run. Also `start_run`'s side of it: a one-process trainer
 refuses torchrun, and under torchrun a signal to one RM process stops every process at the same step.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import signal
@@ -19,8 +20,10 @@ import pytest
 import safetensors.torch
 import torch
 
-from seqrl.algos.common import OptimConfig, RunConfig, RunInterrupted, TaskConfig
+import seqrl.training.run as plumbing
+from seqrl.algos.config import OptimConfig, RunConfig, TaskConfig
 from seqrl.models.config import ModelConfig
+from seqrl.training.run import RunInterrupted
 from seqrl.utils.checkpoint import list_checkpoints, verify_checkpoint
 from seqrl.utils.metrics import read_metrics
 
@@ -88,14 +91,14 @@ def _prm_cfg(out, resume: bool = False):
 def test_prm_saves_the_step_reached_and_resume_repeats_the_run(tmp_path, on_nth_call, signum):
     import seqrl.algos.prm as prm
 
-    _check_stop_and_resume(prm.train, _prm_cfg, on_nth_call, prm, tmp_path, "loss/prm", signum, at=2, last=4)
+    _check_stop_and_resume(prm.train, _prm_cfg, on_nth_call, plumbing, tmp_path, "loss/prm", signum, at=2, last=4)
 
 
 def test_prm_second_signal_stops_at_once_and_says_no_checkpoint_exists(tmp_path, on_nth_call):
     import seqrl.algos.prm as prm
 
     cfg = _prm_cfg(tmp_path)
-    e = _interrupted(prm.train, cfg, on_nth_call, prm, 2, signal.SIGTERM, signal.SIGTERM)
+    e = _interrupted(prm.train, cfg, on_nth_call, plumbing, 2, signal.SIGTERM, signal.SIGTERM)
     assert e.exit_code == 143
     assert e.message == f"stopped at once by a second SIGTERM; no complete checkpoint in {cfg.run.dir}"
     assert list_checkpoints(cfg.run.dir) == []
@@ -124,7 +127,7 @@ def _rm_cfg(out, resume: bool = False):
 def test_rm_saves_the_step_reached_and_resume_repeats_the_run(tmp_path, on_nth_call):
     import seqrl.algos.rm as rm
 
-    _check_stop_and_resume(rm.train, _rm_cfg, on_nth_call, rm, tmp_path, "loss/bt", signal.SIGTERM, at=3, last=4)
+    _check_stop_and_resume(rm.train, _rm_cfg, on_nth_call, plumbing, tmp_path, "loss/bt", signal.SIGTERM, at=3, last=4)
 
 
 # ---- PPO ------------------------------------------------------------------------------------------
@@ -243,7 +246,7 @@ def _rm_stop_worker(rank: int, world: int, port: int, out: str) -> None:
     os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1",
                       MASTER_PORT=str(port))
     torch.set_num_threads(1)
-    real, calls = rm.check_finite, []
+    real, calls = plumbing.check_finite, []
 
     def hooked(*args, **kwargs):
         calls.append(1)
@@ -251,7 +254,7 @@ def _rm_stop_worker(rank: int, world: int, port: int, out: str) -> None:
             os.kill(os.getpid(), signal.SIGTERM)
         return real(*args, **kwargs)
 
-    rm.check_finite = hooked
+    plumbing.check_finite = hooked
     cfg = _rm_cfg(Path(out) / "runs")
     cfg.run.device = "cpu"
     try:
@@ -278,3 +281,26 @@ def test_rm_under_torchrun_a_signal_to_one_process_stops_every_process_at_the_sa
             f"143 stopped by SIGTERM after step 2; newest complete checkpoint: {run / 'checkpoint-2'} (resume with --resume)")
     assert [s for s, _ in list_checkpoints(run)] == [2]
     verify_checkpoint(run / "checkpoint-2")
+
+
+@pytest.mark.parametrize("algo,fn,loss_key", [("rm", "bradley_terry_loss", "loss/bt"), ("prm", "batch_loss", "loss/prm")])
+def test_rm_and_prm_skip_a_non_finite_update_and_count_it(tmp_path, monkeypatch, algo, fn, loss_key):
+    import importlib
+
+    module = importlib.import_module(f"seqrl.algos.{algo}")
+    real, calls = getattr(module, fn), [0]
+
+    def poisoned(*args, **kwargs):  # the second call (RM: after the step-0 evaluation; PRM: step 2) turns NaN
+        calls[0] += 1
+        out = real(*args, **kwargs)
+        return (out[0] * float("nan"), *out[1:]) if calls[0] == 2 else out
+
+    monkeypatch.setattr(module, fn, poisoned)
+    cfg = {"rm": _rm_cfg, "prm": _prm_cfg}[algo](tmp_path / "runs")
+    cfg.run.on_nonfinite = "skip_step"
+    final = module.train(cfg)
+    rows = [r for r in read_metrics(cfg.run.dir / "metrics.jsonl") if loss_key in r]
+    counts = [r["stats/skipped_updates"] for r in rows]
+    assert counts == sorted(counts) and counts[-1] == 1
+    assert sum(r[loss_key] is None for r in rows) == 1 and final[loss_key] is not None
+    assert json.loads((cfg.run.dir / "checkpoint-4" / "trainer_state.json").read_text())["skipped_updates"] == 1

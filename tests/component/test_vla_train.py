@@ -9,7 +9,7 @@ import pytest
 import safetensors.torch
 import torch
 
-from seqrl.algos.common import OptimConfig, RunConfig
+from seqrl.algos.config import OptimConfig, RunConfig
 from seqrl.algos.vla import VLAConfig, VLADaggerConfig, VLADataConfig, VLAEvalConfig, load_demos, train
 from seqrl.config import load_config
 from seqrl.envs.babyai import evaluate_babyai, random_act

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from seqrl.algos.common import OptimConfig, RunConfig, TaskConfig
+from seqrl.algos.config import OptimConfig, RunConfig, TaskConfig
 from seqrl.algos.sft import SFTConfig, train
 from seqrl.core.metrics import rate_diff_se
 from seqrl.evaluation import EvalConfig

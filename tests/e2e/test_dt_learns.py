@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from seqrl.algos.common import OptimConfig, RunConfig
+from seqrl.algos.config import OptimConfig, RunConfig
 from seqrl.algos.dt import DTConfig, train
 from seqrl.data.minari_data import DataConfig
 from seqrl.envs.evaluate import DTEvalConfig

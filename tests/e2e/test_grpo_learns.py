@@ -12,7 +12,7 @@ seeds of four.
 
 import pytest
 
-from seqrl.algos.common import OptimConfig, RunConfig, TaskConfig
+from seqrl.algos.config import OptimConfig, RunConfig, TaskConfig
 from seqrl.algos.grpo import GRPOConfig, LossConfig, SamplingConfig, train
 from seqrl.evaluation import EvalConfig
 from seqrl.models import ModelConfig

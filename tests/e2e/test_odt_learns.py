@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from seqrl.algos.common import OptimConfig, RunConfig
+from seqrl.algos.config import OptimConfig, RunConfig
 from seqrl.data.minari_data import DataConfig
 from seqrl.algos.odt import ODTConfig, ODTEvalConfig, ODTModelConfig, OnlineConfig, train
 

@@ -9,7 +9,7 @@ from rollouts in seconds; the PRM is the tiny preset from scratch.
 import pytest
 import torch
 
-from seqrl.algos.common import OptimConfig, RunConfig
+from seqrl.algos.config import OptimConfig, RunConfig
 from seqrl.algos.prm import PRMConfig, PRMDataConfig, train
 from seqrl.core.search import binary_auc
 from seqrl.data import ArithmeticTask

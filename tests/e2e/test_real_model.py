@@ -35,7 +35,7 @@ def _length(completions, **kwargs):
 
 
 def test_one_grpo_step_on_the_real_model_saves_a_checkpoint_that_loads(smollm2, tmp_path):
-    from seqrl.algos.common import OptimConfig, RunConfig, TaskConfig
+    from seqrl.algos.config import OptimConfig, RunConfig, TaskConfig
     from seqrl.algos.grpo import GRPOConfig, SamplingConfig, train
     from seqrl.evaluation import EvalConfig
     from seqrl.prompts import PromptConfig

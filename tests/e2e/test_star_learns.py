@@ -12,7 +12,7 @@ finds too few right rationales for every seed to learn from. Here the base is 0.
 
 import pytest
 
-from seqrl.algos.common import OptimConfig, RunConfig, TaskConfig
+from seqrl.algos.config import OptimConfig, RunConfig, TaskConfig
 from seqrl.algos.star import BaseConfig, STaRConfig, train
 from seqrl.core.metrics import rate_diff_se
 from seqrl.evaluation import EvalConfig

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from seqrl.algos.common import OptimConfig, RunConfig
+from seqrl.algos.config import OptimConfig, RunConfig
 from seqrl.algos.vla import VLAConfig, VLADataConfig, VLAEvalConfig, train
 from seqrl.models.vla import VLAModelConfig
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from seqrl.algos.common import RunConfig
+from seqrl.algos.config import RunConfig
 
 AVX2_ONLY = {"avx2": True, "avx512_f": False, "avx512_bf16": False, "amx_bf16": False}
 

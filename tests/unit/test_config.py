@@ -314,7 +314,7 @@ def test_text_that_yaml_reads_as_a_mapping_is_text_for_a_string_field():
 def test_the_old_top_level_eval_every_is_refused_naming_eval_every_and_read_from_an_old_run_folder(tmp_path):
     """RM and PRM spell their evaluation cadence eval.every, as every other trainer does; the old spelling
     is an error that names the new one, and a run folder written with it still resumes."""
-    from seqrl.algos.common import check_resume_changes
+    from seqrl.training.run import check_resume_changes
     from seqrl.algos.prm_config import PRMConfig
     from seqrl.algos.rm_config import PreferenceDataConfig, RMConfig
     from seqrl.config import _Dumper

@@ -45,7 +45,7 @@ def test_a_preset_loads_and_a_bad_field_is_refused_without_torch(algo, preset):
 
 
 def test_the_trainers_still_export_their_configs():
-    from seqrl.algos import common, grpo, grpo_config, ppo, ppo_config, prm, prm_config, rm, rm_config, sft, sft_config
+    from seqrl.algos import grpo, grpo_config, ppo, ppo_config, prm, prm_config, rm, rm_config, sft, sft_config
     from seqrl.algos import star, star_config, vla, vla_config
     from seqrl.algos.config import RunConfig
     from seqrl.models import config, lm
@@ -53,7 +53,7 @@ def test_the_trainers_still_export_their_configs():
     from seqrl.models.config import ModelConfig
 
     assert sft.SFTConfig is sft_config.SFTConfig and grpo.LossConfig is grpo_config.LossConfig
-    assert common.RunConfig is RunConfig and lm.ModelConfig is ModelConfig
+    assert sft.RunConfig is RunConfig and lm.ModelConfig is ModelConfig
     assert prm.PRMConfig is prm_config.PRMConfig and prm.PRMDataConfig is prm_config.PRMDataConfig
     assert rm.RMConfig is rm_config.RMConfig and rm.PreferenceDataConfig is rm_config.PreferenceDataConfig
     for name in ("PPOConfig", "PPOLossConfig", "CriticConfig", "SamplingConfig"):

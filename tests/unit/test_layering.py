@@ -16,7 +16,7 @@ PKG = Path(importlib.util.find_spec("seqrl").origin).parent  # src/seqrl of the 
 # The shared plumbing of the algos floor (run folder, optimiser) and its torch-free shared configs
 # (run, task, optimiser): no algorithm lives in them, so every trainer may import them; they import no
 # trainer themselves (checked below). An algorithm's own config sits beside it in `<algo>_config.py`.
-ALGOS_SHARED = {"seqrl.algos.common", "seqrl.algos.config"}
+ALGOS_SHARED = {"seqrl.training.run", "seqrl.algos.config"}
 
 
 def module_name(path: Path) -> str:
@@ -102,3 +102,4 @@ def test_no_algorithm_imports_another():
         return within(*ALGOS_SHARED, f"{module_name(f)}_config")  # and a trainer its own config
 
     assert not (v := violations("algos", allowed)), "\n".join(v)
+

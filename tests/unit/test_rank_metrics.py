@@ -1,6 +1,6 @@
-"""One metrics record from every torchrun process (`seqrl.algos.common.reduce_rank_metrics`), as GRPO and PPO log it."""
+"""One metrics record from every torchrun process (`seqrl.training.run.reduce_rank_metrics`), as GRPO and PPO log it."""
 
-from seqrl.algos.common import reduce_rank_metrics
+from seqrl.training.run import reduce_rank_metrics
 
 
 def test_counts_are_summed_times_and_maxima_maxed_the_rest_averaged():

@@ -5,14 +5,13 @@ import importlib
 
 import pytest
 
-from seqrl.algos.common import RunConfig
+from seqrl.algos.config import RunConfig
 
 
-@pytest.mark.parametrize("algo,config", [("prm", "PRMConfig"), ("star", "STaRConfig"), ("rm", "RMConfig"),
-                                         ("ppo", "PPOConfig"), ("vla", "VLAConfig")])
+@pytest.mark.parametrize("algo,config", [("star", "STaRConfig"), ("ppo", "PPOConfig"), ("vla", "VLAConfig")])
 def test_skip_step_is_refused_by_trainers_without_it(algo, config, tmp_path):
     module = importlib.import_module(f"seqrl.algos.{algo}")
-    cfg = getattr(module, config)(**({"data": module.PreferenceDataConfig(path="prefs.jsonl")} if algo == "rm" else {}))
+    cfg = getattr(module, config)()
     cfg.run = RunConfig(name="x", out_dir=str(tmp_path), on_nonfinite="skip_step")
     with pytest.raises(ValueError, match=f"skip_step is not implemented for {algo}"):
         module.train(cfg)

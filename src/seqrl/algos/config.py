@@ -1,5 +1,5 @@
 """The config pieces every trainer shares (run, task, optimiser), importable without torch: the command
-line builds and checks a whole config before it loads torch (seconds). `seqrl.algos.common` re-exports
+line builds and checks a whole config before it loads torch (seconds). `seqrl.training.run` re-exports
 them; each algorithm's own config lives in ``algos/<algorithm>_config.py`` beside its trainer.
 """
 

@@ -28,28 +28,19 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from seqrl.algos.common import (
-    OptimConfig,
-    RunConfig,
-    RunGuard,
-    resume_and_open_log,
-    make_optimizer,
-    prepare_run_dir,
-    releases_run_folder,
-    set_threads,
-)
+from seqrl.algos.config import OptimConfig, RunConfig
 from seqrl.algos.dt_config import BCConfig, BCModelConfig, DTConfig
 from seqrl.core.losses import action_loss
 from seqrl.data.minari_data import DataConfig, load_dataset
 from seqrl.data.offline import OfflineDataset, Trajectories
 from seqrl.envs.evaluate import DTEvalConfig, run_evaluation, target_label, warn_far_targets
 from seqrl.models.dt import DecisionTransformer, DTModelConfig, MLPPolicy
+from seqrl.training.loop import RunLoop
+from seqrl.training.run import make_optimizer, releases_run_folder
 from seqrl.utils import dist
-from seqrl.utils.checkpoint import latest_checkpoint, save_checkpoint
 from seqrl.utils.dist import bf16_autocast
 from seqrl.utils.metrics import read_metrics
 from seqrl.utils.plots import plot_bars, plot_metrics
-from seqrl.utils.progress import progress_bar
 from seqrl.utils.seeding import seed_everything
 
 
@@ -97,18 +88,9 @@ def train(cfg: DTConfig, dataset: OfflineDataset | None = None, env=None) -> dic
 
     `env` (a gymnasium id or an environment factory) overrides the dataset's environment for evaluation.
     """
-    device = cfg.run.torch_device
-    dist.init_distributed(device)
-    main = dist.is_main()
     dist.shard(cfg.batch_size)  # raises when the batch does not split over the processes
-    set_threads(cfg.run.threads)
-    resume_from = prepare_run_dir(cfg.run, cfg) if main else None
-    dist.barrier()
-    if not main and cfg.run.resume:
-        resume_from = latest_checkpoint(cfg.run.dir)
-    run_dir = cfg.run.dir
-    prefix = cfg.method
-    placement = cfg.run.announce()
+    loop = RunLoop(cfg, cfg.method, seed=False)
+    device, main, prefix = loop.device, loop.main, cfg.method
 
     dataset = dataset if dataset is not None else load_dataset(cfg.data)
     max_ep_len = MLPPolicy.max_ep_len if cfg.method == "bc" else cfg.model.max_ep_len
@@ -120,17 +102,15 @@ def train(cfg: DTConfig, dataset: OfflineDataset | None = None, env=None) -> dic
     if cfg.method == "dt" and cfg.eval.episodes:
         warn_far_targets(cfg.eval.target_returns, dataset.returns, f"{prefix}.eval.target_returns")
     optimizer, scheduler = make_optimizer(policy, cfg.optim, cfg.steps, fused=True)
+    loop.resume(policy, optimizer, scheduler)
+    first = {"model/parameters": sum(p.numel() for p in policy.parameters()),
+             "data/episodes": len(data.returns), "data/steps": data.n_steps,
+             "data/return_mean": float(data.returns.mean()), "data/return_max": float(data.returns.max())}
+    if dataset.ref_min_score is not None and dataset.ref_max_score is not None:
+        first["data/normalized_mean"] = float(np.mean(dataset.normalized(data.returns)))
+    loop.log_start(first)
 
-    resume_from, state, start, logger = resume_and_open_log(run_dir, resume_from, policy, optimizer, scheduler, main)
-    if start == 0 and main:
-        first = {"model/parameters": sum(p.numel() for p in policy.parameters()),
-                 "data/episodes": len(data.returns), "data/steps": data.n_steps,
-                 "data/return_mean": float(data.returns.mean()), "data/return_max": float(data.returns.max())}
-        if dataset.ref_min_score is not None and dataset.ref_max_score is not None:
-            first["data/normalized_mean"] = float(np.mean(dataset.normalized(data.returns)))
-        logger.log(0, {**first, **placement})
-
-    def run_eval() -> dict[str, float]:
+    def evaluate() -> dict[str, float]:
         metrics: dict[str, float] = {}
         if main:
             metrics, _ = run_evaluation(policy, info, cfg.eval.target_returns, cfg.eval.episodes, cfg.eval.seed,
@@ -138,72 +118,49 @@ def train(cfg: DTConfig, dataset: OfflineDataset | None = None, env=None) -> dic
         dist.barrier()
         return metrics
 
-    final: dict[str, float] = {}
-    clip = cfg.optim.grad_clip if cfg.optim.grad_clip > 0 else float("inf")
-    window_s, window_steps = 0.0, 0
-    policy.train()
+    window = [0.0, 0]  # seconds and steps since the last record: perf/steps_per_s
     rows, world = dist.shard(cfg.batch_size), dist.world_size()
-    guard = RunGuard(cfg.run, policy, state.get("skipped_updates", 0))
-    with progress_bar(cfg.steps, f"{prefix} {cfg.run.name}", disable=not (cfg.run.progress and main)) as bar, guard:
-        bar.advance(start)
-        try:
-            for step in range(start, cfg.steps):
-                t0 = time.perf_counter()
-                b = data.batch(step, cfg.batch_size, K, cfg.run.seed)
-                if world > 1:  # torchrun: every process draws the global batch and keeps its rows
-                    real = float(b["mask"].sum())
-                    b = {k: v[rows] for k, v in b.items()}
-                    share = float(b["mask"].sum()) / max(real, 1.0)  # weight of this share in the global mean
-                b = {k: v.to(device) for k, v in b.items()}
-                with bf16_autocast(device, cfg.run.use_bf16):
-                    if cfg.method == "bc":
-                        pred = policy(b["states"])  # (B, 1, A) or (B, 1, n)
-                    else:
-                        pred = policy(b["returns"], b["states"], b["actions"], b["timesteps"], b["mask"])  # (B, K, A)
-                loss = action_loss(pred.float(), b["actions"], b["mask"], discrete=data.discrete)
-                if world > 1:
-                    loss = loss * share
-                    loss.backward()
-                    dist.all_reduce_grads(policy)  # Σ_r share_r · loss_r = the global batch's loss
-                    loss = dist.all_reduce_sum(loss.detach().reshape(1))[0]
-                else:
-                    loss.backward()
-                grad_norm = torch.nn.utils.clip_grad_norm_(policy.parameters(), clip)
-                lr = scheduler.get_last_lr()[0]
-                if guard.check_finite(step + 1, loss=loss.item(), grad_norm=grad_norm):
-                    optimizer.step()
-                scheduler.step()
-                optimizer.zero_grad(set_to_none=True)
-                done = step + 1
-                window_s += time.perf_counter() - t0
-                window_steps += 1
-                metrics: dict[str, float] = {}
-                if done % cfg.run.log_every == 0 or done == cfg.steps:
-                    metrics = {"loss/action": loss.item(), "stats/grad_norm": float(grad_norm), "stats/lr": lr,
-                               "stats/skipped_updates": guard.skipped, "perf/steps_per_s": window_steps / window_s}
-                    window_s, window_steps = 0.0, 0
-                if cfg.eval.episodes and ((cfg.eval.every and done % cfg.eval.every == 0) or done == cfg.steps):
-                    metrics.update(run_eval())
-                if metrics:
-                    if main:
-                        logger.log(done, metrics)
-                    final.update(metrics)
-                stopping = guard.stop_requested() and done < cfg.steps
-                if (cfg.run.save_every and done % cfg.run.save_every == 0) or done == cfg.steps or stopping:
-                    if main:
-                        save_checkpoint(run_dir, done, policy, optimizer=optimizer, scheduler=scheduler,
-                                        state={"policy": info, "skipped_updates": guard.skipped},
-                                        keep_last=cfg.run.keep_last)
-                    dist.barrier()
-                if stopping:
-                    guard.stop(done)
-                shown = {k: v for k, v in final.items() if k.startswith("eval/return") and "std" not in k}
-                bar.advance(1, loss=loss.item(), **{k.split("/", 1)[1]: v for k, v in list(shown.items())[:2]})
-        finally:
-            if logger is not None:
-                logger.close()
+
+    def step(i: int, log: bool) -> dict[str, float]:
+        t0 = time.perf_counter()
+        b = data.batch(i, cfg.batch_size, K, cfg.run.seed)
+        if world > 1:  # torchrun: every process draws the global batch and keeps its rows
+            real = float(b["mask"].sum())
+            b = {k: v[rows] for k, v in b.items()}
+            share = float(b["mask"].sum()) / max(real, 1.0)  # weight of this share in the global mean
+        b = {k: v.to(device) for k, v in b.items()}
+        with bf16_autocast(device, cfg.run.use_bf16):
+            if cfg.method == "bc":
+                pred = policy(b["states"])  # (B, 1, A) or (B, 1, n)
+            else:
+                pred = policy(b["returns"], b["states"], b["actions"], b["timesteps"], b["mask"])  # (B, K, A)
+        loss = action_loss(pred.float(), b["actions"], b["mask"], discrete=data.discrete)
+        if world > 1:
+            loss = loss * share
+            loss.backward()
+            dist.all_reduce_grads(policy)  # Σ_r share_r · loss_r = the global batch's loss
+            loss = dist.all_reduce_sum(loss.detach().reshape(1))[0]
+        else:
+            loss.backward()
+        grad_norm, lr = loop.update(i, loss.item())
+        window[0] += time.perf_counter() - t0
+        window[1] += 1
+        if not log:
+            return {"loss/action": loss.item()}
+        out = {"loss/action": loss.item(), "stats/grad_norm": grad_norm, "stats/lr": lr,
+               "perf/steps_per_s": window[1] / window[0]}
+        window[:] = [0.0, 0]
+        return out
+
+    def show(m: dict[str, float]) -> dict[str, float]:
+        shown = {k: v for k, v in m.items() if k.startswith("eval/return") and "std" not in k}
+        return {"loss": m["loss/action"], **{k.split("/", 1)[1]: v for k, v in list(shown.items())[:2]}}
+
+    policy.train()
+    final = loop.run(cfg.steps, step, evaluate=evaluate if cfg.eval.episodes else None, eval_every=cfg.eval.every,
+                     state=lambda: {"policy": info}, show=show)
     if main:
-        _plot(cfg, run_dir, final)
+        _plot(cfg, loop.dir, final)
     return final
 
 

@@ -37,22 +37,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from seqrl.algos.common import (
-    completion_samples,
-    OptimConfig,
-    RunConfig,
-    TaskConfig,
-    RunGuard,
-    check_finite,
-    commit_resumed_config,
-    load_resume_checkpoint,
-    make_optimizer,
-    prepare_run_dir,
-    reduce_rank_metrics,
-    releases_run_folder,
-    set_threads,
-    stream_indices,
-)
+from seqrl.algos.config import OptimConfig, RunConfig, TaskConfig
 from seqrl.algos.grpo_config import VERIFIER_KEYS, VERIFIER_REWARDS, DAPOConfig, GRPOConfig, LossConfig, SamplingConfig
 from seqrl.core.advantages import (
     group_advantages,
@@ -71,14 +56,18 @@ from seqrl.rewards.combine import (RewardFn, RewardSpec, build_rewards, check_re
                                    report_reward_errors, score_completions)  # (RewardSpec re-exported)
 from seqrl.rollout import SamplingParams, generate, sequence_logprobs
 from seqrl.rollout.logprobs import pack_micro_batches, shared_prompt_logprobs, use_shared_prompt_forward
+from seqrl.training.loop import RunLoop
+from seqrl.training.run import (
+    check_finite,
+    completion_samples,
+    make_optimizer,
+    reduce_rank_metrics,
+    releases_run_folder,
+    stream_indices,
+)
 from seqrl.types import Problem, Task
 from seqrl.utils import dist
-from seqrl.utils.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from seqrl.utils.dist import bf16_autocast
-from seqrl.utils.metrics import MetricsLogger, read_metrics
-from seqrl.utils.plots import plot_metrics
-from seqrl.utils.progress import progress_bar
-from seqrl.utils.seeding import seed_everything
 
 
 @dataclass
@@ -445,55 +434,34 @@ def train(cfg: GRPOConfig, rewards: dict | None = None) -> dict[str, float]:
     the loss normalisers and the gradients are summed over processes, and rank 0 evaluates, logs
     and writes checkpoints; the model starts identical everywhere (same seed) and stays so.
     """
-    dist.init_distributed(cfg.run.torch_device)
-    main = dist.is_main()
-    set_threads(cfg.run.threads)
-    seed_everything(cfg.run.seed)  # the same on every process: identical initial weights
     cfg.local_prompts_per_step  # noqa: B018 - raises when the prompts do not split over the processes
-    resume_from = prepare_run_dir(cfg.run, cfg) if main else None
-    dist.barrier()
-    if not main and cfg.run.resume:
-        resume_from = latest_checkpoint(cfg.run.dir)
-    run_dir = cfg.run.dir
-    placement = cfg.run.announce()
+    loop = RunLoop(cfg, "grpo")  # seeded the same on every process: identical initial weights
+    main = loop.main
     task = cfg.task.build()
     problems = task.problems("train", cfg.task.n_train, cfg.task.seed)
     test_problems = task.problems("test", cfg.task.n_test, cfg.task.seed)
     check_template(cfg.prompt, problems + test_problems)
     reward_fns = build_rewards(cfg.rewards, task, rewards)
     check_reward_columns(reward_fns, problems)
-    policy = load_policy(cfg.model, cfg.run.torch_device)
+    policy = load_policy(cfg.model, loop.device)
     policy.prompt = cfg.prompt
     if cfg.lora.r:
         policy.model = apply_lora(policy.model, cfg.lora)
     trainer = GRPOTrainer(cfg, policy, task, problems, reward_fns)
-    start = 0
-    if resume_from is not None:
-        def load(path):
-            return load_checkpoint(path, policy.model, trainer.optimizer, trainer.scheduler)
-
-        if dist.world_size() == 1:  # one process: fall back past a corrupted newest checkpoint
-            resume_from, state = load_resume_checkpoint(run_dir, load)
-        else:  # every process must load the same one
-            state = load(resume_from)
-            if main:
-                commit_resumed_config(run_dir, resume_from)
-        start, cursors = state["step"], state["prompt_cursor"]
+    state = loop.resume(policy.model, trainer.optimizer, trainer.scheduler, policy.tokenizer)
+    if loop.resume_from is not None:
+        cursors = state["prompt_cursor"]
         trainer.skipped_updates = state.get("skipped_updates", 0)
         cursors = cursors if isinstance(cursors, list) else [cursors]
         if len(cursors) != dist.world_size():
-            raise ValueError(f"{resume_from} was written by {len(cursors)} process(es); resume it with "
+            raise ValueError(f"{loop.resume_from} was written by {len(cursors)} process(es); resume it with "
                              f"the same number (got {dist.world_size()})")
         trainer.prompt_cursor = cursors[dist.rank()]
         if trainer.ref is not None and cfg.loss.ref_sync_every:
             trainer.sync_reference()  # checkpoints fall on sync steps (checked in the config)
-        if main:
-            print(f"resumed from {resume_from} at step {start}")
-    logger = MetricsLogger(run_dir / "metrics.jsonl", resume_step=start if resume_from else None) if main else None
-    samples_log = (MetricsLogger(run_dir / "completions.jsonl", resume_step=start if resume_from else None)
-                   if main and cfg.run.log_completions else None)
+    samples_log = loop.open_log("completions.jsonl") if cfg.run.log_completions else None
 
-    def run_eval() -> dict[str, float]:
+    def evaluate() -> dict[str, float]:
         out: dict[str, float] = {}
         if main:
             out = run_evaluation(policy, task, test_problems, cfg.eval, cfg.run.seed, stop=cfg.sampling.stop)
@@ -511,56 +479,42 @@ def train(cfg: GRPOConfig, rewards: dict | None = None) -> dict[str, float]:
         dist.barrier()
         return out
 
-    final: dict[str, float] = {}
-    if start == 0:
-        final = {"model/parameters": float(num_parameters(policy.model)), **run_eval()}
-        if main:
-            logger.log(0, {**final, **placement})
-    guard = RunGuard(cfg.run, policy.model)
+    first: dict[str, float] = {}
+    if loop.start == 0:
+        first = {"model/parameters": float(num_parameters(policy.model)), **evaluate()}
+        loop.log_start(first)
     warned: set[str] = set()  # reward functions whose first failure was printed
-    with progress_bar(cfg.steps, f"grpo {cfg.run.name}", disable=not (cfg.run.progress and main)) as bar, guard:
-        bar.advance(start)
-        try:
-            for step in range(start, cfg.steps):
-                batch = trainer.collect(step)
-                metrics = reduce_rank_metrics(dist.all_gather_objects({**batch.metrics, **trainer.train_step(batch)}))
-                done = step + 1
-                metrics["perf/tokens_per_s"] = metrics["perf/gen_tokens"] / (metrics["perf/gen_s"] + metrics["perf/train_s"])
-                if cfg.loss.ref_sync_every and done % cfg.loss.ref_sync_every == 0:
-                    trainer.sync_reference()
-                if (cfg.eval.every and done % cfg.eval.every == 0) or done == cfg.steps:
-                    metrics.update(run_eval())
-                error_texts = report_reward_errors(metrics, done, warned if main else None)
-                if main and (done % cfg.run.log_every == 0 or done == cfg.steps or "eval/accuracy" in metrics):
-                    logger.log(done, {**metrics, **error_texts})
-                    for record in trainer.samples if samples_log is not None else ():
-                        samples_log.log(done, record)
-                final.update(metrics)
-                stopping = guard.stop_requested() and done < cfg.steps
-                if (cfg.run.save_every and done % cfg.run.save_every == 0) or done == cfg.steps or stopping:
-                    cursors = dist.all_gather_objects(trainer.prompt_cursor)
-                    if main:
-                        save_checkpoint(run_dir, done, policy.model, policy.tokenizer, trainer.optimizer,
-                                        trainer.scheduler, keep_last=cfg.run.keep_last,
-                                        state={"prompt_cursor": cursors if len(cursors) > 1 else cursors[0],
-                                               "skipped_updates": trainer.skipped_updates})
-                    dist.barrier()
-                if stopping:
-                    if main and trainer.ref is not None and cfg.loss.ref_sync_every and done % cfg.loss.ref_sync_every:
-                        print(f"note: step {done} is not a reference sync step (loss.ref_sync_every="
-                              f"{cfg.loss.ref_sync_every}); a run resumed from it re-syncs the reference there",
-                              file=sys.stderr)
-                    guard.stop(done)
-                bar.advance(1, reward=metrics["reward/total/mean"],
-                            **({"acc": final["eval/accuracy"]} if "eval/accuracy" in final else {}))
-        finally:
-            if logger is not None:
-                logger.close()
-            if samples_log is not None:
-                samples_log.close()
-    if main:
-        plot_metrics(read_metrics(run_dir / "metrics.jsonl"),
-                     ["reward/total/mean", "eval/accuracy", "eval/pass@1", "stats/completion_len_mean", "stats/kl",
-                      "stats/entropy", "stats/clipfrac_high", "stats/zero_var_groups", "loss/policy"],
-                     run_dir / "plots" / "grpo.png", title=f"GRPO {cfg.run.name}")
-    return final
+    error_texts: dict[str, str] = {}  # the step's reward/<fn>/first_error texts, logged beside its numbers
+
+    def step(i: int, log: bool) -> dict[str, float]:
+        batch = trainer.collect(i)
+        metrics = reduce_rank_metrics(dist.all_gather_objects({**batch.metrics, **trainer.train_step(batch)}))
+        metrics["perf/tokens_per_s"] = metrics["perf/gen_tokens"] / (metrics["perf/gen_s"] + metrics["perf/train_s"])
+        if cfg.loss.ref_sync_every and (i + 1) % cfg.loss.ref_sync_every == 0:
+            trainer.sync_reference()
+        error_texts.clear()
+        error_texts.update(report_reward_errors(metrics, i + 1, warned if main else None))
+        return metrics
+
+    def record(done: int) -> dict[str, str]:
+        for sample in trainer.samples if samples_log is not None else ():
+            samples_log.log(done, sample)
+        return dict(error_texts)
+
+    def checkpoint_state() -> dict:
+        cursors = dist.all_gather_objects(trainer.prompt_cursor)
+        return {"prompt_cursor": cursors if len(cursors) > 1 else cursors[0], "skipped_updates": trainer.skipped_updates}
+
+    def on_stop(done: int) -> None:
+        if main and trainer.ref is not None and cfg.loss.ref_sync_every and done % cfg.loss.ref_sync_every:
+            print(f"note: step {done} is not a reference sync step (loss.ref_sync_every="
+                  f"{cfg.loss.ref_sync_every}); a run resumed from it re-syncs the reference there", file=sys.stderr)
+
+    final = loop.run(cfg.steps, step, evaluate=evaluate, eval_every=cfg.eval.every, state=checkpoint_state,
+                     record=record, on_stop=on_stop,
+                     show=lambda m: {"reward": m["reward/total/mean"],
+                                     **({"acc": m["eval/accuracy"]} if "eval/accuracy" in m else {})})
+    loop.plot(["reward/total/mean", "eval/accuracy", "eval/pass@1", "stats/completion_len_mean", "stats/kl",
+               "stats/entropy", "stats/clipfrac_high", "stats/zero_var_groups", "loss/policy"], "grpo.png",
+              f"GRPO {cfg.run.name}")
+    return {**first, **final}

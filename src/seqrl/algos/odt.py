@@ -44,9 +44,8 @@ import numpy as np
 import safetensors.torch
 import torch
 
-from seqrl.algos.common import (
-    OptimConfig,
-    RunConfig,
+from seqrl.algos.config import OptimConfig, RunConfig
+from seqrl.training.run import (
     RunGuard,
     load_resume_checkpoint,
     make_optimizer,

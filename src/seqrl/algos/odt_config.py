@@ -97,7 +97,7 @@ class ODTConfig:
     """The policy's optimiser settings (LAMB or AdamW, see `optimizer`)."""
     optimizer: Literal["lamb", "adamw"] = "lamb"
     """LAMB with the official ODT's rule (`seqrl.utils.optim.Lamb`, one group: decay and trust ratio on every
-    parameter) or AdamW (`seqrl.algos.common.make_optimizer`: no decay on biases, norms and embeddings)."""
+    parameter) or AdamW (`seqrl.training.run.make_optimizer`: no decay on biases, norms and embeddings)."""
     eval: ODTEvalConfig = field(default_factory=ODTEvalConfig)
     online: OnlineConfig = field(default_factory=OnlineConfig)
     return_scale: float = 1000.0

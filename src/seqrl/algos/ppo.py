@@ -40,14 +40,12 @@ from dataclasses import dataclass, field
 
 import torch
 
-from seqrl.algos.common import (
+from seqrl.algos.config import OptimConfig, RunConfig, TaskConfig
+from seqrl.training.run import (
     completion_samples,
     releases_run_folder,
     refuse_skip_step,
-    OptimConfig,
-    RunConfig,
     RunGuard,
-    TaskConfig,
     check_finite,
     load_resume_checkpoint,
     make_optimizer,

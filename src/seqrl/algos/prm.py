@@ -27,30 +27,16 @@ from dataclasses import dataclass
 
 import torch
 
-from seqrl.algos.common import (
-    refuse_skip_step,
-    releases_run_folder,
-    OptimConfig,
-    RunConfig,
-    RunGuard,
-    TaskConfig,
-    batch_indices,
-    check_finite,
-    resume_and_open_log,
-    make_optimizer,
-    start_run,
-)
+from seqrl.algos.config import OptimConfig, RunConfig, TaskConfig
 from seqrl.algos.prm_config import PRMConfig, PRMDataConfig  # noqa: F401 (re-exported)
 from seqrl.core.search import binary_auc, step_label_loss
 from seqrl.data.stepwise import StepExample, corrupted_arith_examples, policy_arith_examples, read_stepwise
 from seqrl.models.lm import ModelConfig, num_parameters
 from seqrl.models.prm import ProcessRewardModel, pad_right
 from seqrl.rollout import sample_solutions
-from seqrl.utils.checkpoint import save_checkpoint
+from seqrl.training.loop import RunLoop
+from seqrl.training.run import batch_indices, make_optimizer, releases_run_folder
 from seqrl.utils.dist import bf16_autocast
-from seqrl.utils.metrics import read_metrics
-from seqrl.utils.plots import plot_metrics
-from seqrl.utils.progress import progress_bar
 
 IGNORE = -1.0  # target of positions without a label
 
@@ -200,8 +186,8 @@ def load_rows(cfg: PRMConfig, device=None) -> tuple[list[StepExample], list[Step
 @releases_run_folder
 def train(cfg: PRMConfig) -> dict[str, float]:
     """Train a PRM or ORM; returns the final metrics (held-out AUC and step accuracy among them)."""
-    refuse_skip_step(cfg.run, "prm")
-    device, _, run_dir, resume_from, placement = start_run(cfg, distributed=False)
+    loop = RunLoop(cfg, cfg.kind, distributed=False)
+    device = loop.device
 
     train_rows, test_rows, source = load_rows(cfg, device)
     prm = ProcessRewardModel.build(cfg.model, cfg.kind, cfg.head, device)
@@ -211,59 +197,33 @@ def train(cfg: PRMConfig) -> dict[str, float]:
     if not examples or not test_examples:
         raise ValueError(f"{source}: no solution fits the context of {prm.max_seq_len} tokens (model.max_seq_len)")
     optimizer, scheduler = make_optimizer(model, cfg.optim, cfg.steps)
-
-    resume_from, _, start, logger = resume_and_open_log(run_dir, resume_from, model, optimizer, scheduler)
-    if start == 0:
-        labels = [y for e in examples for y in e.labels]
-        logger.log(0, {"model/parameters": num_parameters(model), "data/train_examples": len(examples),
-                       "data/test_examples": len(test_examples), "data/train_steps": len(labels),
-                       "data/dropped_steps": dropped + test_dropped,
-                       "data/label_balance": sum(y >= 0.5 for y in labels) / len(labels), **placement})
-
+    loop.resume(model, optimizer, scheduler, tok)
+    labels = [y for e in examples for y in e.labels]
+    loop.log_start({"model/parameters": num_parameters(model), "data/train_examples": len(examples),
+                    "data/test_examples": len(test_examples), "data/train_steps": len(labels),
+                    "data/dropped_steps": dropped + test_dropped,
+                    "data/label_balance": sum(y >= 0.5 for y in labels) / len(labels)})
     name = cfg.kind
-    final: dict[str, float] = {}
+
+    def step(i: int, log: bool) -> dict[str, float]:
+        t0 = time.perf_counter()
+        idx = batch_indices(i, cfg.batch_size, len(examples), cfg.run.seed)
+        batch = {k: v.to(device) for k, v in collate([examples[j] for j in idx], tok.pad_token_id or 0).items()}
+        loss, p, y = batch_loss(prm, batch, cfg.run.use_bf16)
+        loss.backward()
+        loss = float(loss.detach())
+        grad_norm, lr = loop.update(i, loss)
+        if not log:
+            return {f"loss/{name}": loss}
+        step_s = time.perf_counter() - t0
+        return {f"loss/{name}": loss, "stats/step_accuracy": float(((p >= 0.5) == (y >= 0.5)).float().mean()),
+                "stats/label_balance": float((y >= 0.5).float().mean()), "stats/grad_norm": grad_norm,
+                "stats/lr": lr, "perf/step_s": step_s, "perf/tokens_per_s": float(batch["attention_mask"].sum()) / step_s}
+
     model.train()
-    guard = RunGuard(cfg.run, model)
-    with progress_bar(cfg.steps, f"{name} {cfg.run.name}", disable=not cfg.run.progress) as bar, guard:
-        bar.advance(start)
-        try:
-            for step in range(start, cfg.steps):
-                t0 = time.perf_counter()
-                idx = batch_indices(step, cfg.batch_size, len(examples), cfg.run.seed)
-                batch = {k: v.to(device) for k, v in collate([examples[i] for i in idx], tok.pad_token_id or 0).items()}
-                loss, p, y = batch_loss(prm, batch, cfg.run.use_bf16)
-                loss.backward()
-                loss = loss.detach()
-                grad_norm = torch.nn.utils.clip_grad_norm_(
-                    model.parameters(), cfg.optim.grad_clip if cfg.optim.grad_clip > 0 else float("inf"))
-                check_finite(step + 1, cfg.run.on_nonfinite, loss=float(loss), grad_norm=grad_norm)
-                lr = scheduler.get_last_lr()[0]
-                optimizer.step()
-                scheduler.step()
-                optimizer.zero_grad(set_to_none=True)
-                done = step + 1
-                metrics: dict[str, float] = {}
-                if done % cfg.run.log_every == 0 or done == cfg.steps:
-                    step_s = time.perf_counter() - t0
-                    metrics = {f"loss/{name}": float(loss), "stats/step_accuracy": float(((p >= 0.5) == (y >= 0.5)).float().mean()),
-                               "stats/label_balance": float((y >= 0.5).float().mean()), "stats/grad_norm": float(grad_norm),
-                               "stats/lr": lr, "perf/step_s": step_s,
-                               "perf/tokens_per_s": float(batch["attention_mask"].sum()) / step_s}
-                if (cfg.eval.every and done % cfg.eval.every == 0) or done == cfg.steps:
-                    metrics.update(evaluate_examples(prm, test_examples, cfg.eval.batch_size))
-                if metrics:
-                    logger.log(done, metrics)
-                    final.update(metrics)
-                stopping = guard.stop_requested() and done < cfg.steps
-                if (cfg.run.save_every and done % cfg.run.save_every == 0) or done == cfg.steps or stopping:
-                    save_checkpoint(run_dir, done, model, tok, optimizer, scheduler,
-                                    state={"prm": {"kind": cfg.kind, "head": cfg.head, "source": source}},
-                                    keep_last=cfg.run.keep_last)
-                if stopping:
-                    guard.stop(done)
-                bar.advance(1, loss=float(loss), **({"auc": final["eval/auc"]} if "eval/auc" in final else {}))
-        finally:
-            logger.close()
-    plot_metrics(read_metrics(run_dir / "metrics.jsonl"), [f"loss/{name}", "stats/step_accuracy", "eval/auc", "eval/loss"],
-                 run_dir / "plots" / f"{name}.png", title=f"{name.upper()} {cfg.run.name}")
+    final = loop.run(cfg.steps, step, evaluate=lambda: evaluate_examples(prm, test_examples, cfg.eval.batch_size),
+                     eval_every=cfg.eval.every, state=lambda: {"prm": {"kind": cfg.kind, "head": cfg.head, "source": source}},
+                     show=lambda m: {"loss": m[f"loss/{name}"], **({"auc": m["eval/auc"]} if "eval/auc" in m else {})})
+    loop.plot([f"loss/{name}", "stats/step_accuracy", "eval/auc", "eval/loss"], f"{name}.png",
+              f"{name.upper()} {cfg.run.name}")
     return final

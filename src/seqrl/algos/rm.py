@@ -29,18 +29,7 @@ from pathlib import Path
 
 import torch
 
-from seqrl.algos.common import (
-    releases_run_folder,
-    refuse_skip_step,
-    OptimConfig,
-    RunConfig,
-    RunGuard,
-    batch_indices,
-    check_finite,
-    resume_and_open_log,
-    make_optimizer,
-    start_run,
-)
+from seqrl.algos.config import OptimConfig, RunConfig
 from seqrl.algos.rm_config import PreferenceDataConfig, RMConfig  # noqa: F401 (re-exported)
 from seqrl.core.preference import bradley_terry_loss
 from seqrl.data.preferences import PreferencePair, load_preferences
@@ -49,12 +38,10 @@ from seqrl.models.lm import ModelConfig, load_pretrained, num_parameters
 from seqrl.prompts import PromptConfig, render_prompt
 from seqrl.rewards.combine import RewardSpec, build_reward, score_completions
 from seqrl.rollout import sample_solutions
+from seqrl.training.loop import RunLoop
+from seqrl.training.run import batch_indices, make_optimizer, releases_run_folder
 from seqrl.types import Problem, Task
 from seqrl.utils import dist
-from seqrl.utils.checkpoint import save_checkpoint
-from seqrl.utils.metrics import read_metrics
-from seqrl.utils.plots import plot_metrics
-from seqrl.utils.progress import progress_bar
 
 
 @dataclass
@@ -133,11 +120,11 @@ def evaluate_pairs(model, pairs: list[EncodedPair], pad_id: int, batch: int, cen
 @releases_run_folder
 def train(cfg: RMConfig) -> dict[str, float]:
     """Train a reward model; returns the final metrics (held-out pairwise accuracy among them)."""
-    refuse_skip_step(cfg.run, "rm")
     world = dist.world_size()
     if cfg.batch_size % world:
         raise ValueError(f"batch_size ({cfg.batch_size}) must be divisible by the number of processes ({world})")
-    device, main, run_dir, resume_from, placement = start_run(cfg)
+    loop = RunLoop(cfg, "rm")
+    device, main = loop.device, loop.main
     bf16 = cfg.run.use_bf16
 
     model, tok = load_scalar_model(cfg.model)
@@ -149,74 +136,48 @@ def train(cfg: RMConfig) -> dict[str, float]:
     held_enc = encode_pairs(held_pairs, tok, cfg.prompt, max_len, cfg.data.use_margin)
     optimizer, scheduler = make_optimizer(model, cfg.optim, cfg.steps)
 
-    resume_from, _, start, logger = resume_and_open_log(run_dir, resume_from, model, optimizer, scheduler, main)
+    loop.resume(model, optimizer, scheduler, tok)
 
-    def run_eval() -> dict[str, float]:
+    def evaluate() -> dict[str, float]:
         out = evaluate_pairs(model, held_enc, tok.pad_token_id, cfg.micro_batch_size, cfg.center_coef, bf16) if main else {}
         dist.barrier()
         return out
 
-    final: dict[str, float] = {}
-    if start == 0:
-        final = {"model/parameters": float(num_parameters(model)), "data/train_pairs": float(len(train_enc)),
-                 "data/heldout_pairs": float(len(held_enc)), **run_eval()}
-        if main:
-            logger.log(0, {**final, **placement})
+    first: dict[str, float] = {}
+    if loop.start == 0:
+        first = {"model/parameters": float(num_parameters(model)), "data/train_pairs": float(len(train_enc)),
+                 "data/heldout_pairs": float(len(held_enc)), **evaluate()}
+        loop.log_start(first)
     share = cfg.batch_size // world
-    guard = RunGuard(cfg.run, model)
-    with progress_bar(cfg.steps, f"rm {cfg.run.name}", disable=not (cfg.run.progress and main)) as bar, guard:
-        bar.advance(start)
-        try:
-            for step in range(start, cfg.steps):
-                t0 = time.perf_counter()
-                idx = batch_indices(step, cfg.batch_size, len(train_enc), cfg.run.seed)
-                idx = idx[dist.rank() * share : (dist.rank() + 1) * share]
-                sums = torch.zeros(4, dtype=torch.float64)  # loss, correct, margin, pairs
-                for j in range(0, len(idx), cfg.micro_batch_size):
-                    mb = [train_enc[i] for i in idx[j : j + cfg.micro_batch_size]]
-                    c, r = pair_scores(model, mb, tok.pad_token_id, bf16)
-                    margins = torch.tensor([p.margin for p in mb], device=c.device)
-                    loss, stats = bradley_terry_loss(c, r, margins, cfg.center_coef)
-                    (loss * len(mb) / cfg.batch_size).backward()  # the batch mean, summed over micro-batches and processes
-                    sums += torch.tensor([loss.item() * len(mb), float(stats["accuracy"]) * len(mb),
-                                          float(stats["margin"]) * len(mb), len(mb)], dtype=torch.float64)
-                if world > 1:
-                    dist.all_reduce_grads(model)
-                    sums = dist.all_reduce_sum(sums)
-                grad_norm = torch.nn.utils.clip_grad_norm_(
-                    model.parameters(), cfg.optim.grad_clip if cfg.optim.grad_clip > 0 else float("inf"))
-                n = float(sums[3])
-                check_finite(step + 1, cfg.run.on_nonfinite, loss=float(sums[0]) / n, grad_norm=float(grad_norm))
-                lr = scheduler.get_last_lr()[0]
-                optimizer.step()
-                scheduler.step()
-                optimizer.zero_grad(set_to_none=True)
-                done = step + 1
-                metrics = {"loss/bt": float(sums[0]) / n, "stats/accuracy": float(sums[1]) / n,
-                           "stats/margin": float(sums[2]) / n, "stats/grad_norm": float(grad_norm), "stats/lr": lr,
-                           "perf/step_s": time.perf_counter() - t0}
-                if (cfg.eval.every and done % cfg.eval.every == 0) or done == cfg.steps:
-                    metrics.update(run_eval())
-                if main and (done % cfg.run.log_every == 0 or done == cfg.steps or "eval/pairwise_accuracy" in metrics):
-                    logger.log(done, metrics)
-                final.update(metrics)
-                stopping = guard.stop_requested() and done < cfg.steps
-                if (cfg.run.save_every and done % cfg.run.save_every == 0) or done == cfg.steps or stopping:
-                    if main:
-                        save_checkpoint(run_dir, done, model, tok, optimizer, scheduler, keep_last=cfg.run.keep_last)
-                    dist.barrier()
-                if stopping:
-                    guard.stop(done)
-                bar.advance(1, loss=metrics["loss/bt"], **({"acc": final["eval/pairwise_accuracy"]}
-                                                            if "eval/pairwise_accuracy" in final else {}))
-        finally:
-            if logger is not None:
-                logger.close()
-    if main:
-        plot_metrics(read_metrics(run_dir / "metrics.jsonl"),
-                     ["loss/bt", "stats/accuracy", "eval/pairwise_accuracy", "eval/margin", "stats/grad_norm"],
-                     run_dir / "plots" / "rm.png", title=f"RM {cfg.run.name}")
-    return final
+
+    def step(i: int, log: bool) -> dict[str, float]:
+        t0 = time.perf_counter()
+        idx = batch_indices(i, cfg.batch_size, len(train_enc), cfg.run.seed)
+        idx = idx[dist.rank() * share : (dist.rank() + 1) * share]
+        sums = torch.zeros(4, dtype=torch.float64)  # loss, correct, margin, pairs
+        for j in range(0, len(idx), cfg.micro_batch_size):
+            mb = [train_enc[k] for k in idx[j : j + cfg.micro_batch_size]]
+            c, r = pair_scores(model, mb, tok.pad_token_id, bf16)
+            margins = torch.tensor([p.margin for p in mb], device=c.device)
+            loss, stats = bradley_terry_loss(c, r, margins, cfg.center_coef)
+            (loss * len(mb) / cfg.batch_size).backward()  # the batch mean, summed over micro-batches and processes
+            sums += torch.tensor([loss.item() * len(mb), float(stats["accuracy"]) * len(mb),
+                                  float(stats["margin"]) * len(mb), len(mb)], dtype=torch.float64)
+        if world > 1:
+            dist.all_reduce_grads(model)
+            sums = dist.all_reduce_sum(sums)
+        n = float(sums[3])
+        grad_norm, lr = loop.update(i, float(sums[0]) / n)
+        return {"loss/bt": float(sums[0]) / n, "stats/accuracy": float(sums[1]) / n,
+                "stats/margin": float(sums[2]) / n, "stats/grad_norm": grad_norm, "stats/lr": lr,
+                "perf/step_s": time.perf_counter() - t0}
+
+    final = loop.run(cfg.steps, step, evaluate=evaluate, eval_every=cfg.eval.every,
+                     show=lambda m: {"loss": m["loss/bt"],
+                                     **({"acc": m["eval/pairwise_accuracy"]} if "eval/pairwise_accuracy" in m else {})})
+    loop.plot(["loss/bt", "stats/accuracy", "eval/pairwise_accuracy", "eval/margin", "stats/grad_norm"], "rm.png",
+              f"RM {cfg.run.name}")
+    return {**first, **final}
 
 
 def build_preferences(policy_path: str, task: Task, n_prompts: int, samples: int = 4, label_noise: float = 0.0,

@@ -36,13 +36,11 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from seqrl.algos.common import (
+from seqrl.algos.config import OptimConfig, RunConfig, TaskConfig
+from seqrl.training.run import (
     refuse_skip_step,
     releases_run_folder,
-    OptimConfig,
-    RunConfig,
     RunGuard,
-    TaskConfig,
     check_finite,
     load_resume_checkpoint,
     make_optimizer,

@@ -28,11 +28,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from seqrl.algos.common import (
+from seqrl.algos.config import OptimConfig, RunConfig
+from seqrl.training.run import (
     refuse_skip_step,
     releases_run_folder,
-    OptimConfig,
-    RunConfig,
     RunGuard,
     check_finite,
     resume_and_open_log,

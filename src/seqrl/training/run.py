@@ -1,7 +1,7 @@
-"""Run plumbing every training loop shares (run folder, optimiser, schedule); the shared config pieces
-(`RunConfig`, `TaskConfig`, `OptimConfig`) live torch-free in `seqrl.algos.config` and are re-exported here.
-
-Only plumbing lives here; the loops themselves stay readable top to bottom in their own files.
+"""Run plumbing every trainer shares: the run folder (lock, config, resume), the optimiser and its
+schedule, the stop guard, data order. It reads the fields of the torch-free
+configs of `seqrl.algos.config` (``run``: a `RunConfig`, ``optim``: an `OptimConfig`) and imports no
+algos module: the trainers sit a floor above it.
 """
 
 from __future__ import annotations
@@ -22,7 +22,6 @@ from typing import Any, NamedTuple
 import torch
 import yaml
 
-from seqrl.algos.config import OptimConfig, RunConfig, TaskConfig
 from seqrl.config import ConfigError, dump_yaml, to_dict
 from seqrl.utils import dist
 from seqrl.utils.checkpoint import (
@@ -63,7 +62,7 @@ class RunInterrupted(KeyboardInterrupt):
         self.signum, self.message, self.exit_code = signum, message, 128 + signum
 
 
-def lr_factor(cfg: OptimConfig, update: int, total: int) -> float:
+def lr_factor(cfg: Any, update: int, total: int) -> float:
     """The learning rate of optimizer update `update` as a fraction of ``cfg.lr``: linear warm-up, then
     constant or a cosine over `total` updates down to ``cfg.min_lr_ratio`` (held there after `total`)."""
     if update < cfg.warmup_steps:
@@ -74,7 +73,7 @@ def lr_factor(cfg: OptimConfig, update: int, total: int) -> float:
     return cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
 
 
-def make_optimizer(model: torch.nn.Module, cfg: OptimConfig, total_steps: int, fused: bool = False,
+def make_optimizer(model: torch.nn.Module, cfg: Any, total_steps: int, fused: bool = False,
                    updates_per_step: int = 1):
     """AdamW (no decay on biases, norms and embeddings) and its LambdaLR schedule over `total_steps`
     optimizer updates, or over ``cfg.schedule_steps`` trainer steps of `updates_per_step` updates each.
@@ -110,7 +109,7 @@ _locks: dict[str, int] = {}  # resolved run folder → descriptor of its locked 
 _pending_configs: dict[str, Any] = {}  # resolved run folder → config a resume writes once its state loaded
 
 
-def prepare_run_dir(run: RunConfig, cfg: Any) -> Path | None:
+def prepare_run_dir(run: Any, cfg: Any) -> Path | None:
     """Lock and create the run folder, write the resolved config; return the checkpoint to resume from.
 
     A second process on the same folder is refused (`RunFolderError` naming the holder's PID): the
@@ -376,7 +375,7 @@ def _schedule_note(cfg: Any, old_steps: Any, run_dir: Path) -> str | None:
     """What a changed `steps` does to a cosine schedule that follows it: the line `--resume` prints, with
     the learning rate at the newest checkpoint's step under the old and the new length, and the choice."""
     optim = getattr(cfg, "optim", None)
-    if (not isinstance(optim, OptimConfig) or optim.schedule != "cosine" or optim.schedule_steps
+    if (getattr(optim, "schedule", None) != "cosine" or optim.schedule_steps
             or not isinstance(old_steps, int) or hasattr(cfg, "iterations")):  # STaR: steps per iteration
         return None
     new_steps = cfg.steps
@@ -413,12 +412,21 @@ def load_resume_checkpoint(run_dir: Path, load: Any) -> tuple[Path, Any]:
 def resume_and_open_log(run_dir: Path, resume_from: Path | None, model: torch.nn.Module, optimizer, scheduler,
                         main: bool = True) -> tuple[Path | None, dict, int, MetricsLogger | None]:
     """A single-model trainer's start: with `resume_from`, `model`, `optimizer` and `scheduler` from
-    the newest checkpoint that loads (`load_resume_checkpoint`, reported on the main process); then
-    the run's metrics log, truncated to the resumed step (None off the main process). Returns
-    (the checkpoint or None, its trainer state ({} on a fresh run), the start step, the logger)."""
+    the newest checkpoint that loads (`load_resume_checkpoint`, reported on the main process; under
+    torchrun every process loads `resume_from` itself, so that all of them continue from the same
+    one); then the run's metrics log, truncated to the resumed step (None off the main process).
+    Returns (the checkpoint or None, its trainer state ({} on a fresh run), the start step, the logger)."""
     start, state = 0, {}
     if resume_from is not None:
-        resume_from, state = load_resume_checkpoint(run_dir, lambda p: load_checkpoint(p, model, optimizer, scheduler))
+        def load(path: Path) -> dict:
+            return load_checkpoint(path, model, optimizer, scheduler)
+
+        if dist.world_size() == 1:  # one process: fall back past a corrupted newest checkpoint
+            resume_from, state = load_resume_checkpoint(run_dir, load)
+        else:
+            state = load(resume_from)
+            if main:
+                commit_resumed_config(run_dir, resume_from)
         start = state["step"]
         if main:
             print(f"resumed from {resume_from} at step {start}")
@@ -426,12 +434,12 @@ def resume_and_open_log(run_dir: Path, resume_from: Path | None, model: torch.nn
     return resume_from, state, start, logger
 
 
-def refuse_skip_step(run: RunConfig, algo: str) -> None:
+def refuse_skip_step(run: Any, algo: str) -> None:
     """Trainers whose loop checks the loss after its update cannot skip that update: they refuse
     ``run.on_nonfinite=skip_step`` by name instead of ignoring it."""
     if run.on_nonfinite == "skip_step":
-        raise ValueError(f"run.on_nonfinite skip_step is not implemented for {algo} (sft, grpo, dt and odt have "
-                         f"it); use stop")
+        raise ValueError(f"run.on_nonfinite skip_step is not implemented for {algo} (sft, grpo, rm, prm, dt and odt "
+                         f"have it); use stop")
 
 
 def check_finite(step: int, on_nonfinite: str, **values: float) -> bool:
@@ -467,7 +475,7 @@ class RunGuard:
     work a stop at once loses and where ``--resume`` restarts.
     """
 
-    def __init__(self, run: RunConfig, model: torch.nn.Module | None = None, skipped: int = 0,
+    def __init__(self, run: Any, model: torch.nn.Module | None = None, skipped: int = 0,
                  unit: str = "step") -> None:
         self.run, self.dir, self.model, self.skipped, self.unit = run, run.dir, model, int(skipped), unit
         self.signum: int | None = None

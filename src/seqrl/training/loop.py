@@ -1,0 +1,169 @@
+"""The run loop: the life of one run, written once for every trainer.
+
+A trainer supplies only what its method defines — how to build its data and model, one optimizer
+step, its evaluation, what its checkpoint state holds — and the loop does the rest, in this order:
+
+    loop = RunLoop(cfg, "sft")               # device, torchrun group, threads, seed, locked run folder
+    ...                                      # the trainer builds data, model, optimizer, scheduler
+    loop.resume(model, optimizer, scheduler, tokenizer)   # newest checkpoint that loads; the metrics log
+    loop.log_start({...})                    # step-0 record of a fresh run, with device and precision
+    final = loop.run(cfg.steps, step, evaluate=..., eval_every=cfg.eval.every, state=..., show=...)
+    loop.plot([...], "sft.png", "SFT ...")   # on the main process
+
+`run` calls ``step(i, log)`` for i = start … total−1 (``log``: whether this step's metrics are
+recorded, every ``run.log_every`` steps and the last), evaluates every ``eval_every`` steps and at the
+end, writes the record, saves a checkpoint every ``run.save_every`` steps, at the end and when a
+signal asks to stop (`RunGuard`), and advances the progress bar. A step ends its update with
+`RunLoop.update` (clip, the non-finite rule of ``run.on_nonfinite``, optimizer and schedule).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from seqrl.training.run import RunGuard, resume_and_open_log, start_run
+from seqrl.utils import dist
+from seqrl.utils.checkpoint import save_checkpoint
+from seqrl.utils.metrics import MetricsLogger, read_metrics
+from seqrl.utils.plots import plot_metrics
+from seqrl.utils.progress import progress_bar
+
+Metrics = dict[str, float]
+
+
+class RunLoop:
+    """One run of a trainer whose unit of work is a step: SFT, GRPO and its variants, RM, PRM/ORM, DT/BC
+    run on it (PPO, STaR, ODT and the VLA still drive the same plumbing of `seqrl.training.run` themselves).
+
+    `label` names the run in the progress bar ("sft", "rm", "prm", …). `distributed`: whether the
+    trainer runs under torchrun (False refuses it); `seed`: seed the global RNGs now (a trainer whose
+    data building draws from them seeds after it, itself).
+    """
+
+    def __init__(self, cfg: Any, label: str, *, distributed: bool = True, seed: bool = True) -> None:
+        self.cfg, self.label, self.distributed = cfg, label, distributed
+        started = start_run(cfg, distributed=distributed, seed=seed)
+        self.device, self.main, self.dir = started.device, started.main, started.dir
+        self.resume_from, self.placement = started.resume_from, started.placement
+        self.start = 0
+        """The first step this process runs (the resumed checkpoint's step, else 0)."""
+        self.state: dict[str, Any] = {}
+        """The trainer state saved with the resumed checkpoint ({} on a fresh run)."""
+        self.logger = None
+        self.model: torch.nn.Module | None = None
+        self.optimizer = self.scheduler = self.tokenizer = None
+        self.guard: RunGuard | None = None
+        self._side_logs: list[MetricsLogger] = []
+
+    @property
+    def world(self) -> int:
+        return dist.world_size()
+
+    def resume(self, model: torch.nn.Module, optimizer, scheduler, tokenizer: Any = None) -> dict[str, Any]:
+        """Load the newest checkpoint that loads into `model`, `optimizer` and `scheduler` when the run
+        resumes (falling back past corrupt ones), open the metrics log (truncated to the resumed step)
+        and arm the stop guard. Returns the saved trainer state ({} on a fresh run)."""
+        self.resume_from, self.state, self.start, self.logger = resume_and_open_log(
+            self.dir, self.resume_from, model, optimizer, scheduler, self.main)
+        self.model, self.optimizer, self.scheduler, self.tokenizer = model, optimizer, scheduler, tokenizer
+        self.guard = RunGuard(self.cfg.run, model, self.state.get("skipped_updates", 0))
+        return self.state
+
+    def log(self, step: int, metrics: Mapping[str, float]) -> None:
+        """One record of metrics.jsonl (main process only)."""
+        if self.main and self.logger is not None:
+            self.logger.log(step, dict(metrics))
+
+    def open_log(self, filename: str) -> MetricsLogger | None:
+        """A second JSONL log of the run folder (main process; None elsewhere), truncated like
+        metrics.jsonl to the resumed step and closed when `run` ends."""
+        if not self.main:
+            return None
+        log = MetricsLogger(self.dir / filename, resume_step=self.start if self.resume_from else None)
+        self._side_logs.append(log)
+        return log
+
+    def log_start(self, metrics: Mapping[str, float]) -> None:
+        """The step-0 record of a fresh run (the data and model sizes), with device and precision."""
+        if self.start == 0:
+            self.log(0, {**metrics, **self.placement})
+
+    def update(self, step: int, loss: float, **values: float) -> tuple[float, float]:
+        """End step `step` (0-based): clip the gradient norm to ``optim.grad_clip`` (0: no clip), check
+        the loss, the norm and `values` are finite (``run.on_nonfinite``: stop, or skip this update),
+        step the optimizer and the schedule, zero the gradients. Returns (grad norm, the step's lr)."""
+        clip = self.cfg.optim.grad_clip
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), clip if clip > 0 else math.inf)
+        lr = self.scheduler.get_last_lr()[0]
+        if self.guard.check_finite(step + 1, loss=loss, grad_norm=grad_norm, **values):
+            self.optimizer.step()
+        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return float(grad_norm), lr
+
+    def save(self, step: int, state: Mapping[str, Any] | None = None) -> None:
+        """A checkpoint of step `step` (main process; the others wait for it): weights, tokenizer,
+        optimizer, schedule, RNGs, and `state` with the count of skipped updates (unless `state` has its own)."""
+        if self.main:
+            save_checkpoint(self.dir, step, self.model, self.tokenizer, self.optimizer, self.scheduler,
+                            keep_last=self.cfg.run.keep_last,
+                            state={"skipped_updates": self.guard.skipped, **(state or {})})
+        if self.distributed:
+            dist.barrier()
+
+    def run(self, total: int, step: Callable[[int, bool], Metrics], *,
+            evaluate: Callable[[], Metrics] | None = None, eval_every: int = 0,
+            state: Callable[[], Mapping[str, Any]] | None = None,
+            show: Callable[[Metrics], Mapping[str, float]] | None = None,
+            record: Callable[[int], Mapping[str, Any]] | None = None,
+            on_stop: Callable[[int], None] | None = None) -> Metrics:
+        """Steps start … `total`−1; returns every metric as last recorded.
+
+        step(i, log): one optimizer step, its metrics (it may return {} when `log` is false); a recorded
+        step's also hold ``stats/skipped_updates``, the updates skipped so far.
+        evaluate(): held-out metrics, every `eval_every` steps (0: only at the end) and after the last.
+        state(): the trainer's part of each checkpoint's state (called on every process: it may gather).
+        show(metrics): the progress bar's fields, from the last recorded metrics updated with this step's.
+        record(step): called (main process) as a step's record is written; what it returns joins that
+        record only (texts, not returned metrics). on_stop(step): called before a signal ends the run."""
+        run, guard = self.cfg.run, self.guard
+        final: Metrics = {}
+        with progress_bar(total, f"{self.label} {run.name}", disable=not (run.progress and self.main)) as bar, guard:
+            bar.advance(self.start)
+            try:
+                for i in range(self.start, total):
+                    done = i + 1
+                    log = done % run.log_every == 0 or done == total
+                    metrics = step(i, log)
+                    if log and metrics:
+                        metrics = {"stats/skipped_updates": guard.skipped, **metrics}  # run.on_nonfinite=skip_step
+                    evaluated = evaluate is not None and ((eval_every and done % eval_every == 0) or done == total)
+                    if evaluated:
+                        metrics = {**metrics, **evaluate()}
+                    if metrics and (log or evaluated):
+                        self.log(done, {**metrics, **(record(done) if record and self.main else {})})
+                        final.update(metrics)
+                    stopping = guard.stop_requested() and done < total
+                    if (run.save_every and done % run.save_every == 0) or done == total or stopping:
+                        self.save(done, state() if state else None)
+                    if stopping:
+                        if on_stop is not None:
+                            on_stop(done)
+                        guard.stop(done)
+                    bar.advance(1, **(show({**final, **metrics}) if show else {}))
+            finally:
+                for log in [self.logger, *self._side_logs]:
+                    if log is not None:
+                        log.close()
+        return final
+
+    def plot(self, keys: list[str], filename: str, title: str) -> Path | None:
+        """plots/`filename` from metrics.jsonl, one panel per key (main process)."""
+        if not self.main:
+            return None
+        return plot_metrics(read_metrics(self.dir / "metrics.jsonl"), keys, self.dir / "plots" / filename, title=title)
