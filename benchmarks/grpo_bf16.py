@@ -4,7 +4,7 @@
     python benchmarks/grpo_bf16.py --quick     # tiny, 30 steps per side (≈ 3 min on an idle machine)
     python benchmarks/grpo_bf16.py             # tiny, 90 steps per side: the GRPO e2e test's setting
 
-Two `GRPOTrainer`s start from the same warm start (the tiny preset after the SFT of
+Two `GRPOLearner`s start from the same warm start (the tiny preset after the SFT of
 `grpo_vs_trl.py`, cached under ``runs/bench-cache/``) with the same config and seed, except
 ``run.bf16``: false (fp32) and true (bf16 autocast for the training forward, fp32 master weights).
 The config is the GRPO e2e test's (`tests/e2e/test_grpo_learns.py`): 2-digit addition, 128
@@ -68,7 +68,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def make_trainer(checkpoint: str, seed: int, bf16: bool, steps: int, threads: int):
     from seqrl.algos.config import OptimConfig, RunConfig, TaskConfig
-    from seqrl.algos.grpo import GRPOConfig, GRPOTrainer, LossConfig, SamplingConfig
+    from seqrl.algos.grpo import GRPOConfig, GRPOLearner, LossConfig, SamplingConfig
     from seqrl.evaluation import EvalConfig
     from seqrl.models import ModelConfig, load_pretrained
 
@@ -85,7 +85,7 @@ def make_trainer(checkpoint: str, seed: int, bf16: bool, steps: int, threads: in
     )
     task = cfg.task.build()
     policy = load_pretrained(checkpoint)
-    trainer = GRPOTrainer(cfg, policy, task, task.problems("train", cfg.task.n_train, cfg.task.seed))
+    trainer = GRPOLearner(cfg, policy, task, task.problems("train", cfg.task.n_train, cfg.task.seed))
     policy.model.train()
     return cfg, task, policy, trainer
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""GRPO: seqrl's `GRPOTrainer` against TRL's `GRPOTrainer` on the same work.
+"""GRPO: seqrl's `GRPOLearner` against TRL's `GRPOTrainer` on the same work.
 
     python benchmarks/grpo_vs_trl.py --quick      # ≈ 5 min on an idle machine once the warm starts are cached (≈ 6 min more to train them once)
     python benchmarks/grpo_vs_trl.py              # full run, ≈ 13 min: 3 seeds × 30 steps on tiny, 2 × 5 on small
@@ -192,7 +192,7 @@ class Shared:
         self.task = get_task("arith", digits=2)
         self.problems = self.task.problems("train", N_TRAIN, 0)
         self.per_step = args.batch_size // args.group_size  # prompts per step
-        # The prompts in the order seqrl's GRPOTrainer draws them for this seed (its cursor starts at 0).
+        # The prompts in the order seqrl's GRPOLearner draws them for this seed (its cursor starts at 0).
         self.order = [self.problems[i] for i in stream_indices(0, args.steps * self.per_step, len(self.problems),
                                                                args.seed)]
 
@@ -201,12 +201,12 @@ class Shared:
 
 
 class OursRun:
-    """seqrl's GRPOTrainer with the benchmark's settings; `step(k)` runs one collect + train_step."""
+    """seqrl's GRPOLearner with the benchmark's settings; `step(k)` runs one collect + train_step."""
 
     def __init__(self, shared: Shared) -> None:
         from seqrl.training.run import stream_indices
         from seqrl.algos.config import OptimConfig, RunConfig, TaskConfig
-        from seqrl.algos.grpo import GRPOConfig, GRPOTrainer, LossConfig, SamplingConfig
+        from seqrl.algos.grpo import GRPOConfig, GRPOLearner, LossConfig, SamplingConfig
         from seqrl.models import ModelConfig, load_pretrained
 
         args = shared.args
@@ -225,7 +225,7 @@ class OursRun:
             minibatches=1, micro_batch_size=args.micro_batch_size, skip_zero_advantage=args.skip_zero == "on",
         )
         self.policy = load_pretrained(args.checkpoint)
-        self.trainer = GRPOTrainer(cfg, self.policy, shared.task, shared.problems)
+        self.trainer = GRPOLearner(cfg, self.policy, shared.task, shared.problems)
         self.policy.model.train()
 
     def step(self, step: int) -> dict:

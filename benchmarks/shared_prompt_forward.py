@@ -4,7 +4,7 @@
     python benchmarks/shared_prompt_forward.py --quick     # ≈ 3 min on one idle thread
     python benchmarks/shared_prompt_forward.py             # 8 timed steps per side, batch 128 on both presets
 
-What is timed: `GRPOTrainer.train_step` (forward, backward, optimizer step; μ = 1, one minibatch,
+What is timed: `GRPOLearner.train_step` (forward, backward, optimizer step; μ = 1, one minibatch,
 β = 0) — the training phase only; sampling is the same code either way and is not timed. Two
 trainers start from the same weights, one with ``shared_prompt_forward=off`` (every row is prompt +
 completion, right-padded to the longest prompt + the batch's longest completion) and one with
@@ -56,7 +56,7 @@ import torch  # noqa: E402
 from seqrl.training.run import TaskConfig  # noqa: E402
 
 from seqrl.algos.config import OptimConfig, RunConfig
-from seqrl.algos.grpo import GRPOConfig, GRPOTrainer, LossConfig, SamplingConfig  # noqa: E402
+from seqrl.algos.grpo import GRPOConfig, GRPOLearner, LossConfig, SamplingConfig  # noqa: E402
 from seqrl.models import ModelConfig, load_policy, load_pretrained  # noqa: E402
 from seqrl.prompts import SYSTEM_PRESETS  # noqa: E402
 from _machine import machine_info  # noqa: E402 — benchmarks/, the script's own folder
@@ -96,7 +96,7 @@ def warm_start(cache: Path, preset: str) -> Path | None:
     return found[-1] if found else None
 
 
-def make_trainer(args, preset: str, checkpoint: Path | None, setting: str) -> GRPOTrainer:
+def make_trainer(args, preset: str, checkpoint: Path | None, setting: str) -> GRPOLearner:
     batch_size = args.small_batch_size if preset == "small" else args.batch_size
     cfg = GRPOConfig(
         run=RunConfig(name="bench", out_dir=tempfile.gettempdir(), seed=0, threads=args.threads, bf16=False,
@@ -112,12 +112,12 @@ def make_trainer(args, preset: str, checkpoint: Path | None, setting: str) -> GR
     torch.manual_seed(0)
     policy = load_pretrained(str(checkpoint)) if checkpoint else load_policy(cfg.model)
     task = cfg.task.build()
-    trainer = GRPOTrainer(cfg, policy, task, task.problems("train", cfg.task.n_train, 0))
+    trainer = GRPOLearner(cfg, policy, task, task.problems("train", cfg.task.n_train, 0))
     assert trainer.shared_forward == (setting == "on")
     return trainer
 
 
-def timed_step(trainer: GRPOTrainer, batch) -> float:
+def timed_step(trainer: GRPOLearner, batch) -> float:
     t0 = time.perf_counter()
     trainer.train_step(batch)
     return time.perf_counter() - t0

@@ -11,7 +11,7 @@ import torch
 
 from seqrl import cli
 from seqrl.algos.config import OptimConfig, RunConfig, TaskConfig
-from seqrl.algos.grpo import GRPOConfig, GRPOTrainer, SamplingConfig, train
+from seqrl.algos.grpo import GRPOConfig, GRPOLearner, SamplingConfig, train
 from seqrl.data import get_task
 from seqrl.data.jsonl import DatasetFormatError, JsonlTask
 from seqrl.evaluation import EvalConfig
@@ -255,7 +255,7 @@ def test_prompt_show_prints_the_system_prompt_in_the_system_turn_of_a_chat_model
 def test_stop_strings_reach_the_sampler(workdir):
     cfg = _cfg(workdir, [RewardSpec("task")], sampling=SamplingConfig(max_new_tokens=8, stop=["</answer>"]))
     task = cfg.task.build()
-    trainer = GRPOTrainer(cfg, load_policy(cfg.model), task, task.problems("train", 8))
+    trainer = GRPOLearner(cfg, load_policy(cfg.model), task, task.problems("train", 8))
     assert trainer._params(0, 0).stop == ("</answer>",)
     with pytest.raises(ValueError, match="sampling.stop"):
         SamplingConfig(stop=[""])

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from seqrl.algos.config import OptimConfig, RunConfig, TaskConfig
-from seqrl.algos.grpo import GRPOConfig, GRPOTrainer, SamplingConfig
+from seqrl.algos.grpo import GRPOConfig, GRPOLearner, SamplingConfig
 from seqrl.algos.sft import EvalConfig
 from seqrl.models import ModelConfig, load_policy
 from seqrl.models.lm import model_device
@@ -51,7 +51,7 @@ def test_a_grpo_step_on_cuda_moves_the_weights(bf16):
     torch.manual_seed(0)
     policy = load_policy(cfg.model, cfg.run.torch_device)
     task = cfg.task.build()
-    trainer = GRPOTrainer(cfg, policy, task, task.problems("train", 64, 0))
+    trainer = GRPOLearner(cfg, policy, task, task.problems("train", 64, 0))
     before = [p.detach().clone() for p in policy.model.parameters()]
     t0 = time.perf_counter()
     batch = trainer.collect(0)

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from seqrl.algos.config import OptimConfig, RunConfig, TaskConfig
-from seqrl.algos.grpo import DAPOConfig, GRPOConfig, GRPOTrainer, LossConfig, SamplingConfig, train
+from seqrl.algos.grpo import DAPOConfig, GRPOConfig, GRPOLearner, LossConfig, SamplingConfig, train
 from seqrl.config import ConfigError, from_dict
 from seqrl.core.advantages import zero_variance_groups
 from seqrl.evaluation import EvalConfig
@@ -34,11 +34,11 @@ def _cfg(tmp_path=None, **kw) -> GRPOConfig:
     return GRPOConfig(**base)
 
 
-def _trainer(cfg: GRPOConfig, seed: int = 0) -> GRPOTrainer:
+def _trainer(cfg: GRPOConfig, seed: int = 0) -> GRPOLearner:
     torch.manual_seed(seed)
     policy = load_policy(cfg.model)
     task = cfg.task.build()
-    return GRPOTrainer(cfg, policy, task, task.problems("train", cfg.task.n_train, 0))
+    return GRPOLearner(cfg, policy, task, task.problems("train", cfg.task.n_train, 0))
 
 
 @pytest.mark.parametrize(
@@ -220,7 +220,7 @@ def test_resume_equals_an_uninterrupted_run(tmp_path, monkeypatch):
     import seqrl.algos.grpo as grpo
 
     calls = {"n": 0}
-    real = grpo.GRPOTrainer.train_step
+    real = grpo.GRPOLearner.train_step
 
     def stop_at_third(self, batch):
         calls["n"] += 1
@@ -228,7 +228,7 @@ def test_resume_equals_an_uninterrupted_run(tmp_path, monkeypatch):
             raise KeyboardInterrupt
         return real(self, batch)
 
-    monkeypatch.setattr(grpo.GRPOTrainer, "train_step", stop_at_third)
+    monkeypatch.setattr(grpo.GRPOLearner, "train_step", stop_at_third)
     run = RunConfig(name="g", out_dir=str(tmp_path / "b"), seed=1, save_every=2, log_every=1, progress=False)
     with pytest.raises(KeyboardInterrupt):
         train(_cfg(tmp_path / "b", steps=4, run=run))
@@ -258,7 +258,7 @@ def test_dynamic_sampling_that_finds_no_signal_goes_on_without_a_gradient():
     assert all(torch.equal(b, p) for b, p in zip(before, trainer.policy.model.parameters()))
 
 
-def _flat_and_signal_batch(trainer: GRPOTrainer):
+def _flat_and_signal_batch(trainer: GRPOLearner):
     """A collected batch whose groups 0 and 2 are flat (advantage exactly 0) and the others are not."""
     batch = trainer.collect(0)
     g = trainer.cfg.group_size
@@ -319,7 +319,7 @@ def test_lora_trains_only_the_adapter_and_its_base_is_the_reference(tmp_path):
     policy.model = apply_lora(policy.model, cfg.lora)
     assert is_lora(policy.model)
     task = cfg.task.build()
-    trainer = GRPOTrainer(cfg, policy, task, task.problems("train", 64, 0))
+    trainer = GRPOLearner(cfg, policy, task, task.problems("train", 64, 0))
     assert trainer.ref is None  # no second copy of the weights
     torch.manual_seed(5)
     batch = _flat_and_signal_batch(trainer)
@@ -372,7 +372,7 @@ def test_lora_checkpoints_resume_exactly_and_load_as_a_model_folder(tmp_path, mo
                     optim=OptimConfig(lr=1e-2, warmup_steps=0, schedule="constant"))
 
     train(cfg("a"))
-    real, calls = grpo.GRPOTrainer.train_step, {"n": 0}
+    real, calls = grpo.GRPOLearner.train_step, {"n": 0}
 
     def stop_at_third(self, batch):
         calls["n"] += 1
@@ -380,10 +380,10 @@ def test_lora_checkpoints_resume_exactly_and_load_as_a_model_folder(tmp_path, mo
             raise KeyboardInterrupt
         return real(self, batch)
 
-    monkeypatch.setattr(grpo.GRPOTrainer, "train_step", stop_at_third)
+    monkeypatch.setattr(grpo.GRPOLearner, "train_step", stop_at_third)
     with pytest.raises(KeyboardInterrupt):
         train(cfg("b"))
-    monkeypatch.setattr(grpo.GRPOTrainer, "train_step", real)
+    monkeypatch.setattr(grpo.GRPOLearner, "train_step", real)
     train(cfg("b", resume=True))
     import safetensors.torch
 

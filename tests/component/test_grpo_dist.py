@@ -12,7 +12,7 @@ import torch
 import torch.multiprocessing as mp
 
 from seqrl.algos.config import OptimConfig, RunConfig, TaskConfig
-from seqrl.algos.grpo import GRPOBatch, GRPOConfig, GRPOTrainer, LossConfig, SamplingConfig
+from seqrl.algos.grpo import GRPOBatch, GRPOConfig, GRPOLearner, LossConfig, SamplingConfig
 from seqrl.evaluation import EvalConfig
 from seqrl.models import ModelConfig, load_policy
 
@@ -40,12 +40,12 @@ def _cfg(agg: str, mu: int, advantage: str = "grpo") -> GRPOConfig:
     )
 
 
-def _trainer(cfg: GRPOConfig) -> GRPOTrainer:
+def _trainer(cfg: GRPOConfig) -> GRPOLearner:
     torch.manual_seed(0)
     policy = load_policy(cfg.model)
     policy.model.double()
     task = cfg.task.build()
-    trainer = GRPOTrainer(cfg, policy, task, task.problems("train", 64, 0))
+    trainer = GRPOLearner(cfg, policy, task, task.problems("train", 64, 0))
     trainer.ref.double()
     return trainer
 

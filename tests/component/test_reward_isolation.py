@@ -176,7 +176,7 @@ def test_grpo_counts_reward_timeouts_in_its_metrics(pool):
     import torch
 
     from seqrl.algos.config import OptimConfig, RunConfig, TaskConfig
-    from seqrl.algos.grpo import GRPOConfig, GRPOTrainer, SamplingConfig
+    from seqrl.algos.grpo import GRPOConfig, GRPOLearner, SamplingConfig
     from seqrl.models import ModelConfig, load_policy
 
     cfg = GRPOConfig(run=RunConfig(name="g", out_dir="runs", seed=1, progress=False),
@@ -185,7 +185,7 @@ def test_grpo_counts_reward_timeouts_in_its_metrics(pool):
                      sampling=SamplingConfig(max_new_tokens=4), steps=1, batch_size=8, group_size=4)
     torch.manual_seed(0)
     task = cfg.task.build()
-    trainer = GRPOTrainer(cfg, load_policy(cfg.model), task, task.problems("train", 16, 0))
+    trainer = GRPOLearner(cfg, load_policy(cfg.model), task, task.problems("train", 16, 0))
     trainer.reward_fns["spin"] = (BoundedReward(spin_forever, timeout_s=0.2, pool=pool), 1.0)
     batch = trainer.collect(0)
     assert batch.metrics["reward/spin/timeouts"] == 8.0

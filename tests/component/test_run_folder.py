@@ -205,7 +205,7 @@ def _signal_at(on_nth_call, patch, algo: str, at: int, *signums: int) -> None:
     import seqrl.algos.sft as sft
 
     owner, name = {"sft": (sft, "accumulate_gradients"), "dt": (dt, "action_loss"),
-                   "grpo": (grpo.GRPOTrainer, "train_step")}[algo]
+                   "grpo": (grpo.GRPOLearner, "train_step")}[algo]
     on_nth_call(owner, name, at, lambda: [os.kill(os.getpid(), signum) for signum in signums], patch)
 
 

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from seqrl.algos.config import OptimConfig, RunConfig, TaskConfig
-from seqrl.algos.grpo import GRPOBatch, GRPOConfig, GRPOTrainer, LossConfig, SamplingConfig
+from seqrl.algos.grpo import GRPOBatch, GRPOConfig, GRPOLearner, LossConfig, SamplingConfig
 from seqrl.core.policy_loss import AGG_MODES
 from seqrl.models import ModelConfig, load_policy
 from seqrl.rollout.logprobs import (
@@ -154,7 +154,7 @@ def _trainer_step(setting: str, loss: LossConfig, advantages: torch.Tensor, **kw
         shared_prompt_forward=setting, **kw)
     policy = _model()
     task = cfg.task.build()
-    trainer = GRPOTrainer(cfg, policy, task, task.problems("train", 8, 0))
+    trainer = GRPOLearner(cfg, policy, task, task.problems("train", 8, 0))
     if trainer.ref is not None:  # a deep copy: its norms are float64 already
         trainer.ref.double()
     prompt_ids, ids, mask = _rows(policy.model.config.vocab_size, policy.tokenizer.pad_token_id)

@@ -248,6 +248,66 @@ the run folder, i.e. ``run.out_dir`` + ``run.name``). Left out where the meaning
 accumulation (seqrl counts completions per step: ``batch_size``)."""
 
 
+TRL_NOT_ALIASED = {
+    "loss_type": "loss.agg and loss.advantage (docs/algorithms/grpo.md maps each TRL value)",
+    "per_device_train_batch_size": "batch_size (completions per optimizer step, across processes)",
+    "gradient_accumulation_steps": "batch_size and micro_batch_size (the gradient does not depend on the latter)",
+    "log_completions": "run.log_completions (the number of completions of each logged step to write)",
+}
+"""TRL `GRPOConfig` names whose meaning differs from any one seqrl field: refused naming what to set."""
+
+
+def accepts_trl_names(cls: type) -> type:
+    """Class decorator: the config's constructor also takes TRL's `GRPOConfig` keywords (`TRL_ALIASES`,
+    and ``output_dir``, the run folder), so that ``GRPOConfig(output_dir="runs/x", learning_rate=1e-5,
+    num_generations=8)`` means what it means in TRL. They apply over the other arguments and the whole
+    config is checked again; a TRL name with no seqrl counterpart (`TRL_NOT_ALIASED`) is a ValueError
+    naming the fields to set instead."""
+    import dataclasses
+    import functools
+    import os
+
+    init = cls.__init__
+    fields = {f.name for f in dataclasses.fields(cls)}
+
+    @functools.wraps(init)
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        for key in kwargs:
+            if key in TRL_NOT_ALIASED and key not in fields:
+                raise ValueError(f"{cls.__name__}({key}=...): TRL's {key} has no single seqrl counterpart; set "
+                                 f"{TRL_NOT_ALIASED[key]}")
+        trl = {k: kwargs.pop(k) for k in list(kwargs) if k not in fields and (k in TRL_ALIASES or k == "output_dir")}
+        if not trl:
+            init(self, *args, **kwargs)
+            return
+        if args:
+            raise TypeError(f"{cls.__name__}: give the fields by keyword beside TRL's names")
+        from seqrl.config import _plain, from_dict, merge
+
+        update: dict[str, Any] = {}
+        for key, value in trl.items():
+            if key == "output_dir":
+                folder = os.fspath(value).rstrip("/") or "."
+                dotted = {"run.out_dir": os.path.dirname(folder) or ".", "run.name": os.path.basename(folder)}
+            else:
+                if TRL_ALIASES[key].split(".")[0] not in fields:
+                    raise ValueError(f"{cls.__name__}({key}=...): TRL's {key} means {TRL_ALIASES[key]}, which "
+                                     f"{cls.__name__} does not have")
+                dotted = {TRL_ALIASES[key]: value}
+            for name, v in dotted.items():
+                *parents, leaf = name.split(".")
+                node = update
+                for part in parents:
+                    node = node.setdefault(part, {})
+                node[leaf] = v
+        # one build from everything given, so that the checks see the final values (num_generations with batch_size)
+        rebuilt = from_dict(cls, merge({k: _plain(v) for k, v in kwargs.items()}, update))
+        self.__dict__.update(rebuilt.__dict__)
+
+    cls.__init__ = __init__
+    return cls
+
+
 def trl_overrides(overrides: list[str], fields: set[str]) -> list[str]:
     """`overrides` with TRL's names (`TRL_ALIASES`, ``output_dir``) written as seqrl's, in either form
     (``--key=value`` or ``--key value``); `fields` are the top-level fields of the config class, so an

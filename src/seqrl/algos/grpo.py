@@ -34,6 +34,8 @@ import copy
 import sys
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -49,7 +51,7 @@ from seqrl.core.advantages import (
 from seqrl.core.policy_loss import grpo_loss
 from seqrl.core.shaping import soft_overlong_penalty
 from seqrl.evaluation import EvalConfig, run_evaluation
-from seqrl.models.lm import ModelConfig, Policy, load_policy, model_device, num_parameters
+from seqrl.models.lm import ModelConfig, Policy, load_policy, load_pretrained, model_device, num_parameters
 from seqrl.models.lora import LoRAConfig, adapter_disabled, apply_lora, is_lora
 from seqrl.prompts import check_template
 from seqrl.rewards.combine import (RewardFn, RewardSpec, build_rewards, check_reward_columns,  # noqa: F401
@@ -67,6 +69,7 @@ from seqrl.training.run import (
 )
 from seqrl.types import Problem, Task
 from seqrl.utils import dist
+from seqrl.utils.checkpoint import latest_checkpoint
 from seqrl.utils.dist import bf16_autocast
 
 
@@ -100,7 +103,7 @@ def _pad_rows(rows: list[torch.Tensor], value: float | int) -> torch.Tensor:
     return out
 
 
-class GRPOTrainer:
+class GRPOLearner:
     """Holds the policy, reference model and optimizer; `collect` samples a batch, `train_step` learns from it."""
 
     def __init__(self, cfg: GRPOConfig, policy: Policy, task: Task, problems: list[Problem],
@@ -424,17 +427,21 @@ class GRPOTrainer:
 
 
 @releases_run_folder
-def train(cfg: GRPOConfig, rewards: dict | None = None) -> dict[str, float]:
+def train(cfg: GRPOConfig, rewards: dict | None = None, policy: Policy | None = None) -> dict[str, float]:
     """Run GRPO-family training; returns the last logged metrics (held-out accuracy among them).
 
     rewards: extra reward functions with no import path, ``{"name": fn}`` or ``{"name": (fn, weight)}``
     (seqrl's or TRL's signature, `seqrl.rewards.user`), added to the config's `rewards`.
+    policy: a loaded model and tokenizer to train in place instead of loading `cfg.model`.
 
     Under torchrun (`WORLD_SIZE` > 1) every process samples its share of the step's prompts,
     the loss normalisers and the gradients are summed over processes, and rank 0 evaluates, logs
     and writes checkpoints; the model starts identical everywhere (same seed) and stays so.
     """
     cfg.local_prompts_per_step  # noqa: B018 - raises when the prompts do not split over the processes
+    if not cfg.rewards and not rewards:
+        raise ValueError("rewards: no reward function; name one in the config's rewards (task: the verifier) or "
+                         "pass functions (GRPOTrainer(reward_funcs=[...]), train(cfg, rewards={...}))")
     loop = RunLoop(cfg, "grpo")  # seeded the same on every process: identical initial weights
     main = loop.main
     task = cfg.task.build()
@@ -443,11 +450,14 @@ def train(cfg: GRPOConfig, rewards: dict | None = None) -> dict[str, float]:
     check_template(cfg.prompt, problems + test_problems)
     reward_fns = build_rewards(cfg.rewards, task, rewards)
     check_reward_columns(reward_fns, problems)
-    policy = load_policy(cfg.model, loop.device)
+    if policy is None:
+        policy = load_policy(cfg.model, loop.device)
+    else:
+        policy.model.to(loop.device)
     policy.prompt = cfg.prompt
     if cfg.lora.r:
         policy.model = apply_lora(policy.model, cfg.lora)
-    trainer = GRPOTrainer(cfg, policy, task, problems, reward_fns)
+    trainer = GRPOLearner(cfg, policy, task, problems, reward_fns)
     state = loop.resume(policy.model, trainer.optimizer, trainer.scheduler, policy.tokenizer)
     if loop.resume_from is not None:
         cursors = state["prompt_cursor"]
@@ -518,3 +528,146 @@ def train(cfg: GRPOConfig, rewards: dict | None = None) -> dict[str, float]:
                "stats/entropy", "stats/clipfrac_high", "stats/zero_var_groups", "loss/policy"], "grpo.png",
               f"GRPO {cfg.run.name}")
     return {**first, **final}
+
+
+class GRPOTrainer:
+    """GRPO called the way TRL's `GRPOTrainer` is, on the same run loop as ``seqrl train grpo``:
+
+        trainer = GRPOTrainer(model="smollm2-135m-instruct", reward_funcs=[reward_len],
+                              args=GRPOConfig(output_dir="runs/grpo-len", max_steps=10),
+                              train_dataset=dataset)
+        trainer.train()
+
+    model: a local folder, a hub id, a catalogue name (``smollm2-135m-instruct``), a preset (``tiny``,
+        ``small``: trained from scratch), or a loaded causal LM, trained in place (its tokenizer is
+        `processing_class`, else the one saved where the model came from).
+    reward_funcs: a function or a list of them (seqrl's or TRL's signature, `seqrl.rewards.user`), or
+        strings: an import path ``pkg.module:fn``, else a reward model's folder (`seqrl train rm`), as a
+        string is a reward model in TRL. Without it: `args.rewards` (the task's verifier by default).
+    args: a `GRPOConfig` (TRL's names accepted: ``GRPOConfig(output_dir=..., learning_rate=...)``).
+    train_dataset, eval_dataset: a `datasets.Dataset`, a list of dicts or a local file, in TRL's formats
+        (a ``prompt`` column, text or messages; an answer column by name; `seqrl.data.jsonl.JsonlTask`).
+        Rows given in memory are written to the run folder's ``data/train.jsonl`` and named in its
+        config.yaml, so the folder records what was trained on and ``seqrl train grpo --resume`` can
+        continue it. Without eval_dataset ≈ 10% of the prompts are held out by a stable hash (said on
+        stderr; ``task.kwargs.test_fraction`` sets the share). Without train_dataset: `args.task`.
+
+    After `train`, `model` is the trained model (read back from the run's last checkpoint when the
+    trainer loaded it) and `save_model` writes it with its tokenizer.
+    """
+
+    def __init__(self, model: Any, reward_funcs: Any = None, args: GRPOConfig | None = None,
+                 train_dataset: Any = None, eval_dataset: Any = None, processing_class: Any = None) -> None:
+        import os
+        from dataclasses import replace
+
+        from seqrl.models.config import PRESETS, looks_local
+
+        cfg = copy.deepcopy(args) if args is not None else GRPOConfig()
+        self._policy: Policy | None = None
+        if isinstance(model, (str, os.PathLike)):
+            name = os.fspath(model)
+            local = Path(name).expanduser().exists()
+            cfg.model = replace(cfg.model, preset=name, path=None) if name in PRESETS and not local \
+                else replace(cfg.model, path=name)
+        elif hasattr(model, "config") and hasattr(model, "generate"):
+            where = getattr(model.config, "_name_or_path", "") or getattr(model, "name_or_path", "")
+            if processing_class is None:
+                if not where:
+                    raise ValueError("GRPOTrainer(model=<a model object>): pass its tokenizer as processing_class "
+                                     "(the model does not say where it was loaded from)")
+                from transformers import AutoTokenizer
+
+                processing_class = AutoTokenizer.from_pretrained(where)
+            self._policy = Policy(model, processing_class)
+            if where and (not looks_local(where) or Path(where).exists()):
+                cfg.model = replace(cfg.model, path=str(where))  # config.yaml names what was trained
+        else:
+            raise TypeError(f"GRPOTrainer(model=...): expected a path, hub id, catalogue or preset name, or a loaded "
+                            f"causal LM (got {type(model).__name__})")
+        self._rewards: dict[str, RewardFn] = {}
+        if reward_funcs is not None:
+            specs = []
+            for fn in reward_funcs if isinstance(reward_funcs, (list, tuple)) else [reward_funcs]:
+                if isinstance(fn, (str, os.PathLike)):
+                    from seqrl.utils.imports import is_import_path
+
+                    text = os.fspath(fn)
+                    specs.append(RewardSpec(text) if is_import_path(text) else RewardSpec("rm", path=text))
+                elif callable(fn):
+                    base = getattr(fn, "__name__", type(fn).__name__)
+                    key, k = base, 2
+                    while key in self._rewards:
+                        key, k = f"{base}_{k}", k + 1
+                    self._rewards[key] = fn
+                else:
+                    raise TypeError(f"reward_funcs: expected a function, an import path 'pkg.module:fn' or a reward "
+                                    f"model folder (got {type(fn).__name__})")
+            cfg.rewards = specs
+        self.args = cfg
+        self._data = (train_dataset, eval_dataset)
+        if train_dataset is None and eval_dataset is not None:
+            raise ValueError("GRPOTrainer(eval_dataset=...) needs a train_dataset too")
+        self.metrics: dict[str, float] = {}
+
+    def _point_task_at_data(self) -> None:
+        import os
+
+        train_dataset, eval_dataset = self._data
+        if train_dataset is None:
+            return
+        cfg = self.args
+        keep = {k: v for k, v in cfg.task.kwargs.items()
+                if k in ("prompt_field", "answer_field", "answer_format", "test_fraction", "config_name")}
+        if isinstance(train_dataset, (str, os.PathLike)) and eval_dataset is None:
+            path = os.fspath(train_dataset)
+            if "split_field" in cfg.task.kwargs:  # the file's own split column
+                keep["split_field"] = cfg.task.kwargs["split_field"]
+        else:
+            from seqrl.data.jsonl import SPLIT_COLUMN, write_rows
+
+            file = cfg.run.dir / "data" / "train.jsonl"
+            if cfg.run.resume and not file.is_file():
+                raise ValueError(f"run.resume: {cfg.run.dir} holds no data/train.jsonl (not a run of GRPOTrainer "
+                                 "with an in-memory dataset); give its own output_dir")
+            if not cfg.run.resume and latest_checkpoint(cfg.run.dir) is not None:
+                return  # train() refuses the folder, saying how to resume or where else to go
+            path = str(write_rows(train_dataset, eval_dataset, file))
+            if eval_dataset is not None:
+                keep["split_field"] = SPLIT_COLUMN
+        if "split_field" not in keep:
+            share = f"{keep['test_fraction']:.0%}" if "test_fraction" in keep else "≈ 10%"
+            print(f"GRPOTrainer: no eval_dataset; holding out {share} of the prompts (a stable hash of each) for the "
+                  "held-out evaluation; task.kwargs.test_fraction sets the share", file=sys.stderr)
+        cfg.task = TaskConfig(name=f"jsonl:{path}", kwargs=keep, n_train=-1, n_test=-1, seed=cfg.task.seed)
+
+    def train(self, resume_from_checkpoint: bool | None = None) -> dict[str, float]:
+        """Run the training (``resume_from_checkpoint=True``: continue from the run folder's newest
+        checkpoint, as ``--resume``); returns the last logged metrics."""
+        if resume_from_checkpoint not in (None, False, True):
+            raise ValueError("resume_from_checkpoint: True resumes from the run folder's newest checkpoint "
+                             "(a seqrl run resumes from its own folder; give that folder as output_dir)")
+        if resume_from_checkpoint:
+            self.args.run.resume = True
+        self._point_task_at_data()
+        self.metrics = train(self.args, self._rewards or None, self._policy)
+        return self.metrics
+
+    @property
+    def model(self):
+        """The trained model (before `train`: the model given, or None when the trainer loads it)."""
+        if self._policy is None:
+            last = latest_checkpoint(self.args.run.dir)
+            if last is None:
+                return None
+            self._policy = load_pretrained(str(last))
+        return self._policy.model
+
+    def save_model(self, output_dir: str | None = None) -> Path:
+        """Write the trained model and its tokenizer to `output_dir` (default: the run folder, TRL's
+        output_dir), loadable with ``from_pretrained``."""
+        if self.model is None:
+            raise ValueError("save_model: nothing trained yet (call train() first)")
+        out = Path(output_dir) if output_dir is not None else self.args.run.dir
+        self._policy.save(out)
+        return out

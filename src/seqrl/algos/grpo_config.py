@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal, get_args
 
-from seqrl.algos.config import OptimConfig, RunConfig, SamplingConfig, TaskConfig
+from seqrl.algos.config import OptimConfig, RunConfig, SamplingConfig, TaskConfig, accepts_trl_names
 from seqrl.evaluation import EvalConfig
 from seqrl.models.config import LoRAConfig, ModelConfig
 from seqrl.prompts import PromptConfig
@@ -86,6 +86,7 @@ class DAPOConfig:
     """L_cache of the soft overlong punishment added to the reward (0: off)."""
 
 
+@accepts_trl_names
 @dataclass
 class GRPOConfig:
     run: RunConfig = field(default_factory=lambda: RunConfig(name="grpo"))
@@ -99,7 +100,8 @@ class GRPOConfig:
     loss: LossConfig = field(default_factory=LossConfig)
     dapo: DAPOConfig = field(default_factory=DAPOConfig)
     rewards: list[RewardSpec] = field(default_factory=lambda: [RewardSpec("task", 1.0)])
-    """Weighted reward functions; the total reward is Σ weight · score."""
+    """Weighted reward functions; the total reward is Σ weight · score. May be empty when the functions
+    are passed in Python (`GRPOTrainer(reward_funcs=...)`, ``train(cfg, rewards=...)``)."""
     reward_budget_s: float = 300.0
     """Wall-clock budget for scoring one batch; completions not scored by then get 0 ("batch budget")."""
     reward_failures: Literal["stop", "continue"] = "stop"
@@ -149,9 +151,7 @@ class GRPOConfig:
         for name in ("steps", "num_iterations", "minibatches", "micro_batch_size"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1 (got {getattr(self, name)})")
-        if not self.rewards:
-            raise ValueError("rewards must name at least one reward function")
-        check_reward_keys(self.rewards)
+        check_reward_keys(self.rewards)  # an empty list is checked by `train`, which may be given functions
         if self.loss.ref_sync_every and self.run.save_every and self.run.save_every % self.loss.ref_sync_every:
             raise ValueError(f"run.save_every ({self.run.save_every}) must be a multiple of loss.ref_sync_every "
                              f"({self.loss.ref_sync_every}) so a checkpoint holds the reference policy too")

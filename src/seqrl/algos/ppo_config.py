@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from seqrl.algos.config import OptimConfig, RunConfig, SamplingConfig, TaskConfig
+from seqrl.algos.config import OptimConfig, RunConfig, SamplingConfig, TaskConfig, accepts_trl_names
 from seqrl.evaluation import EvalConfig
 from seqrl.models.config import ModelConfig
 from seqrl.prompts import PromptConfig
@@ -78,6 +78,7 @@ class CriticConfig:
             raise ValueError(f"critic.vf_coef must be > 0 (got {self.vf_coef})")
 
 
+@accepts_trl_names
 @dataclass
 class PPOConfig:
     run: RunConfig = field(default_factory=lambda: RunConfig(name="ppo"))

@@ -296,3 +296,64 @@ def _read_local(path: Path):
         except json.JSONDecodeError as err:
             raise DatasetFormatError(f"{path} line {lineno}: invalid JSON ({err.msg})") from None
         yield lineno, f"{path} line {lineno}", row
+
+
+SPLIT_COLUMN = "seqrl_split"
+"""The column `write_rows` adds to say which rows are held out (``train`` / ``test``)."""
+
+
+def _rows_of(data, what: str):
+    """(where, row) of a dataset given as a `datasets.Dataset`, an iterable of dicts, or a local file."""
+    if isinstance(data, (str, Path)):
+        for _, where, row in _read_local(Path(data)):
+            yield where, row
+        return
+    if isinstance(data, dict):
+        raise DatasetFormatError(f"{what}: a mapping, not rows (a DatasetDict? pass one split, e.g. dataset['train'])")
+    for i, row in enumerate(data, start=1):
+        yield f"{what} row {i}", row
+
+
+def write_rows(train, test, out: str | Path) -> Path:
+    """The rows of `train` and of `test` (None: no held-out set) as one JSON-lines file at `out`, each
+    with `SPLIT_COLUMN` when `test` is given; rows may be a `datasets.Dataset`, a list of dicts or a
+    local file. A row that is not a JSON object of JSON values is a `DatasetFormatError` naming it.
+    An existing `out` is kept when it holds the same rows and refused when it holds others (a run
+    folder's data must stay what the run trained on)."""
+    lines = []
+    for data, split, what in ((train, "train", "train_dataset"), (test, "test", "eval_dataset")):
+        if data is None:
+            continue
+        for where, row in _rows_of(data, what):
+            if not isinstance(row, dict):
+                raise DatasetFormatError(f"{where}: expected an object, got {type(row).__name__}")
+            if test is not None and SPLIT_COLUMN in row:
+                raise DatasetFormatError(f"{where}: column {SPLIT_COLUMN!r} is reserved (it marks the held-out rows)")
+            record = {**row, SPLIT_COLUMN: split} if test is not None else dict(row)
+            try:
+                lines.append(json.dumps(record, ensure_ascii=False))
+            except (TypeError, ValueError) as e:
+                bad = next((k for k, v in row.items() if not _json_ok(v)), "?")
+                raise DatasetFormatError(f"{where}: column {bad!r} is not JSON-serialisable ({e})") from None
+    if not lines:
+        raise DatasetFormatError("train_dataset: no rows")
+    text = "\n".join(lines) + "\n"
+    out = Path(out)
+    if out.exists():
+        if out.read_text(encoding="utf-8") != text:
+            raise ValueError(f"{out} holds other rows than the dataset given: a run's data cannot change "
+                             "(start a new run, another output_dir / run.name)")
+        return out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(out)
+    return out
+
+
+def _json_ok(value) -> bool:
+    try:
+        json.dumps(value)
+    except (TypeError, ValueError):
+        return False
+    return True
