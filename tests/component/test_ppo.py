@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from seqrl.algos.config import OptimConfig, RunConfig, TaskConfig
-from seqrl.algos.ppo import PPOConfig, PPOLossConfig, PPOTrainer, SamplingConfig, train
+from seqrl.algos.ppo import PPOConfig, PPOLossConfig, PPOLearner, SamplingConfig, train
 from seqrl.config import ConfigError, from_dict
 from seqrl.evaluation import EvalConfig
 from seqrl.models import ModelConfig, load_policy
@@ -43,12 +43,12 @@ def _cfg(tmp_path=None, **kw) -> PPOConfig:
     return PPOConfig(**base)
 
 
-def _trainer(cfg: PPOConfig, seed: int = 0) -> PPOTrainer:
+def _trainer(cfg: PPOConfig, seed: int = 0) -> PPOLearner:
     torch.manual_seed(seed)
     policy = load_policy(cfg.model)
     critic, _ = load_scalar_model(cfg.model)
     task = cfg.task.build()
-    return PPOTrainer(cfg, policy, critic, task, task.problems("train", cfg.task.n_train, 0), dict(FNS))
+    return PPOLearner(cfg, policy, critic, task, task.problems("train", cfg.task.n_train, 0), dict(FNS))
 
 
 @pytest.mark.parametrize("data,match", [
@@ -123,7 +123,7 @@ def test_shared_backbone_value_head_trains_head_and_backbone(tmp_path):
     policy = load_policy(cfg.model)
     head = ValueHead(policy.model.config.hidden_size)
     task = cfg.task.build()
-    trainer = PPOTrainer(cfg, policy, head, task, task.problems("train", 64, 0), dict(FNS))
+    trainer = PPOLearner(cfg, policy, head, task, task.problems("train", 64, 0), dict(FNS))
     batch = trainer.collect(0)
     # the values are the head on the policy's last hidden states at the positions predicting each token
     with torch.no_grad():
@@ -175,7 +175,7 @@ def test_resume_equals_an_uninterrupted_run(tmp_path, monkeypatch, shared):
 
     train(run_cfg("a"))
     calls = {"n": 0}
-    real = ppo.PPOTrainer.train_step
+    real = ppo.PPOLearner.train_step
 
     def stop_at_third(self, batch):
         calls["n"] += 1
@@ -183,10 +183,10 @@ def test_resume_equals_an_uninterrupted_run(tmp_path, monkeypatch, shared):
             raise KeyboardInterrupt
         return real(self, batch)
 
-    monkeypatch.setattr(ppo.PPOTrainer, "train_step", stop_at_third)
+    monkeypatch.setattr(ppo.PPOLearner, "train_step", stop_at_third)
     with pytest.raises(KeyboardInterrupt):
         train(run_cfg("b"))
-    monkeypatch.setattr(ppo.PPOTrainer, "train_step", real)
+    monkeypatch.setattr(ppo.PPOLearner, "train_step", real)
     assert latest_checkpoint(tmp_path / "b" / "p").name == "checkpoint-2"
     train(run_cfg("b", resume=True))
     for sub in ("", "critic/"):

@@ -234,7 +234,7 @@ def test_on_cuda_the_gradients_equal_the_padded_forwards():
 
 
 def _ppo_trainer(setting: str, **kw):
-    from seqrl.algos.ppo import PPOConfig, PPOLossConfig, PPOTrainer
+    from seqrl.algos.ppo import PPOConfig, PPOLossConfig, PPOLearner
     from seqrl.algos.ppo import SamplingConfig as PPOSampling
     from seqrl.models.heads import load_scalar_model
     from seqrl.rewards import RewardResult
@@ -253,7 +253,7 @@ def _ppo_trainer(setting: str, **kw):
     _float64_norms(critic)
     task = cfg.task.build()
     lengths = lambda problems, completions: [RewardResult(len(c) / 8.0) for c in completions]  # noqa: E731
-    trainer = PPOTrainer(cfg, policy, critic, task, task.problems("train", 16, 0), {"accuracy": (lengths, 1.0)})
+    trainer = PPOLearner(cfg, policy, critic, task, task.problems("train", 16, 0), {"accuracy": (lengths, 1.0)})
     return trainer
 
 

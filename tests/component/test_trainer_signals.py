@@ -3,8 +3,8 @@ iteration) reached and exits 143 / 130 naming that checkpoint, ``--resume`` repe
 exactly; a second signal stops at once and says what is lost.
 
 Signals are sent to this process from inside the loop (`check_finite`, once per step: the run loop's
-in `seqrl.training.run` for PRM and RM, the trainer's own otherwise; once per STaR fine-tune), so the real handlers run. Also `start_run`'s side of it: a one-process trainer
-refuses torchrun, and under torchrun a signal to one RM process stops every process at the same step.
+in `seqrl.training.run` for the trainers on it, the trainer's own otherwise; once per STaR fine-tune),
+so the real handlers run. Also `start_run`'s side of it: a one-process trainer refuses torchrun, and under torchrun a signal to one RM process stops every process at the same step.
 """
 
 from __future__ import annotations
@@ -166,7 +166,7 @@ def _vla_cfg(out, resume: bool = False):
 def test_vla_saves_the_step_reached_and_resume_repeats_the_run(tmp_path, on_nth_call):
     import seqrl.algos.vla as vla
 
-    _check_stop_and_resume(vla.train, _vla_cfg, on_nth_call, vla, tmp_path, "loss/action", signal.SIGINT, at=2, last=4)
+    _check_stop_and_resume(vla.train, _vla_cfg, on_nth_call, plumbing, tmp_path, "loss/action", signal.SIGINT, at=2, last=4)
 
 
 # ---- STaR -----------------------------------------------------------------------------------------

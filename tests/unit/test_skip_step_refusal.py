@@ -8,7 +8,7 @@ import pytest
 from seqrl.algos.config import RunConfig
 
 
-@pytest.mark.parametrize("algo,config", [("star", "STaRConfig"), ("ppo", "PPOConfig"), ("vla", "VLAConfig")])
+@pytest.mark.parametrize("algo,config", [("star", "STaRConfig"), ("ppo", "PPOConfig")])
 def test_skip_step_is_refused_by_trainers_without_it(algo, config, tmp_path):
     module = importlib.import_module(f"seqrl.algos.{algo}")
     cfg = getattr(module, config)()

@@ -145,8 +145,9 @@ def train(cfg: DTConfig, dataset: OfflineDataset | None = None, env=None) -> dic
         grad_norm, lr = loop.update(i, loss.item())
         window[0] += time.perf_counter() - t0
         window[1] += 1
+        live["loss"] = loss.item()
         if not log:
-            return {"loss/action": loss.item()}
+            return {}
         out = {"loss/action": loss.item(), "stats/grad_norm": grad_norm, "stats/lr": lr,
                "perf/steps_per_s": window[1] / window[0]}
         window[:] = [0.0, 0]
@@ -154,8 +155,9 @@ def train(cfg: DTConfig, dataset: OfflineDataset | None = None, env=None) -> dic
 
     def show(m: dict[str, float]) -> dict[str, float]:
         shown = {k: v for k, v in m.items() if k.startswith("eval/return") and "std" not in k}
-        return {"loss": m["loss/action"], **{k.split("/", 1)[1]: v for k, v in list(shown.items())[:2]}}
+        return {**live, **{k.split("/", 1)[1]: v for k, v in list(shown.items())[:2]}}
 
+    live: dict[str, float] = {}  # the bar's loss, every step
     policy.train()
     final = loop.run(cfg.steps, step, evaluate=evaluate if cfg.eval.episodes else None, eval_every=cfg.eval.every,
                      state=lambda: {"policy": info}, show=show)

@@ -494,6 +494,7 @@ def train(cfg: GRPOConfig, rewards: dict | None = None, policy: Policy | None = 
         first = {"model/parameters": float(num_parameters(policy.model)), **evaluate()}
         loop.log_start(first)
     warned: set[str] = set()  # reward functions whose first failure was printed
+    live: dict[str, float] = {}  # the bar's reward, every step
     error_texts: dict[str, str] = {}  # the step's reward/<fn>/first_error texts, logged beside its numbers
 
     def step(i: int, log: bool) -> dict[str, float]:
@@ -504,7 +505,8 @@ def train(cfg: GRPOConfig, rewards: dict | None = None, policy: Policy | None = 
             trainer.sync_reference()
         error_texts.clear()
         error_texts.update(report_reward_errors(metrics, i + 1, warned if main else None))
-        return metrics
+        live["reward"] = metrics["reward/total/mean"]
+        return metrics if log else {}
 
     def record(done: int) -> dict[str, str]:
         for sample in trainer.samples if samples_log is not None else ():
@@ -522,7 +524,7 @@ def train(cfg: GRPOConfig, rewards: dict | None = None, policy: Policy | None = 
 
     final = loop.run(cfg.steps, step, evaluate=evaluate, eval_every=cfg.eval.every, state=checkpoint_state,
                      record=record, on_stop=on_stop,
-                     show=lambda m: {"reward": m["reward/total/mean"],
+                     show=lambda m: {**live,
                                      **({"acc": m["eval/accuracy"]} if "eval/accuracy" in m else {})})
     loop.plot(["reward/total/mean", "eval/accuracy", "eval/pass@1", "stats/completion_len_mean", "stats/kl",
                "stats/entropy", "stats/clipfrac_high", "stats/zero_var_groups", "loss/policy"], "grpo.png",

@@ -41,18 +41,6 @@ from dataclasses import dataclass, field
 import torch
 
 from seqrl.algos.config import OptimConfig, RunConfig, TaskConfig
-from seqrl.training.run import (
-    completion_samples,
-    releases_run_folder,
-    refuse_skip_step,
-    RunGuard,
-    check_finite,
-    load_resume_checkpoint,
-    make_optimizer,
-    reduce_rank_metrics,
-    stream_indices,
-    start_run,
-)
 from seqrl.algos.ppo_config import CriticConfig, PPOConfig, PPOLossConfig, SamplingConfig  # noqa: F401 (re-exported)
 from seqrl.core.advantages import gae, group_advantages, returns_to_go
 from seqrl.core.masking import masked_mean, masked_whiten
@@ -73,13 +61,19 @@ from seqrl.rewards.combine import (
 )
 from seqrl.rollout import SamplingParams, generate, sequence_logprobs
 from seqrl.rollout.logprobs import pack_micro_batches, shared_prompt_logprobs, use_shared_prompt_forward
+from seqrl.training.loop import RunLoop
+from seqrl.training.run import (
+    check_finite,
+    completion_samples,
+    make_optimizer,
+    reduce_rank_metrics,
+    refuse_skip_step,
+    releases_run_folder,
+    stream_indices,
+)
 from seqrl.types import Problem, Task
 from seqrl.utils import dist
-from seqrl.utils.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from seqrl.utils.dist import bf16_autocast
-from seqrl.utils.metrics import MetricsLogger, read_metrics
-from seqrl.utils.plots import plot_metrics
-from seqrl.utils.progress import progress_bar
 
 VERIFIER_KEYS = ("accuracy", "math", "code")
 
@@ -114,7 +108,7 @@ def compute_advantages(rewards: torch.Tensor, values: torch.Tensor, mask: torch.
     return per_seq[:, None] * mask, returns
 
 
-class PPOTrainer:
+class PPOLearner:
     """Policy, critic, reference and optimizers; `collect` samples and scores a batch, `train_step` learns."""
 
     def __init__(self, cfg: PPOConfig, policy: Policy, critic: torch.nn.Module, task: Task, problems: list[Problem],
@@ -388,7 +382,8 @@ def train(cfg: PPOConfig) -> dict[str, float]:
     (advantage whitening uses each process's own share)."""
     refuse_skip_step(cfg.run, "ppo")
     cfg.local_prompts_per_step  # noqa: B018 - raises when the prompts do not split over the processes
-    device, main, run_dir, resume_from, placement = start_run(cfg)
+    loop = RunLoop(cfg, "ppo")
+    device, main = loop.device, loop.main
     task = cfg.task.build()
     problems = task.problems("train", cfg.task.n_train, cfg.task.seed)
     test_problems = task.problems("test", cfg.task.n_test, cfg.task.seed)
@@ -403,33 +398,19 @@ def train(cfg: PPOConfig) -> dict[str, float]:
         critic, critic_tok = load_scalar_model(critic_model_config(cfg))
         check_same_tokenizer(critic_tok, policy.tokenizer, cfg.critic.path)
     critic.to(device)
-    trainer = PPOTrainer(cfg, policy, critic, task, problems, reward_fns)
-    start = 0
-    if resume_from is not None:
-        def load(path):
-            state = load_checkpoint(path, policy.model, trainer.optimizer, trainer.scheduler)
-            critic_path = run_dir / "critic" / path.name
-            if not critic_path.is_dir():
-                raise CheckpointError(f"{path}: no critic checkpoint {critic_path}")
-            load_checkpoint(critic_path, critic, trainer.critic_optimizer, trainer.critic_scheduler, restore_rng=False)
-            return state
-
-        if dist.world_size() == 1:
-            resume_from, state = load_resume_checkpoint(run_dir, load)
-        else:
-            state = load(resume_from)
-        start, cursors = state["step"], state["prompt_cursor"]
+    trainer = PPOLearner(cfg, policy, critic, task, problems, reward_fns)
+    loop.add_companion("critic", critic, trainer.critic_optimizer, trainer.critic_scheduler)
+    state = loop.resume(policy.model, trainer.optimizer, trainer.scheduler, policy.tokenizer)
+    if loop.resume_from is not None:
+        cursors = state["prompt_cursor"]
         cursors = cursors if isinstance(cursors, list) else [cursors]
         if len(cursors) != dist.world_size():
-            raise ValueError(f"{resume_from} was written by {len(cursors)} process(es); resume it with the same number")
+            raise ValueError(f"{loop.resume_from} was written by {len(cursors)} process(es); resume it with the "
+                             "same number")
         trainer.prompt_cursor = cursors[dist.rank()]
-        if main:
-            print(f"resumed from {resume_from} at step {start}")
-    logger = MetricsLogger(run_dir / "metrics.jsonl", resume_step=start if resume_from else None) if main else None
-    samples_log = (MetricsLogger(run_dir / "completions.jsonl", resume_step=start if resume_from else None)
-                   if main and cfg.run.log_completions else None)
+    samples_log = loop.open_log("completions.jsonl") if cfg.run.log_completions else None
 
-    def run_eval() -> dict[str, float]:
+    def evaluate() -> dict[str, float]:
         out: dict[str, float] = {}
         if main:
             out = run_evaluation(policy, task, test_problems, cfg.eval, cfg.run.seed, stop=cfg.sampling.stop)
@@ -439,54 +420,38 @@ def train(cfg: PPOConfig) -> dict[str, float]:
         dist.barrier()
         return out
 
-    final: dict[str, float] = {}
-    if start == 0:
-        final = {"model/parameters": float(num_parameters(policy.model)),
-                 "model/critic_parameters": float(num_parameters(critic)), **run_eval()}
-        if main:
-            logger.log(0, {**final, **placement})
-    guard = RunGuard(cfg.run, policy.model)
+    first: dict[str, float] = {}
+    if loop.start == 0:
+        first = {"model/parameters": float(num_parameters(policy.model)),
+                 "model/critic_parameters": float(num_parameters(critic)), **evaluate()}
+        loop.log_start(first)
     warned: set[str] = set()  # reward functions whose first failure was printed
-    with progress_bar(cfg.steps, f"ppo {cfg.run.name}", disable=not (cfg.run.progress and main)) as bar, guard:
-        bar.advance(start)
-        try:
-            for step in range(start, cfg.steps):
-                batch = trainer.collect(step)
-                metrics = reduce_rank_metrics(dist.all_gather_objects({**batch.metrics, **trainer.train_step(batch)}))
-                done = step + 1
-                check_finite(done, cfg.run.on_nonfinite, loss=metrics["loss/policy"], value_loss=metrics["loss/value"],
-                             grad_norm=metrics["stats/grad_norm_policy"])
-                metrics["perf/tokens_per_s"] = metrics["perf/gen_tokens"] / (metrics["perf/gen_s"] + metrics["perf/train_s"])
-                if (cfg.eval.every and done % cfg.eval.every == 0) or done == cfg.steps:
-                    metrics.update(run_eval())
-                error_texts = report_reward_errors(metrics, done, warned if main else None)
-                if main and (done % cfg.run.log_every == 0 or done == cfg.steps or "eval/accuracy" in metrics):
-                    logger.log(done, {**metrics, **error_texts})
-                    for record in trainer.samples if samples_log is not None else ():
-                        samples_log.log(done, record)
-                final.update(metrics)
-                stopping = guard.stop_requested() and done < cfg.steps
-                if (cfg.run.save_every and done % cfg.run.save_every == 0) or done == cfg.steps or stopping:
-                    cursors = dist.all_gather_objects(trainer.prompt_cursor)
-                    if main:  # the critic first: a policy checkpoint (the resume marker) implies its critic
-                        save_checkpoint(run_dir / "critic", done, critic, None, trainer.critic_optimizer,
-                                        trainer.critic_scheduler, keep_last=cfg.run.keep_last)
-                        save_checkpoint(run_dir, done, policy.model, policy.tokenizer, trainer.optimizer,
-                                        trainer.scheduler, keep_last=cfg.run.keep_last,
-                                        state={"prompt_cursor": cursors if len(cursors) > 1 else cursors[0]})
-                    dist.barrier()
-                if stopping:
-                    guard.stop(done)
-                bar.advance(1, reward=metrics["reward/total/mean"],
-                            **({"acc": final["eval/accuracy"]} if "eval/accuracy" in final else {}))
-        finally:
-            if logger is not None:
-                logger.close()
-            if samples_log is not None:
-                samples_log.close()
-    if main:
-        plot_metrics(read_metrics(run_dir / "metrics.jsonl"),
-                     ["reward/total/mean", "reward/verifier/mean", "eval/accuracy", "eval/pass@1", "stats/kl",
-                      "loss/value", "stats/explained_variance", "stats/clipfrac_high", "stats/entropy"],
-                     run_dir / "plots" / "ppo.png", title=f"PPO {cfg.run.name}")
-    return final
+    live: dict[str, float] = {}  # the bar's reward, every step
+    error_texts: dict[str, str] = {}  # the step's reward/<fn>/first_error texts, logged beside its numbers
+
+    def step(i: int, log: bool) -> dict[str, float]:
+        batch = trainer.collect(i)
+        metrics = reduce_rank_metrics(dist.all_gather_objects({**batch.metrics, **trainer.train_step(batch)}))
+        check_finite(i + 1, cfg.run.on_nonfinite, loss=metrics["loss/policy"], value_loss=metrics["loss/value"],
+                     grad_norm=metrics["stats/grad_norm_policy"])
+        metrics["perf/tokens_per_s"] = metrics["perf/gen_tokens"] / (metrics["perf/gen_s"] + metrics["perf/train_s"])
+        error_texts.clear()
+        error_texts.update(report_reward_errors(metrics, i + 1, warned if main else None))
+        live["reward"] = metrics["reward/total/mean"]
+        return metrics if log else {}
+
+    def record(done: int) -> dict[str, str]:
+        for sample in trainer.samples if samples_log is not None else ():
+            samples_log.log(done, sample)
+        return dict(error_texts)
+
+    def checkpoint_state() -> dict:
+        cursors = dist.all_gather_objects(trainer.prompt_cursor)
+        return {"prompt_cursor": cursors if len(cursors) > 1 else cursors[0]}
+
+    final = loop.run(cfg.steps, step, evaluate=evaluate, eval_every=cfg.eval.every, state=checkpoint_state,
+                     record=record, show=lambda m: {**live,
+                                                    **({"acc": m["eval/accuracy"]} if "eval/accuracy" in m else {})})
+    loop.plot(["reward/total/mean", "reward/verifier/mean", "eval/accuracy", "eval/pass@1", "stats/kl", "loss/value",
+               "stats/explained_variance", "stats/clipfrac_high", "stats/entropy"], "ppo.png", f"PPO {cfg.run.name}")
+    return {**first, **final}

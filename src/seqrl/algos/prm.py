@@ -213,17 +213,19 @@ def train(cfg: PRMConfig) -> dict[str, float]:
         loss.backward()
         loss = float(loss.detach())
         grad_norm, lr = loop.update(i, loss)
+        live["loss"] = loss
         if not log:
-            return {f"loss/{name}": loss}
+            return {}
         step_s = time.perf_counter() - t0
         return {f"loss/{name}": loss, "stats/step_accuracy": float(((p >= 0.5) == (y >= 0.5)).float().mean()),
                 "stats/label_balance": float((y >= 0.5).float().mean()), "stats/grad_norm": grad_norm,
                 "stats/lr": lr, "perf/step_s": step_s, "perf/tokens_per_s": float(batch["attention_mask"].sum()) / step_s}
 
+    live: dict[str, float] = {}  # the bar's loss, every step
     model.train()
     final = loop.run(cfg.steps, step, evaluate=lambda: evaluate_examples(prm, test_examples, cfg.eval.batch_size),
                      eval_every=cfg.eval.every, state=lambda: {"prm": {"kind": cfg.kind, "head": cfg.head, "source": source}},
-                     show=lambda m: {"loss": m[f"loss/{name}"], **({"auc": m["eval/auc"]} if "eval/auc" in m else {})})
+                     show=lambda m: {**live, **({"auc": m["eval/auc"]} if "eval/auc" in m else {})})
     loop.plot([f"loss/{name}", "stats/step_accuracy", "eval/auc", "eval/loss"], f"{name}.png",
               f"{name.upper()} {cfg.run.name}")
     return final

@@ -168,12 +168,16 @@ def train(cfg: RMConfig) -> dict[str, float]:
             sums = dist.all_reduce_sum(sums)
         n = float(sums[3])
         grad_norm, lr = loop.update(i, float(sums[0]) / n)
+        live["loss"] = float(sums[0]) / n
+        if not log:
+            return {}
         return {"loss/bt": float(sums[0]) / n, "stats/accuracy": float(sums[1]) / n,
                 "stats/margin": float(sums[2]) / n, "stats/grad_norm": grad_norm, "stats/lr": lr,
                 "perf/step_s": time.perf_counter() - t0}
 
+    live: dict[str, float] = {}  # the bar's loss, every step
     final = loop.run(cfg.steps, step, evaluate=evaluate, eval_every=cfg.eval.every,
-                     show=lambda m: {"loss": m["loss/bt"],
+                     show=lambda m: {**live,
                                      **({"acc": m["eval/pairwise_accuracy"]} if "eval/pairwise_accuracy" in m else {})})
     loop.plot(["loss/bt", "stats/accuracy", "eval/pairwise_accuracy", "eval/margin", "stats/grad_norm"], "rm.png",
               f"RM {cfg.run.name}")

@@ -70,12 +70,13 @@ def train(cfg: SFTConfig) -> dict[str, float]:
             loss_sum = float(dist.all_reduce_sum(torch.tensor([loss_sum], dtype=torch.float64))[0])
         grad_norm, lr = loop.update(i, loss_sum / max(n_tokens, 1))
         step_s = time.perf_counter() - t0
+        live["loss"] = loss_sum / n_tokens
         return {"loss/sft": loss_sum / n_tokens, "stats/grad_norm": grad_norm, "stats/lr": lr,
-                "perf/step_s": step_s,
-                "perf/tokens_per_s": n_tokens / step_s} if log else {"loss/sft": loss_sum / n_tokens}
+                "perf/step_s": step_s, "perf/tokens_per_s": n_tokens / step_s} if log else {}
 
+    live: dict[str, float] = {}  # the bar's loss, every step
     model.train()
     final = loop.run(cfg.steps, step, evaluate=evaluate, eval_every=cfg.eval.every,
-                     show=lambda m: {"loss": m["loss/sft"], **({"acc": m["eval/accuracy"]} if "eval/accuracy" in m else {})})
+                     show=lambda m: {**live, **({"acc": m["eval/accuracy"]} if "eval/accuracy" in m else {})})
     loop.plot(["loss/sft", "eval/accuracy", "stats/lr", "stats/grad_norm"], "sft.png", f"SFT {cfg.run.name}")
     return final

@@ -29,15 +29,6 @@ import numpy as np
 import torch
 
 from seqrl.algos.config import OptimConfig, RunConfig
-from seqrl.training.run import (
-    refuse_skip_step,
-    releases_run_folder,
-    RunGuard,
-    check_finite,
-    resume_and_open_log,
-    make_optimizer,
-    start_run,
-)
 from seqrl.algos.vla_config import VLAConfig, VLADaggerConfig, VLADataConfig, VLAEvalConfig  # noqa: F401 (re-exported)
 from seqrl.core.losses import action_loss
 from seqrl.data.babyai import load_babyai, load_episodes, pack_episodes, quick_babyai, save_episodes, unpack_obs
@@ -45,11 +36,10 @@ from seqrl.data.offline import DatasetError, OfflineDataset, Trajectories
 from seqrl.envs.babyai import dagger_reset_seed, evaluate_babyai, labelled_rollouts, random_act, resolve_level
 from seqrl.models.loading import load_policy_checkpoint
 from seqrl.models.vla import VLAModel, VLAModelConfig
-from seqrl.utils.checkpoint import save_checkpoint
+from seqrl.training.loop import RunLoop
+from seqrl.training.run import make_optimizer, releases_run_folder
 from seqrl.utils.dist import bf16_autocast
-from seqrl.utils.metrics import read_metrics
-from seqrl.utils.plots import _save, plot_metrics
-from seqrl.utils.progress import progress_bar
+from seqrl.utils.plots import _save
 from seqrl.utils.seeding import seed_everything
 
 QUICK_PREFIX = "quick:"
@@ -189,8 +179,8 @@ def episode_strip(frames: list, out_png: str | Path, title: str, max_frames: int
 @releases_run_folder
 def train(cfg: VLAConfig, dataset: OfflineDataset | None = None) -> dict[str, float]:
     """Behaviour-clone a VLA on `dataset` (default: the one `cfg.data` names); returns the final metrics."""
-    refuse_skip_step(cfg.run, "vla")
-    device, _, run_dir, resume_from, placement = start_run(cfg, distributed=False, seed=False)
+    loop = RunLoop(cfg, "vla", distributed=False, seed=False)
+    device, run_dir = loop.device, loop.dir
 
     dataset = dataset if dataset is not None else load_demos(cfg.data)
     if not dataset.env_id.startswith("BabyAI-"):
@@ -222,7 +212,8 @@ def train(cfg: VLAConfig, dataset: OfflineDataset | None = None) -> dict[str, fl
             "episodes": len(dataset.episodes)}
     optimizer, scheduler = make_optimizer(policy, cfg.optim, cfg.steps, fused=True)
 
-    resume_from, _, start, logger = resume_and_open_log(run_dir, resume_from, policy, optimizer, scheduler)
+    loop.resume(policy, optimizer, scheduler)
+    start = loop.start
     round_at = range(dagger.every, cfg.steps, dagger.every) if dagger.every else range(0)
     for r, at in enumerate(round_at):  # rounds before the resumed step: as they were collected
         if at >= start:
@@ -234,80 +225,64 @@ def train(cfg: VLAConfig, dataset: OfflineDataset | None = None) -> dict[str, fl
         add_round(load_episodes(path))
     if start == 0:
         first = {"model/parameters": sum(p.numel() for p in policy.parameters() if p.requires_grad),
-                 "data/episodes": len(dataset.episodes), "data/steps": data.n_steps,
-                 "data/missions": len(missions), **placement}
+                 "data/episodes": len(dataset.episodes), "data/steps": data.n_steps, "data/missions": len(missions)}
         if cfg.eval.episodes:
             first.update(random_baseline(env_id, cfg.eval.episodes, cfg.eval.seed, cfg.eval.max_steps))
-        logger.log(0, first)
+        loop.log_start(first)
 
-    final: dict[str, float] = {}
-    clip = cfg.optim.grad_clip if cfg.optim.grad_clip > 0 else float("inf")
-    window_s, window_steps = 0.0, 0
+    window = [0.0, 0]  # seconds and steps since the last record: perf/steps_per_s
+    live: dict[str, float] = {}  # the bar's loss, every step
+    at_step = [start]
+
+    def step(i: int, log: bool) -> dict[str, float]:
+        at_step[0] = i + 1
+        metrics: dict[str, float] = {}
+        if i in round_at:  # collected with the weights after `i` steps; stored before training on it
+            t_round = time.perf_counter()
+            loop.bar.advance(0, dagger=f"round {round_at.index(i) + 1}: collecting")
+            episodes, metrics = collect_round(policy, env_id, dagger, cfg.run.seed, i, round_at.index(i),
+                                              cfg.eval.max_steps)
+            save_episodes(dagger_round_path(run_dir, i), episodes)
+            add_round(episodes)
+            metrics.update({"dagger/episodes": float(len(collected)), "data/steps": float(data.n_steps),
+                            "perf/dagger_s": time.perf_counter() - t_round})
+            loop.bar.advance(0, dagger=f"{len(collected)} episodes")
+        t0 = time.perf_counter()
+        b = data.batch(i, cfg.batch_size, K, cfg.run.seed)
+        loss, logits, actions, mask = bc_loss(policy, b, mission_ids, cfg.run.use_bf16)
+        loss.backward()
+        grad_norm, lr = loop.update(i, loss.item())
+        window[0] += time.perf_counter() - t0
+        window[1] += 1
+        live["loss"] = loss.item()
+        if log:
+            with torch.no_grad():
+                real = mask.bool()
+                acc = (logits.argmax(-1)[real] == actions[real]).float().mean().item()
+            metrics.update({"loss/action": loss.item(), "stats/action_accuracy": acc, "stats/grad_norm": grad_norm,
+                            "stats/lr": lr, "perf/steps_per_s": window[1] / window[0],
+                            "perf/samples_per_s": window[1] * cfg.batch_size / window[0]})
+            window[:] = [0.0, 0]
+        return metrics
+
+    def run_eval() -> dict[str, float]:
+        t_eval = time.perf_counter()
+        done = at_step[0]
+        last = done == cfg.steps and cfg.eval.strip
+        out, frames, caption = evaluate(policy, env_id, cfg.eval.episodes, cfg.eval.seed, cfg.eval.max_steps,
+                                        record=0 if last else None, temperature=cfg.eval.temperature)
+        out["perf/eval_s"] = time.perf_counter() - t_eval
+        if frames:
+            episode_strip(frames, run_dir / "plots" / "episode.png",
+                          f"{cfg.run.name} step {done}, held-out episode 0 — {caption}")
+        return out
+
     policy.train()
-    guard = RunGuard(cfg.run, policy)
-    with progress_bar(cfg.steps, f"vla {cfg.run.name}", disable=not cfg.run.progress) as bar, guard:
-        bar.advance(start)
-        try:
-            for step in range(start, cfg.steps):
-                round_metrics: dict[str, float] = {}
-                if step in round_at:  # collected with the weights after `step` steps; stored before training on it
-                    t_round = time.perf_counter()
-                    bar.advance(0, dagger=f"round {round_at.index(step) + 1}: collecting")
-                    episodes, round_metrics = collect_round(policy, env_id, dagger, cfg.run.seed, step,
-                                                            round_at.index(step), cfg.eval.max_steps)
-                    save_episodes(dagger_round_path(run_dir, step), episodes)
-                    add_round(episodes)
-                    round_metrics.update({"dagger/episodes": float(len(collected)), "data/steps": float(data.n_steps),
-                                          "perf/dagger_s": time.perf_counter() - t_round})
-                    bar.advance(0, dagger=f"{len(collected)} episodes")
-                t0 = time.perf_counter()
-                b = data.batch(step, cfg.batch_size, K, cfg.run.seed)
-                loss, logits, actions, mask = bc_loss(policy, b, mission_ids, cfg.run.use_bf16)
-                loss.backward()
-                grad_norm = torch.nn.utils.clip_grad_norm_(policy.parameters(), clip)
-                check_finite(step + 1, cfg.run.on_nonfinite, loss=loss.item(), grad_norm=grad_norm)
-                lr = scheduler.get_last_lr()[0]
-                optimizer.step()
-                scheduler.step()
-                optimizer.zero_grad(set_to_none=True)
-                done = step + 1
-                window_s += time.perf_counter() - t0
-                window_steps += 1
-                metrics: dict[str, float] = dict(round_metrics)
-                if done % cfg.run.log_every == 0 or done == cfg.steps:
-                    with torch.no_grad():
-                        real = mask.bool()
-                        acc = (logits.argmax(-1)[real] == actions[real]).float().mean().item()
-                    metrics.update({"loss/action": loss.item(), "stats/action_accuracy": acc,
-                                    "stats/grad_norm": float(grad_norm), "stats/lr": lr,
-                                    "perf/steps_per_s": window_steps / window_s,
-                                    "perf/samples_per_s": window_steps * cfg.batch_size / window_s})
-                    window_s, window_steps = 0.0, 0
-                if cfg.eval.episodes and ((cfg.eval.every and done % cfg.eval.every == 0) or done == cfg.steps):
-                    t_eval = time.perf_counter()
-                    last = done == cfg.steps and cfg.eval.strip
-                    ev, frames, caption = evaluate(policy, env_id, cfg.eval.episodes, cfg.eval.seed, cfg.eval.max_steps,
-                                                   record=0 if last else None, temperature=cfg.eval.temperature)
-                    metrics.update(ev)
-                    metrics["perf/eval_s"] = time.perf_counter() - t_eval
-                    if frames:
-                        episode_strip(frames, run_dir / "plots" / "episode.png",
-                                      f"{cfg.run.name} step {done}, held-out episode 0 — {caption}")
-                if metrics:
-                    logger.log(done, metrics)
-                    final.update(metrics)
-                stopping = guard.stop_requested() and done < cfg.steps
-                if (cfg.run.save_every and done % cfg.run.save_every == 0) or done == cfg.steps or stopping:
-                    save_checkpoint(run_dir, done, policy, optimizer=optimizer, scheduler=scheduler,
-                                    state={"policy": info}, keep_last=cfg.run.keep_last)
-                if stopping:
-                    guard.stop(done)
-                shown = {k.split("/", 1)[1]: v for k, v in final.items() if k == "eval/success_rate"}
-                bar.advance(1, loss=loss.item(), **shown)
-        finally:
-            logger.close()
+    final = loop.run(cfg.steps, step, evaluate=run_eval if cfg.eval.episodes else None, eval_every=cfg.eval.every,
+                     state=lambda: {"policy": info},
+                     show=lambda m: {**live, **({"success_rate": m["eval/success_rate"]}
+                                               if "eval/success_rate" in m else {})})
     curves = ["loss/action", "stats/action_accuracy", "eval/success_rate", "eval/episode_length", "stats/lr",
               "perf/samples_per_s"] + (["dagger/success_rate", "dagger/disagreement"] if dagger.every else [])
-    plot_metrics(read_metrics(run_dir / "metrics.jsonl"), curves, run_dir / "plots" / "vla.png",
-                 title=f"VLA {cfg.run.name}")
+    loop.plot(curves, "vla.png", f"VLA {cfg.run.name}")
     return final

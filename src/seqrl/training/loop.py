@@ -28,7 +28,7 @@ import torch
 
 from seqrl.training.run import RunGuard, resume_and_open_log, start_run
 from seqrl.utils import dist
-from seqrl.utils.checkpoint import save_checkpoint
+from seqrl.utils.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from seqrl.utils.metrics import MetricsLogger, read_metrics
 from seqrl.utils.plots import plot_metrics
 from seqrl.utils.progress import progress_bar
@@ -37,8 +37,8 @@ Metrics = dict[str, float]
 
 
 class RunLoop:
-    """One run of a trainer whose unit of work is a step: SFT, GRPO and its variants, RM, PRM/ORM, DT/BC
-    run on it (PPO, STaR, ODT and the VLA still drive the same plumbing of `seqrl.training.run` themselves).
+    """One run of a trainer whose unit of work is a step: SFT, GRPO and its variants, PPO, RM, PRM/ORM,
+    DT/BC and the VLA run on it (STaR and ODT still drive the plumbing of `seqrl.training.run` themselves).
 
     `label` names the run in the progress bar ("sft", "rm", "prm", …). `distributed`: whether the
     trainer runs under torchrun (False refuses it); `seed`: seed the global RNGs now (a trainer whose
@@ -58,19 +58,37 @@ class RunLoop:
         self.model: torch.nn.Module | None = None
         self.optimizer = self.scheduler = self.tokenizer = None
         self.guard: RunGuard | None = None
+        self.bar = None
+        """The progress bar while `run` runs (a step may add a field: ``loop.bar.advance(0, dagger=...)``)."""
         self._side_logs: list[MetricsLogger] = []
+        self._companions: list[tuple[str, torch.nn.Module, Any, Any]] = []
 
     @property
     def world(self) -> int:
         return dist.world_size()
 
+    def add_companion(self, name: str, model: torch.nn.Module, optimizer, scheduler) -> None:
+        """A second model trained beside the main one (PPO's critic): checkpointed under ``name/checkpoint-N``
+        before each main checkpoint (which marks the step complete) and restored with it. Before `resume`."""
+        self._companions.append((name, model, optimizer, scheduler))
+
+    def _load(self, path: Path) -> dict[str, Any]:
+        state = load_checkpoint(path, self.model, self.optimizer, self.scheduler)
+        for name, model, optimizer, scheduler in self._companions:
+            own = self.dir / name / path.name
+            if not own.is_dir():
+                raise CheckpointError(f"{path}: no {name} checkpoint {own}")
+            load_checkpoint(own, model, optimizer, scheduler, restore_rng=False)
+        return state
+
     def resume(self, model: torch.nn.Module, optimizer, scheduler, tokenizer: Any = None) -> dict[str, Any]:
-        """Load the newest checkpoint that loads into `model`, `optimizer` and `scheduler` when the run
-        resumes (falling back past corrupt ones), open the metrics log (truncated to the resumed step)
-        and arm the stop guard. Returns the saved trainer state ({} on a fresh run)."""
-        self.resume_from, self.state, self.start, self.logger = resume_and_open_log(
-            self.dir, self.resume_from, model, optimizer, scheduler, self.main)
+        """Load the newest checkpoint that loads into `model`, `optimizer` and `scheduler` (and the
+        companions) when the run resumes (falling back past corrupt ones), open the metrics log
+        (truncated to the resumed step) and arm the stop guard. Returns the saved trainer state ({} on
+        a fresh run)."""
         self.model, self.optimizer, self.scheduler, self.tokenizer = model, optimizer, scheduler, tokenizer
+        self.resume_from, self.state, self.start, self.logger = resume_and_open_log(
+            self.dir, self.resume_from, model, optimizer, scheduler, self.main, load=self._load)
         self.guard = RunGuard(self.cfg.run, model, self.state.get("skipped_updates", 0))
         return self.state
 
@@ -110,6 +128,9 @@ class RunLoop:
         """A checkpoint of step `step` (main process; the others wait for it): weights, tokenizer,
         optimizer, schedule, RNGs, and `state` with the count of skipped updates (unless `state` has its own)."""
         if self.main:
+            for name, model, optimizer, scheduler in self._companions:  # first: the main checkpoint marks them done
+                save_checkpoint(self.dir / name, step, model, None, optimizer, scheduler,
+                                keep_last=self.cfg.run.keep_last)
             save_checkpoint(self.dir, step, self.model, self.tokenizer, self.optimizer, self.scheduler,
                             keep_last=self.cfg.run.keep_last,
                             state={"skipped_updates": self.guard.skipped, **(state or {})})
@@ -124,28 +145,32 @@ class RunLoop:
             on_stop: Callable[[int], None] | None = None) -> Metrics:
         """Steps start … `total`−1; returns every metric as last recorded.
 
-        step(i, log): one optimizer step, its metrics (it may return {} when `log` is false); a recorded
-        step's also hold ``stats/skipped_updates``, the updates skipped so far.
+        step(i, log): one step; returns what to record for it: its metrics when `log` (every
+        ``run.log_every`` steps, the last, and where it evaluates), else {} or what must not wait (a
+        DAgger round's); with
+        `log` they gain ``stats/skipped_updates``, the updates skipped so far. The bar is `self.bar`.
         evaluate(): held-out metrics, every `eval_every` steps (0: only at the end) and after the last.
         state(): the trainer's part of each checkpoint's state (called on every process: it may gather).
-        show(metrics): the progress bar's fields, from the last recorded metrics updated with this step's.
+        show(metrics): the progress bar's fields, from the metrics as last recorded (a trainer with a
+        livelier field keeps it itself).
         record(step): called (main process) as a step's record is written; what it returns joins that
         record only (texts, not returned metrics). on_stop(step): called before a signal ends the run."""
         run, guard = self.cfg.run, self.guard
         final: Metrics = {}
         with progress_bar(total, f"{self.label} {run.name}", disable=not (run.progress and self.main)) as bar, guard:
+            self.bar = bar
             bar.advance(self.start)
             try:
                 for i in range(self.start, total):
                     done = i + 1
-                    log = done % run.log_every == 0 or done == total
+                    evaluated = evaluate is not None and ((eval_every and done % eval_every == 0) or done == total)
+                    log = done % run.log_every == 0 or done == total or evaluated
                     metrics = step(i, log)
                     if log and metrics:
                         metrics = {"stats/skipped_updates": guard.skipped, **metrics}  # run.on_nonfinite=skip_step
-                    evaluated = evaluate is not None and ((eval_every and done % eval_every == 0) or done == total)
                     if evaluated:
                         metrics = {**metrics, **evaluate()}
-                    if metrics and (log or evaluated):
+                    if metrics:
                         self.log(done, {**metrics, **(record(done) if record and self.main else {})})
                         final.update(metrics)
                     stopping = guard.stop_requested() and done < total
@@ -155,7 +180,7 @@ class RunLoop:
                         if on_stop is not None:
                             on_stop(done)
                         guard.stop(done)
-                    bar.advance(1, **(show({**final, **metrics}) if show else {}))
+                    bar.advance(1, **(show(final) if show else {}))
             finally:
                 for log in [self.logger, *self._side_logs]:
                     if log is not None:

@@ -410,16 +410,18 @@ def load_resume_checkpoint(run_dir: Path, load: Any) -> tuple[Path, Any]:
 
 
 def resume_and_open_log(run_dir: Path, resume_from: Path | None, model: torch.nn.Module, optimizer, scheduler,
-                        main: bool = True) -> tuple[Path | None, dict, int, MetricsLogger | None]:
+                        main: bool = True, load: Any = None) -> tuple[Path | None, dict, int, MetricsLogger | None]:
     """A single-model trainer's start: with `resume_from`, `model`, `optimizer` and `scheduler` from
     the newest checkpoint that loads (`load_resume_checkpoint`, reported on the main process; under
     torchrun every process loads `resume_from` itself, so that all of them continue from the same
     one); then the run's metrics log, truncated to the resumed step (None off the main process).
+    `load(path) -> state` replaces the loading of one checkpoint (a trainer with more than one model).
     Returns (the checkpoint or None, its trainer state ({} on a fresh run), the start step, the logger)."""
     start, state = 0, {}
     if resume_from is not None:
-        def load(path: Path) -> dict:
-            return load_checkpoint(path, model, optimizer, scheduler)
+        if load is None:
+            def load(path: Path) -> dict:
+                return load_checkpoint(path, model, optimizer, scheduler)
 
         if dist.world_size() == 1:  # one process: fall back past a corrupted newest checkpoint
             resume_from, state = load_resume_checkpoint(run_dir, load)
@@ -438,7 +440,7 @@ def refuse_skip_step(run: Any, algo: str) -> None:
     """Trainers whose loop checks the loss after its update cannot skip that update: they refuse
     ``run.on_nonfinite=skip_step`` by name instead of ignoring it."""
     if run.on_nonfinite == "skip_step":
-        raise ValueError(f"run.on_nonfinite skip_step is not implemented for {algo} (sft, grpo, rm, prm, dt and odt "
+        raise ValueError(f"run.on_nonfinite skip_step is not implemented for {algo} (sft, grpo, rm, prm, dt, odt and vla "
                          f"have it); use stop")
 
 
