@@ -53,6 +53,9 @@ class RunConfig:
     """Completions of each logged step (spread over its prompts) written to ``completions.jsonl`` in the
     run folder — prompt, gold answer, completion, total reward, each function's score and reason — by
     the trainers that sample (GRPO, PPO); 0: none. TRL's ``log_completions``."""
+    report_to: list[str] = field(default_factory=list)
+    """Experiment trackers that receive the metrics beside metrics.jsonl: tensorboard, wandb
+    (`seqrl.utils.trackers`; ``pip install 'seqrl[trackers]'``). TRL's ``report_to``."""
     on_nonfinite: Literal["stop", "skip_step"] = "stop"
     """A non-finite loss or gradient norm: stop the run naming the step and the newest checkpoint, or
     skip that optimizer update (weights and optimizer state unchanged; counted as
@@ -71,6 +74,11 @@ class RunConfig:
             raise ValueError(f"run.on_nonfinite must be 'stop' or 'skip_step' (got {self.on_nonfinite!r}){hint}")
         if not self.name or "/" in self.name:
             raise ValueError(f"run.name must be a non-empty folder name (got {self.name!r})")
+        if self.report_to:
+            from seqrl.utils.trackers import check_trackers
+
+            self.report_to = list(dict.fromkeys(self.report_to))
+            check_trackers(self.report_to)
         if self.bf16 != "auto" and not isinstance(self.bf16, bool):
             raise ValueError(f"run.bf16 must be true, false or auto (got {self.bf16!r})")
         spec = str(self.device).strip().lower()
@@ -241,6 +249,7 @@ TRL_ALIASES = {
     "save_steps": "run.save_every",
     "eval_steps": "eval.every",
     "bf16": "run.bf16",
+    "report_to": "run.report_to",
 }
 """TRL `GRPOConfig` names `seqrl train grpo|ppo` accepts for the seqrl field they mean (and ``output_dir``:
 the run folder, i.e. ``run.out_dir`` + ``run.name``). Left out where the meaning differs: TRL's
@@ -255,6 +264,19 @@ TRL_NOT_ALIASED = {
     "log_completions": "run.log_completions (the number of completions of each logged step to write)",
 }
 """TRL `GRPOConfig` names whose meaning differs from any one seqrl field: refused naming what to set."""
+
+
+def trl_report_to(value: Any) -> Any:
+    """TRL's ``report_to`` as a list: "none" → [], "all" → every tracker seqrl has, a name → [name].
+
+    >>> trl_report_to("none"), trl_report_to("wandb"), trl_report_to(["tensorboard"])
+    ([], ['wandb'], ['tensorboard'])
+    """
+    from seqrl.utils.trackers import TRACKERS
+
+    if isinstance(value, str):
+        return [] if value == "none" else list(TRACKERS) if value == "all" else [value]
+    return value
 
 
 def accepts_trl_names(cls: type) -> type:
@@ -293,7 +315,7 @@ def accepts_trl_names(cls: type) -> type:
                 if TRL_ALIASES[key].split(".")[0] not in fields:
                     raise ValueError(f"{cls.__name__}({key}=...): TRL's {key} means {TRL_ALIASES[key]}, which "
                                      f"{cls.__name__} does not have")
-                dotted = {TRL_ALIASES[key]: value}
+                dotted = {TRL_ALIASES[key]: trl_report_to(value) if key == "report_to" else value}
             for name, v in dotted.items():
                 *parents, leaf = name.split(".")
                 node = update
@@ -333,6 +355,8 @@ def trl_overrides(overrides: list[str], fields: set[str]) -> list[str]:
             out += [f"--run.out_dir={os.path.dirname(folder) or '.'}", f"--run.name={os.path.basename(folder)}"]
             continue
         target = TRL_ALIASES.get(key)
+        if key == "report_to" and sep:
+            value = "[" + ",".join(trl_report_to(value) if "[" not in value else [value.strip("[]")]) + "]"
         out.append(f"--{target if target is not None and target.split('.')[0] in fields else key}{sep}{value}"
                    if arg.startswith("--") or sep else arg)
     return out

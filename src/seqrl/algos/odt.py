@@ -49,6 +49,7 @@ from seqrl.training.run import (
     RunGuard,
     load_resume_checkpoint,
     make_optimizer,
+    open_run_trackers,
     prepare_run_dir,
     releases_run_folder,
     set_threads,
@@ -346,7 +347,9 @@ def train(cfg: ODTConfig, dataset: OfflineDataset | None = None, env=None) -> di
         buffer = saved_buffer if saved_buffer is not None else buffer
         if main:
             print(f"resumed from {resume_from} at step {start} (online iteration {iteration})")
-    logger = (MetricsLogger(run_dir / "metrics.jsonl", resume_step=start if resume_from else None) if main
+    trackers = open_run_trackers(cfg, start if resume_from else None) if main and cfg.run.report_to else []
+    logger = (MetricsLogger(run_dir / "metrics.jsonl", resume_step=start if resume_from else None, trackers=trackers)
+              if main
               else SimpleNamespace(log=lambda *_: None, close=lambda: None))
     if start == 0:
         first = {"model/parameters": sum(p.numel() for p in policy.parameters()),
@@ -471,6 +474,8 @@ def train(cfg: ODTConfig, dataset: OfflineDataset | None = None, env=None) -> di
                 bar.advance(cfg.online.updates, phase=f"online {iteration}", ret=metrics["online/return"])
         finally:
             logger.close()
+            for tracker in trackers:
+                tracker.close()
     final.update(offline_eval)
     if main:
         _plot(cfg, run_dir, final)

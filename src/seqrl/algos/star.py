@@ -44,6 +44,7 @@ from seqrl.training.run import (
     check_finite,
     load_resume_checkpoint,
     make_optimizer,
+    open_run_trackers,
     start_run,
 )
 from seqrl.algos.star_config import _WORD_RE, BaseConfig, STaRConfig, hint_words  # noqa: F401 (re-exported)
@@ -326,7 +327,8 @@ def train(cfg: STaRConfig) -> dict[str, float]:
         base_state = {k: v.detach().clone() for k, v in reloaded.model.state_dict().items()}
         del reloaded
 
-    logger = MetricsLogger(run_dir / "metrics.jsonl", resume_step=start if resume_from else None)
+    trackers = open_run_trackers(cfg, start if resume_from else None) if cfg.run.report_to else []
+    logger = MetricsLogger(run_dir / "metrics.jsonl", resume_step=start if resume_from else None, trackers=trackers)
     final: dict[str, float] = {}
     # a signal stops after the iteration in progress (its checkpoint); one cannot be saved midway
     guard = RunGuard(cfg.run, unit="iteration").__enter__()
@@ -367,6 +369,8 @@ def train(cfg: STaRConfig) -> dict[str, float]:
     finally:
         guard.__exit__(*sys.exc_info())
         logger.close()
+        for tracker in trackers:
+            tracker.close()
     records = read_metrics(run_dir / "metrics.jsonl")
     groups = [k for k in dict.fromkeys(k for r in records for k in r) if k.startswith("eval/acc_")]
     plot_metrics(records, ["eval/accuracy", *groups, "star/train_coverage", "star/kept",

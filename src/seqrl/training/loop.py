@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from seqrl.training.run import RunGuard, resume_and_open_log, start_run
+from seqrl.training.run import RunGuard, open_run_trackers, resume_and_open_log, start_run
 from seqrl.utils import dist
 from seqrl.utils.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from seqrl.utils.metrics import MetricsLogger, read_metrics
@@ -62,6 +62,8 @@ class RunLoop:
         """The progress bar while `run` runs (a step may add a field: ``loop.bar.advance(0, dagger=...)``)."""
         self._side_logs: list[MetricsLogger] = []
         self._companions: list[tuple[str, torch.nn.Module, Any, Any]] = []
+        self.trackers: list = []
+        """The experiment trackers of ``run.report_to`` (main process), opened by `resume`."""
 
     @property
     def world(self) -> int:
@@ -90,6 +92,9 @@ class RunLoop:
         self.resume_from, self.state, self.start, self.logger = resume_and_open_log(
             self.dir, self.resume_from, model, optimizer, scheduler, self.main, load=self._load)
         self.guard = RunGuard(self.cfg.run, model, self.state.get("skipped_updates", 0))
+        if self.main and self.cfg.run.report_to:
+            self.trackers = open_run_trackers(self.cfg, self.start if self.resume_from else None)
+            self.logger.trackers = self.trackers
         return self.state
 
     def log(self, step: int, metrics: Mapping[str, float]) -> None:
@@ -99,10 +104,12 @@ class RunLoop:
 
     def open_log(self, filename: str) -> MetricsLogger | None:
         """A second JSONL log of the run folder (main process; None elsewhere), truncated like
-        metrics.jsonl to the resumed step and closed when `run` ends."""
+        metrics.jsonl to the resumed step and closed when `run` ends; its records reach the trackers
+        as one table per step (the completions of ``run.log_completions``)."""
         if not self.main:
             return None
-        log = MetricsLogger(self.dir / filename, resume_step=self.start if self.resume_from else None)
+        log = MetricsLogger(self.dir / filename, resume_step=self.start if self.resume_from else None,
+                            trackers=self.trackers, table=True)
         self._side_logs.append(log)
         return log
 
@@ -185,6 +192,8 @@ class RunLoop:
                 for log in [self.logger, *self._side_logs]:
                     if log is not None:
                         log.close()
+                for tracker in self.trackers:
+                    tracker.close()
         return final
 
     def plot(self, keys: list[str], filename: str, title: str) -> Path | None:

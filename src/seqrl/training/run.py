@@ -36,7 +36,7 @@ from seqrl.utils.metrics import MetricsLogger
 from seqrl.utils.seeding import seed_everything
 
 RESUMABLE_CHANGES = ("steps", "optim.schedule_steps", "critic.optim.schedule_steps", "eval.every", "run.log_every",
-                     "run.log_completions", "run.save_every", "run.keep_last", "run.progress",
+                     "run.log_completions", "run.save_every", "run.keep_last", "run.progress", "run.report_to",
                      "run.threads", "run.resume", "run.on_nonfinite", "online.iterations", "run.device", "iterations",
                      "shared_prompt_forward", "run.name", "run.out_dir")
 """Fields a resumed run may change from its saved config.yaml (length, intervals, display, the device
@@ -434,6 +434,14 @@ def resume_and_open_log(run_dir: Path, resume_from: Path | None, model: torch.nn
             print(f"resumed from {resume_from} at step {start}")
     logger = MetricsLogger(run_dir / "metrics.jsonl", resume_step=start if resume_from else None) if main else None
     return resume_from, state, start, logger
+
+
+def open_run_trackers(cfg: Any, resume_step: int | None) -> list:
+    """The experiment trackers of ``cfg.run.report_to`` for its run folder (main process), with the
+    resolved config (`seqrl.utils.trackers`)."""
+    from seqrl.utils.trackers import open_trackers
+
+    return open_trackers(cfg.run.report_to, cfg.run.dir, cfg.run.name, to_dict(cfg), resume_step)
 
 
 def refuse_skip_step(run: Any, algo: str) -> None:

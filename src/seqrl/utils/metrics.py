@@ -22,6 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 from types import TracebackType
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -55,9 +56,15 @@ class MetricsLogger:
     after them, so steps logged after the checkpoint are not duplicated.
     """
 
-    def __init__(self, path: str | os.PathLike, resume_step: int | None = None) -> None:
+    def __init__(self, path: str | os.PathLike, resume_step: int | None = None, trackers: Sequence[Any] = (),
+                 table: bool = False) -> None:
         self.path = Path(path)
         self._failed = False
+        self.trackers, self.table = list(trackers), table
+        """Experiment trackers (`seqrl.utils.trackers`) that receive each record too (they are closed by
+        their owner): its numbers, or with `table` (a completions log) each step's records as one table."""
+        self._rows: list[dict[str, Any]] = []
+        self._rows_step: int | None = None
         self.path.parent.mkdir(parents=True, exist_ok=True)
         if resume_step is None:
             self._file = open(self.path, "w", encoding="utf-8")
@@ -94,10 +101,28 @@ class MetricsLogger:
         except OSError as e:  # a full disk: name the file (a flush error carries no file name)
             self._failed = True
             raise OSError(e.errno, e.strerror, str(self.path)) from e
+        if not self.trackers:
+            return
+        if not self.table:
+            for tracker in self.trackers:
+                tracker.log(step, metrics)
+            return
+        if self._rows_step is not None and step != self._rows_step:
+            self._flush_rows()
+        self._rows_step = step
+        self._rows.append({k: v for k, v in record.items() if k not in ("step", "time")})
+
+    def _flush_rows(self) -> None:
+        if self._rows:
+            for tracker in self.trackers:
+                tracker.log_samples(self._rows_step, self._rows)
+        self._rows = []
 
     def close(self) -> None:
         """Close the file (idempotent). After a failed write the unwritten rest is dropped: the error
         was raised by `log` already, and a torn last line is skipped by `read_metrics`."""
+        if self.table and self.trackers:
+            self._flush_rows()
         try:
             self._file.close()
         except OSError:
