@@ -55,15 +55,14 @@ from seqrl.models.lm import ModelConfig, Policy, load_policy, load_pretrained, m
 from seqrl.models.lora import LoRAConfig, adapter_disabled, apply_lora, is_lora
 from seqrl.prompts import check_template
 from seqrl.rewards.combine import (RewardFn, RewardSpec, build_rewards, check_reward_columns,  # noqa: F401
-                                   report_reward_errors, score_completions)  # (RewardSpec re-exported)
+                                   score_completions)  # (RewardSpec re-exported)
 from seqrl.rollout import SamplingParams, generate, sequence_logprobs
 from seqrl.rollout.logprobs import pack_micro_batches, shared_prompt_logprobs, use_shared_prompt_forward
-from seqrl.training.loop import RunLoop
+from seqrl.training.loop import RunLoop, SampledSteps
 from seqrl.training.run import (
     check_finite,
     completion_samples,
     make_optimizer,
-    reduce_rank_metrics,
     releases_run_folder,
     stream_indices,
 )
@@ -459,17 +458,16 @@ def train(cfg: GRPOConfig, rewards: dict | None = None, policy: Policy | None = 
         policy.model = apply_lora(policy.model, cfg.lora)
     trainer = GRPOLearner(cfg, policy, task, problems, reward_fns)
     state = loop.resume(policy.model, trainer.optimizer, trainer.scheduler, policy.tokenizer)
+
+    def after(i: int, metrics: dict[str, float]) -> None:
+        if cfg.loss.ref_sync_every and (i + 1) % cfg.loss.ref_sync_every == 0:
+            trainer.sync_reference()
+
+    steps = SampledSteps(loop, trainer, after)
     if loop.resume_from is not None:
-        cursors = state["prompt_cursor"]
         trainer.skipped_updates = state.get("skipped_updates", 0)
-        cursors = cursors if isinstance(cursors, list) else [cursors]
-        if len(cursors) != dist.world_size():
-            raise ValueError(f"{loop.resume_from} was written by {len(cursors)} process(es); resume it with "
-                             f"the same number (got {dist.world_size()})")
-        trainer.prompt_cursor = cursors[dist.rank()]
         if trainer.ref is not None and cfg.loss.ref_sync_every:
             trainer.sync_reference()  # checkpoints fall on sync steps (checked in the config)
-    samples_log = loop.open_log("completions.jsonl") if cfg.run.log_completions else None
 
     def evaluate() -> dict[str, float]:
         out: dict[str, float] = {}
@@ -493,39 +491,14 @@ def train(cfg: GRPOConfig, rewards: dict | None = None, policy: Policy | None = 
     if loop.start == 0:
         first = {"model/parameters": float(num_parameters(policy.model)), **evaluate()}
         loop.log_start(first)
-    warned: set[str] = set()  # reward functions whose first failure was printed
-    live: dict[str, float] = {}  # the bar's reward, every step
-    error_texts: dict[str, str] = {}  # the step's reward/<fn>/first_error texts, logged beside its numbers
-
-    def step(i: int, log: bool) -> dict[str, float]:
-        batch = trainer.collect(i)
-        metrics = reduce_rank_metrics(dist.all_gather_objects({**batch.metrics, **trainer.train_step(batch)}))
-        metrics["perf/tokens_per_s"] = metrics["perf/gen_tokens"] / (metrics["perf/gen_s"] + metrics["perf/train_s"])
-        if cfg.loss.ref_sync_every and (i + 1) % cfg.loss.ref_sync_every == 0:
-            trainer.sync_reference()
-        error_texts.clear()
-        error_texts.update(report_reward_errors(metrics, i + 1, warned if main else None))
-        live["reward"] = metrics["reward/total/mean"]
-        return metrics if log else {}
-
-    def record(done: int) -> dict[str, str]:
-        for sample in trainer.samples if samples_log is not None else ():
-            samples_log.log(done, sample)
-        return dict(error_texts)
-
-    def checkpoint_state() -> dict:
-        cursors = dist.all_gather_objects(trainer.prompt_cursor)
-        return {"prompt_cursor": cursors if len(cursors) > 1 else cursors[0], "skipped_updates": trainer.skipped_updates}
 
     def on_stop(done: int) -> None:
         if main and trainer.ref is not None and cfg.loss.ref_sync_every and done % cfg.loss.ref_sync_every:
             print(f"note: step {done} is not a reference sync step (loss.ref_sync_every="
                   f"{cfg.loss.ref_sync_every}); a run resumed from it re-syncs the reference there", file=sys.stderr)
 
-    final = loop.run(cfg.steps, step, evaluate=evaluate, eval_every=cfg.eval.every, state=checkpoint_state,
-                     record=record, on_stop=on_stop,
-                     show=lambda m: {**live,
-                                     **({"acc": m["eval/accuracy"]} if "eval/accuracy" in m else {})})
+    final = steps.run(cfg.steps, evaluate, cfg.eval.every, on_stop=on_stop,
+                      state=lambda: {"skipped_updates": trainer.skipped_updates})
     loop.plot(["reward/total/mean", "eval/accuracy", "eval/pass@1", "stats/completion_len_mean", "stats/kl",
                "stats/entropy", "stats/clipfrac_high", "stats/zero_var_groups", "loss/policy"], "grpo.png",
               f"GRPO {cfg.run.name}")

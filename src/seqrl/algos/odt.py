@@ -36,24 +36,15 @@ from __future__ import annotations
 
 import math
 import time
-from types import SimpleNamespace
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import safetensors.torch
 import torch
 
 from seqrl.algos.config import OptimConfig, RunConfig
-from seqrl.training.run import (
-    RunGuard,
-    load_resume_checkpoint,
-    make_optimizer,
-    open_run_trackers,
-    prepare_run_dir,
-    releases_run_folder,
-    set_threads,
-)
 from seqrl.algos.odt_config import ODTConfig, ODTEvalConfig, ODTModelConfig, OnlineConfig
 from seqrl.core.odt import (
     odt_policy_loss,
@@ -75,14 +66,14 @@ from seqrl.envs.evaluate import (
 from seqrl.envs.rollout import episode_rngs
 from seqrl.models.dt import DTModelConfig
 from seqrl.models.odt import OnlineDecisionTransformer
+from seqrl.training.loop import RunLoop
+from seqrl.training.run import make_optimizer, releases_run_folder
 from seqrl.utils import dist
-from seqrl.utils.checkpoint import CheckpointError, latest_checkpoint, load_checkpoint, save_checkpoint
+from seqrl.utils.checkpoint import CheckpointError
 from seqrl.utils.dist import bf16_autocast
-from seqrl.utils.metrics import MetricsLogger, read_metrics
+from seqrl.utils.metrics import read_metrics
 from seqrl.utils.optim import Lamb
 from seqrl.utils.plots import plot_bars, plot_metrics
-from seqrl.utils.progress import progress_bar
-from seqrl.utils.seeding import seed_everything
 
 __all__ = ["ODTConfig", "ReplayBuffer", "collect_rollouts", "train"]
 
@@ -239,6 +230,14 @@ class _Optimizers:
     def state_dict(self) -> dict:
         return {"policy": self.policy.state_dict(), "temperature": self.temperature.state_dict()}
 
+    def step(self) -> None:
+        self.policy.step()
+        self.temperature.step()
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        self.policy.zero_grad(set_to_none=set_to_none)
+        self.temperature.zero_grad(set_to_none=set_to_none)
+
     def load_state_dict(self, state: dict) -> None:
         self.policy.load_state_dict(state["policy"])
         self.temperature.load_state_dict(state["temperature"])
@@ -299,21 +298,13 @@ def train(cfg: ODTConfig, dataset: OfflineDataset | None = None, env=None) -> di
     `env` (a gymnasium id or an environment factory) overrides the dataset's environment for rollouts
     and evaluation.
     """
-    device = cfg.run.torch_device
-    dist.init_distributed(device)
-    main, world = dist.is_main(), dist.world_size()
+    world = dist.world_size()
     rows = dist.shard(cfg.batch_size)  # raises when the batch does not split over the processes
     if world > 1 and cfg.online.iterations:
         raise ValueError(f"online.iterations ({cfg.online.iterations}): torchrun data parallelism covers the "
                          f"offline phase only; run the online phase in one process (online.iterations=0 here)")
-    set_threads(cfg.run.threads)
-    seed_everything(cfg.run.seed)
-    resume_from = prepare_run_dir(cfg.run, cfg) if main else None
-    dist.barrier()
-    if not main and cfg.run.resume:
-        resume_from = latest_checkpoint(cfg.run.dir)
-    run_dir = cfg.run.dir
-    placement = cfg.run.announce()
+    loop = RunLoop(cfg, "odt")
+    device, main, run_dir = loop.device, loop.main, loop.dir
 
     dataset = dataset if dataset is not None else load_dataset(cfg.data)
     data = Trajectories(dataset, cfg.data.top_fraction, cfg.model.max_ep_len, "odt.model", cfg.data.windows)
@@ -333,50 +324,24 @@ def train(cfg: ODTConfig, dataset: OfflineDataset | None = None, env=None) -> di
     optimizers = _Optimizers(policy_opt, torch.optim.Adam([log_temperature], lr=cfg.temperature_lr, betas=(0.9, 0.999)))
     buffer = ReplayBuffer(cfg.online.buffer_size, [ep for ep in dataset.episodes if len(ep) <= cfg.model.max_ep_len])
 
-    start, iteration, offline_eval, skipped = 0, 0, {}, 0
-    if resume_from is not None:
-        def load(path):
-            state = load_checkpoint(path, policy, optimizers, scheduler)
-            return state, (ReplayBuffer.load(path) if state["phase"] == "online" else None)
-
-        resume_from, (state, saved_buffer) = load_resume_checkpoint(run_dir, load)
-        start, iteration, offline_eval = state["step"], state["online_iteration"], state["offline_eval"]
-        skipped = state.get("skipped_updates", 0)
+    state = loop.resume(policy, optimizers, scheduler)
+    P, updates = cfg.pretrain_steps, cfg.online.updates
+    iteration, offline_eval, first_unit = 0, {}, loop.start
+    if loop.resume_from is not None:
+        iteration, offline_eval = state["online_iteration"], state["offline_eval"]
         with torch.no_grad():
             log_temperature.copy_(torch.tensor(state["log_temperature"], dtype=torch.float32))
-        buffer = saved_buffer if saved_buffer is not None else buffer
-        if main:
-            print(f"resumed from {resume_from} at step {start} (online iteration {iteration})")
-    trackers = open_run_trackers(cfg, start if resume_from else None) if main and cfg.run.report_to else []
-    logger = (MetricsLogger(run_dir / "metrics.jsonl", resume_step=start if resume_from else None, trackers=trackers)
-              if main
-              else SimpleNamespace(log=lambda *_: None, close=lambda: None))
-    if start == 0:
-        first = {"model/parameters": sum(p.numel() for p in policy.parameters()),
-                 "data/episodes": len(data.returns), "data/steps": data.n_steps,
-                 "data/return_mean": float(data.returns.mean()), "data/return_max": float(data.returns.max()),
-                 "stats/target_entropy": target_entropy, **buffer.stats(), **placement}
-        logger.log(0, first)
-
-    clip = cfg.optim.grad_clip if cfg.optim.grad_clip > 0 else float("inf")
-    final: dict[str, float] = dict(offline_eval)
+        if state["phase"] == "online":
+            buffer = ReplayBuffer.load(loop.resume_from)
+            first_unit = P + iteration
+        if main and iteration:
+            print(f"resume: online iteration {iteration} of {cfg.online.iterations} done")
+    loop.log_start({"model/parameters": sum(p.numel() for p in policy.parameters()),
+                    "data/episodes": len(data.returns), "data/steps": data.n_steps,
+                    "data/return_mean": float(data.returns.mean()), "data/return_max": float(data.returns.max()),
+                    "stats/target_entropy": target_entropy, **buffer.stats()})
     window = {"s": 0.0, "n": 0}
-
-    def run_eval() -> dict[str, float]:
-        metrics: dict[str, float] = {}
-        if main:
-            metrics, _ = run_evaluation(policy, info, cfg.eval.target_returns, cfg.eval.episodes, cfg.eval.seed,
-                                        cfg.eval.max_steps, env=env)
-        dist.barrier()
-        return metrics
-
-    def save(step: int, phase: str) -> None:
-        state = {"policy": info, "phase": phase, "online_iteration": iteration, "offline_eval": offline_eval,
-                 "log_temperature": float(log_temperature.detach()), "skipped_updates": guard.skipped}
-        if main:
-            save_checkpoint(run_dir, step, policy, tokenizer=buffer if phase == "online" else None,
-                            optimizer=optimizers, scheduler=scheduler, state=state, keep_last=cfg.run.keep_last)
-        dist.barrier()
+    live: dict[str, Any] = {}  # the bar's phase and loss or return
 
     def update(step: int, source: Trajectories) -> dict[str, float]:
         """One update at global step `step`; returns the metrics to log (maybe none)."""
@@ -395,87 +360,78 @@ def train(cfg: ODTConfig, dataset: OfflineDataset | None = None, env=None) -> di
             dist.all_reduce_grads(policy)
             dist.all_reduce_sum(log_temperature.grad)
             out = {k: dist.all_reduce_sum(v.detach().reshape(1) * share)[0] for k, v in out.items()}
-        grad_norm = torch.nn.utils.clip_grad_norm_(policy.parameters(), clip)
-        lr = scheduler.get_last_lr()[0]
-        if guard.check_finite(step + 1, loss=out["loss"].item(), grad_norm=grad_norm):
-            optimizers.policy.step()
-            optimizers.temperature.step()
-        scheduler.step()
-        optimizers.policy.zero_grad(set_to_none=True)
-        optimizers.temperature.zero_grad(set_to_none=True)
+        grad_norm, lr = loop.update(step, out["loss"].item())  # the policy's and α's optimizers together
         window["s"] += time.perf_counter() - t0
         window["n"] += 1
         done = step + 1
-        if done % cfg.run.log_every and done != cfg.pretrain_steps and done != cfg.total_steps:
+        live["loss"] = -out["ll"].item()
+        if done % cfg.run.log_every and done != P and done != cfg.total_steps:
             return {}
         metrics = {"loss/action": -out["ll"].item(), "loss/policy": out["loss"].item(),
                    "loss/temperature": out["t_loss"].item(), "stats/entropy": out["entropy"].item(),
-                   "stats/temperature": float(log_temperature.detach().exp()), "stats/grad_norm": float(grad_norm),
-                   "stats/lr": lr, "stats/skipped_updates": guard.skipped, "perf/steps_per_s": window["n"] / window["s"]}
+                   "stats/temperature": float(log_temperature.detach().exp()), "stats/grad_norm": grad_norm,
+                   "stats/lr": lr, "perf/steps_per_s": window["n"] / window["s"]}
         window.update(s=0.0, n=0)
         return metrics
 
+    def unit(u: int, log: bool) -> dict[str, float]:
+        """Unit `u`: offline step u (u < P), else online iteration u − P (rollouts, then `updates` steps)."""
+        nonlocal iteration
+        if u < P:
+            live["phase"] = "offline"
+            return update(u, data)
+        t0 = time.perf_counter()
+        new = collect_rollouts(policy, env, cfg.online.target_return, cfg.online.rollouts, cfg.online.seed,
+                               iteration * cfg.online.rollouts, cfg.online.max_steps)
+        buffer.add(new)
+        loop.tokenizer = buffer  # the online phase's checkpoints hold the buffer
+        rollout_s = time.perf_counter() - t0
+        source = buffer.trajectories(dataset, cfg.model.max_ep_len, cfg.data.windows)
+        step, metrics = P + iteration * updates, {}
+        for k in range(updates):
+            got = update(step, source)
+            step += 1
+            if got and k < updates - 1:  # the iteration's last update joins its record
+                loop.log(step, {"stats/skipped_updates": loop.guard.skipped, **got})
+            metrics = got or metrics
+        iteration += 1
+        returns = [ep.ret for ep in new]
+        metrics.update({"online/return": float(np.mean(returns)), "online/return_max": float(np.max(returns)),
+                        "online/length": float(np.mean([len(ep) for ep in new])), "online/iteration": iteration,
+                        "perf/rollout_s": rollout_s, **buffer.stats()})
+        if dataset.ref_min_score is not None and dataset.ref_max_score is not None:
+            metrics["online/normalized"] = float(np.mean(dataset.normalized(np.array(returns))))
+        live.update(phase=f"online {iteration}", ret=metrics["online/return"])
+        live.pop("loss", None)
+        return metrics
+
+    def evaluate() -> dict[str, float]:
+        nonlocal offline_eval
+        metrics: dict[str, float] = {}
+        if main:
+            metrics, _ = run_evaluation(policy, info, cfg.eval.target_returns, cfg.eval.episodes, cfg.eval.seed,
+                                        cfg.eval.max_steps, env=env)
+        dist.barrier()
+        if iteration == 0:  # right after pre-training
+            offline_eval = {f"offline/{k}": v for k, v in metrics.items()}
+            return offline_eval
+        return metrics
+
+    def eval_due(done: int) -> bool:
+        if not cfg.eval.episodes or done < P:
+            return False
+        k = done - P  # online iterations done
+        return k == 0 or (bool(cfg.eval.every) and k % cfg.eval.every == 0) or k == cfg.online.iterations
+
+    def checkpoint_state() -> dict[str, Any]:
+        return {"policy": info, "phase": "online" if iteration else "pretrain", "online_iteration": iteration,
+                "offline_eval": offline_eval, "log_temperature": float(log_temperature.detach())}
+
     policy.train()
-    guard = RunGuard(cfg.run, policy, skipped)
-    with progress_bar(cfg.total_steps, f"odt {cfg.run.name}", disable=not (cfg.run.progress and main)) as bar, guard:
-        bar.advance(start)
-        try:
-            # 1. offline pre-training
-            for step in range(start, cfg.pretrain_steps):
-                metrics = update(step, data)
-                done = step + 1
-                if done == cfg.pretrain_steps and cfg.eval.episodes:
-                    offline_eval = {f"offline/{k}": v for k, v in run_eval().items()}
-                    metrics.update(offline_eval)
-                if metrics:
-                    logger.log(done, metrics)
-                    final.update(metrics)
-                stopping = guard.stop_requested() and done < cfg.total_steps
-                if (cfg.run.save_every and done % cfg.run.save_every == 0) or done == cfg.pretrain_steps or stopping:
-                    save(done, "pretrain")
-                if stopping:
-                    guard.stop(done)
-                bar.advance(1, phase="offline", loss=final.get("loss/action", float("nan")))
-            # 2. online fine-tuning
-            step = max(start, cfg.pretrain_steps)
-            while iteration < cfg.online.iterations:
-                t0 = time.perf_counter()
-                first_index = iteration * cfg.online.rollouts
-                new = collect_rollouts(policy, env, cfg.online.target_return, cfg.online.rollouts, cfg.online.seed,
-                                       first_index, cfg.online.max_steps)
-                buffer.add(new)
-                rollout_s = time.perf_counter() - t0
-                source = buffer.trajectories(dataset, cfg.model.max_ep_len, cfg.data.windows)
-                metrics = {}
-                for _ in range(cfg.online.updates):
-                    got = update(step, source)
-                    step += 1
-                    if got and step != cfg.pretrain_steps + (iteration + 1) * cfg.online.updates:
-                        logger.log(step, got)
-                    metrics = got or metrics
-                iteration += 1
-                returns = [ep.ret for ep in new]
-                metrics.update({"online/return": float(np.mean(returns)), "online/return_max": float(np.max(returns)),
-                                "online/length": float(np.mean([len(ep) for ep in new])), "online/iteration": iteration,
-                                "perf/rollout_s": rollout_s, **buffer.stats()})
-                if dataset.ref_min_score is not None and dataset.ref_max_score is not None:
-                    metrics["online/normalized"] = float(np.mean(dataset.normalized(np.array(returns))))
-                last = iteration == cfg.online.iterations
-                if cfg.eval.episodes and ((cfg.eval.every and iteration % cfg.eval.every == 0) or last):
-                    metrics.update(run_eval())
-                logger.log(step, metrics)
-                final.update(metrics)
-                stopping = guard.stop_requested() and not last
-                if last or stopping or (cfg.run.save_every and step // cfg.run.save_every
-                                        > (step - cfg.online.updates) // cfg.run.save_every):
-                    save(step, "online")
-                if stopping:
-                    guard.stop(step)
-                bar.advance(cfg.online.updates, phase=f"online {iteration}", ret=metrics["online/return"])
-        finally:
-            logger.close()
-            for tracker in trackers:
-                tracker.close()
+    final = loop.run(P + cfg.online.iterations, unit, evaluate=evaluate, state=checkpoint_state, start=first_unit,
+                     at=lambda u: u if u <= P else P + (u - P) * updates,
+                     log_due=lambda done: done > P or done % cfg.run.log_every == 0 or done == P,
+                     eval_due=eval_due, save_due=lambda done: done == P, show=lambda m: dict(live))
     final.update(offline_eval)
     if main:
         _plot(cfg, run_dir, final)

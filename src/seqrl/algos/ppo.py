@@ -56,17 +56,15 @@ from seqrl.rewards.combine import (
     build_reward,
     build_rewards,
     check_reward_columns,
-    report_reward_errors,
     score_completions,
 )
 from seqrl.rollout import SamplingParams, generate, sequence_logprobs
 from seqrl.rollout.logprobs import pack_micro_batches, shared_prompt_logprobs, use_shared_prompt_forward
-from seqrl.training.loop import RunLoop
+from seqrl.training.loop import RunLoop, SampledSteps
 from seqrl.training.run import (
     check_finite,
     completion_samples,
     make_optimizer,
-    reduce_rank_metrics,
     refuse_skip_step,
     releases_run_folder,
     stream_indices,
@@ -400,15 +398,13 @@ def train(cfg: PPOConfig) -> dict[str, float]:
     critic.to(device)
     trainer = PPOLearner(cfg, policy, critic, task, problems, reward_fns)
     loop.add_companion("critic", critic, trainer.critic_optimizer, trainer.critic_scheduler)
-    state = loop.resume(policy.model, trainer.optimizer, trainer.scheduler, policy.tokenizer)
-    if loop.resume_from is not None:
-        cursors = state["prompt_cursor"]
-        cursors = cursors if isinstance(cursors, list) else [cursors]
-        if len(cursors) != dist.world_size():
-            raise ValueError(f"{loop.resume_from} was written by {len(cursors)} process(es); resume it with the "
-                             "same number")
-        trainer.prompt_cursor = cursors[dist.rank()]
-    samples_log = loop.open_log("completions.jsonl") if cfg.run.log_completions else None
+    loop.resume(policy.model, trainer.optimizer, trainer.scheduler, policy.tokenizer)
+
+    def after(i: int, metrics: dict[str, float]) -> None:  # checked after the update: skip_step is refused
+        check_finite(i + 1, cfg.run.on_nonfinite, loss=metrics["loss/policy"], value_loss=metrics["loss/value"],
+                     grad_norm=metrics["stats/grad_norm_policy"])
+
+    steps = SampledSteps(loop, trainer, after)
 
     def evaluate() -> dict[str, float]:
         out: dict[str, float] = {}
@@ -425,33 +421,7 @@ def train(cfg: PPOConfig) -> dict[str, float]:
         first = {"model/parameters": float(num_parameters(policy.model)),
                  "model/critic_parameters": float(num_parameters(critic)), **evaluate()}
         loop.log_start(first)
-    warned: set[str] = set()  # reward functions whose first failure was printed
-    live: dict[str, float] = {}  # the bar's reward, every step
-    error_texts: dict[str, str] = {}  # the step's reward/<fn>/first_error texts, logged beside its numbers
-
-    def step(i: int, log: bool) -> dict[str, float]:
-        batch = trainer.collect(i)
-        metrics = reduce_rank_metrics(dist.all_gather_objects({**batch.metrics, **trainer.train_step(batch)}))
-        check_finite(i + 1, cfg.run.on_nonfinite, loss=metrics["loss/policy"], value_loss=metrics["loss/value"],
-                     grad_norm=metrics["stats/grad_norm_policy"])
-        metrics["perf/tokens_per_s"] = metrics["perf/gen_tokens"] / (metrics["perf/gen_s"] + metrics["perf/train_s"])
-        error_texts.clear()
-        error_texts.update(report_reward_errors(metrics, i + 1, warned if main else None))
-        live["reward"] = metrics["reward/total/mean"]
-        return metrics if log else {}
-
-    def record(done: int) -> dict[str, str]:
-        for sample in trainer.samples if samples_log is not None else ():
-            samples_log.log(done, sample)
-        return dict(error_texts)
-
-    def checkpoint_state() -> dict:
-        cursors = dist.all_gather_objects(trainer.prompt_cursor)
-        return {"prompt_cursor": cursors if len(cursors) > 1 else cursors[0]}
-
-    final = loop.run(cfg.steps, step, evaluate=evaluate, eval_every=cfg.eval.every, state=checkpoint_state,
-                     record=record, show=lambda m: {**live,
-                                                    **({"acc": m["eval/accuracy"]} if "eval/accuracy" in m else {})})
+    final = steps.run(cfg.steps, evaluate, cfg.eval.every)
     loop.plot(["reward/total/mean", "reward/verifier/mean", "eval/accuracy", "eval/pass@1", "stats/kl", "loss/value",
                "stats/explained_variance", "stats/clipfrac_high", "stats/entropy"], "ppo.png", f"PPO {cfg.run.name}")
     return {**first, **final}

@@ -37,27 +37,17 @@ from dataclasses import dataclass, replace
 import torch
 
 from seqrl.algos.config import OptimConfig, RunConfig, TaskConfig
-from seqrl.training.run import (
-    refuse_skip_step,
-    releases_run_folder,
-    RunGuard,
-    check_finite,
-    load_resume_checkpoint,
-    make_optimizer,
-    open_run_trackers,
-    start_run,
-)
 from seqrl.algos.star_config import _WORD_RE, BaseConfig, STaRConfig, hint_words  # noqa: F401 (re-exported)
 from seqrl.evaluation import EvalConfig, evaluate
 from seqrl.models.lm import ModelConfig, Policy, load_policy, num_parameters
 from seqrl.prompts import PromptConfig, check_template
 from seqrl.rollout import SamplingParams, generate
 from seqrl.training.finetune import encode_pairs, finetune
+from seqrl.training.loop import RunLoop
+from seqrl.training.run import check_finite, make_optimizer, refuse_skip_step, releases_run_folder
 from seqrl.types import MARKERS, Problem, Task
 from seqrl.utils import dist
-from seqrl.utils.checkpoint import load_checkpoint, save_checkpoint
-from seqrl.utils.metrics import MetricsLogger, read_metrics
-from seqrl.utils.plots import plot_metrics
+from seqrl.utils.metrics import read_metrics
 
 BASE_DIR = "base"
 """The run folder's copy of the base model M_0 (restart_from_base reloads it; resume reads it)."""
@@ -290,7 +280,8 @@ def train(cfg: STaRConfig) -> dict[str, float]:
     if dist.world_size() > 1:
         raise ValueError("seqrl train star runs in one process (its sampling and fine-tunes are not "
                          "distributed); start it without torchrun")
-    device, _, run_dir, resume_from, placement = start_run(cfg, distributed=False)
+    loop = RunLoop(cfg, cfg.method, distributed=False, unit="iteration")
+    device, run_dir, resume_from = loop.device, loop.dir, loop.resume_from
     task = cfg.task.build()
     train_problems, base_problems, test_problems = split_problems(task, cfg)
     check_template(cfg.prompt, train_problems + base_problems + test_problems)
@@ -309,12 +300,10 @@ def train(cfg: STaRConfig) -> dict[str, float]:
     policy.prompt = cfg.prompt
     model, tok = policy.model, policy.tokenizer
 
-    start, generated, metrics = 0, 0, {}
-    if resume_from is not None:
-        resume_from, state = load_resume_checkpoint(run_dir, lambda p: load_checkpoint(p, model, restore_rng=False))
-        start, generated = state["step"], int(state["generated_tokens"])
-        print(f"resumed from {resume_from} at iteration {start}")
-    elif fresh_base:
+    # a checkpoint holds the weights only: each iteration fine-tunes afresh, seeded by (seed, iteration)
+    state = loop.resume(model, None, None, tok, restore_rng=False)
+    generated, metrics = int(state.get("generated_tokens", 0)), {}
+    if resume_from is None and fresh_base:
         t0 = time.perf_counter()
         metrics.update(train_base(policy, base_problems, cfg))
         metrics["perf/base_s"] = time.perf_counter() - t0
@@ -327,55 +316,44 @@ def train(cfg: STaRConfig) -> dict[str, float]:
         base_state = {k: v.detach().clone() for k, v in reloaded.model.state_dict().items()}
         del reloaded
 
-    trackers = open_run_trackers(cfg, start if resume_from else None) if cfg.run.report_to else []
-    logger = MetricsLogger(run_dir / "metrics.jsonl", resume_step=start if resume_from else None, trackers=trackers)
-    final: dict[str, float] = {}
-    # a signal stops after the iteration in progress (its checkpoint); one cannot be saved midway
-    guard = RunGuard(cfg.run, unit="iteration").__enter__()
-    try:
-        if resume_from is None:
-            metrics.update(held_out(policy, task, test_problems, cfg))
-            metrics.update({"model/parameters": num_parameters(model), "data/train_problems": len(train_problems),
-                            "data/test_problems": len(test_problems), "run/method": cfg.method,
-                            "star/generated_tokens": 0.0, **placement})
-            logger.log(0, metrics)
-            save_checkpoint(run_dir, 0, model, tok, state={"generated_tokens": 0}, keep_last=cfg.run.keep_last)
-            print(f"{cfg.method} iteration 0 (base): held-out accuracy {metrics['eval/accuracy']:.3f}"
-                  f"{by_group(metrics, cfg.accuracy_by)}")
-            final = metrics
-            if guard.stop_requested():
-                guard.stop(0)
-        for it in range(start + 1, cfg.iterations + 1):
-            guard.current = it
-            t0 = time.perf_counter()
-            kept, stats = collect(policy, task, train_problems, cfg, it, cfg.run.seed)
-            generated += int(stats["star/iteration_generated_tokens"])
-            t1 = time.perf_counter()
-            stats.update(fine_tune(policy, kept, cfg, it, base_state))
-            t2 = time.perf_counter()
-            stats.update(held_out(policy, task, test_problems, cfg))
-            stats.update({"star/generated_tokens": float(generated), "perf/sample_s": t1 - t0,
-                          "perf/fine_tune_s": t2 - t1, "perf/eval_s": time.perf_counter() - t2})
-            logger.log(it, stats)
-            save_checkpoint(run_dir, it, model, tok, state={"generated_tokens": generated}, keep_last=cfg.run.keep_last)
-            guard.current = None
-            print(f"{cfg.method} iteration {it}: kept {int(stats['star/kept'])} "
-                  f"({int(stats['star/kept_from_rationalization'])} rationalized), coverage "
-                  f"{stats['star/train_coverage']:.3f}, held-out accuracy {stats['eval/accuracy']:.3f}"
-                  f"{by_group(stats, cfg.accuracy_by)}")
-            final = stats
-            if guard.stop_requested() and it < cfg.iterations:
-                guard.stop(it)
-    finally:
-        guard.__exit__(*sys.exc_info())
-        logger.close()
-        for tracker in trackers:
-            tracker.close()
+    def unit(u: int, log: bool) -> dict[str, float]:
+        """Unit 0: the base's held-out evaluation (a fresh run); unit u: STaR iteration u."""
+        nonlocal generated
+        if u == 0:
+            out = {**metrics, **held_out(policy, task, test_problems, cfg),
+                   "model/parameters": num_parameters(model), "data/train_problems": len(train_problems),
+                   "data/test_problems": len(test_problems), "run/method": cfg.method,
+                   "star/generated_tokens": 0.0, **loop.placement}
+            print(f"{cfg.method} iteration 0 (base): held-out accuracy {out['eval/accuracy']:.3f}"
+                  f"{by_group(out, cfg.accuracy_by)}")
+            return out
+        loop.guard.current = u  # a second signal loses this iteration's work: the messages say so
+        t0 = time.perf_counter()
+        kept, stats = collect(policy, task, train_problems, cfg, u, cfg.run.seed)
+        generated += int(stats["star/iteration_generated_tokens"])
+        t1 = time.perf_counter()
+        stats.update(fine_tune(policy, kept, cfg, u, base_state))
+        t2 = time.perf_counter()
+        stats.update(held_out(policy, task, test_problems, cfg))
+        stats.update({"star/generated_tokens": float(generated), "perf/sample_s": t1 - t0,
+                      "perf/fine_tune_s": t2 - t1, "perf/eval_s": time.perf_counter() - t2})
+        print(f"{cfg.method} iteration {u}: kept {int(stats['star/kept'])} "
+              f"({int(stats['star/kept_from_rationalization'])} rationalized), coverage "
+              f"{stats['star/train_coverage']:.3f}, held-out accuracy {stats['eval/accuracy']:.3f}"
+              f"{by_group(stats, cfg.accuracy_by)}")
+        return stats
+
+    def checkpoint_state() -> dict:
+        loop.guard.current = None  # the unit's work is done: a stop from here keeps it
+        return {"generated_tokens": generated}
+
+    # units: 0 the base's evaluation, then iterations 1 … N; unit u is recorded and saved as step u
+    final = loop.run(cfg.iterations + 1, unit, state=checkpoint_state, start=0 if resume_from is None else loop.start + 1,
+                     at=lambda done: max(done - 1, 0), log_due=lambda done: True, save_due=lambda done: True)
     records = read_metrics(run_dir / "metrics.jsonl")
     groups = [k for k in dict.fromkeys(k for r in records for k in r) if k.startswith("eval/acc_")]
-    plot_metrics(records, ["eval/accuracy", *groups, "star/train_coverage", "star/kept",
-                           "star/kept_from_rationalization"],
-                 run_dir / "plots" / "star.png", title=f"{cfg.method} {cfg.run.name}")
+    loop.plot(["eval/accuracy", *groups, "star/train_coverage", "star/kept", "star/kept_from_rationalization"],
+              "star.png", f"{cfg.method} {cfg.run.name}")
     return final
 
 

@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from seqrl.training.run import RunGuard, open_run_trackers, resume_and_open_log, start_run
+from seqrl.training.run import RunGuard, open_run_trackers, reduce_rank_metrics, resume_and_open_log, start_run
 from seqrl.utils import dist
 from seqrl.utils.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from seqrl.utils.metrics import MetricsLogger, read_metrics
@@ -37,16 +37,17 @@ Metrics = dict[str, float]
 
 
 class RunLoop:
-    """One run of a trainer whose unit of work is a step: SFT, GRPO and its variants, PPO, RM, PRM/ORM,
-    DT/BC and the VLA run on it (STaR and ODT still drive the plumbing of `seqrl.training.run` themselves).
+    """One run of a trainer; every trainer runs on it: SFT, GRPO and its variants, PPO, RM, PRM/ORM, DT/BC,
+    the VLA, ODT (its online phase in iterations of several steps) and STaR (in iterations).
 
     `label` names the run in the progress bar ("sft", "rm", "prm", …). `distributed`: whether the
     trainer runs under torchrun (False refuses it); `seed`: seed the global RNGs now (a trainer whose
-    data building draws from them seeds after it, itself).
+    data building draws from them seeds after it, itself); `unit`: what a checkpoint's number counts in
+    messages ("iteration" for STaR).
     """
 
-    def __init__(self, cfg: Any, label: str, *, distributed: bool = True, seed: bool = True) -> None:
-        self.cfg, self.label, self.distributed = cfg, label, distributed
+    def __init__(self, cfg: Any, label: str, *, distributed: bool = True, seed: bool = True, unit: str = "step") -> None:
+        self.cfg, self.label, self.distributed, self.unit = cfg, label, distributed, unit
         started = start_run(cfg, distributed=distributed, seed=seed)
         self.device, self.main, self.dir = started.device, started.main, started.dir
         self.resume_from, self.placement = started.resume_from, started.placement
@@ -75,7 +76,7 @@ class RunLoop:
         self._companions.append((name, model, optimizer, scheduler))
 
     def _load(self, path: Path) -> dict[str, Any]:
-        state = load_checkpoint(path, self.model, self.optimizer, self.scheduler)
+        state = load_checkpoint(path, self.model, self.optimizer, self.scheduler, restore_rng=self._restore_rng)
         for name, model, optimizer, scheduler in self._companions:
             own = self.dir / name / path.name
             if not own.is_dir():
@@ -83,15 +84,20 @@ class RunLoop:
             load_checkpoint(own, model, optimizer, scheduler, restore_rng=False)
         return state
 
-    def resume(self, model: torch.nn.Module, optimizer, scheduler, tokenizer: Any = None) -> dict[str, Any]:
+    def resume(self, model: torch.nn.Module, optimizer, scheduler, tokenizer: Any = None,
+               restore_rng: bool = True) -> dict[str, Any]:
         """Load the newest checkpoint that loads into `model`, `optimizer` and `scheduler` (and the
         companions) when the run resumes (falling back past corrupt ones), open the metrics log
         (truncated to the resumed step) and arm the stop guard. Returns the saved trainer state ({} on
-        a fresh run)."""
+        a fresh run). `optimizer` and `scheduler` may be None (a trainer that fine-tunes afresh in
+        each unit); `restore_rng` False leaves the global RNGs as they are (a trainer seeding each unit)."""
         self.model, self.optimizer, self.scheduler, self.tokenizer = model, optimizer, scheduler, tokenizer
+        self._restore_rng = restore_rng
         self.resume_from, self.state, self.start, self.logger = resume_and_open_log(
-            self.dir, self.resume_from, model, optimizer, scheduler, self.main, load=self._load)
-        self.guard = RunGuard(self.cfg.run, model, self.state.get("skipped_updates", 0))
+            self.dir, self.resume_from, model, optimizer, scheduler, self.main, load=self._load, unit=self.unit)
+        # the free-space check counts Adam's two moments: only where there is an optimizer to save
+        self.guard = RunGuard(self.cfg.run, model if optimizer is not None else None,
+                              self.state.get("skipped_updates", 0), unit=self.unit)
         if self.main and self.cfg.run.report_to:
             self.trackers = open_run_trackers(self.cfg, self.start if self.resume_from else None)
             self.logger.trackers = self.trackers
@@ -149,45 +155,56 @@ class RunLoop:
             state: Callable[[], Mapping[str, Any]] | None = None,
             show: Callable[[Metrics], Mapping[str, float]] | None = None,
             record: Callable[[int], Mapping[str, Any]] | None = None,
-            on_stop: Callable[[int], None] | None = None) -> Metrics:
+            on_stop: Callable[[int], None] | None = None, start: int | None = None,
+            at: Callable[[int], int] | None = None, log_due: Callable[[int], bool] | None = None,
+            eval_due: Callable[[int], bool] | None = None, save_due: Callable[[int], bool] | None = None) -> Metrics:
         """Steps start … `total`−1; returns every metric as last recorded.
 
         step(i, log): one step; returns what to record for it: its metrics when `log` (every
         ``run.log_every`` steps, the last, and where it evaluates), else {} or what must not wait (a
-        DAgger round's); with
-        `log` they gain ``stats/skipped_updates``, the updates skipped so far. The bar is `self.bar`.
+        DAgger round's); with `log` they gain ``stats/skipped_updates``, the updates skipped so far.
+        The progress bar is `self.bar` meanwhile.
         evaluate(): held-out metrics, every `eval_every` steps (0: only at the end) and after the last.
         state(): the trainer's part of each checkpoint's state (called on every process: it may gather).
         show(metrics): the progress bar's fields, from the metrics as last recorded (a trainer with a
         livelier field keeps it itself).
         record(step): called (main process) as a step's record is written; what it returns joins that
-        record only (texts, not returned metrics). on_stop(step): called before a signal ends the run."""
+        record only (texts, not returned metrics). on_stop(step): called before a signal ends the run.
+
+        For a trainer whose unit of work is not one step (ODT's online iterations): units start … total−1
+        (`start`: default the resumed step); at(units done) is the global step that records, checkpoints
+        and the bar use; log_due, eval_due (replacing the cadences above) and save_due (added to
+        ``run.save_every``, counted in global steps) take the units done."""
         run, guard = self.cfg.run, self.guard
+        at = at or (lambda units: units)
+        first = self.start if start is None else start
         final: Metrics = {}
-        with progress_bar(total, f"{self.label} {run.name}", disable=not (run.progress and self.main)) as bar, guard:
+        with progress_bar(at(total), f"{self.label} {run.name}", disable=not (run.progress and self.main)) as bar, guard:
             self.bar = bar
-            bar.advance(self.start)
+            bar.advance(at(first))
             try:
-                for i in range(self.start, total):
+                for i in range(first, total):
                     done = i + 1
-                    evaluated = evaluate is not None and ((eval_every and done % eval_every == 0) or done == total)
-                    log = done % run.log_every == 0 or done == total or evaluated
+                    evaluated = evaluate is not None and (
+                        eval_due(done) if eval_due else bool((eval_every and done % eval_every == 0) or done == total))
+                    log = (log_due(done) if log_due else done % run.log_every == 0 or done == total) or evaluated
                     metrics = step(i, log)
                     if log and metrics:
                         metrics = {"stats/skipped_updates": guard.skipped, **metrics}  # run.on_nonfinite=skip_step
                     if evaluated:
                         metrics = {**metrics, **evaluate()}
                     if metrics:
-                        self.log(done, {**metrics, **(record(done) if record and self.main else {})})
+                        self.log(at(done), {**metrics, **(record(at(done)) if record and self.main else {})})
                         final.update(metrics)
                     stopping = guard.stop_requested() and done < total
-                    if (run.save_every and done % run.save_every == 0) or done == total or stopping:
-                        self.save(done, state() if state else None)
+                    scheduled = bool(run.save_every and at(done) // run.save_every > at(i) // run.save_every)
+                    if scheduled or done == total or stopping or (save_due is not None and save_due(done)):
+                        self.save(at(done), state() if state else None)
                     if stopping:
                         if on_stop is not None:
-                            on_stop(done)
-                        guard.stop(done)
-                    bar.advance(1, **(show(final) if show else {}))
+                            on_stop(at(done))
+                        guard.stop(at(done))
+                    bar.advance(at(done) - at(i), **(show(final) if show else {}))
             finally:
                 for log in [self.logger, *self._side_logs]:
                     if log is not None:
@@ -201,3 +218,56 @@ class RunLoop:
         if not self.main:
             return None
         return plot_metrics(read_metrics(self.dir / "metrics.jsonl"), keys, self.dir / "plots" / filename, title=title)
+
+
+class SampledSteps:
+    """The step of a trainer that samples its own batch (GRPO, PPO), on a `RunLoop`: the learner's
+    ``collect(i)`` then ``train_step(batch)``, their metrics reduced over processes
+    (`reduce_rank_metrics`) with ``perf/tokens_per_s``; each reward's first failure printed once and its
+    text logged beside the numbers; ``run.log_completions``'s samples (``learner.samples``) written to
+    completions.jsonl with each record; each process's prompt cursor in the checkpoint state.
+
+    `after(i, metrics)` runs after each update (a finiteness check, a reference sync)."""
+
+    def __init__(self, loop: RunLoop, learner: Any, after: Callable[[int, Metrics], None] | None = None) -> None:
+        from seqrl.rewards.combine import report_reward_errors
+
+        self.loop, self.learner, self.after, self._report = loop, learner, after, report_reward_errors
+        self.samples_log = loop.open_log("completions.jsonl") if loop.cfg.run.log_completions else None
+        self.warned: set[str] = set()  # reward functions whose first failure was printed
+        self.errors: dict[str, str] = {}  # the last step's reward/<fn>/first_error texts
+        self.live: Metrics = {}  # the bar's reward, every step
+        state = loop.state
+        if loop.resume_from is not None:
+            cursors = state["prompt_cursor"]
+            cursors = cursors if isinstance(cursors, list) else [cursors]
+            if len(cursors) != dist.world_size():
+                raise ValueError(f"{loop.resume_from} was written by {len(cursors)} process(es); resume it with "
+                                 f"the same number (got {dist.world_size()})")
+            learner.prompt_cursor = cursors[dist.rank()]
+
+    def step(self, i: int, log: bool) -> Metrics:
+        batch = self.learner.collect(i)
+        metrics = reduce_rank_metrics(dist.all_gather_objects({**batch.metrics, **self.learner.train_step(batch)}))
+        metrics["perf/tokens_per_s"] = metrics["perf/gen_tokens"] / (metrics["perf/gen_s"] + metrics["perf/train_s"])
+        if self.after is not None:
+            self.after(i, metrics)
+        self.errors = self._report(metrics, i + 1, self.warned if self.loop.main else None)
+        self.live["reward"] = metrics["reward/total/mean"]
+        return metrics if log else {}
+
+    def record(self, done: int) -> dict[str, str]:
+        for sample in self.learner.samples if self.samples_log is not None else ():
+            self.samples_log.log(done, sample)
+        return dict(self.errors)
+
+    def state(self) -> dict[str, Any]:
+        cursors = dist.all_gather_objects(self.learner.prompt_cursor)
+        return {"prompt_cursor": cursors if len(cursors) > 1 else cursors[0]}
+
+    def run(self, total: int, evaluate: Callable[[], Metrics], eval_every: int,
+            state: Callable[[], Mapping[str, Any]] | None = None, on_stop: Callable[[int], None] | None = None) -> Metrics:
+        """`RunLoop.run` with these steps; `state` adds to the checkpoint state."""
+        return self.loop.run(total, self.step, evaluate=evaluate, eval_every=eval_every, record=self.record,
+                             on_stop=on_stop, state=lambda: {**self.state(), **(state() if state else {})},
+                             show=lambda m: {**self.live, **({"acc": m["eval/accuracy"]} if "eval/accuracy" in m else {})})

@@ -410,7 +410,8 @@ def load_resume_checkpoint(run_dir: Path, load: Any) -> tuple[Path, Any]:
 
 
 def resume_and_open_log(run_dir: Path, resume_from: Path | None, model: torch.nn.Module, optimizer, scheduler,
-                        main: bool = True, load: Any = None) -> tuple[Path | None, dict, int, MetricsLogger | None]:
+                        main: bool = True, load: Any = None, unit: str = "step"
+                        ) -> tuple[Path | None, dict, int, MetricsLogger | None]:
     """A single-model trainer's start: with `resume_from`, `model`, `optimizer` and `scheduler` from
     the newest checkpoint that loads (`load_resume_checkpoint`, reported on the main process; under
     torchrun every process loads `resume_from` itself, so that all of them continue from the same
@@ -431,7 +432,7 @@ def resume_and_open_log(run_dir: Path, resume_from: Path | None, model: torch.nn
                 commit_resumed_config(run_dir, resume_from)
         start = state["step"]
         if main:
-            print(f"resumed from {resume_from} at step {start}")
+            print(f"resumed from {resume_from} at {unit} {start}")
     logger = MetricsLogger(run_dir / "metrics.jsonl", resume_step=start if resume_from else None) if main else None
     return resume_from, state, start, logger
 
