@@ -3,9 +3,13 @@
 
     python benchmarks/grpo_vs_trl.py --quick      # ≈ 5 min on an idle machine once the warm starts are cached (≈ 6 min more to train them once)
     python benchmarks/grpo_vs_trl.py              # full run, ≈ 13 min: 3 seeds × 30 steps on tiny, 2 × 5 on small
+    python benchmarks/grpo_vs_trl.py --presets smollm2 --batch-size 32 --micro-batch-size 32 --max-new-tokens 96
+                                                  # the real model (SmolLM2-135M-Instruct as shipped), ≈ 20 min
 
 Both trainers get the same things: the same warm-start weights (a short SFT of the tiny / small preset
-on 2-digit addition, cached under ``runs/bench-cache/``), the same tokenizer and chat template (the
+on 2-digit addition, cached under ``runs/bench-cache/``; ``smollm2``: SmolLM2-135M-Instruct as shipped,
+`seqrl models get smollm2-135m-instruct`, whose answers the house-format verifier mostly scores 0, so most
+groups have zero variance: its equal-work row is the one with skipping off), the same tokenizer and chat template (the
 prompt token ids are checked equal), the same prompts in the same order (seqrl's prompt stream for
 the run seed, handed to TRL as a dataset with ``shuffle_dataset=False``; checked every step), the
 same reward (the task's verifier, 1.0 / 0.0, with the gold answer passed through a dataset column),
@@ -86,7 +90,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))  # runnable from a checkout without installing the package
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-PRESETS = ("tiny", "small")
+PRESETS = ("tiny", "small", "smollm2")
 FRAMEWORKS = ("ours", "trl")
 # Warm starts: the recipe of preset sft/arith_tiny_short (batch 32, lr 3e-3, 2-digit addition).
 # tiny: 200 steps, as the GRPO presets' warm start (held-out greedy accuracy ≈ 0.9, sampled ≈ 0.5).
@@ -108,11 +112,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true", help="1 seed, few steps (≈ 4 min with cached warm starts)")
-    p.add_argument("--presets", default="tiny,small", help="comma-separated presets (tiny, small)")
+    p.add_argument("--presets", default="tiny,small", help="comma-separated presets (tiny, small, smollm2)")
     p.add_argument("--seeds", type=int, default=None, help="paired runs on tiny (default 3; 1 with --quick)")
     p.add_argument("--small-repeats", type=int, default=None, help="paired runs on small (default 2; 1 quick)")
     p.add_argument("--tiny-steps", type=int, default=None, help="steps per paired tiny run (default 30; 6 quick)")
     p.add_argument("--small-steps", type=int, default=None, help="steps per paired small run (default 5; 2 quick)")
+    p.add_argument("--smollm2-repeats", type=int, default=1, help="paired runs on smollm2")
+    p.add_argument("--smollm2-steps", type=int, default=3, help="steps per paired smollm2 run")
     p.add_argument("--noskip-repeats", type=int, default=1,
                    help="paired runs per preset with seqrl's zero-variance skipping off (equal work; 0: none)")
     p.add_argument("--mem-runs", type=int, default=None, help="memory runs per trainer and preset (default 2; 1 quick)")
@@ -151,8 +157,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.error("--noskip-repeats must be >= 0")
     if min(args.seeds, args.small_repeats, args.mem_runs, args.last, args.threads) < 1:
         p.error("--seeds, --small-repeats, --mem-runs, --last and --threads must be >= 1")
-    if min(args.tiny_steps, args.small_steps, args.mem_steps) < 2:
-        p.error("--tiny-steps, --small-steps and --mem-steps must be >= 2 (each run's first step is a warm-up)")
+    if min(args.tiny_steps, args.small_steps, args.smollm2_steps, args.mem_steps) < 2:
+        p.error("--tiny-steps, --small-steps, --smollm2-steps and --mem-steps must be >= 2 (each run's first step "
+                "is a warm-up)")
     if args.group_size < 2:
         p.error("--group-size must be >= 2")
     if args.batch_size % args.group_size or args.batch_size % args.micro_batch_size:
@@ -438,7 +445,12 @@ def worker_main(args: argparse.Namespace) -> None:
 
 
 def warm_start(preset: str, args: argparse.Namespace, console) -> dict:
-    """The preset after a short SFT on 2-digit addition, from the cache or trained now."""
+    """The preset after a short SFT on 2-digit addition, from the cache or trained now (smollm2: the
+    pretrained model as shipped, fetched into seqrl's model cache once)."""
+    if preset == "smollm2":
+        from seqrl.models.catalog import fetch
+
+        return {"checkpoint": str(fetch("smollm2-135m-instruct")), "cached": True, "sft_steps": 0}
     from seqrl.algos.sft import SFTConfig
     from seqrl.config import load_config
 
@@ -503,6 +515,10 @@ def step_stats(runs: list[dict], fw: str) -> dict:
     return out
 
 
+def preset_steps(preset: str, args: argparse.Namespace) -> int:
+    return {"tiny": args.tiny_steps, "small": args.small_steps, "smollm2": args.smollm2_steps}[preset]
+
+
 def main(argv: list[str] | None = None) -> dict | None:
     args = parse_args(argv)
     if args.worker:
@@ -526,8 +542,8 @@ def main(argv: list[str] | None = None) -> dict | None:
     if "tiny" in args.presets:
         plan.append(("gradcheck", "tiny", 0, 1))  # the objectives are equal: same gradient on one batch
     for preset in args.presets:
-        n = args.seeds if preset == "tiny" else args.small_repeats
-        steps = args.tiny_steps if preset == "tiny" else args.small_steps
+        n = {"tiny": args.seeds, "small": args.small_repeats, "smollm2": args.smollm2_repeats}[preset]
+        steps = preset_steps(preset, args)
         plan += [("pair", preset, seed, steps) for seed in range(n)]
         plan += [("pair_noskip", preset, seed, steps) for seed in range(args.noskip_repeats)]
         for i in range(args.mem_runs):
@@ -546,7 +562,7 @@ def main(argv: list[str] | None = None) -> dict | None:
     results: dict[str, dict] = {}
     for preset in args.presets:
         pairs = [r for r in runs if r["preset"] == preset and r["kind"] == "pair"]
-        steps = args.tiny_steps if preset == "tiny" else args.small_steps
+        steps = preset_steps(preset, args)
         last = min(args.last, steps)
         res: dict = {"last": last, "runs": len(pairs), "steps": steps}
         for fw in FRAMEWORKS:
