@@ -164,6 +164,11 @@ def from_dict(cls: type[T], data: Mapping[str, Any], path: str = "") -> T:
         if key not in fields and RENAMED_KEYS.get(key, ".").split(".")[0] in fields:
             raise ConfigError(f"{_join(path, key)}: renamed to {_join(path, RENAMED_KEYS[key])} (the same spelling in "
                               f"every trainer); write that instead")
+        own = getattr(cls, "RENAMED", {})  # a class's own renames (STaR's per-iteration `steps`), with its reason
+        if key not in fields and key in own:
+            why = getattr(cls, "RENAMED_WHY", "")
+            raise ConfigError(f"{_join(path, key)}: renamed to {_join(path, own[key])}{f' ({why})' if why else ''}; "
+                              f"write that instead")
         if key not in fields:
             close = difflib.get_close_matches(key, settable, n=1)
             hint = f" did you mean {close[0]!r}?" if close else ""

@@ -64,7 +64,7 @@ def _cfg(tmp_path, name="star", **kw) -> STaRConfig:
         task=TaskConfig(name="arith", kwargs={"digits": 2}, n_train=12, n_test=6),
         optim=OptimConfig(lr=1e-3, warmup_steps=1),
         eval=EvalConfig(max_new_tokens=8),
-        iterations=2, max_new_tokens=8, steps=2, batch_size=4,
+        iterations=2, max_new_tokens=8, finetune_steps=2, batch_size=4,
     )
     fields.update(kw)
     return STaRConfig(**fields)
@@ -261,7 +261,7 @@ def test_a_base_from_a_model_folder_is_used_as_it_is(tmp_path, monkeypatch, tiny
 def test_the_seed_names_work_as_thin_wrappers(tiny_policy, monkeypatch):
     scripted = Scripted(_always_right)
     monkeypatch.setattr(star, "generate", scripted)
-    cfg = _cfg(".", steps=1)
+    cfg = _cfg(".", finetune_steps=1)
     trainer = STaRTrainer(tiny_policy.model, tiny_policy.tokenizer, num_iterations=2, task=get_task("arith", digits=2),
                           config=cfg)
     assert trainer.generate_rationale("12+30=") == solution(12, 30)

@@ -192,7 +192,7 @@ def _star_cfg(out, resume: bool = False):
                       base=BaseConfig(examples=8, hinted=4, steps=2, batch_size=4),
                       task=TaskConfig(name="arith", kwargs={"digits": 2}, n_train=8, n_test=4),
                       optim=OptimConfig(lr=1e-3, warmup_steps=1), eval=EvalConfig(max_new_tokens=8),
-                      iterations=3, max_new_tokens=8, steps=2, batch_size=4)
+                      iterations=3, max_new_tokens=8, finetune_steps=2, batch_size=4)
 
 
 def _star_records(run) -> list[dict]:

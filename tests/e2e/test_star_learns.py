@@ -30,7 +30,7 @@ def star_config(out_dir, seed: int = 0) -> STaRConfig:
         task=TaskConfig(name="arith", kwargs={"digits": 2}, n_train=1024, n_test=PROBLEMS),
         optim=OptimConfig(lr=1e-3, warmup_steps=5, schedule="constant"),
         eval=EvalConfig(max_new_tokens=32),
-        iterations=2, temperature=0.7, max_new_tokens=32, steps=40, batch_size=32,
+        iterations=2, temperature=0.7, max_new_tokens=32, finetune_steps=40, batch_size=32,
     )
 
 

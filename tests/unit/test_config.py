@@ -337,3 +337,17 @@ def test_the_old_top_level_eval_every_is_refused_naming_eval_every_and_read_from
     assert check_resume_changes(tmp_path / "config.yaml", cfg) == []
     cfg.optim.schedule_steps = 100  # set to something else on --resume: a change, applied and named
     assert check_resume_changes(tmp_path / "config.yaml", cfg) == ["optim.schedule_steps: None -> 100"]
+
+
+def test_star_per_iteration_steps_are_finetune_steps_and_an_old_run_folder_still_resumes(tmp_path):
+    from seqrl.algos.star_config import STaRConfig
+    from seqrl.training.run import check_resume_changes
+
+    with pytest.raises(ConfigError, match="star.steps: renamed to star.finetune_steps \\(steps means a run's "
+                                          "optimizer steps in every trainer"):
+        from_dict(STaRConfig, {"steps": 5}, "star")
+    saved = to_dict(STaRConfig(finetune_steps=7))
+    saved["steps"] = saved.pop("finetune_steps")  # a run folder written before the rename
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(saved), encoding="utf-8")
+    assert check_resume_changes(tmp_path / "config.yaml", STaRConfig(finetune_steps=7)) == []
+    assert check_resume_changes(tmp_path / "config.yaml", STaRConfig(finetune_steps=9)) == ["finetune_steps: 7 -> 9"]

@@ -180,7 +180,7 @@ def fine_tune(policy: Policy, kept: list[Kept], cfg: STaRConfig, iteration: int,
               base_state: dict[str, torch.Tensor] | None) -> dict[str, float]:
     """Step 3: fine-tune on the kept examples (from `base_state` when given) with a fresh optimizer;
     no examples → a warning on stderr and no fine-tune (the model stays as it is)."""
-    steps = fine_tune_steps(cfg.steps, cfg.step_growth, iteration)
+    steps = fine_tune_steps(cfg.finetune_steps, cfg.step_growth, iteration)
     if not kept:
         print(f"WARNING: STaR iteration {iteration}: no rationale was kept (none verified"
               f"{', none rationalized' if cfg.rationalize else ''}); fine-tune skipped, the model stays as it was",

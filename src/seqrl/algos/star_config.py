@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 import string
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 from seqrl.algos.config import OptimConfig, RunConfig, TaskConfig
 from seqrl.evaluation import EvalConfig
@@ -46,6 +47,9 @@ class BaseConfig:
 
 @dataclass
 class STaRConfig:
+    RENAMED: ClassVar[dict[str, str]] = {"steps": "finetune_steps"}
+    RENAMED_WHY: ClassVar[str] = ("steps means a run's optimizer steps in every trainer; a STaR run's length is "
+                                  "iterations, each fine-tune's is finetune_steps")
     run: RunConfig = field(default_factory=lambda: RunConfig(name="star"))
     model: ModelConfig = field(default_factory=ModelConfig)
     base: BaseConfig = field(default_factory=BaseConfig)
@@ -72,8 +76,8 @@ class STaRConfig:
     """The hinted question; its own words (outside the fields) must not appear in a kept rationale."""
     restart_from_base: bool = True
     """Fine-tune each iteration from the base model (the paper) instead of the previous iteration's."""
-    steps: int = 40
-    """Fine-tune steps of iteration 1 (the paper: 40)."""
+    finetune_steps: int = 40
+    """Fine-tune (optimizer) steps of iteration 1 (the paper: 40); the run's length is `iterations`."""
     step_growth: float = 1.2
     """Factor on the fine-tune steps per iteration (the paper: +20 %)."""
     batch_size: int = 8
@@ -88,7 +92,8 @@ class STaRConfig:
     of the split; empty: no split."""
 
     def __post_init__(self) -> None:
-        for name in ("iterations", "samples_per_problem", "max_new_tokens", "steps", "batch_size", "sample_batch_size"):
+        for name in ("iterations", "samples_per_problem", "max_new_tokens", "finetune_steps", "batch_size",
+                     "sample_batch_size"):
             if getattr(self, name) < 1:
                 raise ValueError(f"star.{name} must be >= 1 (got {getattr(self, name)})")
         if self.step_growth < 1.0:

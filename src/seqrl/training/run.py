@@ -35,7 +35,7 @@ from seqrl.utils.checkpoint import (
 from seqrl.utils.metrics import MetricsLogger
 from seqrl.utils.seeding import seed_everything
 
-RESUMABLE_CHANGES = ("steps", "optim.schedule_steps", "critic.optim.schedule_steps", "eval.every", "run.log_every",
+RESUMABLE_CHANGES = ("steps", "finetune_steps", "optim.schedule_steps", "critic.optim.schedule_steps", "eval.every", "run.log_every",
                      "run.log_completions", "run.save_every", "run.keep_last", "run.progress", "run.report_to",
                      "run.threads", "run.resume", "run.on_nonfinite", "online.iterations", "run.device", "iterations",
                      "shared_prompt_forward", "run.name", "run.out_dir")
@@ -337,7 +337,8 @@ def check_resume_changes(saved_file: Path, cfg: Any) -> list[str]:
     if not isinstance(loaded, dict):
         raise ConfigError(f"{saved_file}: not a config (expected a YAML mapping, got {type(loaded).__name__}); "
                           "restore it or delete it to resume without the check")
-    saved = {RENAMED_KEYS.get(k, k): v for k, v in _flatten(loaded).items()}  # a run written before a rename
+    renamed = {**RENAMED_KEYS, **getattr(type(cfg), "RENAMED", {})}
+    saved = {renamed.get(k, k): v for k, v in _flatten(loaded).items()}  # a run written before a rename
     now = _flatten(_yaml_load(yaml.dump(to_dict(cfg), Dumper=_Dumper, sort_keys=False)))
     # a field added since the run was written is absent from its config.yaml: at its default it is no change
     changed = sorted(k for k in saved.keys() | now.keys() if saved.get(k, "<absent>") != now.get(k, "<absent>")
