@@ -250,8 +250,9 @@ TRL_ALIASES = {
     "eval_steps": "eval.every",
     "bf16": "run.bf16",
     "report_to": "run.report_to",
+    "center_rewards_coefficient": "center_coef",
 }
-"""TRL `GRPOConfig` names `seqrl train grpo|ppo` accepts for the seqrl field they mean (and ``output_dir``:
+"""TRL `GRPOConfig` (and `RewardConfig`) names `seqrl train grpo|ppo` accepts for the seqrl field they mean (and ``output_dir``:
 the run folder, i.e. ``run.out_dir`` + ``run.name``). Left out where the meaning differs: TRL's
 ``loss_type`` (seqrl's ``loss.agg`` and ``advantage`` split it), per-device batch sizes and gradient
 accumulation (seqrl counts completions per step: ``batch_size``)."""

@@ -31,9 +31,10 @@ Log-probs are those of the sampling distribution, log_softmax(logits / temperatu
 from __future__ import annotations
 
 import copy
+import os
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +59,8 @@ from seqrl.rewards.combine import (RewardFn, RewardSpec, build_rewards, check_re
                                    score_completions)  # (RewardSpec re-exported)
 from seqrl.rollout import SamplingParams, generate, sequence_logprobs
 from seqrl.rollout.logprobs import pack_micro_batches, shared_prompt_logprobs, use_shared_prompt_forward
+from seqrl.data.jsonl import SPLIT_COLUMN
+from seqrl.training.api import dataset_file, model_config_for
 from seqrl.training.loop import RunLoop, SampledSteps
 from seqrl.training.run import (
     check_finite,
@@ -533,18 +536,12 @@ class GRPOTrainer:
 
     def __init__(self, model: Any, reward_funcs: Any = None, args: GRPOConfig | None = None,
                  train_dataset: Any = None, eval_dataset: Any = None, processing_class: Any = None) -> None:
-        import os
-        from dataclasses import replace
-
-        from seqrl.models.config import PRESETS, looks_local
+        from seqrl.models.config import looks_local
 
         cfg = copy.deepcopy(args) if args is not None else GRPOConfig()
         self._policy: Policy | None = None
         if isinstance(model, (str, os.PathLike)):
-            name = os.fspath(model)
-            local = Path(name).expanduser().exists()
-            cfg.model = replace(cfg.model, preset=name, path=None) if name in PRESETS and not local \
-                else replace(cfg.model, path=name)
+            cfg.model = model_config_for(model, cfg.model)
         elif hasattr(model, "config") and hasattr(model, "generate"):
             where = getattr(model.config, "_name_or_path", "") or getattr(model, "name_or_path", "")
             if processing_class is None:
@@ -586,35 +583,24 @@ class GRPOTrainer:
         self.metrics: dict[str, float] = {}
 
     def _point_task_at_data(self) -> None:
-        import os
-
         train_dataset, eval_dataset = self._data
         if train_dataset is None:
             return
         cfg = self.args
         keep = {k: v for k, v in cfg.task.kwargs.items()
                 if k in ("prompt_field", "answer_field", "answer_format", "test_fraction", "config_name")}
-        if isinstance(train_dataset, (str, os.PathLike)) and eval_dataset is None:
-            path = os.fspath(train_dataset)
-            if "split_field" in cfg.task.kwargs:  # the file's own split column
+        file, split = dataset_file(cfg.run.dir, "train.jsonl", train_dataset, eval_dataset, cfg.run.resume)
+        if file is None:  # a file of the user's, used where it is
+            file = Path(os.fspath(train_dataset))
+            if "split_field" in cfg.task.kwargs:  # its own split column
                 keep["split_field"] = cfg.task.kwargs["split_field"]
-        else:
-            from seqrl.data.jsonl import SPLIT_COLUMN, write_rows
-
-            file = cfg.run.dir / "data" / "train.jsonl"
-            if cfg.run.resume and not file.is_file():
-                raise ValueError(f"run.resume: {cfg.run.dir} holds no data/train.jsonl (not a run of GRPOTrainer "
-                                 "with an in-memory dataset); give its own output_dir")
-            if not cfg.run.resume and latest_checkpoint(cfg.run.dir) is not None:
-                return  # train() refuses the folder, saying how to resume or where else to go
-            path = str(write_rows(train_dataset, eval_dataset, file))
-            if eval_dataset is not None:
-                keep["split_field"] = SPLIT_COLUMN
+        elif split:
+            keep["split_field"] = SPLIT_COLUMN
         if "split_field" not in keep:
             share = f"{keep['test_fraction']:.0%}" if "test_fraction" in keep else "≈ 10%"
             print(f"GRPOTrainer: no eval_dataset; holding out {share} of the prompts (a stable hash of each) for the "
                   "held-out evaluation; task.kwargs.test_fraction sets the share", file=sys.stderr)
-        cfg.task = TaskConfig(name=f"jsonl:{path}", kwargs=keep, n_train=-1, n_test=-1, seed=cfg.task.seed)
+        cfg.task = TaskConfig(name=f"jsonl:{file}", kwargs=keep, n_train=-1, n_test=-1, seed=cfg.task.seed)
 
     def train(self, resume_from_checkpoint: bool | None = None) -> dict[str, float]:
         """Run the training (``resume_from_checkpoint=True``: continue from the run folder's newest

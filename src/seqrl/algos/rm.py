@@ -20,28 +20,35 @@ swaps a pair's sides with that probability, to study how a learned reward is exp
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
+import os
 import random
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import torch
 
 from seqrl.algos.config import OptimConfig, RunConfig
 from seqrl.algos.rm_config import PreferenceDataConfig, RMConfig  # noqa: F401 (re-exported)
 from seqrl.core.preference import bradley_terry_loss
+from seqrl.data.jsonl import SPLIT_COLUMN
 from seqrl.data.preferences import PreferencePair, load_preferences
 from seqrl.models.heads import encode_pair, load_scalar_model, pad_sequences, sequence_scores
 from seqrl.models.lm import ModelConfig, load_pretrained, num_parameters
 from seqrl.prompts import PromptConfig, render_prompt
 from seqrl.rewards.combine import RewardSpec, build_reward, score_completions
 from seqrl.rollout import sample_solutions
+from seqrl.training.api import dataset_file, model_config_for
 from seqrl.training.loop import RunLoop
 from seqrl.training.run import batch_indices, make_optimizer, releases_run_folder
 from seqrl.types import Problem, Task
 from seqrl.utils import dist
+from seqrl.utils.checkpoint import apply_user_mode, latest_checkpoint
+from seqrl.utils.hf import quiet
 
 
 @dataclass
@@ -123,6 +130,9 @@ def train(cfg: RMConfig) -> dict[str, float]:
     world = dist.world_size()
     if cfg.batch_size % world:
         raise ValueError(f"batch_size ({cfg.batch_size}) must be divisible by the number of processes ({world})")
+    if not cfg.data.path:
+        raise ValueError("data.path must name the preference data (TRL format: prompt, chosen, rejected); "
+                         "`seqrl data preferences` builds a synthetic set")
     loop = RunLoop(cfg, "rm")
     device, main = loop.device, loop.main
     bf16 = cfg.run.use_bf16
@@ -130,8 +140,14 @@ def train(cfg: RMConfig) -> dict[str, float]:
     model, tok = load_scalar_model(cfg.model)
     model.to(device).train()
     max_len = int(model.config.max_position_embeddings)
-    pairs = load_preferences(cfg.data.path, cfg.data.limit)
-    train_pairs, held_pairs = split_by_prompt(pairs, cfg.data.heldout_frac, tok, cfg.prompt)
+    pairs = load_preferences(cfg.data.path, cfg.data.limit, cfg.data.split_field)
+    if cfg.data.split_field:
+        train_pairs, held_pairs = [p for p in pairs if p.split == "train"], [p for p in pairs if p.split == "test"]
+        if not train_pairs or not held_pairs:
+            raise ValueError(f"data.split_field {cfg.data.split_field!r}: {len(train_pairs)} train and {len(held_pairs)} "
+                             f"test rows in {cfg.data.path}; both are needed")
+    else:
+        train_pairs, held_pairs = split_by_prompt(pairs, cfg.data.heldout_frac, tok, cfg.prompt)
     train_enc = encode_pairs(train_pairs, tok, cfg.prompt, max_len, cfg.data.use_margin)
     held_enc = encode_pairs(held_pairs, tok, cfg.prompt, max_len, cfg.data.use_margin)
     optimizer, scheduler = make_optimizer(model, cfg.optim, cfg.steps)
@@ -182,6 +198,78 @@ def train(cfg: RMConfig) -> dict[str, float]:
     loop.plot(["loss/bt", "stats/accuracy", "eval/pairwise_accuracy", "eval/margin", "stats/grad_norm"], "rm.png",
               f"RM {cfg.run.name}")
     return {**first, **final}
+
+
+class RewardTrainer:
+    """A reward model trained the way TRL's `RewardTrainer` is called, on the run loop of ``seqrl train rm``:
+
+        trainer = RewardTrainer(model="runs/sft/checkpoint-200", args=RMConfig(output_dir="runs/rm", max_steps=300),
+                                train_dataset=pairs, eval_dataset=held_out_pairs)
+        trainer.train()
+
+    model: a folder (a policy checkpoint: its backbone and a fresh head), a hub id, a catalogue name or a
+        preset. args: an `RMConfig` (TRL's names accepted, `center_rewards_coefficient` among them).
+    train_dataset, eval_dataset: TRL's preference rows (``prompt``/``chosen``/``rejected``, text or
+        messages, or implicit prompts) as a `datasets.Dataset`, a list of dicts or a file. Rows given in
+        memory are written to the run folder's ``data/pairs.jsonl`` (with a split column for eval_dataset)
+        and named by its config.yaml. Without eval_dataset, ``data.heldout_frac`` of the prompts are
+        held out by a stable hash.
+    After `train`, `model` is the trained reward model (`AutoModelForSequenceClassification`) and
+    `save_model` writes it with its tokenizer.
+    """
+
+    def __init__(self, model: Any, args: RMConfig | None = None, train_dataset: Any = None, eval_dataset: Any = None,
+                 processing_class: Any = None) -> None:
+        cfg = copy.deepcopy(args) if args is not None else RMConfig()
+        if not isinstance(model, (str, os.PathLike)):
+            raise TypeError(f"RewardTrainer(model=...): expected a folder, hub id, catalogue or preset name (got "
+                            f"{type(model).__name__}); save a loaded model with save_pretrained and give its folder")
+        if processing_class is not None:
+            raise ValueError("RewardTrainer(processing_class=...): the tokenizer is the one saved with the model")
+        if train_dataset is None:
+            raise ValueError("RewardTrainer needs a train_dataset (TRL's preference rows: prompt, chosen, rejected)")
+        cfg.model = model_config_for(model, cfg.model)
+        self.args, self._data, self._model = cfg, (train_dataset, eval_dataset), None
+        self.metrics: dict[str, float] = {}
+
+    def train(self, resume_from_checkpoint: bool | None = None) -> dict[str, float]:
+        """Run the training (``resume_from_checkpoint=True``: from the run folder's newest checkpoint);
+        returns the last logged metrics (held-out pairwise accuracy among them)."""
+        if resume_from_checkpoint not in (None, False, True):
+            raise ValueError("resume_from_checkpoint: True resumes from the run folder's newest checkpoint")
+        cfg = self.args
+        if resume_from_checkpoint:
+            cfg.run.resume = True
+        train_dataset, eval_dataset = self._data
+        file, split = dataset_file(cfg.run.dir, "pairs.jsonl", train_dataset, eval_dataset, cfg.run.resume)
+        if file is None:  # the user's file, used where it is (with its own split column if data.split_field names one)
+            cfg.data = replace(cfg.data, path=os.fspath(train_dataset))
+        else:
+            cfg.data = replace(cfg.data, path=str(file), split_field=SPLIT_COLUMN if split else None)
+        self.metrics = train(cfg)
+        return self.metrics
+
+    @property
+    def model(self):
+        """The trained reward model, read from the run's last checkpoint (None before `train`)."""
+        if self._model is None:
+            last = latest_checkpoint(self.args.run.dir)
+            if last is None:
+                return None
+            self._model = load_scalar_model(ModelConfig(path=str(last)))
+        return self._model[0]
+
+    def save_model(self, output_dir: str | None = None) -> Path:
+        """Write the trained reward model and its tokenizer to `output_dir` (default: the run folder)."""
+        if self.model is None:
+            raise ValueError("save_model: nothing trained yet (call train() first)")
+        out = Path(output_dir) if output_dir is not None else self.args.run.dir
+        model, tok = self._model
+        with quiet():
+            model.save_pretrained(out, safe_serialization=True)
+        tok.save_pretrained(out)
+        apply_user_mode(out)
+        return out
 
 
 def build_preferences(policy_path: str, task: Task, n_prompts: int, samples: int = 4, label_noise: float = 0.0,

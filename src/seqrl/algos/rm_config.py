@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from seqrl.algos.config import OptimConfig, RunConfig
+from seqrl.algos.config import OptimConfig, RunConfig, accepts_trl_names
 from seqrl.models.config import ModelConfig
 from seqrl.prompts import PromptConfig
 
@@ -24,6 +24,9 @@ class PreferenceDataConfig:
     """Fraction of prompts whose pairs are held out (split by a hash of the prompt text)."""
     use_margin: bool = False
     """Subtract each row's ``margin`` column in the loss (every row must have one)."""
+    split_field: str | None = None
+    """A column saying "train" or "test" for each row (then `heldout_frac` is not used); the Python
+    `RewardTrainer` writes one for its eval_dataset."""
 
     def __post_init__(self) -> None:
         if not 0 < self.heldout_frac < 1:
@@ -44,6 +47,7 @@ class RMEvalConfig:
             raise ValueError(f"every must be >= 0 (got {self.every})")
 
 
+@accepts_trl_names
 @dataclass
 class RMConfig:
     run: RunConfig = field(default_factory=lambda: RunConfig(name="rm"))
@@ -69,6 +73,3 @@ class RMConfig:
                 raise ValueError(f"{name} must be >= 1 (got {getattr(self, name)})")
         if self.center_coef < 0:
             raise ValueError(f"center_coef must be >= 0 (got {self.center_coef})")
-        if not self.data.path:
-            raise ValueError("data.path must name the preference data (TRL format: prompt, chosen, rejected); "
-                             "`seqrl data preferences` builds a synthetic set")

@@ -11,7 +11,7 @@ raises `DatasetFormatError` naming the file, the row and the field.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from seqrl.data.jsonl import LOCAL_SUFFIXES, DatasetFormatError, _field, _messages, _read_local
@@ -31,6 +31,8 @@ class PreferencePair:
     rejected: str
     margin: float | None = None
     where: str = ""
+    split: str | None = None
+    """"train" or "test" from the row's split column (`load_preferences`'s split_field); None without one."""
 
 
 def _common_prefix(a: Messages, b: Messages) -> int:
@@ -47,10 +49,16 @@ def _answer(messages: Messages, field: str, where: str) -> str:
     return messages[0]["content"]
 
 
-def parse_preference_row(row: object, where: str) -> PreferencePair:
-    """One row of TRL's preference format as a `PreferencePair` (see the module docstring)."""
+def parse_preference_row(row: object, where: str, split_field: str | None = None) -> PreferencePair:
+    """One row of TRL's preference format as a `PreferencePair` (see the module docstring); with
+    `split_field`, that column says "train" or "test"."""
     if not isinstance(row, dict):
         raise DatasetFormatError(f"{where}: a row must be a JSON object (got {type(row).__name__})")
+    if split_field is not None:
+        split = _field(row, split_field, where, (str,))
+        if split not in ("train", "test"):
+            raise DatasetFormatError(f"{where}: field {split_field!r} must be 'train' or 'test' (got {split!r})")
+        return replace(parse_preference_row({k: v for k, v in row.items() if k != split_field}, where), split=split)
     chosen = _field(row, "chosen", where, (str, list))
     rejected = _field(row, "rejected", where, (str, list))
     prompt = _field(row, "prompt", where, (str, list)) if "prompt" in row and row["prompt"] is not None else None
@@ -75,14 +83,15 @@ def parse_preference_row(row: object, where: str) -> PreferencePair:
     return PreferencePair(p, _answer(c, "chosen", where), _answer(r, "rejected", where), margin, where)
 
 
-def load_preferences(source: str | Path, limit: int = -1) -> list[PreferencePair]:
+def load_preferences(source: str | Path, limit: int = -1, split_field: str | None = None) -> list[PreferencePair]:
     """Every row of `source` (a local file or a `datasets` name / folder) as preference pairs; at most
-    `limit` (-1: all). An empty source is an error."""
+    `limit` (-1: all); `split_field` names a column saying "train" or "test". An empty source is an
+    error."""
     path = Path(source)
     pairs: list[PreferencePair] = []
     if path.suffix in LOCAL_SUFFIXES:
         for _, where, row in _read_local(path):
-            pairs.append(parse_preference_row(row, where))
+            pairs.append(parse_preference_row(row, where, split_field))
             if 0 <= limit == len(pairs):
                 break
     else:
@@ -94,7 +103,7 @@ def load_preferences(source: str | Path, limit: int = -1) -> list[PreferencePair
             raise ValueError(f"preference data {str(source)!r}: not a local {'/'.join(LOCAL_SUFFIXES)} file and "
                              f"datasets.load_dataset failed ({type(e).__name__}: {e})") from None
         for i, row in enumerate(loaded, start=1):
-            pairs.append(parse_preference_row(dict(row), f"{source} row {i}"))
+            pairs.append(parse_preference_row(dict(row), f"{source} row {i}", split_field))
             if 0 <= limit == len(pairs):
                 break
     if not pairs:
