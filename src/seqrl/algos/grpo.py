@@ -60,7 +60,7 @@ from seqrl.rewards.combine import (RewardFn, RewardSpec, build_rewards, check_re
 from seqrl.rollout import SamplingParams, generate, sequence_logprobs
 from seqrl.rollout.logprobs import pack_micro_batches, shared_prompt_logprobs, use_shared_prompt_forward
 from seqrl.data.jsonl import SPLIT_COLUMN
-from seqrl.training.api import dataset_file, model_config_for
+from seqrl.training.api import RunTrainer, dataset_file, model_config_for
 from seqrl.training.loop import RunLoop, SampledSteps
 from seqrl.training.run import (
     check_finite,
@@ -71,7 +71,6 @@ from seqrl.training.run import (
 )
 from seqrl.types import Problem, Task
 from seqrl.utils import dist
-from seqrl.utils.checkpoint import latest_checkpoint
 from seqrl.utils.dist import bf16_autocast
 
 
@@ -508,7 +507,7 @@ def train(cfg: GRPOConfig, rewards: dict | None = None, policy: Policy | None = 
     return {**first, **final}
 
 
-class GRPOTrainer:
+class GRPOTrainer(RunTrainer):
     """GRPO called the way TRL's `GRPOTrainer` is, on the same run loop as ``seqrl train grpo``:
 
         trainer = GRPOTrainer(model="smollm2-135m-instruct", reward_funcs=[reward_len],
@@ -539,7 +538,7 @@ class GRPOTrainer:
         from seqrl.models.config import looks_local
 
         cfg = copy.deepcopy(args) if args is not None else GRPOConfig()
-        self._policy: Policy | None = None
+        self._trained: Policy | None = None  # a model given in memory is trained in place
         if isinstance(model, (str, os.PathLike)):
             cfg.model = model_config_for(model, cfg.model)
         elif hasattr(model, "config") and hasattr(model, "generate"):
@@ -551,7 +550,7 @@ class GRPOTrainer:
                 from transformers import AutoTokenizer
 
                 processing_class = AutoTokenizer.from_pretrained(where)
-            self._policy = Policy(model, processing_class)
+            self._trained = Policy(model, processing_class)
             if where and (not looks_local(where) or Path(where).exists()):
                 cfg.model = replace(cfg.model, path=str(where))  # config.yaml names what was trained
         else:
@@ -602,33 +601,15 @@ class GRPOTrainer:
                   "held-out evaluation; task.kwargs.test_fraction sets the share", file=sys.stderr)
         cfg.task = TaskConfig(name=f"jsonl:{file}", kwargs=keep, n_train=-1, n_test=-1, seed=cfg.task.seed)
 
-    def train(self, resume_from_checkpoint: bool | None = None) -> dict[str, float]:
-        """Run the training (``resume_from_checkpoint=True``: continue from the run folder's newest
-        checkpoint, as ``--resume``); returns the last logged metrics."""
-        if resume_from_checkpoint not in (None, False, True):
-            raise ValueError("resume_from_checkpoint: True resumes from the run folder's newest checkpoint "
-                             "(a seqrl run resumes from its own folder; give that folder as output_dir)")
-        if resume_from_checkpoint:
-            self.args.run.resume = True
+    def _run(self) -> dict[str, float]:
         self._point_task_at_data()
-        self.metrics = train(self.args, self._rewards or None, self._policy)
-        return self.metrics
+        return train(self.args, self._rewards or None, self._trained)
 
-    @property
-    def model(self):
-        """The trained model (before `train`: the model given, or None when the trainer loads it)."""
-        if self._policy is None:
-            last = latest_checkpoint(self.args.run.dir)
-            if last is None:
-                return None
-            self._policy = load_pretrained(str(last))
-        return self._policy.model
+    def _load(self, checkpoint: Path) -> Policy:
+        return load_pretrained(str(checkpoint))
 
-    def save_model(self, output_dir: str | None = None) -> Path:
-        """Write the trained model and its tokenizer to `output_dir` (default: the run folder, TRL's
-        output_dir), loadable with ``from_pretrained``."""
-        if self.model is None:
-            raise ValueError("save_model: nothing trained yet (call train() first)")
-        out = Path(output_dir) if output_dir is not None else self.args.run.dir
-        self._policy.save(out)
-        return out
+    def _model_of(self, trained: Policy) -> Any:
+        return trained.model
+
+    def _save(self, trained: Policy, out: Path) -> None:
+        trained.save(out)

@@ -24,16 +24,19 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
 from seqrl.algos.config import OptimConfig, RunConfig, TaskConfig
 from seqrl.algos.prm_config import PRMConfig, PRMDataConfig  # noqa: F401 (re-exported)
 from seqrl.core.search import binary_auc, step_label_loss
-from seqrl.data.stepwise import StepExample, corrupted_arith_examples, policy_arith_examples, read_stepwise
+from seqrl.data.stepwise import (StepExample, corrupted_arith_examples, policy_arith_examples, read_stepwise,
+                                 read_stepwise_split)
 from seqrl.models.lm import ModelConfig, num_parameters
 from seqrl.models.prm import ProcessRewardModel, pad_right
 from seqrl.rollout import sample_solutions
+from seqrl.training.api import ScorerTrainer
 from seqrl.training.loop import RunLoop
 from seqrl.training.run import batch_indices, make_optimizer, releases_run_folder
 from seqrl.utils.dist import bf16_autocast
@@ -164,6 +167,12 @@ def policy_rows(cfg: PRMConfig, task, train: list, test: list, device=None
 
 def load_rows(cfg: PRMConfig, device=None) -> tuple[list[StepExample], list[StepExample], str]:
     """(train rows, held-out rows, where they came from)."""
+    if cfg.data.path is not None and cfg.data.split_field:
+        train, test = read_stepwise_split(cfg.data.path, cfg.data.split_field)
+        if not train or not test:
+            raise ValueError(f"data.split_field {cfg.data.split_field!r}: {len(train)} train and {len(test)} test rows "
+                             f"in {cfg.data.path}; both are needed")
+        return train, test, cfg.data.path
     if cfg.data.path is not None:
         rows = read_stepwise(cfg.data.path)
         train, test = split_by_prompt(rows, cfg.data.test_fraction, cfg.task.seed)
@@ -229,3 +238,33 @@ def train(cfg: PRMConfig) -> dict[str, float]:
     loop.plot([f"loss/{name}", "stats/step_accuracy", "eval/auc", "eval/loss"], f"{name}.png",
               f"{name.upper()} {cfg.run.name}")
     return final
+
+
+class PRMTrainer(ScorerTrainer):
+    """A process reward model trained the way TRL's `PRMTrainer` is called, on the run loop of
+    ``seqrl train prm``:
+
+        trainer = PRMTrainer(model="runs/sft/checkpoint-200", args=PRMConfig(output_dir="runs/prm", max_steps=300),
+                             train_dataset=rows, eval_dataset=held_out_rows)
+        trainer.train()
+
+    model: a folder (a policy checkpoint: its backbone and a fresh head), a hub id, a catalogue name or a
+        preset. args: a `PRMConfig` (TRL's names accepted; ``kind: orm`` trains an outcome model).
+    train_dataset, eval_dataset: TRL's stepwise rows (``prompt``, ``completions``: the steps,
+        ``labels``: one per step) as a `datasets.Dataset`, a list of dicts or a file. Rows given in memory
+        are written to the run folder's ``data/steps.jsonl`` (with a split column for eval_dataset) and
+        named by its config.yaml. Without eval_dataset, ``data.test_fraction`` of the prompts are held out.
+    After `train`, `model` is the trained `ProcessRewardModel` (`.score`, `.score_steps`) and
+    `save_model` writes it.
+    """
+
+    config_cls = PRMConfig
+    data_file = "steps.jsonl"
+    rows = "TRL's stepwise rows: prompt, completions, labels"
+    train_fn = staticmethod(train)
+
+    def _load(self, checkpoint: Path) -> ProcessRewardModel:
+        return ProcessRewardModel.load(checkpoint)
+
+    def _save(self, trained: ProcessRewardModel, out: Path) -> None:
+        trained.save(out)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from seqrl.algos.config import OptimConfig, RunConfig, TaskConfig
+from seqrl.algos.config import OptimConfig, RunConfig, TaskConfig, accepts_trl_names
 from seqrl.models.config import ModelConfig
 
 __all__ = ["PRMConfig", "PRMDataConfig"]
@@ -39,6 +39,9 @@ class PRMDataConfig:
     permutation of the prompts: the held-out AUC measures problems never trained on)."""
     overlong: Literal["drop", "error"] = "drop"
     """A solution longer than the context: drop the steps that do not fit (counted), or stop."""
+    split_field: str | None = None
+    """A column of `path` saying "train" or "test" for each row (then `test_fraction` is not used); the
+    Python `PRMTrainer` writes one for its eval_dataset."""
 
     def __post_init__(self) -> None:
         if not 0 < self.test_fraction < 1:
@@ -68,6 +71,7 @@ class PRMEvalConfig:
             raise ValueError(f"every must be >= 0 and batch_size >= 1 (got {self.every}, {self.batch_size})")
 
 
+@accepts_trl_names
 @dataclass
 class PRMConfig:
     run: RunConfig = field(default_factory=lambda: RunConfig(name="prm"))

@@ -20,34 +20,30 @@ swaps a pair's sides with that probability, to study how a learned reward is exp
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import json
-import os
 import random
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import torch
 
 from seqrl.algos.config import OptimConfig, RunConfig
 from seqrl.algos.rm_config import PreferenceDataConfig, RMConfig  # noqa: F401 (re-exported)
 from seqrl.core.preference import bradley_terry_loss
-from seqrl.data.jsonl import SPLIT_COLUMN
 from seqrl.data.preferences import PreferencePair, load_preferences
 from seqrl.models.heads import encode_pair, load_scalar_model, pad_sequences, sequence_scores
 from seqrl.models.lm import ModelConfig, load_pretrained, num_parameters
 from seqrl.prompts import PromptConfig, render_prompt
 from seqrl.rewards.combine import RewardSpec, build_reward, score_completions
 from seqrl.rollout import sample_solutions
-from seqrl.training.api import dataset_file, model_config_for
+from seqrl.training.api import ScorerTrainer
 from seqrl.training.loop import RunLoop
 from seqrl.training.run import batch_indices, make_optimizer, releases_run_folder
 from seqrl.types import Problem, Task
 from seqrl.utils import dist
-from seqrl.utils.checkpoint import apply_user_mode, latest_checkpoint
+from seqrl.utils.checkpoint import apply_user_mode
 from seqrl.utils.hf import quiet
 
 
@@ -200,7 +196,7 @@ def train(cfg: RMConfig) -> dict[str, float]:
     return {**first, **final}
 
 
-class RewardTrainer:
+class RewardTrainer(ScorerTrainer):
     """A reward model trained the way TRL's `RewardTrainer` is called, on the run loop of ``seqrl train rm``:
 
         trainer = RewardTrainer(model="runs/sft/checkpoint-200", args=RMConfig(output_dir="runs/rm", max_steps=300),
@@ -218,58 +214,23 @@ class RewardTrainer:
     `save_model` writes it with its tokenizer.
     """
 
-    def __init__(self, model: Any, args: RMConfig | None = None, train_dataset: Any = None, eval_dataset: Any = None,
-                 processing_class: Any = None) -> None:
-        cfg = copy.deepcopy(args) if args is not None else RMConfig()
-        if not isinstance(model, (str, os.PathLike)):
-            raise TypeError(f"RewardTrainer(model=...): expected a folder, hub id, catalogue or preset name (got "
-                            f"{type(model).__name__}); save a loaded model with save_pretrained and give its folder")
-        if processing_class is not None:
-            raise ValueError("RewardTrainer(processing_class=...): the tokenizer is the one saved with the model")
-        if train_dataset is None:
-            raise ValueError("RewardTrainer needs a train_dataset (TRL's preference rows: prompt, chosen, rejected)")
-        cfg.model = model_config_for(model, cfg.model)
-        self.args, self._data, self._model = cfg, (train_dataset, eval_dataset), None
-        self.metrics: dict[str, float] = {}
+    config_cls = RMConfig
+    data_file = "pairs.jsonl"
+    rows = "TRL's preference rows: prompt, chosen, rejected"
+    train_fn = staticmethod(train)
 
-    def train(self, resume_from_checkpoint: bool | None = None) -> dict[str, float]:
-        """Run the training (``resume_from_checkpoint=True``: from the run folder's newest checkpoint);
-        returns the last logged metrics (held-out pairwise accuracy among them)."""
-        if resume_from_checkpoint not in (None, False, True):
-            raise ValueError("resume_from_checkpoint: True resumes from the run folder's newest checkpoint")
-        cfg = self.args
-        if resume_from_checkpoint:
-            cfg.run.resume = True
-        train_dataset, eval_dataset = self._data
-        file, split = dataset_file(cfg.run.dir, "pairs.jsonl", train_dataset, eval_dataset, cfg.run.resume)
-        if file is None:  # the user's file, used where it is (with its own split column if data.split_field names one)
-            cfg.data = replace(cfg.data, path=os.fspath(train_dataset))
-        else:
-            cfg.data = replace(cfg.data, path=str(file), split_field=SPLIT_COLUMN if split else None)
-        self.metrics = train(cfg)
-        return self.metrics
+    def _load(self, checkpoint: Path):
+        return load_scalar_model(ModelConfig(path=str(checkpoint)))  # (model, tokenizer)
 
-    @property
-    def model(self):
-        """The trained reward model, read from the run's last checkpoint (None before `train`)."""
-        if self._model is None:
-            last = latest_checkpoint(self.args.run.dir)
-            if last is None:
-                return None
-            self._model = load_scalar_model(ModelConfig(path=str(last)))
-        return self._model[0]
+    def _model_of(self, trained):
+        return trained[0]
 
-    def save_model(self, output_dir: str | None = None) -> Path:
-        """Write the trained reward model and its tokenizer to `output_dir` (default: the run folder)."""
-        if self.model is None:
-            raise ValueError("save_model: nothing trained yet (call train() first)")
-        out = Path(output_dir) if output_dir is not None else self.args.run.dir
-        model, tok = self._model
+    def _save(self, trained, out: Path) -> None:
+        model, tok = trained
         with quiet():
             model.save_pretrained(out, safe_serialization=True)
         tok.save_pretrained(out)
         apply_user_mode(out)
-        return out
 
 
 def build_preferences(policy_path: str, task: Task, n_prompts: int, samples: int = 4, label_noise: float = 0.0,

@@ -153,13 +153,34 @@ def parse_row(row: object, file: str, line: int) -> StepExample:
     return StepExample(prompt, tuple(steps), tuple(values))
 
 
-def read_stepwise(path: str | os.PathLike) -> list[StepExample]:
-    """Every row of a stepwise file (``.jsonl``/``.json`` lines read here; other formats with `datasets`)."""
+def read_stepwise(path: str | os.PathLike, split_field: str | None = None) -> list[StepExample]:
+    """Every row of a stepwise file (``.jsonl``/``.json`` lines read here; other formats with `datasets`);
+    `split_field`, a column saying "train" or "test", is checked and left out of the rows."""
+    return [ex for ex, _ in _stepwise_rows(path, split_field)]
+
+
+def read_stepwise_split(path: str | os.PathLike, split_field: str) -> tuple[list[StepExample], list[StepExample]]:
+    """(train rows, test rows) of a stepwise file whose column `split_field` says "train" or "test"."""
+    rows = _stepwise_rows(path, split_field)
+    return [ex for ex, split in rows if split == "train"], [ex for ex, split in rows if split == "test"]
+
+
+def _stepwise_rows(path: str | os.PathLike, split_field: str | None) -> list[tuple[StepExample, str | None]]:
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"stepwise data {path}: no such file")
     if path.suffix not in STEPWISE_SUFFIXES:
         raise StepwiseFormatError(f"{path}: unknown format {path.suffix!r}; use one of {STEPWISE_SUFFIXES}")
+
+    def parsed(row: object, number: int) -> tuple[StepExample, str | None]:
+        if split_field is None or not isinstance(row, dict):
+            return parse_row(row, str(path), number), None
+        split = row.get(split_field)
+        if split not in ("train", "test"):
+            raise StepwiseFormatError(f"{_where(str(path), number)}: field {split_field!r} must be 'train' or 'test' "
+                                      f"(got {split!r})")
+        return parse_row({k: v for k, v in row.items() if k != split_field}, str(path), number), split
+
     out = []
     if path.suffix in (".jsonl", ".json"):
         text = path.read_text(encoding="utf-8")
@@ -168,7 +189,7 @@ def read_stepwise(path: str | os.PathLike) -> list[StepExample]:
                 rows = json.loads(text)
             except json.JSONDecodeError as e:
                 raise StepwiseFormatError(f"{path}: not valid JSON: {e}") from e
-            return [parse_row(r, str(path), i + 1) for i, r in enumerate(rows)]
+            return [parsed(r, i + 1) for i, r in enumerate(rows)]
         for i, line in enumerate(text.splitlines(), start=1):
             if not line.strip():
                 continue
@@ -176,12 +197,12 @@ def read_stepwise(path: str | os.PathLike) -> list[StepExample]:
                 row = json.loads(line)
             except json.JSONDecodeError as e:
                 raise StepwiseFormatError(f"{_where(str(path), i)}: not valid JSON: {e.msg}") from e
-            out.append(parse_row(row, str(path), i))
+            out.append(parsed(row, i))
     else:
         import datasets
 
         table = datasets.load_dataset(path.suffix[1:], data_files=str(path), split="train")
-        out = [parse_row(dict(r), str(path), i + 1) for i, r in enumerate(table)]
+        out = [parsed(dict(r), i + 1) for i, r in enumerate(table)]
     if not out:
         raise StepwiseFormatError(f"{path}: no rows")
     return out

@@ -1,5 +1,6 @@
-"""What the TRL-style trainers (`GRPOTrainer`, `RewardTrainer`) share: how a ``model=`` argument and
-in-memory datasets become a run's config (the run folder then records both)."""
+"""What the TRL-style trainers (`GRPOTrainer`, `RewardTrainer`, `PRMTrainer`) share: how a ``model=``
+argument and in-memory datasets become a run's config (the run folder then records both), and
+``train()`` / ``model`` / ``save_model()``."""
 
 from __future__ import annotations
 
@@ -38,3 +39,100 @@ def dataset_file(run_dir: Path, name: str, train: Any, test: Any, resume: bool) 
     if not resume and latest_checkpoint(run_dir) is not None:
         return file, test is not None
     return write_rows(train, test, file), test is not None
+
+
+class RunTrainer:
+    """The TRL-style face of a trainer (`GRPOTrainer`, `RewardTrainer`, `PRMTrainer`): ``train()`` runs
+    the config `args` on the run loop, ``model`` is what it trained (read from the run's newest
+    checkpoint), ``save_model()`` writes it. A subclass sets `args` and gives `_run` (point the config
+    at the data and call the algorithm's ``train(cfg)``), `_load` (a checkpoint → the trained object) and
+    `_model_of` / `_save` (that object → the model; → a folder)."""
+
+    args: Any
+    _trained: Any = None
+    metrics: dict[str, float]
+
+    def _run(self) -> dict[str, float]:
+        raise NotImplementedError
+
+    def _load(self, checkpoint: Path) -> Any:
+        raise NotImplementedError
+
+    def _model_of(self, trained: Any) -> Any:
+        return trained
+
+    def _save(self, trained: Any, out: Path) -> None:
+        raise NotImplementedError
+
+    def train(self, resume_from_checkpoint: bool | None = None) -> dict[str, float]:
+        """Run the training (``resume_from_checkpoint=True``: continue from the run folder's newest
+        checkpoint, as ``--resume``); returns the last logged metrics."""
+        if resume_from_checkpoint not in (None, False, True):
+            raise ValueError("resume_from_checkpoint: True resumes from the run folder's newest checkpoint (a seqrl "
+                             "run resumes from its own folder; give that folder as output_dir)")
+        if resume_from_checkpoint:
+            self.args.run.resume = True
+        self.metrics = self._run()
+        return self.metrics
+
+    @property
+    def model(self) -> Any:
+        """The trained model (None before `train`)."""
+        if self._trained is None:
+            from seqrl.utils.checkpoint import latest_checkpoint
+
+            last = latest_checkpoint(self.args.run.dir)
+            if last is None:
+                return None
+            self._trained = self._load(last)
+        return self._model_of(self._trained)
+
+    def save_model(self, output_dir: str | None = None) -> Path:
+        """Write the trained model and its tokenizer to `output_dir` (default: the run folder, TRL's
+        output_dir), loadable with ``from_pretrained``."""
+        if self.model is None:
+            raise ValueError("save_model: nothing trained yet (call train() first)")
+        out = Path(output_dir) if output_dir is not None else self.args.run.dir
+        self._save(self._trained, out)
+        return out
+
+
+class ScorerTrainer(RunTrainer):
+    """A `RunTrainer` for a learned scorer trained on rows (`RewardTrainer`, `PRMTrainer`): `model` names a
+    folder, hub id, catalogue name or preset (its tokenizer is the one saved with it); the rows of
+    `train_dataset` / `eval_dataset` go to ``<run>/data/<data_file>`` with a split column for the eval
+    rows, and the config's ``data.path`` / ``data.split_field`` name them. A subclass sets
+    `config_cls`, `data_file`, `rows` (what a row holds, for messages) and `train_fn`."""
+
+    config_cls: Any
+    data_file: str
+    rows: str
+    train_fn: Any
+
+    def __init__(self, model: Any, args: Any = None, train_dataset: Any = None, eval_dataset: Any = None,
+                 processing_class: Any = None) -> None:
+        import copy
+
+        name = type(self).__name__
+        cfg = copy.deepcopy(args) if args is not None else self.config_cls()
+        if not isinstance(model, (str, os.PathLike)):
+            raise TypeError(f"{name}(model=...): expected a folder, hub id, catalogue or preset name (got "
+                            f"{type(model).__name__}); save a loaded model with save_pretrained and give its folder")
+        if processing_class is not None:
+            raise ValueError(f"{name}(processing_class=...): the tokenizer is the one saved with the model")
+        if train_dataset is None:
+            raise ValueError(f"{name} needs a train_dataset ({self.rows})")
+        cfg.model = model_config_for(model, cfg.model)
+        self.args, self._data, self.metrics = cfg, (train_dataset, eval_dataset), {}
+
+    def _run(self) -> dict[str, float]:
+        from seqrl.data.jsonl import SPLIT_COLUMN
+
+        cfg = self.args
+        train_dataset, eval_dataset = self._data
+        file, split = dataset_file(cfg.run.dir, self.data_file, train_dataset, eval_dataset, cfg.run.resume)
+        if file is None:  # the user's file, used where it is (with its own split column if data.split_field names one)
+            cfg.data = replace(cfg.data, path=os.fspath(train_dataset))
+        else:
+            cfg.data = replace(cfg.data, path=str(file), split_field=SPLIT_COLUMN if split else None)
+        return type(self).train_fn(cfg)
