@@ -1,19 +1,24 @@
 """seqrl: reinforcement learning with transformer sequence models as policies.
 
-The trainers a TRL user reaches for are importable from here (loaded on first use, so that
-``import seqrl`` stays light): ``from seqrl import GRPOConfig, GRPOTrainer``.
+The trainers a TRL user reaches for are importable from here, under TRL's names (loaded on first use,
+so that ``import seqrl`` stays light): ``from seqrl import GRPOConfig, GRPOTrainer``, ``SFTConfig``,
+``SFTTrainer``, ``RewardConfig`` (seqrl's `RMConfig`), ``RewardTrainer``, ``PRMConfig``, ``PRMTrainer``.
 """
 
 __version__ = "0.1.0"
 
-_LAZY = {"GRPOConfig": "seqrl.algos.grpo_config", "GRPOTrainer": "seqrl.algos.grpo"}
+_LAZY = {"GRPOConfig": ("seqrl.algos.grpo_config", "GRPOConfig"), "GRPOTrainer": ("seqrl.algos.grpo", "GRPOTrainer"),
+         "SFTConfig": ("seqrl.algos.sft_config", "SFTConfig"), "SFTTrainer": ("seqrl.algos.sft", "SFTTrainer"),
+         "RewardConfig": ("seqrl.algos.rm_config", "RMConfig"), "RewardTrainer": ("seqrl.algos.rm", "RewardTrainer"),
+         "PRMConfig": ("seqrl.algos.prm_config", "PRMConfig"), "PRMTrainer": ("seqrl.algos.prm", "PRMTrainer")}
 
 
 def __getattr__(name: str):
     if name in _LAZY:
         import importlib
 
-        return getattr(importlib.import_module(_LAZY[name]), name)
+        module, attr = _LAZY[name]
+        return getattr(importlib.import_module(module), attr)
     raise AttributeError(f"module 'seqrl' has no attribute {name!r}")
 
 

@@ -36,7 +36,7 @@ from seqrl.data.stepwise import (StepExample, corrupted_arith_examples, policy_a
 from seqrl.models.lm import ModelConfig, num_parameters
 from seqrl.models.prm import ProcessRewardModel, pad_right
 from seqrl.rollout import sample_solutions
-from seqrl.training.api import ScorerTrainer
+from seqrl.training.api import RowsTrainer
 from seqrl.training.loop import RunLoop
 from seqrl.training.run import batch_indices, make_optimizer, releases_run_folder
 from seqrl.utils.dist import bf16_autocast
@@ -240,7 +240,7 @@ def train(cfg: PRMConfig) -> dict[str, float]:
     return final
 
 
-class PRMTrainer(ScorerTrainer):
+class PRMTrainer(RowsTrainer):
     """A process reward model trained the way TRL's `PRMTrainer` is called, on the run loop of
     ``seqrl train prm``:
 

@@ -38,7 +38,7 @@ from seqrl.models.lm import ModelConfig, load_pretrained, num_parameters
 from seqrl.prompts import PromptConfig, render_prompt
 from seqrl.rewards.combine import RewardSpec, build_reward, score_completions
 from seqrl.rollout import sample_solutions
-from seqrl.training.api import ScorerTrainer
+from seqrl.training.api import RowsTrainer
 from seqrl.training.loop import RunLoop
 from seqrl.training.run import batch_indices, make_optimizer, releases_run_folder
 from seqrl.types import Problem, Task
@@ -196,7 +196,7 @@ def train(cfg: RMConfig) -> dict[str, float]:
     return {**first, **final}
 
 
-class RewardTrainer(ScorerTrainer):
+class RewardTrainer(RowsTrainer):
     """A reward model trained the way TRL's `RewardTrainer` is called, on the run loop of ``seqrl train rm``:
 
         trainer = RewardTrainer(model="runs/sft/checkpoint-200", args=RMConfig(output_dir="runs/rm", max_steps=300),

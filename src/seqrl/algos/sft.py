@@ -9,15 +9,21 @@ the checkpoint, a resumed run therefore repeats an uninterrupted one exactly.
 
 from __future__ import annotations
 
+import os
 import time
+from pathlib import Path
+from typing import Any
+
 import torch
 
 from seqrl.algos.config import OptimConfig, RunConfig, TaskConfig  # noqa: F401 (re-exported)
 from seqrl.algos.sft_config import SFTConfig
 from seqrl.core.losses import IGNORE_INDEX
+from seqrl.data.jsonl import SPLIT_COLUMN
 from seqrl.evaluation import EvalConfig, run_evaluation  # noqa: F401 (re-exported)
-from seqrl.models.lm import ModelConfig, load_policy, num_parameters  # noqa: F401 (re-exported)
+from seqrl.models.lm import ModelConfig, Policy, load_policy, load_pretrained, num_parameters  # noqa: F401
 from seqrl.prompts import check_template
+from seqrl.training.api import RowsTrainer, dataset_file
 from seqrl.training.finetune import accumulate_gradients, collate, encode_examples  # noqa: F401 (re-exported)
 from seqrl.training.loop import RunLoop
 from seqrl.training.run import batch_indices, make_optimizer, releases_run_folder
@@ -41,7 +47,7 @@ def train(cfg: SFTConfig) -> dict[str, float]:
     policy = load_policy(cfg.model, device)
     policy.prompt = cfg.prompt
     model, tok = policy.model, policy.tokenizer
-    examples = encode_examples(policy, train_problems)
+    examples = encode_examples(policy, train_problems, cfg.target)
     optimizer, scheduler = make_optimizer(model, cfg.optim, cfg.steps)
     loop.resume(model, optimizer, scheduler, tok)
     loop.log_start({"model/parameters": num_parameters(model), "data/train_examples": len(examples)})
@@ -80,3 +86,47 @@ def train(cfg: SFTConfig) -> dict[str, float]:
                      show=lambda m: {**live, **({"acc": m["eval/accuracy"]} if "eval/accuracy" in m else {})})
     loop.plot(["loss/sft", "eval/accuracy", "stats/lr", "stats/grad_norm"], "sft.png", f"SFT {cfg.run.name}")
     return final
+
+
+class SFTTrainer(RowsTrainer):
+    """Supervised fine-tuning called the way TRL's `SFTTrainer` is, on the run loop of ``seqrl train sft``:
+
+        trainer = SFTTrainer(model="smollm2-135m-instruct", args=SFTConfig(output_dir="runs/sft", max_steps=100),
+                             train_dataset=rows)
+        trainer.train()
+
+    model: a folder, hub id, catalogue name or preset. args: an `SFTConfig` (TRL's names accepted).
+    train_dataset, eval_dataset: TRL's prompt–completion rows (``prompt`` + ``completion``, text or
+        messages) or conversations (``messages``), as a `datasets.Dataset`, a list of dicts or a file; the
+        model learns each row's reply as written (``target: completion``) with the prompt masked out.
+        Rows given in memory are written to the run folder's ``data/train.jsonl`` (with a split column for
+        eval_dataset) and named by its config.yaml. Without train_dataset: `args.task`'s worked solutions.
+    `model` is the trained model after `train`; `save_model` writes it with its tokenizer.
+    """
+
+    config_cls = SFTConfig
+    data_file = "train.jsonl"
+    rows = "TRL's prompt-completion rows or conversations"
+    needs_rows = False
+
+    def _run(self) -> dict[str, float]:
+        cfg = self.args
+        train_dataset, eval_dataset = self._data
+        if train_dataset is not None:
+            file, split = dataset_file(cfg.run.dir, "train.jsonl", train_dataset, eval_dataset, cfg.run.resume)
+            file = file if file is not None else Path(os.fspath(train_dataset))
+            keep = {k: v for k, v in cfg.task.kwargs.items() if k in ("prompt_field", "answer_field", "test_fraction")}
+            if split:
+                keep["split_field"] = SPLIT_COLUMN
+            cfg.task = TaskConfig(name=f"jsonl:{file}", kwargs=keep, n_train=-1, n_test=-1, seed=cfg.task.seed)
+            cfg.target = "completion"
+        return train(cfg)  # not train_fn: SFT's rows are a task, not a data section
+
+    def _load(self, checkpoint: Path) -> Policy:
+        return load_pretrained(str(checkpoint))
+
+    def _model_of(self, trained: Policy) -> Any:
+        return trained.model
+
+    def _save(self, trained: Policy, out: Path) -> None:
+        trained.save(out)

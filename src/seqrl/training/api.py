@@ -97,17 +97,19 @@ class RunTrainer:
         return out
 
 
-class ScorerTrainer(RunTrainer):
-    """A `RunTrainer` for a learned scorer trained on rows (`RewardTrainer`, `PRMTrainer`): `model` names a
-    folder, hub id, catalogue name or preset (its tokenizer is the one saved with it); the rows of
-    `train_dataset` / `eval_dataset` go to ``<run>/data/<data_file>`` with a split column for the eval
-    rows, and the config's ``data.path`` / ``data.split_field`` name them. A subclass sets
-    `config_cls`, `data_file`, `rows` (what a row holds, for messages) and `train_fn`."""
+class RowsTrainer(RunTrainer):
+    """A `RunTrainer` whose model is named by a string (a folder, hub id, catalogue name or preset; its
+    tokenizer is the one saved with it) and trained on rows (`SFTTrainer`, `RewardTrainer`,
+    `PRMTrainer`): the rows of `train_dataset` / `eval_dataset` go to ``<run>/data/<data_file>`` with a
+    split column for the eval rows, and by default the config's ``data.path`` / ``data.split_field``
+    name them. A subclass sets `config_cls`, `data_file`, `rows` (what a row holds, for messages),
+    `train_fn`, and `needs_rows` False where the config has data of its own."""
 
     config_cls: Any
     data_file: str
     rows: str
     train_fn: Any
+    needs_rows = True
 
     def __init__(self, model: Any, args: Any = None, train_dataset: Any = None, eval_dataset: Any = None,
                  processing_class: Any = None) -> None:
@@ -120,7 +122,7 @@ class ScorerTrainer(RunTrainer):
                             f"{type(model).__name__}); save a loaded model with save_pretrained and give its folder")
         if processing_class is not None:
             raise ValueError(f"{name}(processing_class=...): the tokenizer is the one saved with the model")
-        if train_dataset is None:
+        if train_dataset is None and (self.needs_rows or eval_dataset is not None):
             raise ValueError(f"{name} needs a train_dataset ({self.rows})")
         cfg.model = model_config_for(model, cfg.model)
         self.args, self._data, self.metrics = cfg, (train_dataset, eval_dataset), {}

@@ -41,9 +41,33 @@ def encode_pairs(policy: Policy, problems: Sequence[Problem], completions: Seque
     return examples
 
 
-def encode_examples(policy: Policy, problems: list[Problem]) -> list[Example]:
-    """`encode_pairs` on each problem's worked solution (`Problem.target`)."""
-    return encode_pairs(policy, problems, [p.target for p in problems])
+def encode_examples(policy: Policy, problems: list[Problem], target: str = "solution") -> list[Example]:
+    """`encode_pairs` on each problem's worked solution (`Problem.target`), or with ``target="completion"``
+    on its row's own reply (`row_completion`)."""
+    return encode_pairs(policy, problems, [p.target if target == "solution" else row_completion(p) for p in problems])
+
+
+def row_completion(problem: Problem) -> str:
+    """A dataset row's own reply: its ``completion`` column (text, or messages ending in the assistant's
+    turn) or the last assistant turn of its ``messages``; a row with neither is an error naming it.
+
+    >>> row_completion(Problem("2+2=", "4", metadata={"completion": " 4"}))
+    ' 4'
+    >>> row_completion(Problem("hi", "", metadata={"messages": [{"role": "user", "content": "hi"},
+    ...                                                          {"role": "assistant", "content": "hello"}]}))
+    'hello'
+    """
+    meta = problem.metadata or {}
+    value = meta.get("completion")
+    if value is None and isinstance(meta.get("messages"), list) and meta["messages"]:
+        value = meta["messages"]
+    if isinstance(value, list) and value and isinstance(value[-1], dict) and value[-1].get("role") == "assistant":
+        value = value[-1].get("content")
+    if not isinstance(value, str):
+        where = meta.get("source", problem.uid or problem.prompt[:40])
+        raise ValueError(f"{where}: target completion needs a 'completion' column (text or an assistant message) or "
+                         f"'messages' ending in the assistant's turn")
+    return value
 
 
 def collate(examples: list[Example], pad_id: int) -> dict[str, torch.Tensor]:
