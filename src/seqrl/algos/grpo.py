@@ -604,12 +604,3 @@ class GRPOTrainer(RunTrainer):
     def _run(self) -> dict[str, float]:
         self._point_task_at_data()
         return train(self.args, self._rewards or None, self._trained)
-
-    def _load(self, checkpoint: Path) -> Policy:
-        return load_pretrained(str(checkpoint))
-
-    def _model_of(self, trained: Policy) -> Any:
-        return trained.model
-
-    def _save(self, trained: Policy, out: Path) -> None:
-        trained.save(out)

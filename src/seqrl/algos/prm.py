@@ -266,5 +266,8 @@ class PRMTrainer(RowsTrainer):
     def _load(self, checkpoint: Path) -> ProcessRewardModel:
         return ProcessRewardModel.load(checkpoint)
 
+    def _model_of(self, trained: ProcessRewardModel) -> ProcessRewardModel:
+        return trained
+
     def _save(self, trained: ProcessRewardModel, out: Path) -> None:
         trained.save(out)

@@ -21,7 +21,7 @@ from seqrl.algos.sft_config import SFTConfig
 from seqrl.core.losses import IGNORE_INDEX
 from seqrl.data.jsonl import SPLIT_COLUMN
 from seqrl.evaluation import EvalConfig, run_evaluation  # noqa: F401 (re-exported)
-from seqrl.models.lm import ModelConfig, Policy, load_policy, load_pretrained, num_parameters  # noqa: F401
+from seqrl.models.lm import ModelConfig, load_policy, num_parameters  # noqa: F401 (re-exported)
 from seqrl.prompts import check_template
 from seqrl.training.api import RowsTrainer, dataset_file
 from seqrl.training.finetune import accumulate_gradients, collate, encode_examples  # noqa: F401 (re-exported)
@@ -121,12 +121,3 @@ class SFTTrainer(RowsTrainer):
             cfg.task = TaskConfig(name=f"jsonl:{file}", kwargs=keep, n_train=-1, n_test=-1, seed=cfg.task.seed)
             cfg.target = "completion"
         return train(cfg)  # not train_fn: SFT's rows are a task, not a data section
-
-    def _load(self, checkpoint: Path) -> Policy:
-        return load_pretrained(str(checkpoint))
-
-    def _model_of(self, trained: Policy) -> Any:
-        return trained.model
-
-    def _save(self, trained: Policy, out: Path) -> None:
-        trained.save(out)

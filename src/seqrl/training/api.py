@@ -45,8 +45,8 @@ class RunTrainer:
     """The TRL-style face of a trainer (`GRPOTrainer`, `RewardTrainer`, `PRMTrainer`): ``train()`` runs
     the config `args` on the run loop, ``model`` is what it trained (read from the run's newest
     checkpoint), ``save_model()`` writes it. A subclass sets `args` and gives `_run` (point the config
-    at the data and call the algorithm's ``train(cfg)``), `_load` (a checkpoint → the trained object) and
-    `_model_of` / `_save` (that object → the model; → a folder)."""
+    at the data and call the algorithm's ``train(cfg)``); `_load` (a checkpoint → the trained object),
+    `_model_of` and `_save` (that object → the model; → a folder) default to a policy's."""
 
     args: Any
     _trained: Any = None
@@ -56,13 +56,15 @@ class RunTrainer:
         raise NotImplementedError
 
     def _load(self, checkpoint: Path) -> Any:
-        raise NotImplementedError
+        from seqrl.models.lm import load_pretrained
+
+        return load_pretrained(str(checkpoint))
 
     def _model_of(self, trained: Any) -> Any:
-        return trained
+        return trained.model
 
     def _save(self, trained: Any, out: Path) -> None:
-        raise NotImplementedError
+        trained.save(out)
 
     def train(self, resume_from_checkpoint: bool | None = None) -> dict[str, float]:
         """Run the training (``resume_from_checkpoint=True``: continue from the run folder's newest
