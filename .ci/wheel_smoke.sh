@@ -27,9 +27,13 @@ pins = [line for line in meta.splitlines() if line.startswith("Requires-Dist:") 
 assert not pins, f"exact pins in the wheel's Requires-Dist (they belong in constraints.txt): {pins}"
 EOF
 
-step "install the wheel into a fresh venv"
+step "install the wheel into a fresh venv (the base install: the language-model side)"
 "$PY" -m venv "$WORK/venv"
 "$WORK/venv/bin/pip" install -q --no-compile -c constraints.txt "$wheel"   # no .pyc: the install takes half the CPU (29 s, not 60 s)
+step "base install: $(du -sm "$WORK/venv" | cut -f1) MiB ($("$WORK/venv/bin/pip" list 2>/dev/null | tail -n +3 | wc -l) packages)"
+for module in minari stable_baselines3 minigrid reasoning_gym mujoco wandb; do
+  if "$WORK/venv/bin/python" -c "import $module" 2>/dev/null; then echo "wheel smoke: $module in the base install"; exit 1; fi
+done
 seqrl="$WORK/venv/bin/seqrl"
 mkdir "$WORK/empty" && cd "$WORK/empty"
 pkg=$("$WORK/venv/bin/python" -c 'import pathlib, seqrl; print(pathlib.Path(seqrl.__file__).parent)')
@@ -61,6 +65,18 @@ printf 'def add(a, b):\n    return a + b\n' >solution.py
 printf 'assert add(2, 3) == 5\nassert add(-1, 1) == 0\n' >tests.py
 "$seqrl" sandbox run solution.py --tests tests.py --entry-point add --json \
   | "$WORK/venv/bin/python" -c 'import json, sys; r = json.load(sys.stdin); assert (r["status"], r["passed"]) == ("ok", 2), r'
+
+step "a command that needs an extra says which, in one line"
+if "$seqrl" train bc --config pendulum_medium_replay --steps=1 --run.progress=false >extra.out 2>extra.err; then
+  echo "wheel smoke: train bc ran without the [control] extra"; exit 1
+fi
+grep -q "pip install 'seqrl\[control\]'" extra.err && [ "$(wc -l <extra.err)" -eq 1 ] \
+  || { echo "wheel smoke: no one-line [control] message:"; cat extra.err; exit 1; }
+
+step "the extras: [control,vla,rgym,trackers]"
+"$WORK/venv/bin/pip" install -q --no-compile -c constraints.txt "$wheel[control,vla,rgym,trackers]"
+"$WORK/venv/bin/python" -c 'import minari, stable_baselines3, minigrid, reasoning_gym, mujoco, tensorboard, wandb'
+step "with the extras: $(du -sm "$WORK/venv" | cut -f1) MiB"
 
 written=$(find "$pkg" -newer "$WORK/installed" -type f -not -path '*/__pycache__/*')
 [ -z "$written" ] || { echo "wheel smoke: files written inside the installed package: $written"; exit 1; }

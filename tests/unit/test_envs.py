@@ -25,7 +25,7 @@ def test_missing_extra_says_what_to_install(monkeypatch):
     monkeypatch.setattr(make_module.gym, "make", broken_make)
     with pytest.raises(EnvError) as info:
         make_env("Hopper-v5")
-    assert str(info.value).startswith("environment 'Hopper-v5' needs gymnasium[mujoco]: pip install 'gymnasium[mujoco]'")
+    assert str(info.value).startswith("environment 'Hopper-v5' needs gymnasium[mujoco]: pip install 'seqrl[control]'")
 
 
 def test_namespace_without_package_says_what_to_install():
@@ -36,7 +36,7 @@ def test_namespace_without_package_says_what_to_install():
 def test_env_extra():
     assert env_extra("Walker2d-v5")[0] == "gymnasium[mujoco]"
     assert env_extra("CartPole-v1") is None
-    assert env_extra("MiniGrid-Empty-5x5-v0") == ("minigrid", "minigrid")
+    assert env_extra("MiniGrid-Empty-5x5-v0") == ("minigrid", "'seqrl[vla]'")
 
 
 def test_make_env_seed_fixes_reset():

@@ -29,6 +29,7 @@ import numpy as np
 from seqrl.data.minari_data import create_in_place, datasets_root
 from seqrl.data.offline import DatasetError, Episode, OfflineDataset
 from seqrl.envs.babyai import BOS, N_ACTIONS, BabyAIEpisode, bot_episode, demo_reset_seed, make_babyai, resolve_level
+from seqrl.utils.extras import require
 
 __all__ = ["IMAGE_SHAPE", "OBS_DIM", "PACKED", "babyai_dataset_id", "build_babyai", "collect_demos", "load_babyai",
            "load_episodes", "pack_episodes", "quick_babyai", "read_packed", "save_episodes", "unpack_obs", "write_babyai",
@@ -207,7 +208,7 @@ def write_babyai(dataset_id: str, demos: list[BabyAIEpisode], env_id: str, *, ro
     """Write `demos` as Minari dataset `dataset_id` under `root` (default `datasets_root`), atomically
     (built in a temporary folder beside it, then renamed in); an existing one is an error unless `force`."""
     import gymnasium as gym
-    from minari.data_collector import EpisodeBuffer
+    EpisodeBuffer = require("minari.data_collector", "BabyAI demonstrations").EpisodeBuffer
 
     root = Path(root) if root is not None else datasets_root()
     dest = root / dataset_id
@@ -396,7 +397,7 @@ def read_packed(folder: str | os.PathLike) -> list[BabyAIEpisode] | None:
 def load_babyai(spec: str | os.PathLike) -> OfflineDataset:
     """A BabyAI demonstration dataset (a local Minari id or folder, written by `build_babyai`) as an
     `OfflineDataset` of flat rows (see the module docstring); the network is never used."""
-    from minari import MinariDataset
+    MinariDataset = require("minari", "BabyAI demonstrations").MinariDataset
 
     spec = str(spec)
     path = Path(spec)

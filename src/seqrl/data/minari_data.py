@@ -38,6 +38,7 @@ import numpy as np
 
 from seqrl.data.config import QUICK_PREFIX, DataConfig
 from seqrl.data.offline import DatasetError, Episode, OfflineDataset
+from seqrl.utils.extras import require
 
 __all__ = [
     "DATASET_ENVS",
@@ -189,7 +190,7 @@ def create_in_place(dataset_id: str, root: Path, buffers: list, **create_kwargs)
     """`minari.create_dataset_from_buffers(dataset_id, buffers, **create_kwargs)` into a temporary folder
     beside `root / dataset_id`, then renamed into place (replacing an existing dataset only after the
     new one is complete), so an interrupted build never leaves a half-written dataset; returns the folder."""
-    import minari
+    minari = require("minari", "Minari datasets")
 
     dest = root / dataset_id
     root.mkdir(parents=True, exist_ok=True)
@@ -230,7 +231,7 @@ def write_minari(dataset_id: str, episodes: list[Episode], env_id: str, *, root:
     interrupted build never leaves a half-written dataset. An existing dataset is an error unless
     `force`.
     """
-    from minari.data_collector import EpisodeBuffer
+    EpisodeBuffer = require("minari.data_collector", "building a Minari dataset").EpisodeBuffer
 
     root = Path(root) if root is not None else datasets_root()
     dest = root / dataset_id
@@ -300,7 +301,7 @@ def load_offline(spec: str | os.PathLike) -> OfflineDataset:
     Discrete actions are supported; Box, Discrete, Dict and Tuple observations are flattened
     (Discrete to one-hot). Every episode is checked (`Episode.validate`): a bad one is named.
     """
-    from minari import MinariDataset
+    MinariDataset = require("minari", "Minari datasets").MinariDataset
 
     spec = str(spec)
     path = Path(spec)

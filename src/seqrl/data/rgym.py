@@ -26,6 +26,7 @@ import math
 from seqrl.data.splits import check_split, split_of, stable_hash
 from seqrl.answers import FormattedAnswers, check_answer_format, find_answer
 from seqrl.types import Problem, RewardResult, Task
+from seqrl.utils.extras import require
 
 MAX_ANSWER_CHARS = 20_000
 """Longer answers score 0 unscored (no reasoning-gym answer is near this long)."""
@@ -145,7 +146,7 @@ def _score_answer(dataset: str, config_json: str, answer: str, entry: dict) -> f
 
 def dataset_names() -> list[str]:
     """The names reasoning-gym can create (its factory's registry), sorted."""
-    from reasoning_gym.factory import DATASETS
+    DATASETS = require("reasoning_gym.factory", "reasoning-gym tasks").DATASETS
 
     return sorted(DATASETS)
 
@@ -153,7 +154,7 @@ def dataset_names() -> list[str]:
 @functools.lru_cache(maxsize=64)
 def _dataset(dataset: str, config_json: str, seed: int, size: int):
     """A reasoning-gym dataset object (items are generated on access)."""
-    import reasoning_gym
+    reasoning_gym = require("reasoning_gym", "reasoning-gym tasks")
 
     return reasoning_gym.create_dataset(dataset, seed=seed, size=size, **json.loads(config_json))
 

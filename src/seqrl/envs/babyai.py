@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from seqrl.envs.make import EnvError, make_env
+from seqrl.utils.extras import require
 
 __all__ = [
     "BOS",
@@ -58,7 +59,7 @@ def resolve_level(level: str) -> str:
     ('BabyAI-GoToRedBallGrey-v0', 'BabyAI-PickupLoc-v0')
     """
     import gymnasium as gym
-    import minigrid  # noqa: F401 — registers the BabyAI ids
+    require("minigrid", "BabyAI")  # registers the BabyAI ids
 
     env_id = level if level.startswith("BabyAI-") else f"BabyAI-{level}-v0"
     if env_id not in gym.registry:
@@ -69,7 +70,7 @@ def resolve_level(level: str) -> str:
 
 def make_babyai(env_id: str):
     """A BabyAI environment (registering minigrid's ids first)."""
-    import minigrid  # noqa: F401
+    require("minigrid", "BabyAI")
 
     return make_env(resolve_level(env_id))
 
@@ -153,7 +154,7 @@ class GuardedBot:
     """minigrid's `BabyAIBot` whose `replan` raises `BotStuck` instead of planning forever."""
 
     def __init__(self, env) -> None:
-        from minigrid.utils.baby_ai_bot import BabyAIBot
+        BabyAIBot = require("minigrid.utils.baby_ai_bot", "the BabyAI bot").BabyAIBot
 
         self.bot = BabyAIBot(env)
         self.bot.stack = _PlanStack(self.bot.stack)

@@ -43,6 +43,7 @@ import torch
 
 from seqrl.envs.make import make_env
 from seqrl.envs.rollout import collect_episodes, uniform_policy
+from seqrl.utils.extras import require
 
 __all__ = [
     "BEHAVIOUR_ENVS",
@@ -140,7 +141,7 @@ class BehaviourPolicy:
     """An SB3 `ActorCriticPolicy` actor rebuilt from a snapshot, acting on batches with per-row noise."""
 
     def __init__(self, env_id: str, state: dict[str, torch.Tensor], info: dict) -> None:
-        from stable_baselines3.common.policies import ActorCriticPolicy
+        ActorCriticPolicy = require("stable_baselines3.common.policies", "a behaviour policy").ActorCriticPolicy
 
         env = make_env(env_id)
         self.env_id = env_id
@@ -237,7 +238,7 @@ def train_behaviour(cfg: BehaviourConfig, resume: bool = False) -> Path:
     ``eval/return_std``, ``eval/ep_len``, ``train/ep_return_mean``, ``perf/steps_per_s``), ``<run>/plots/``
     and ``<run>/model.zip`` + ``<run>/vecnormalize.pkl`` (the full state to resume from). Returns the run dir.
     """
-    from stable_baselines3 import PPO
+    PPO = require("stable_baselines3", "training a behaviour policy").PPO
     from stable_baselines3.common.callbacks import BaseCallback
     from stable_baselines3.common.env_util import make_vec_env
     from stable_baselines3.common.vec_env import VecNormalize

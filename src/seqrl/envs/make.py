@@ -25,11 +25,11 @@ class EnvError(ValueError):
 
 # entry-point module prefix (or id namespace) -> (what provides it, pip install argument)
 _EXTRAS = {
-    "gymnasium.envs.mujoco": ("gymnasium[mujoco]", "'gymnasium[mujoco]'"),
+    "gymnasium.envs.mujoco": ("gymnasium[mujoco]", "'seqrl[control]'"),
     "gymnasium.envs.box2d": ("gymnasium[box2d]", "swig 'gymnasium[box2d]'"),
     "gymnasium.envs.toy_text": ("gymnasium[toy-text]", "'gymnasium[toy-text]'"),
     "ale_py": ("gymnasium[atari]", "'gymnasium[atari]'"),
-    "minigrid": ("minigrid", "minigrid"),
+    "minigrid": ("minigrid", "'seqrl[vla]'"),
 }
 _NAMESPACES = {"ALE": "ale_py", "MiniGrid": "minigrid", "BabyAI": "minigrid"}
 
@@ -38,7 +38,7 @@ def env_extra(env_id: str) -> tuple[str, str] | None:
     """``(extra, pip argument)`` that provides `env_id`, or None when nothing beyond gymnasium is known.
 
     >>> env_extra("Hopper-v5")
-    ('gymnasium[mujoco]', "'gymnasium[mujoco]'")
+    ('gymnasium[mujoco]', "'seqrl[control]'")
     >>> env_extra("Pendulum-v1") is None
     True
     """

