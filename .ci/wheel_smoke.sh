@@ -74,8 +74,8 @@ grep -q "pip install 'seqrl\[control\]'" extra.err && [ "$(wc -l <extra.err)" -e
   || { echo "wheel smoke: no one-line [control] message:"; cat extra.err; exit 1; }
 
 step "the extras: [control,vla,rgym,trackers]"
-"$WORK/venv/bin/pip" install -q --no-compile -c constraints.txt "$wheel[control,vla,rgym,trackers]"
-"$WORK/venv/bin/python" -c 'import minari, stable_baselines3, minigrid, reasoning_gym, mujoco, tensorboard, wandb'
+"$WORK/venv/bin/pip" install -q --no-compile -c "$REPO/constraints.txt" "$wheel[control,vla,rgym,trackers]"
+"$WORK/venv/bin/python" -W ignore -c 'import minari, stable_baselines3, minigrid, reasoning_gym, mujoco, tensorboard, wandb'
 step "with the extras: $(du -sm "$WORK/venv" | cut -f1) MiB"
 
 written=$(find "$pkg" -newer "$WORK/installed" -type f -not -path '*/__pycache__/*')
