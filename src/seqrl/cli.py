@@ -260,7 +260,7 @@ def cmd_train(args: argparse.Namespace, overrides: list[str]) -> int:
     if args.algo not in ALGOS:
         raise ConfigError(f"unknown algorithm {args.algo!r}; implemented: {', '.join(ALGOS)}")
     config_path = resolve_config(args.config, "prm" if args.algo == "orm" else args.algo)  # one preset folder
-    if args.algo in ("grpo", "ppo"):  # TRL's GRPOConfig names, where they mean the same
+    if args.algo in ("grpo", "ppo", "sft", "rm", "prm", "orm"):  # TRL's config names, where they mean the same
         import dataclasses
 
         from seqrl.algos.config import trl_overrides

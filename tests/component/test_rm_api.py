@@ -80,3 +80,37 @@ def test_a_preference_file_with_its_own_split_column(tmp_path):
         RewardTrainer(object(), args=_args(tmp_path), train_dataset=_pairs(4, 0))
     with pytest.raises(ConfigError):
         RMConfig(center_rewards_coefficient=-1.0)
+
+
+def test_model_is_read_again_after_each_train_and_a_failed_attempts_rows_are_replaced(tmp_path):
+    import torch
+
+    run = tmp_path / "rm"
+    (run / "data").mkdir(parents=True)
+    (run / "data" / "pairs.jsonl").write_text(json.dumps(_pairs(1, 9)[0]) + "\n")  # a first attempt died early
+    trainer = RewardTrainer("tiny", args=_args(tmp_path), train_dataset=_pairs(40, 0), eval_dataset=_pairs(10, 1))
+    trainer.train()
+    assert len((run / "data" / "pairs.jsonl").read_text().splitlines()) == 50
+    first = {k: v.clone() for k, v in trainer.model.state_dict().items()}
+    trainer.args.steps = 6
+    trainer.train(resume_from_checkpoint=True)
+    after = trainer.model.state_dict()
+    assert any(not torch.equal(first[k], after[k]) for k in first)  # checkpoint-6, not the cached checkpoint-4
+
+
+def test_trackers_and_logs_are_closed_when_a_run_fails_before_its_loop(tmp_path, monkeypatch):
+    import seqrl.algos.rm as rm
+    from seqrl.training import loop
+    from seqrl.utils import trackers
+
+    closed = []
+    monkeypatch.setattr(trackers.TensorBoardTracker, "close", lambda self: closed.append(self))
+
+    def broken(*args, **kwargs):
+        raise ValueError("evaluation failed")
+
+    monkeypatch.setattr(rm, "evaluate_pairs", broken)  # the step-0 evaluation, between resume and the loop
+    trainer = RewardTrainer("tiny", args=_args(tmp_path, report_to="tensorboard"), train_dataset=_pairs(20, 0))
+    with pytest.raises(ValueError, match="evaluation failed"):
+        trainer.train()
+    assert len(closed) == 1 and not loop._OPEN

@@ -142,3 +142,23 @@ def test_dist_helpers_single_process_and_env(monkeypatch):
     monkeypatch.setenv("RANK", "two")
     with pytest.raises(ValueError, match="RANK must be an integer"):
         dist.rank()
+
+
+def test_trackers_receive_the_values_as_written(tmp_path):
+    import numpy as np
+    import torch
+
+    from seqrl.utils.metrics import MetricsLogger
+
+    class Seen:
+        def __init__(self):
+            self.records = []
+
+        def log(self, step, values):
+            self.records.append((step, values))
+
+    seen = Seen()
+    with MetricsLogger(tmp_path / "m.jsonl", trackers=[seen]) as logger:
+        logger.log(1, {"a": np.float32(0.5), "b": torch.tensor(2.0), "c": float("nan"), "d": "text"})
+    assert seen.records == [(1, {"a": 0.5, "b": 2.0, "c": None, "d": "text"})]
+    assert all(type(v) in (float, type(None), str) for v in seen.records[0][1].values())

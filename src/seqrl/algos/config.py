@@ -268,16 +268,28 @@ TRL_NOT_ALIASED = {
 
 
 def trl_report_to(value: Any) -> Any:
-    """TRL's ``report_to`` as a list: "none" → [], "all" → every tracker seqrl has, a name → [name].
+    """TRL's ``report_to`` as a list: "none" or None → [], "all" → every tracker installed here, a name →
+    [name]; in a list, "all" and "none" mean the same.
 
-    >>> trl_report_to("none"), trl_report_to("wandb"), trl_report_to(["tensorboard"])
-    ([], ['wandb'], ['tensorboard'])
+    >>> trl_report_to("none"), trl_report_to(None), trl_report_to("wandb"), trl_report_to(["tensorboard"])
+    ([], [], ['wandb'], ['tensorboard'])
     """
+    import importlib.util
+
     from seqrl.utils.trackers import TRACKERS
 
-    if isinstance(value, str):
-        return [] if value == "none" else list(TRACKERS) if value == "all" else [value]
-    return value
+    if value is None:
+        return []
+    names = [value] if isinstance(value, str) else list(value) if isinstance(value, (list, tuple)) else value
+    if not isinstance(names, list):
+        return value  # the config's own type check names it
+    out: list = []
+    for name in names:
+        if name == "all":
+            out += [t for t in TRACKERS if importlib.util.find_spec(t) is not None]
+        elif name != "none":
+            out.append(name)
+    return list(dict.fromkeys(out))
 
 
 def accepts_trl_names(cls: type) -> type:

@@ -550,7 +550,7 @@ class GRPOTrainer(RunTrainer):
                 from transformers import AutoTokenizer
 
                 processing_class = AutoTokenizer.from_pretrained(where)
-            self._trained = Policy(model, processing_class)
+            self._trained, self._in_memory = Policy(model, processing_class), True
             if where and (not looks_local(where) or Path(where).exists()):
                 cfg.model = replace(cfg.model, path=str(where))  # config.yaml names what was trained
         else:

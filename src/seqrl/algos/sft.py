@@ -10,6 +10,7 @@ the checkpoint, a resumed run therefore repeats an uninterrupted one exactly.
 from __future__ import annotations
 
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -113,10 +114,17 @@ class SFTTrainer(RowsTrainer):
         train_dataset, eval_dataset = self._data
         if train_dataset is not None:
             file, split = dataset_file(cfg.run.dir, "train.jsonl", train_dataset, eval_dataset, cfg.run.resume)
-            file = file if file is not None else Path(os.fspath(train_dataset))
             keep = {k: v for k, v in cfg.task.kwargs.items() if k in ("prompt_field", "answer_field", "test_fraction")}
-            if split:
+            if file is None:  # the user's file, used where it is (with its own split column, if named)
+                file = Path(os.fspath(train_dataset))
+                if "split_field" in cfg.task.kwargs:
+                    keep["split_field"] = cfg.task.kwargs["split_field"]
+            elif split:
                 keep["split_field"] = SPLIT_COLUMN
+            if "split_field" not in keep:
+                share = f"{keep['test_fraction']:.0%}" if "test_fraction" in keep else "≈ 10%"
+                print(f"SFTTrainer: no eval_dataset; holding out {share} of the prompts (a stable hash of each) for the "
+                      "held-out evaluation, not trained on; task.kwargs.test_fraction sets the share", file=sys.stderr)
             cfg.task = TaskConfig(name=f"jsonl:{file}", kwargs=keep, n_train=-1, n_test=-1, seed=cfg.task.seed)
             cfg.target = "completion"
         return train(cfg)  # not train_fn: SFT's rows are a task, not a data section

@@ -20,6 +20,7 @@ and the field: ``data.jsonl line 3: missing field 'answer'``.
 from __future__ import annotations
 
 import json
+import os
 import re
 import sys
 from pathlib import Path
@@ -304,7 +305,7 @@ SPLIT_COLUMN = "seqrl_split"
 
 def _rows_of(data, what: str):
     """(where, row) of a dataset given as a `datasets.Dataset`, an iterable of dicts, or a local file."""
-    if isinstance(data, (str, Path)):
+    if isinstance(data, (str, os.PathLike)):
         for _, where, row in _read_local(Path(data)):
             yield where, row
         return
@@ -314,12 +315,13 @@ def _rows_of(data, what: str):
         yield f"{what} row {i}", row
 
 
-def write_rows(train, test, out: str | Path) -> Path:
+def write_rows(train, test, out: str | Path, keep: bool = True) -> Path:
     """The rows of `train` and of `test` (None: no held-out set) as one JSON-lines file at `out`, each
     with `SPLIT_COLUMN` when `test` is given; rows may be a `datasets.Dataset`, a list of dicts or a
     local file. A row that is not a JSON object of JSON values is a `DatasetFormatError` naming it.
-    An existing `out` is kept when it holds the same rows and refused when it holds others (a run
-    folder's data must stay what the run trained on)."""
+    With `keep` (a resumed run) an existing `out` must hold the same rows (a run folder's data stays
+    what the run trained on), else it is replaced. Written atomically, each process through its own
+    temporary file, so processes writing the same rows at once (torchrun) never see a torn file."""
     lines = []
     for data, split, what in ((train, "train", "train_dataset"), (test, "test", "eval_dataset")):
         if data is None:
@@ -339,13 +341,13 @@ def write_rows(train, test, out: str | Path) -> Path:
         raise DatasetFormatError("train_dataset: no rows")
     text = "\n".join(lines) + "\n"
     out = Path(out)
-    if out.exists():
+    if out.exists() and keep:
         if out.read_text(encoding="utf-8") != text:
             raise ValueError(f"{out} holds other rows than the dataset given: a run's data cannot change "
                              "(start a new run, another output_dir / run.name)")
         return out
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.tmp")
+    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
     tmp.write_text(text, encoding="utf-8")
     tmp.replace(out)
     return out

@@ -25,8 +25,8 @@ def dataset_file(run_dir: Path, name: str, train: Any, test: Any, resume: bool) 
     """The rows of `train` (and `test`, the held-out rows) as ``<run_dir>/data/<name>``, for a config to
     name: (the file, whether it has the split column `seqrl.data.jsonl.SPLIT_COLUMN`). A file given as
     `train` with no `test` is used where it is (None). A resumed run must find the same rows there; a
-    fresh run on a folder that already holds checkpoints writes nothing (the trainer refuses the folder,
-    saying how to resume)."""
+    fresh run writes them (over a failed attempt's), except on a folder that already holds checkpoints,
+    where it writes nothing (the trainer refuses the folder, saying how to resume)."""
     from seqrl.data.jsonl import write_rows
     from seqrl.utils.checkpoint import latest_checkpoint
 
@@ -38,7 +38,7 @@ def dataset_file(run_dir: Path, name: str, train: Any, test: Any, resume: bool) 
                          "give its own output_dir")
     if not resume and latest_checkpoint(run_dir) is not None:
         return file, test is not None
-    return write_rows(train, test, file), test is not None
+    return write_rows(train, test, file, keep=resume), test is not None
 
 
 class RunTrainer:
@@ -50,6 +50,8 @@ class RunTrainer:
 
     args: Any
     _trained: Any = None
+    _in_memory = False
+    """Whether `_trained` is a model given in memory (trained in place), not one read back from disk."""
     metrics: dict[str, float]
 
     def _run(self) -> dict[str, float]:
@@ -74,6 +76,8 @@ class RunTrainer:
                              "run resumes from its own folder; give that folder as output_dir)")
         if resume_from_checkpoint:
             self.args.run.resume = True
+        if not self._in_memory:
+            self._trained = None  # read the new last checkpoint when `model` is next asked for
         self.metrics = self._run()
         return self.metrics
 

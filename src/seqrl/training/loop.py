@@ -34,6 +34,15 @@ from seqrl.utils.plots import plot_metrics
 from seqrl.utils.progress import progress_bar
 
 Metrics = dict[str, float]
+_OPEN: dict[str, RunLoop] = {}  # resolved run folder → its loop with logs or trackers open (this process)
+
+
+def close_loop(run_dir: Path) -> None:
+    """Close the logs and trackers a loop of `run_dir` left open (an error between `resume` and the end
+    of `run`); `releases_run_folder` calls it when a trainer's ``train`` returns or raises."""
+    loop = _OPEN.pop(str(Path(run_dir).resolve()), None)
+    if loop is not None:
+        loop.close()
 
 
 class RunLoop:
@@ -98,10 +107,20 @@ class RunLoop:
         # the free-space check counts Adam's two moments: only where there is an optimizer to save
         self.guard = RunGuard(self.cfg.run, model if optimizer is not None else None,
                               self.state.get("skipped_updates", 0), unit=self.unit)
+        _OPEN[str(self.dir.resolve())] = self
         if self.main and self.cfg.run.report_to:
             self.trackers = open_run_trackers(self.cfg, self.start if self.resume_from else None)
             self.logger.trackers = self.trackers
         return self.state
+
+    def close(self) -> None:
+        """Close the metrics log, the side logs and the trackers (idempotent)."""
+        for log in [self.logger, *self._side_logs]:
+            if log is not None:
+                log.close()
+        trackers, self.trackers = self.trackers, []
+        for tracker in trackers:
+            tracker.close()
 
     def log(self, step: int, metrics: Mapping[str, float]) -> None:
         """One record of metrics.jsonl (main process only)."""
@@ -206,11 +225,7 @@ class RunLoop:
                         guard.stop(at(done))
                     bar.advance(at(done) - at(i), **(show(final) if show else {}))
             finally:
-                for log in [self.logger, *self._side_logs]:
-                    if log is not None:
-                        log.close()
-                for tracker in self.trackers:
-                    tracker.close()
+                self.close()
         return final
 
     def plot(self, keys: list[str], filename: str, title: str) -> Path | None:

@@ -228,13 +228,16 @@ def completion_samples(k: int, problems, texts, totals, scores: dict, reasons: d
 def releases_run_folder(train: Any) -> Any:
     """Decorate a trainer's ``train(cfg, ...)``: the run folder's lock (taken by `prepare_run_dir`) is
     released when it returns or raises, set-up errors included, so a long-lived process (a notebook)
-    never keeps a folder it no longer trains in."""
+    never keeps a folder it no longer trains in; the run loop's logs and trackers are closed with it."""
 
     @functools.wraps(train)
     def wrapper(cfg: Any, *args: Any, **kwargs: Any) -> Any:
         try:
             return train(cfg, *args, **kwargs)
         finally:
+            from seqrl.training.loop import close_loop  # the loop sits on this module
+
+            close_loop(cfg.run.dir)
             unlock_run_dir(cfg.run.dir)
             _pending_configs.pop(str(cfg.run.dir.resolve()), None)
 

@@ -103,14 +103,15 @@ class MetricsLogger:
             raise OSError(e.errno, e.strerror, str(self.path)) from e
         if not self.trackers:
             return
+        values = {k: v for k, v in record.items() if k not in ("step", "time")}  # JSON-safe: numpy, tensors converted
         if not self.table:
             for tracker in self.trackers:
-                tracker.log(step, metrics)
+                tracker.log(step, values)
             return
         if self._rows_step is not None and step != self._rows_step:
             self._flush_rows()
         self._rows_step = step
-        self._rows.append({k: v for k, v in record.items() if k not in ("step", "time")})
+        self._rows.append(values)
 
     def _flush_rows(self) -> None:
         if self._rows:
