@@ -59,8 +59,7 @@ from seqrl.rewards.combine import (RewardFn, RewardSpec, build_rewards, check_re
                                    score_completions)  # (RewardSpec re-exported)
 from seqrl.rollout import SamplingParams, generate, sequence_logprobs
 from seqrl.rollout.logprobs import pack_micro_batches, shared_prompt_logprobs, use_shared_prompt_forward
-from seqrl.data.jsonl import SPLIT_COLUMN
-from seqrl.training.api import RunTrainer, dataset_file, model_config_for
+from seqrl.training.api import RunTrainer, jsonl_task, model_config_for
 from seqrl.training.loop import RunLoop, SampledSteps
 from seqrl.training.run import (
     check_finite,
@@ -586,20 +585,10 @@ class GRPOTrainer(RunTrainer):
         if train_dataset is None:
             return
         cfg = self.args
-        keep = {k: v for k, v in cfg.task.kwargs.items()
-                if k in ("prompt_field", "answer_field", "answer_format", "test_fraction", "config_name")}
-        file, split = dataset_file(cfg.run.dir, "train.jsonl", train_dataset, eval_dataset, cfg.run.resume)
-        if file is None:  # a file of the user's, used where it is
-            file = Path(os.fspath(train_dataset))
-            if "split_field" in cfg.task.kwargs:  # its own split column
-                keep["split_field"] = cfg.task.kwargs["split_field"]
-        elif split:
-            keep["split_field"] = SPLIT_COLUMN
-        if "split_field" not in keep:
-            share = f"{keep['test_fraction']:.0%}" if "test_fraction" in keep else "≈ 10%"
-            print(f"GRPOTrainer: no eval_dataset; holding out {share} of the prompts (a stable hash of each) for the "
-                  "held-out evaluation; task.kwargs.test_fraction sets the share", file=sys.stderr)
-        cfg.task = TaskConfig(name=f"jsonl:{file}", kwargs=keep, n_train=-1, n_test=-1, seed=cfg.task.seed)
+        name, kwargs = jsonl_task("GRPOTrainer", cfg.run.dir, cfg.run.resume, train_dataset, eval_dataset,
+                                  cfg.task.kwargs, ("prompt_field", "answer_field", "answer_format", "test_fraction",
+                                                    "config_name"))
+        cfg.task = TaskConfig(name=name, kwargs=kwargs, n_train=-1, n_test=-1, seed=cfg.task.seed)
 
     def _run(self) -> dict[str, float]:
         self._point_task_at_data()

@@ -9,21 +9,17 @@ the checkpoint, a resumed run therefore repeats an uninterrupted one exactly.
 
 from __future__ import annotations
 
-import os
-import sys
 import time
-from pathlib import Path
 
 import torch
 
 from seqrl.algos.config import OptimConfig, RunConfig, TaskConfig  # noqa: F401 (re-exported)
 from seqrl.algos.sft_config import SFTConfig
 from seqrl.core.losses import IGNORE_INDEX
-from seqrl.data.jsonl import SPLIT_COLUMN
 from seqrl.evaluation import EvalConfig, run_evaluation  # noqa: F401 (re-exported)
 from seqrl.models.lm import ModelConfig, load_policy, num_parameters  # noqa: F401 (re-exported)
 from seqrl.prompts import check_template
-from seqrl.training.api import RowsTrainer, dataset_file
+from seqrl.training.api import RowsTrainer, jsonl_task
 from seqrl.training.finetune import accumulate_gradients, collate, encode_examples  # noqa: F401 (re-exported)
 from seqrl.training.loop import RunLoop
 from seqrl.training.run import batch_indices, make_optimizer, releases_run_folder
@@ -113,18 +109,8 @@ class SFTTrainer(RowsTrainer):
         cfg = self.args
         train_dataset, eval_dataset = self._data
         if train_dataset is not None:
-            file, split = dataset_file(cfg.run.dir, "train.jsonl", train_dataset, eval_dataset, cfg.run.resume)
-            keep = {k: v for k, v in cfg.task.kwargs.items() if k in ("prompt_field", "answer_field", "test_fraction")}
-            if file is None:  # the user's file, used where it is (with its own split column, if named)
-                file = Path(os.fspath(train_dataset))
-                if "split_field" in cfg.task.kwargs:
-                    keep["split_field"] = cfg.task.kwargs["split_field"]
-            elif split:
-                keep["split_field"] = SPLIT_COLUMN
-            if "split_field" not in keep:
-                share = f"{keep['test_fraction']:.0%}" if "test_fraction" in keep else "≈ 10%"
-                print(f"SFTTrainer: no eval_dataset; holding out {share} of the prompts (a stable hash of each) for the "
-                      "held-out evaluation, not trained on; task.kwargs.test_fraction sets the share", file=sys.stderr)
-            cfg.task = TaskConfig(name=f"jsonl:{file}", kwargs=keep, n_train=-1, n_test=-1, seed=cfg.task.seed)
+            name, kwargs = jsonl_task("SFTTrainer", cfg.run.dir, cfg.run.resume, train_dataset, eval_dataset,
+                                      cfg.task.kwargs, ("prompt_field", "answer_field", "test_fraction"))
+            cfg.task = TaskConfig(name=name, kwargs=kwargs, n_train=-1, n_test=-1, seed=cfg.task.seed)
             cfg.target = "completion"
         return train(cfg)  # not train_fn: SFT's rows are a task, not a data section

@@ -144,3 +144,28 @@ class RowsTrainer(RunTrainer):
         else:
             cfg.data = replace(cfg.data, path=str(file), split_field=SPLIT_COLUMN if split else None)
         return type(self).train_fn(cfg)
+
+
+def jsonl_task(who: str, run_dir: Path, resume: bool, train: Any, test: Any, task_kwargs: dict,
+               keep: tuple[str, ...]) -> tuple[str, dict]:
+    """The task spec (``jsonl:<file>``) and kwargs for rows given to a trainer that reads them as a task
+    (`GRPOTrainer`, `SFTTrainer`): the rows through `dataset_file`; of the config's own task kwargs the
+    names in `keep`, and a user file's own ``split_field``. Without held-out rows the hash rule's
+    share is said on stderr (those prompts are not trained on)."""
+    import sys
+
+    from seqrl.data.jsonl import SPLIT_COLUMN
+
+    kwargs = {k: v for k, v in task_kwargs.items() if k in keep}
+    file, split = dataset_file(run_dir, "train.jsonl", train, test, resume)
+    if file is None:  # the user's file, used where it is (with its own split column, if named)
+        file = Path(os.fspath(train))
+        if "split_field" in task_kwargs:
+            kwargs["split_field"] = task_kwargs["split_field"]
+    elif split:
+        kwargs["split_field"] = SPLIT_COLUMN
+    if "split_field" not in kwargs:
+        share = f"{kwargs['test_fraction']:.0%}" if "test_fraction" in kwargs else "≈ 10%"
+        print(f"{who}: no eval_dataset; holding out {share} of the prompts (a stable hash of each) for the held-out "
+              "evaluation, not trained on; task.kwargs.test_fraction sets the share", file=sys.stderr)
+    return f"jsonl:{file}", kwargs
