@@ -21,24 +21,27 @@ def model_config_for(model: str | os.PathLike, base: ModelConfig) -> ModelConfig
     return replace(base, path=name)
 
 
-def dataset_file(run_dir: Path, name: str, train: Any, test: Any, resume: bool) -> tuple[Path | None, bool]:
-    """The rows of `train` (and `test`, the held-out rows) as ``<run_dir>/data/<name>``, for a config to
-    name: (the file, whether it has the split column `seqrl.data.jsonl.SPLIT_COLUMN`). A file given as
-    `train` with no `test` is used where it is (None). A resumed run must find the same rows there; a
-    fresh run writes them (over a failed attempt's), except on a folder that already holds checkpoints,
-    where it writes nothing (the trainer refuses the folder, saying how to resume)."""
-    from seqrl.data.jsonl import write_rows
+def dataset_file(run_dir: Path, name: str, train: Any, test: Any, resume: bool,
+                 own_split: str | None = None) -> tuple[str, str | None]:
+    """Where a config finds the rows of `train` (and `test`, the held-out rows), and the column that
+    splits them: ``<run_dir>/data/<name>`` with `seqrl.data.jsonl.SPLIT_COLUMN` when there are held-out
+    rows, else None; a file given as `train` with no `test` is used where it is, with `own_split` (its
+    own split column, if the config names one). A resumed run must find the same rows there; a fresh
+    run writes them (over a failed attempt's), except on a folder that already holds checkpoints, where
+    it writes nothing (the trainer refuses the folder, saying how to resume)."""
+    from seqrl.data.jsonl import SPLIT_COLUMN, write_rows
     from seqrl.utils.checkpoint import latest_checkpoint
 
     if isinstance(train, (str, os.PathLike)) and test is None:
-        return None, False
+        return os.fspath(train), own_split
     file = run_dir / "data" / name
+    split = SPLIT_COLUMN if test is not None else None
     if resume and not file.is_file():
         raise ValueError(f"run.resume: {run_dir} holds no data/{name} (not a run given its data in memory); "
                          "give its own output_dir")
     if not resume and latest_checkpoint(run_dir) is not None:
-        return file, test is not None
-    return write_rows(train, test, file, keep=resume), test is not None
+        return str(file), split
+    return str(write_rows(train, test, file, keep=resume)), split
 
 
 class RunTrainer:
@@ -134,15 +137,11 @@ class RowsTrainer(RunTrainer):
         self.args, self._data, self.metrics = cfg, (train_dataset, eval_dataset), {}
 
     def _run(self) -> dict[str, float]:
-        from seqrl.data.jsonl import SPLIT_COLUMN
-
         cfg = self.args
         train_dataset, eval_dataset = self._data
-        file, split = dataset_file(cfg.run.dir, self.data_file, train_dataset, eval_dataset, cfg.run.resume)
-        if file is None:  # the user's file, used where it is (with its own split column if data.split_field names one)
-            cfg.data = replace(cfg.data, path=os.fspath(train_dataset))
-        else:
-            cfg.data = replace(cfg.data, path=str(file), split_field=SPLIT_COLUMN if split else None)
+        path, split = dataset_file(cfg.run.dir, self.data_file, train_dataset, eval_dataset, cfg.run.resume,
+                                   cfg.data.split_field)
+        cfg.data = replace(cfg.data, path=path, split_field=split)
         return type(self).train_fn(cfg)
 
 
@@ -154,18 +153,12 @@ def jsonl_task(who: str, run_dir: Path, resume: bool, train: Any, test: Any, tas
     share is said on stderr (those prompts are not trained on)."""
     import sys
 
-    from seqrl.data.jsonl import SPLIT_COLUMN
-
     kwargs = {k: v for k, v in task_kwargs.items() if k in keep}
-    file, split = dataset_file(run_dir, "train.jsonl", train, test, resume)
-    if file is None:  # the user's file, used where it is (with its own split column, if named)
-        file = Path(os.fspath(train))
-        if "split_field" in task_kwargs:
-            kwargs["split_field"] = task_kwargs["split_field"]
-    elif split:
-        kwargs["split_field"] = SPLIT_COLUMN
-    if "split_field" not in kwargs:
+    path, split = dataset_file(run_dir, "train.jsonl", train, test, resume, task_kwargs.get("split_field"))
+    if split is not None:
+        kwargs["split_field"] = split
+    else:
         share = f"{kwargs['test_fraction']:.0%}" if "test_fraction" in kwargs else "≈ 10%"
         print(f"{who}: no eval_dataset; holding out {share} of the prompts (a stable hash of each) for the held-out "
               "evaluation, not trained on; task.kwargs.test_fraction sets the share", file=sys.stderr)
-    return f"jsonl:{file}", kwargs
+    return f"jsonl:{path}", kwargs

@@ -75,10 +75,6 @@ class RunLoop:
         self.trackers: list = []
         """The experiment trackers of ``run.report_to`` (main process), opened by `resume`."""
 
-    @property
-    def world(self) -> int:
-        return dist.world_size()
-
     def add_companion(self, name: str, model: torch.nn.Module, optimizer, scheduler) -> None:
         """A second model trained beside the main one (PPO's critic): checkpointed under ``name/checkpoint-N``
         before each main checkpoint (which marks the step complete) and restored with it. Before `resume`."""
@@ -103,7 +99,7 @@ class RunLoop:
         self.model, self.optimizer, self.scheduler, self.tokenizer = model, optimizer, scheduler, tokenizer
         self._restore_rng = restore_rng
         self.resume_from, self.state, self.start, self.logger = resume_and_open_log(
-            self.dir, self.resume_from, model, optimizer, scheduler, self.main, load=self._load, unit=self.unit)
+            self.dir, self.resume_from, self._load, self.main, unit=self.unit)
         # the free-space check counts Adam's two moments: only where there is an optimizer to save
         self.guard = RunGuard(self.cfg.run, model if optimizer is not None else None,
                               self.state.get("skipped_updates", 0), unit=self.unit)

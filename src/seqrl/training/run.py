@@ -30,7 +30,6 @@ from seqrl.utils.checkpoint import (
     clean_stale_tmp,
     latest_checkpoint,
     list_checkpoints,
-    load_checkpoint,
 )
 from seqrl.utils.metrics import MetricsLogger
 from seqrl.utils.seeding import seed_everything
@@ -413,21 +412,15 @@ def load_resume_checkpoint(run_dir: Path, load: Any) -> tuple[Path, Any]:
     raise CheckpointError(f"{run_dir}: no checkpoint could be loaded ({'; '.join(errors) or 'none found'})")
 
 
-def resume_and_open_log(run_dir: Path, resume_from: Path | None, model: torch.nn.Module, optimizer, scheduler,
-                        main: bool = True, load: Any = None, unit: str = "step"
+def resume_and_open_log(run_dir: Path, resume_from: Path | None, load: Any, main: bool = True, unit: str = "step"
                         ) -> tuple[Path | None, dict, int, MetricsLogger | None]:
-    """A single-model trainer's start: with `resume_from`, `model`, `optimizer` and `scheduler` from
-    the newest checkpoint that loads (`load_resume_checkpoint`, reported on the main process; under
-    torchrun every process loads `resume_from` itself, so that all of them continue from the same
-    one); then the run's metrics log, truncated to the resumed step (None off the main process).
-    `load(path) -> state` replaces the loading of one checkpoint (a trainer with more than one model).
-    Returns (the checkpoint or None, its trainer state ({} on a fresh run), the start step, the logger)."""
+    """A run's start: with `resume_from`, ``load(path) -> state`` on the newest checkpoint that loads
+    (`load_resume_checkpoint`, reported on the main process; under torchrun every process loads
+    `resume_from` itself, so that all of them continue from the same one); then the run's metrics log,
+    truncated to the resumed step (None off the main process). Returns (the checkpoint or None, its
+    trainer state ({} on a fresh run), the start step, the logger)."""
     start, state = 0, {}
     if resume_from is not None:
-        if load is None:
-            def load(path: Path) -> dict:
-                return load_checkpoint(path, model, optimizer, scheduler)
-
         if dist.world_size() == 1:  # one process: fall back past a corrupted newest checkpoint
             resume_from, state = load_resume_checkpoint(run_dir, load)
         else:
