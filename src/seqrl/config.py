@@ -169,6 +169,9 @@ def from_dict(cls: type[T], data: Mapping[str, Any], path: str = "") -> T:
             why = getattr(cls, "RENAMED_WHY", "")
             raise ConfigError(f"{_join(path, key)}: renamed to {_join(path, own[key])}{f' ({why})' if why else ''}; "
                               f"write that instead")
+        derived = getattr(cls, "DERIVED", {})  # read-only values computed from fields (ODT's `steps`)
+        if key not in fields and key in derived:
+            raise ConfigError(f"{_join(path, key)}: computed, not set: {_join(path, key)} = {derived[key]}")
         if key not in fields:
             close = difflib.get_close_matches(key, settable, n=1)
             hint = f" did you mean {close[0]!r}?" if close else ""

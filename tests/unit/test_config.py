@@ -351,3 +351,14 @@ def test_star_per_iteration_steps_are_finetune_steps_and_an_old_run_folder_still
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(saved), encoding="utf-8")
     assert check_resume_changes(tmp_path / "config.yaml", STaRConfig(finetune_steps=7)) == []
     assert check_resume_changes(tmp_path / "config.yaml", STaRConfig(finetune_steps=9)) == ["finetune_steps: 7 -> 9"]
+
+
+def test_odt_steps_are_its_optimizer_steps_read_not_set():
+    from seqrl.algos.odt_config import ODTConfig
+
+    cfg = from_dict(ODTConfig, {"pretrain_steps": 10, "online": {"iterations": 3, "updates": 4}}, "odt")
+    assert cfg.steps == 10 + 3 * 4  # `steps` means optimizer steps in every trainer
+    assert "steps" not in to_dict(cfg)
+    with pytest.raises(ConfigError, match=r"odt.steps: computed, not set: odt.steps = pretrain_steps \+ "
+                                          r"online.iterations × online.updates; set those"):
+        from_dict(ODTConfig, {"steps": 5}, "odt")

@@ -247,7 +247,7 @@ def make_policy_optimizer(policy: torch.nn.Module, cfg: ODTConfig):
     """(optimizer, scheduler): AdamW from `make_optimizer`, or LAMB as the official ODT builds it — one
     group, weight decay (and so the trust ratio) on every parameter, eps 1e-8 — with the same warm-up
     schedule."""
-    optimizer, scheduler = make_optimizer(policy, cfg.optim, cfg.total_steps)
+    optimizer, scheduler = make_optimizer(policy, cfg.optim, cfg.steps)
     if cfg.optimizer == "adamw":
         return optimizer, scheduler
     lamb = Lamb(policy.parameters(), lr=cfg.optim.lr, betas=cfg.optim.betas, eps=1e-8,
@@ -365,7 +365,7 @@ def train(cfg: ODTConfig, dataset: OfflineDataset | None = None, env=None) -> di
         window["n"] += 1
         done = step + 1
         live["loss"] = -out["ll"].item()
-        if done % cfg.run.log_every and done != P and done != cfg.total_steps:
+        if done % cfg.run.log_every and done != P and done != cfg.steps:
             return {}
         metrics = {"loss/action": -out["ll"].item(), "loss/policy": out["loss"].item(),
                    "loss/temperature": out["t_loss"].item(), "stats/entropy": out["entropy"].item(),

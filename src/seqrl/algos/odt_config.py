@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import ClassVar, Literal
 
 from seqrl.algos.config import OptimConfig, RunConfig
 from seqrl.data.config import DataConfig
@@ -87,6 +87,7 @@ def _optim_defaults() -> OptimConfig:
 
 @dataclass
 class ODTConfig:
+    DERIVED: ClassVar[dict[str, str]] = {"steps": "pretrain_steps + online.iterations × online.updates; set those"}
     run: RunConfig = field(default_factory=lambda: RunConfig(name="auto"))
     """``run.name: auto`` becomes ``odt_<dataset>_s<seed>``."""
     data: DataConfig = field(default_factory=DataConfig)
@@ -135,6 +136,7 @@ class ODTConfig:
             self.run.name = f"odt_{slug}_s{self.run.seed}"
 
     @property
-    def total_steps(self) -> int:
-        """All updates of the run: pre-training + online iterations × updates."""
+    def steps(self) -> int:
+        """The run's optimizer steps, as ``steps`` is in every trainer: pre-training + online iterations ×
+        updates (set through those; `DERIVED`)."""
         return self.pretrain_steps + self.online.iterations * self.online.updates
