@@ -22,19 +22,24 @@ checkpoint restores, so a resumed run repeats an uninterrupted one exactly.
 
 from __future__ import annotations
 
+import copy
+import os
 import time
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
 
 from seqrl.algos.config import OptimConfig, RunConfig
-from seqrl.algos.dt_config import BCConfig, BCModelConfig, DTConfig
+from seqrl.algos.dt_config import BCConfig, BCModelConfig, DTConfig, auto_run_name
 from seqrl.core.losses import action_loss
 from seqrl.data.minari_data import DataConfig, load_dataset
 from seqrl.data.offline import OfflineDataset, Trajectories
 from seqrl.envs.evaluate import DTEvalConfig, run_evaluation, target_label, warn_far_targets
 from seqrl.models.dt import DecisionTransformer, DTModelConfig, MLPPolicy
+from seqrl.training.api import RunTrainer
 from seqrl.training.loop import RunLoop
 from seqrl.training.run import make_optimizer, releases_run_folder
 from seqrl.utils import dist
@@ -183,3 +188,59 @@ def _plot(cfg: DTConfig, run_dir: Path, final: dict[str, float]) -> None:
         plot_bars(labels, {"target": list(cfg.eval.target_returns), "achieved": achieved},
                   run_dir / "plots" / "targets.png", title=f"achieved vs target return ({cfg.run.name})",
                   ylabel="return")
+
+
+class DTTrainer(RunTrainer):
+    """The Decision Transformer (or BC, with a `BCConfig`) called the way TRL's trainers are, on the same
+    run loop as ``seqrl train dt``:
+
+        trainer = DTTrainer(args=DTConfig(output_dir="runs/dt-hopper", max_steps=20_000),
+                            train_dataset="seqrl/hopper/medium-v0")
+        trainer.train()
+        policy = trainer.model  # a `DecisionTransformer`; trainer.save_model() writes it
+
+    args: a `DTConfig` or `BCConfig` (TRL's names accepted: output_dir, learning_rate, max_steps, …).
+    train_dataset: a Minari dataset id present locally, a Minari dataset folder, ``quick:<level>``, or a
+        loaded `minari.MinariDataset` (its folder is named in config.yaml, so ``--resume`` finds it).
+        Default: ``args.data.dataset``. An ``auto`` run name follows the dataset given here.
+    env: a gymnasium id or an environment factory to evaluate in, instead of the dataset's own.
+    """
+
+    def __init__(self, args: DTConfig | None = None, train_dataset: Any = None, env: Any = None) -> None:
+        cfg = copy.deepcopy(args) if args is not None else DTConfig()
+        if train_dataset is not None:
+            if isinstance(train_dataset, (str, os.PathLike)):
+                spec = os.fspath(train_dataset)
+            elif hasattr(getattr(train_dataset, "storage", None), "data_path"):  # minari.MinariDataset
+                spec = str(Path(train_dataset.storage.data_path).parent)
+            else:
+                raise TypeError(f"DTTrainer(train_dataset=...): expected a Minari dataset id, folder, 'quick:<level>' "
+                                f"or a minari.MinariDataset (got {type(train_dataset).__name__}); write episodes "
+                                f"with seqrl.data.minari_data.write_minari first")
+            auto = cfg.run.name == auto_run_name(cfg.method, cfg.data, cfg.run.seed)
+            cfg.data = replace(cfg.data, dataset=spec)
+            if auto:
+                cfg.run.name = auto_run_name(cfg.method, cfg.data, cfg.run.seed)
+        self.args, self._env, self.metrics = cfg, env, {}
+
+    def _run(self) -> dict[str, float]:
+        return train(self.args, env=self._env)
+
+    def _load(self, checkpoint: Path) -> Any:
+        from seqrl.models.loading import load_policy_checkpoint
+
+        policy, _ = load_policy_checkpoint(checkpoint, (self.args.method,))
+        return policy, Path(checkpoint)
+
+    def _model_of(self, trained: Any) -> Any:
+        return trained[0]
+
+    def _save(self, trained: Any, out: Path) -> None:
+        """A copy of the last checkpoint's files (weights, policy description and their digests), loadable
+        with ``seqrl eval dt --checkpoint``."""
+        import shutil
+
+        out.mkdir(parents=True, exist_ok=True)
+        for file in trained[1].iterdir():
+            if file.is_file():
+                shutil.copyfile(file, out / file.name)

@@ -7,12 +7,12 @@ import re
 from dataclasses import dataclass, field
 from typing import Literal
 
-from seqrl.algos.config import OptimConfig, RunConfig
+from seqrl.algos.config import OptimConfig, RunConfig, accepts_trl_names
 from seqrl.data.config import DataConfig
 from seqrl.envs.config import DTEvalConfig
 from seqrl.models.config import DTModelConfig
 
-__all__ = ["BCConfig", "BCModelConfig", "DTConfig"]
+__all__ = ["BCConfig", "BCModelConfig", "DTConfig", "auto_run_name"]
 
 
 @dataclass
@@ -39,6 +39,14 @@ def _optim_defaults() -> OptimConfig:
                        grad_clip=0.25)
 
 
+def auto_run_name(method: str, data: DataConfig, seed: int) -> str:
+    """What ``run.name: auto`` becomes: ``<method>_<dataset>[_top<percent>]_s<seed>``."""
+    slug = re.sub(r"[^A-Za-z0-9.]+", "-", data.dataset).strip("-")
+    top = f"_top{data.top_fraction * 100:g}" if data.top_fraction < 1 else ""
+    return f"{method}_{slug}{top}_s{seed}"
+
+
+@accepts_trl_names
 @dataclass
 class DTConfig:
     run: RunConfig = field(default_factory=lambda: RunConfig(name="auto"))
@@ -63,11 +71,10 @@ class DTConfig:
         if not self.return_scale > 0:
             raise ValueError(f"return_scale must be > 0 (got {self.return_scale})")
         if self.run.name == "auto":
-            slug = re.sub(r"[^A-Za-z0-9.]+", "-", self.data.dataset).strip("-")
-            top = f"_top{self.data.top_fraction * 100:g}" if self.data.top_fraction < 1 else ""
-            self.run.name = f"{self.method}_{slug}{top}_s{self.run.seed}"
+            self.run.name = auto_run_name(self.method, self.data, self.run.seed)
 
 
+@accepts_trl_names
 @dataclass
 class BCConfig(DTConfig):
     """`DTConfig` with BC as the method (what ``seqrl train bc`` builds)."""
