@@ -281,7 +281,7 @@ def test_bad_reward_specs_are_one_line_naming_the_field_before_the_model_loads(w
             return [0.0] * len(completions)
         """)
     _dataset(workdir)
-    monkeypatch.setattr("seqrl.algos.grpo.load_policy", lambda *a, **k: pytest.fail("the model was loaded"))
+    monkeypatch.setattr("seqrl.models.lm.load_policy", lambda *a, **k: pytest.fail("the model was loaded"))
     (workdir / "c.yaml").write_text(json.dumps({"task": {"name": "jsonl:data.jsonl", "n_train": 8, "n_test": 2,
                                                          "kwargs": {"split_field": "split"}},
                                                 "rewards": [spec], "run": {"out_dir": "runs"}}))

@@ -468,9 +468,9 @@ def test_accuracy_filter_needs_a_verifier_reward():
 @pytest.mark.parametrize("bf16", [False, True])
 def test_run_bf16_covers_sampling_too(bf16_autocast_spy, bf16):
     """run.bf16 is autocast for every forward pass of the step, the rollout's included."""
-    import seqrl.algos.grpo as grpo_mod
+    import seqrl.training.sampled as sampled  # the one collect path of GRPO and PPO
 
-    seen = bf16_autocast_spy(grpo_mod)
+    seen = bf16_autocast_spy(sampled)
     trainer = _trainer(_cfg(run=RunConfig(name="g", out_dir="runs", seed=1, progress=False, device="cpu", bf16=bf16)))
     trainer.collect(0)
     assert seen and all(s == bf16 for s in seen)

@@ -166,14 +166,13 @@ def test_entropy_bonus_forward_gives_the_same_logprobs():
 def test_resume_equals_an_uninterrupted_run(tmp_path, monkeypatch, shared):
     import seqrl.algos.ppo as ppo
 
-    monkeypatch.setattr(ppo, "build_rewards", lambda specs, task: dict(FNS))
-
     def run_cfg(out, resume=False):
         return _cfg(tmp_path / out, steps=4, loss=PPOLossConfig(beta=0.05), critic=ppo.CriticConfig(shared_backbone=shared),
+                    rewards=[],
                     run=RunConfig(name="p", out_dir=str(tmp_path / out), seed=1, save_every=2, log_every=1,
                                   progress=False, resume=resume))
 
-    train(run_cfg("a"))
+    train(run_cfg("a"), rewards=dict(FNS))
     calls = {"n": 0}
     real = ppo.PPOLearner.train_step
 
@@ -185,10 +184,10 @@ def test_resume_equals_an_uninterrupted_run(tmp_path, monkeypatch, shared):
 
     monkeypatch.setattr(ppo.PPOLearner, "train_step", stop_at_third)
     with pytest.raises(KeyboardInterrupt):
-        train(run_cfg("b"))
+        train(run_cfg("b"), rewards=dict(FNS))
     monkeypatch.setattr(ppo.PPOLearner, "train_step", real)
     assert latest_checkpoint(tmp_path / "b" / "p").name == "checkpoint-2"
-    train(run_cfg("b", resume=True))
+    train(run_cfg("b", resume=True), rewards=dict(FNS))
     for sub in ("", "critic/"):
         from safetensors.torch import load_file
 
@@ -204,9 +203,9 @@ def test_resume_equals_an_uninterrupted_run(tmp_path, monkeypatch, shared):
 
 @pytest.mark.parametrize("bf16", [False, True])
 def test_run_bf16_covers_sampling_too(bf16_autocast_spy, bf16):
-    import seqrl.algos.ppo as ppo_mod
+    import seqrl.training.sampled as sampled  # the one collect path of GRPO and PPO
 
-    seen = bf16_autocast_spy(ppo_mod)
+    seen = bf16_autocast_spy(sampled)
     trainer = _trainer(_cfg(run=RunConfig(name="p", out_dir="runs", seed=1, progress=False, device="cpu", bf16=bf16)))
     trainer.collect(0)
     assert seen and all(s == bf16 for s in seen)

@@ -31,12 +31,9 @@ Log-probs are those of the sampling distribution, log_softmax(logits / temperatu
 from __future__ import annotations
 
 import copy
-import os
 import sys
 import time
-from dataclasses import dataclass, field, replace
-from pathlib import Path
-from typing import Any
+from dataclasses import dataclass, field
 
 import torch
 
@@ -52,25 +49,17 @@ from seqrl.core.advantages import (
 from seqrl.core.policy_loss import grpo_loss
 from seqrl.core.shaping import soft_overlong_penalty
 from seqrl.evaluation import EvalConfig, run_evaluation
-from seqrl.models.lm import ModelConfig, Policy, load_policy, load_pretrained, model_device, num_parameters
+from seqrl.models.lm import ModelConfig, Policy, num_parameters
 from seqrl.models.lora import LoRAConfig, adapter_disabled, apply_lora, is_lora
-from seqrl.prompts import check_template
-from seqrl.rewards.combine import (RewardFn, RewardSpec, build_rewards, check_reward_columns,  # noqa: F401
-                                   score_completions)  # (RewardSpec re-exported)
-from seqrl.rollout import SamplingParams, generate, sequence_logprobs
+from seqrl.rewards.combine import RewardFn, RewardSpec, build_rewards  # noqa: F401 (re-export)
+from seqrl.rollout import sequence_logprobs
 from seqrl.rollout.logprobs import pack_micro_batches, shared_prompt_logprobs, use_shared_prompt_forward
-from seqrl.training.api import RunTrainer, jsonl_task, model_config_for
-from seqrl.training.loop import RunLoop, SampledSteps
-from seqrl.training.run import (
-    check_finite,
-    completion_samples,
-    make_optimizer,
-    releases_run_folder,
-    stream_indices,
-)
+from seqrl.training.api import SampledTrainer
+from seqrl.training.loop import RunLoop
+from seqrl.training.sampled import RewardTally, SampledLearner, SampledSteps, build_sampled_run, check_rewards_given
+from seqrl.training.run import check_finite, make_optimizer, releases_run_folder
 from seqrl.types import Problem, Task
 from seqrl.utils import dist
-from seqrl.utils.dist import bf16_autocast
 
 
 @dataclass
@@ -103,13 +92,13 @@ def _pad_rows(rows: list[torch.Tensor], value: float | int) -> torch.Tensor:
     return out
 
 
-class GRPOLearner:
+class GRPOLearner(SampledLearner):
     """Holds the policy, reference model and optimizer; `collect` samples a batch, `train_step` learns from it."""
 
     def __init__(self, cfg: GRPOConfig, policy: Policy, task: Task, problems: list[Problem],
                  reward_fns: dict[str, tuple[RewardFn, float]] | None = None) -> None:
-        self.cfg, self.policy, self.task, self.problems = cfg, policy, task, problems
-        self.reward_fns = reward_fns if reward_fns is not None else build_rewards(cfg.rewards, task)
+        super().__init__(cfg, policy, problems, reward_fns if reward_fns is not None else build_rewards(cfg.rewards, task))
+        self.task = task
         self.optimizer, self.scheduler = make_optimizer(policy.model, cfg.optim, cfg.steps * cfg.num_iterations * cfg.minibatches,
                                                        updates_per_step=cfg.num_iterations * cfg.minibatches)
         # The reference policy (only when β > 0): a frozen copy, or with LoRA the base model itself
@@ -117,73 +106,33 @@ class GRPOLearner:
         self.ref = None
         if cfg.loss.beta > 0 and not is_lora(policy.model):
             self.ref = copy.deepcopy(policy.model).eval().requires_grad_(False)
-        # Position in this process's share of the endless prompt stream: with W processes, process r
-        # reads the global positions r, r + W, r + 2W, … so the shares never overlap.
-        self.prompt_cursor = 0
         self.skipped_updates = 0  # optimizer updates run.on_nonfinite=skip_step skipped
-        self.samples: list[dict] = []  # the last collected step's logged completions (run.log_completions)
         self.shared_forward = use_shared_prompt_forward(cfg.shared_prompt_forward, policy.model)
 
     # -- sampling -------------------------------------------------------------------------------
-    def _sampling(self, seed: int) -> SamplingParams:
-        s = self.cfg.sampling
-        return SamplingParams(temperature=s.temperature, top_p=s.top_p, top_k=s.top_k,
-                              max_new_tokens=s.max_new_tokens, stop=tuple(s.stop), seed=seed)
-
-    def _params(self, step: int, round_: int) -> SamplingParams:
-        """Training samples: seeded by (run seed, step, round, rank), so a resumed run draws the same."""
-        return self._sampling(self.cfg.run.seed * 1_000_003 + step * 101 + round_ + 7_919_111 * dist.rank())
-
-    def _next_prompts(self, count: int) -> list[Problem]:
-        world, r = dist.world_size(), dist.rank()
-        local = range(self.prompt_cursor, self.prompt_cursor + count)
-        self.prompt_cursor += count
-        if world == 1:
-            idx = stream_indices(local.start, count, len(self.problems), self.cfg.run.seed)
-        else:
-            idx = [stream_indices(p * world + r, 1, len(self.problems), self.cfg.run.seed)[0] for p in local]
-        return [self.problems[i] for i in idx]
-
     def collect(self, step: int) -> GRPOBatch:
         """Sample and score one batch (with dynamic sampling: only groups with distinct rewards)."""
         cfg, g = self.cfg, self.cfg.group_size
         t0 = time.perf_counter()
         kept: list[dict] = []
         n_groups = n_flat = rounds = generated = 0
-        fn_scores: dict[str, list[float]] = {name: [] for name in self.reward_fns}
-        fn_errors = dict.fromkeys(self.reward_fns, 0)
-        fn_timeouts = dict.fromkeys(self.reward_fns, 0)
-        fn_none = dict.fromkeys(self.reward_fns, 0)
-        fn_first: dict[str, str] = {}
+        tally = RewardTally(self.reward_fns)
         lengths_all, truncated_all, overlong_all = [], [], []
         want = cfg.local_prompts_per_step
         while len(kept) < want and (rounds == 0 or (cfg.dapo.dynamic_sampling and rounds < cfg.dapo.max_sampling_rounds)):
             need = want - len(kept)
-            probs = self._next_prompts(need)
-            with bf16_autocast(model_device(self.policy.model), cfg.run.use_bf16):  # run.bf16: sampling too
-                ro = generate(self.policy, self.policy.encode_prompts(probs), g, self._params(step, rounds))
+            rnd = self.sample(step, need, rounds)
+            ro, scored, total, truncated = rnd.rollout, rnd.scored, rnd.total, rnd.cut_off  # (n·G,) each
             rounds += 1
             generated += ro.num_generated_tokens
-            row_problems = [probs[i // g] for i in range(len(ro.texts))]
-            scored = score_completions(self.reward_fns, row_problems, ro.texts, cfg.reward_budget_s,
-                                       cfg.reward_failures == "stop")
-            total = torch.tensor(scored.total, dtype=torch.float32)  # (n·G,)
             lengths = ro.lengths  # (n·G,)
-            truncated = torch.tensor([r == "length" for r in ro.finish_reasons])  # (n·G,)
             if cfg.dapo.soft_overlong_cache:
                 overlong = soft_overlong_penalty(lengths, cfg.sampling.max_new_tokens, cfg.dapo.soft_overlong_cache)
                 total = total + overlong
                 overlong_all.append(overlong)
-            for name in self.reward_fns:
-                fn_scores[name] += scored.scores[name]
-                fn_errors[name] += scored.errors[name]
-                fn_timeouts[name] += scored.timeouts[name] + scored.over_budget[name]
-                fn_none[name] += scored.not_applicable[name]
-            for name, text in scored.first_error.items():
-                fn_first.setdefault(name, text)
+            tally.add(scored)
             if rounds == 1:  # run.log_completions: a sample of the step's first round
-                self.samples = completion_samples(cfg.run.log_completions, row_problems, ro.texts, total.tolist(),
-                                                  scored.scores, scored.reasons)
+                self.keep_samples(rnd, total.tolist())
             lengths_all.append(lengths.float())
             truncated_all.append(truncated.float())
             key = total  # (n·G,)
@@ -248,17 +197,7 @@ class GRPOLearner:
             "perf/gen_s": time.perf_counter() - t0,
             "perf/gen_tokens": float(generated),
         }
-        for name, scores in fn_scores.items():
-            t = torch.tensor(scores, dtype=torch.float64)
-            t = t[~t.isnan()]  # None: does not apply
-            metrics[f"reward/{name}/mean"] = float(t.mean()) if len(t) else 0.0
-            metrics[f"reward/{name}/std"] = float(t.std()) if len(t) > 1 else 0.0
-            metrics[f"reward/{name}/errors"] = float(fn_errors[name])
-            metrics[f"reward/{name}/timeouts"] = float(fn_timeouts[name])
-            if fn_none[name]:
-                metrics[f"reward/{name}/not_applicable"] = float(fn_none[name])
-            if name in fn_first:
-                metrics[f"reward/{name}/first_error"] = fn_first[name]
+        metrics.update(tally.metrics())
         if overlong_all:
             metrics["reward/overlong/mean"] = float(torch.cat(overlong_all).mean())
         return GRPOBatch(
@@ -407,19 +346,6 @@ class GRPOLearner:
         metrics["perf/train_s"] = time.perf_counter() - t0
         return metrics
 
-    @torch.no_grad()
-    def heldout_reward(self, problems: list[Problem], samples: int, seed: int) -> dict[str, float]:
-        """Mean training reward (every function, weighted) of `samples` completions per held-out problem."""
-        params = self._sampling(seed)
-        ro = generate(self.policy, self.policy.encode_prompts(problems), samples, params)
-        scored = score_completions(self.reward_fns, [problems[i // samples] for i in range(len(ro.texts))], ro.texts,
-                                   self.cfg.reward_budget_s, self.cfg.reward_failures == "stop")
-        out = {"eval/reward": sum(scored.total) / len(scored.total)}
-        for name, v in scored.scores.items():
-            applied = [x for x in v if x == x]  # NaN: the function did not apply
-            out[f"eval/reward/{name}"] = sum(applied) / len(applied) if applied else 0.0
-        return out
-
     def sync_reference(self) -> None:
         if self.ref is not None:
             self.ref.load_state_dict(self.policy.model.state_dict())
@@ -439,22 +365,10 @@ def train(cfg: GRPOConfig, rewards: dict | None = None, policy: Policy | None = 
     and writes checkpoints; the model starts identical everywhere (same seed) and stays so.
     """
     cfg.local_prompts_per_step  # noqa: B018 - raises when the prompts do not split over the processes
-    if not cfg.rewards and not rewards:
-        raise ValueError("rewards: no reward function; name one in the config's rewards (task: the verifier) or "
-                         "pass functions (GRPOTrainer(reward_funcs=[...]), train(cfg, rewards={...}))")
+    check_rewards_given(cfg, rewards, "GRPOTrainer")
     loop = RunLoop(cfg, "grpo")  # seeded the same on every process: identical initial weights
     main = loop.main
-    task = cfg.task.build()
-    problems = task.problems("train", cfg.task.n_train, cfg.task.seed)
-    test_problems = task.problems("test", cfg.task.n_test, cfg.task.seed)
-    check_template(cfg.prompt, problems + test_problems)
-    reward_fns = build_rewards(cfg.rewards, task, rewards)
-    check_reward_columns(reward_fns, problems)
-    if policy is None:
-        policy = load_policy(cfg.model, loop.device)
-    else:
-        policy.model.to(loop.device)
-    policy.prompt = cfg.prompt
+    task, problems, test_problems, reward_fns, policy = build_sampled_run(cfg, loop.device, rewards, policy)
     if cfg.lora.r:
         policy.model = apply_lora(policy.model, cfg.lora)
     trainer = GRPOLearner(cfg, policy, task, problems, reward_fns)
@@ -506,7 +420,7 @@ def train(cfg: GRPOConfig, rewards: dict | None = None, policy: Policy | None = 
     return {**first, **final}
 
 
-class GRPOTrainer(RunTrainer):
+class GRPOTrainer(SampledTrainer):
     """GRPO called the way TRL's `GRPOTrainer` is, on the same run loop as ``seqrl train grpo``:
 
         trainer = GRPOTrainer(model="smollm2-135m-instruct", reward_funcs=[reward_len],
@@ -532,64 +446,5 @@ class GRPOTrainer(RunTrainer):
     trainer loaded it) and `save_model` writes it with its tokenizer.
     """
 
-    def __init__(self, model: Any, reward_funcs: Any = None, args: GRPOConfig | None = None,
-                 train_dataset: Any = None, eval_dataset: Any = None, processing_class: Any = None) -> None:
-        from seqrl.models.config import looks_local
-
-        cfg = copy.deepcopy(args) if args is not None else GRPOConfig()
-        self._trained: Policy | None = None  # a model given in memory is trained in place
-        if isinstance(model, (str, os.PathLike)):
-            cfg.model = model_config_for(model, cfg.model)
-        elif hasattr(model, "config") and hasattr(model, "generate"):
-            where = getattr(model.config, "_name_or_path", "") or getattr(model, "name_or_path", "")
-            if processing_class is None:
-                if not where:
-                    raise ValueError("GRPOTrainer(model=<a model object>): pass its tokenizer as processing_class "
-                                     "(the model does not say where it was loaded from)")
-                from transformers import AutoTokenizer
-
-                processing_class = AutoTokenizer.from_pretrained(where)
-            self._trained, self._in_memory = Policy(model, processing_class), True
-            if where and (not looks_local(where) or Path(where).exists()):
-                cfg.model = replace(cfg.model, path=str(where))  # config.yaml names what was trained
-        else:
-            raise TypeError(f"GRPOTrainer(model=...): expected a path, hub id, catalogue or preset name, or a loaded "
-                            f"causal LM (got {type(model).__name__})")
-        self._rewards: dict[str, RewardFn] = {}
-        if reward_funcs is not None:
-            specs = []
-            for fn in reward_funcs if isinstance(reward_funcs, (list, tuple)) else [reward_funcs]:
-                if isinstance(fn, (str, os.PathLike)):
-                    from seqrl.utils.imports import is_import_path
-
-                    text = os.fspath(fn)
-                    specs.append(RewardSpec(text) if is_import_path(text) else RewardSpec("rm", path=text))
-                elif callable(fn):
-                    base = getattr(fn, "__name__", type(fn).__name__)
-                    key, k = base, 2
-                    while key in self._rewards:
-                        key, k = f"{base}_{k}", k + 1
-                    self._rewards[key] = fn
-                else:
-                    raise TypeError(f"reward_funcs: expected a function, an import path 'pkg.module:fn' or a reward "
-                                    f"model folder (got {type(fn).__name__})")
-            cfg.rewards = specs
-        self.args = cfg
-        self._data = (train_dataset, eval_dataset)
-        if train_dataset is None and eval_dataset is not None:
-            raise ValueError("GRPOTrainer(eval_dataset=...) needs a train_dataset too")
-        self.metrics: dict[str, float] = {}
-
-    def _point_task_at_data(self) -> None:
-        train_dataset, eval_dataset = self._data
-        if train_dataset is None:
-            return
-        cfg = self.args
-        name, kwargs = jsonl_task("GRPOTrainer", cfg.run.dir, cfg.run.resume, train_dataset, eval_dataset,
-                                  cfg.task.kwargs, ("prompt_field", "answer_field", "answer_format", "test_fraction",
-                                                    "config_name"))
-        cfg.task = TaskConfig(name=name, kwargs=kwargs, n_train=-1, n_test=-1, seed=cfg.task.seed)
-
-    def _run(self) -> dict[str, float]:
-        self._point_task_at_data()
-        return train(self.args, self._rewards or None, self._trained)
+    config_cls = GRPOConfig
+    train_fn = train

@@ -35,8 +35,10 @@ critic in ``critic/checkpoint-N`` (written first), both with their optimizers.
 from __future__ import annotations
 
 import copy
+import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 import torch
 
@@ -48,27 +50,21 @@ from seqrl.core.policy_loss import aggregate_loss, entropy_from_logits, grpo_los
 from seqrl.core.ppo import clipped_value_loss, explained_variance, group_whiten_tokens, kl_shaped_rewards
 from seqrl.evaluation import EvalConfig, run_evaluation
 from seqrl.models.heads import ValueHead, completion_values, load_scalar_model, pad_sequences
-from seqrl.models.lm import ModelConfig, Policy, load_policy, model_device, num_parameters
-from seqrl.prompts import PromptConfig, check_template
+from seqrl.models.lm import ModelConfig, Policy, model_device, num_parameters
+from seqrl.prompts import PromptConfig  # noqa: F401 (re-export)
 from seqrl.rewards.combine import (
     RewardFn,
     RewardSpec,
     build_reward,
     build_rewards,
-    check_reward_columns,
     score_completions,
 )
-from seqrl.rollout import SamplingParams, generate, sequence_logprobs
+from seqrl.rollout import sequence_logprobs
 from seqrl.rollout.logprobs import pack_micro_batches, shared_prompt_logprobs, use_shared_prompt_forward
-from seqrl.training.loop import RunLoop, SampledSteps
-from seqrl.training.run import (
-    check_finite,
-    completion_samples,
-    make_optimizer,
-    refuse_skip_step,
-    releases_run_folder,
-    stream_indices,
-)
+from seqrl.training.api import SampledTrainer
+from seqrl.training.loop import RunLoop
+from seqrl.training.sampled import RewardTally, SampledLearner, SampledSteps, build_sampled_run, check_rewards_given
+from seqrl.training.run import check_finite, make_optimizer, refuse_skip_step, releases_run_folder
 from seqrl.types import Problem, Task
 from seqrl.utils import dist
 from seqrl.utils.dist import bf16_autocast
@@ -106,14 +102,13 @@ def compute_advantages(rewards: torch.Tensor, values: torch.Tensor, mask: torch.
     return per_seq[:, None] * mask, returns
 
 
-class PPOLearner:
+class PPOLearner(SampledLearner):
     """Policy, critic, reference and optimizers; `collect` samples and scores a batch, `train_step` learns."""
 
     def __init__(self, cfg: PPOConfig, policy: Policy, critic: torch.nn.Module, task: Task, problems: list[Problem],
                  reward_fns: dict[str, tuple[RewardFn, float]] | None = None) -> None:
-        self.cfg, self.policy, self.critic, self.task, self.problems = cfg, policy, critic, task, problems
-        self.reward_fns = reward_fns if reward_fns is not None else build_rewards(cfg.rewards, task)
-        self.samples: list[dict] = []  # the last collected step's logged completions (run.log_completions)
+        super().__init__(cfg, policy, problems, reward_fns if reward_fns is not None else build_rewards(cfg.rewards, task))
+        self.critic, self.task = critic, task
         self.verifier = None
         if not any(k in self.reward_fns for k in VERIFIER_KEYS):
             self.verifier = {"verifier": (build_reward(RewardSpec("task"), task), 1.0)}
@@ -125,25 +120,9 @@ class PPOLearner:
         self.ref = None
         if cfg.loss.beta > 0:
             self.ref = copy.deepcopy(policy.model).eval().requires_grad_(False)
-        self.prompt_cursor = 0
         self.shared_forward = use_shared_prompt_forward(cfg.shared_prompt_forward, policy.model)
 
     # -- sampling -------------------------------------------------------------------------------
-    def _sampling(self, seed: int) -> SamplingParams:
-        s = self.cfg.sampling
-        return SamplingParams(temperature=s.temperature, top_p=s.top_p, top_k=s.top_k,
-                              max_new_tokens=s.max_new_tokens, stop=tuple(s.stop), seed=seed)
-
-    def _next_prompts(self, count: int) -> list[Problem]:
-        world, r = dist.world_size(), dist.rank()
-        local = range(self.prompt_cursor, self.prompt_cursor + count)
-        self.prompt_cursor += count
-        if world == 1:
-            idx = stream_indices(local.start, count, len(self.problems), self.cfg.run.seed)
-        else:
-            idx = [stream_indices(p * world + r, 1, len(self.problems), self.cfg.run.seed)[0] for p in local]
-        return [self.problems[i] for i in idx]
-
     def _logprobs(self, model, prompt_ids: list[list[int]], completion_ids: torch.Tensor, entropy_grad: bool = False,
                   mask: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """(log π of each completion token, entropy there) (m, T); the entropy carries a gradient only
@@ -214,15 +193,9 @@ class PPOLearner:
         """Sample, score, and compute π_old, π_ref, values, KL-shaped rewards, advantages and returns."""
         cfg, g = self.cfg, self.cfg.group_size
         t0 = time.perf_counter()
-        probs = self._next_prompts(cfg.local_prompts_per_step)
-        seed = cfg.run.seed * 1_000_003 + step * 101 + 7_919_111 * dist.rank()
-        with bf16_autocast(model_device(self.policy.model), cfg.run.use_bf16):
-            ro = generate(self.policy, self.policy.encode_prompts(probs), g, self._sampling(seed))  # run.bf16: sampling too
-        row_problems = [probs[i // g] for i in range(len(ro.texts))]
-        scored = score_completions(self.reward_fns, row_problems, ro.texts, cfg.reward_budget_s,
-                                   cfg.reward_failures == "stop")
-        scores = torch.tensor(scored.total, dtype=torch.float32)  # (N,)
-        cut_off = torch.tensor([r == "length" for r in ro.finish_reasons])  # (N,) no EOS
+        rnd = self.sample(step, cfg.local_prompts_per_step)
+        ro, scored, cut_off = rnd.rollout, rnd.scored, rnd.cut_off
+        scores = rnd.total  # (N,)
         if cfg.missing_eos_penalty:
             scores = scores - cfg.missing_eos_penalty * cut_off.float()
         gen_s = time.perf_counter() - t0
@@ -256,17 +229,12 @@ class PPOLearner:
         ev = explained_variance(values, returns, mask)
         if ev == ev:  # NaN when the returns do not vary
             metrics["stats/explained_variance"] = float(ev)
-        for name, v in scored.scores.items():
-            t = torch.tensor(v, dtype=torch.float64)
-            t = t[~t.isnan()]
-            metrics[f"reward/{name}/mean"] = float(t.mean()) if len(t) else 0.0
-            metrics[f"reward/{name}/errors"] = float(scored.errors[name])
-        for name, text in scored.first_error.items():
-            metrics[f"reward/{name}/first_error"] = text
-        self.samples = completion_samples(cfg.run.log_completions, row_problems, ro.texts, scored.total,
-                                          scored.scores, scored.reasons)
+        tally = RewardTally(self.reward_fns)
+        tally.add(scored)
+        metrics.update(tally.metrics())
+        self.keep_samples(rnd, scores.tolist())
         if self.verifier is not None:  # true accuracy beside a learned reward
-            v = score_completions(self.verifier, row_problems, ro.texts, cfg.reward_budget_s).scores["verifier"]
+            v = score_completions(self.verifier, rnd.row_problems, ro.texts, cfg.reward_budget_s).scores["verifier"]
             metrics["reward/verifier/mean"] = sum(x for x in v if x == x) / len(v)
         return PPOBatch(prompt_ids, ids, mask, old, ref, values, adv, returns, scores, metrics)
 
@@ -342,18 +310,6 @@ class PPOLearner:
         metrics["perf/train_s"] = time.perf_counter() - t0
         return metrics
 
-    @torch.no_grad()
-    def heldout_reward(self, problems: list[Problem], samples: int, seed: int) -> dict[str, float]:
-        """Mean training reward of each function on `samples` completions per held-out problem."""
-        ro = generate(self.policy, self.policy.encode_prompts(problems), samples, self._sampling(seed))
-        scored = score_completions(self.reward_fns, [problems[i // samples] for i in range(len(ro.texts))], ro.texts,
-                                   self.cfg.reward_budget_s, self.cfg.reward_failures == "stop")
-        out = {"eval/reward": sum(scored.total) / len(scored.total)}
-        for name, v in scored.scores.items():
-            applied = [x for x in v if x == x]
-            out[f"eval/reward/{name}"] = sum(applied) / len(applied) if applied else 0.0
-        return out
-
 
 def check_same_tokenizer(critic_tok, policy_tok, critic_path: str | None) -> None:
     """The critic reads the policy's token ids, so it must share the policy's vocabulary: a critic.path
@@ -366,6 +322,15 @@ def check_same_tokenizer(critic_tok, policy_tok, critic_path: str | None) -> Non
                      f"trained from it)")
 
 
+def check_critic_start(cfg: PPOConfig, policy_in_memory: bool) -> None:
+    """A policy given in memory with no folder leaves the critic nothing to start from: a ValueError
+    naming critic.path, unless the critic has its own folder or shares the policy's backbone."""
+    if policy_in_memory and not (cfg.critic.path or cfg.critic.shared_backbone or cfg.model.path):
+        raise ValueError("critic.path: the policy was given in memory and names no folder, so the critic has no "
+                         "weights to start from; give a folder (PPOTrainer(value_model=...)) or set "
+                         "critic.shared_backbone=true")
+
+
 def critic_model_config(cfg: PPOConfig) -> ModelConfig:
     """Where the critic starts: critic.path, else the policy's folder, else the policy's preset."""
     path = cfg.critic.path or cfg.model.path
@@ -374,22 +339,20 @@ def critic_model_config(cfg: PPOConfig) -> ModelConfig:
 
 
 @releases_run_folder
-def train(cfg: PPOConfig) -> dict[str, float]:
+def train(cfg: PPOConfig, rewards: dict | None = None, policy: Policy | None = None) -> dict[str, float]:
     """Run PPO; returns the last logged metrics (held-out accuracy among them). torchrun as the GRPO loop:
     each process samples its share of the prompts, gradients are summed, rank 0 evaluates and saves
-    (advantage whitening uses each process's own share)."""
+    (advantage whitening uses each process's own share).
+
+    rewards: extra reward functions with no import path, ``{"name": fn}`` or ``{"name": (fn, weight)}``,
+    added to the config's `rewards`. policy: a loaded model and tokenizer to train in place."""
     refuse_skip_step(cfg.run, "ppo")
     cfg.local_prompts_per_step  # noqa: B018 - raises when the prompts do not split over the processes
+    check_rewards_given(cfg, rewards, "PPOTrainer")
+    check_critic_start(cfg, policy is not None)
     loop = RunLoop(cfg, "ppo")
     device, main = loop.device, loop.main
-    task = cfg.task.build()
-    problems = task.problems("train", cfg.task.n_train, cfg.task.seed)
-    test_problems = task.problems("test", cfg.task.n_test, cfg.task.seed)
-    check_template(cfg.prompt, problems + test_problems)
-    reward_fns = build_rewards(cfg.rewards, task)
-    check_reward_columns(reward_fns, problems)
-    policy = load_policy(cfg.model, device)
-    policy.prompt = cfg.prompt
+    task, problems, test_problems, reward_fns, policy = build_sampled_run(cfg, device, rewards, policy)
     if cfg.critic.shared_backbone:
         critic = ValueHead(policy.model.config.hidden_size)
     else:
@@ -425,3 +388,30 @@ def train(cfg: PPOConfig) -> dict[str, float]:
     loop.plot(["reward/total/mean", "reward/verifier/mean", "eval/accuracy", "eval/pass@1", "stats/kl", "loss/value",
                "stats/explained_variance", "stats/clipfrac_high", "stats/entropy"], "ppo.png", f"PPO {cfg.run.name}")
     return {**first, **final}
+
+
+class PPOTrainer(SampledTrainer):
+    """PPO with a critic, called the way TRL's trainers are, on the same run loop as ``seqrl train ppo``:
+
+        trainer = PPOTrainer(model="runs/sft_x/checkpoint-400", reward_funcs=["runs/rm_x/checkpoint-4000"],
+                             args=PPOConfig(output_dir="runs/ppo-rm", max_steps=200), train_dataset=rows)
+        trainer.train()
+
+    model, reward_funcs, args, train_dataset, eval_dataset, processing_class: as `GRPOTrainer`'s (a
+        reward model given as its folder is TRL's ``reward_model``; functions and verifiers mix with it).
+    value_model: the critic's starting point, a folder with the policy's tokenizer (TRL's
+        ``value_model``; sets ``critic.path``). Default: the policy's own weights (``critic.path``).
+    """
+
+    config_cls = PPOConfig
+    train_fn = train
+
+    def __init__(self, model: Any, reward_funcs: Any = None, args: PPOConfig | None = None, train_dataset: Any = None,
+                 eval_dataset: Any = None, processing_class: Any = None, value_model: Any = None) -> None:
+        super().__init__(model, reward_funcs, args, train_dataset, eval_dataset, processing_class)
+        if value_model is not None:
+            if not isinstance(value_model, (str, os.PathLike)):
+                raise TypeError(f"PPOTrainer(value_model=...): expected the folder of a model with the policy's "
+                                f"tokenizer (got {type(value_model).__name__}); save a loaded one with save_pretrained")
+            self.args.critic = replace(self.args.critic, path=os.fspath(value_model))
+        check_critic_start(self.args, self._in_memory)

@@ -132,9 +132,7 @@ class PPOConfig:
             raise ValueError(f"batch_size ({self.batch_size}) must be divisible by group_size ({self.group_size})")
         if self.batch_size % self.minibatches:
             raise ValueError(f"batch_size ({self.batch_size}) must be divisible by minibatches ({self.minibatches})")
-        if not self.rewards:
-            raise ValueError("rewards must name at least one reward function")
-        check_reward_keys(self.rewards)
+        check_reward_keys(self.rewards)  # an empty list is checked by `train`, which may be given functions
         if self.missing_eos_penalty is not None and not (self.missing_eos_penalty >= 0
                                                          and self.missing_eos_penalty < float("inf")):
             raise ValueError(f"missing_eos_penalty must be a finite number >= 0 or null (got {self.missing_eos_penalty})")

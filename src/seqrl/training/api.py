@@ -1,4 +1,4 @@
-"""What the TRL-style trainers (`GRPOTrainer`, `RewardTrainer`, `PRMTrainer`) share: how a ``model=``
+"""What the TRL-style trainers (`GRPOTrainer`, `PPOTrainer`, `SFTTrainer`, `RewardTrainer`, `PRMTrainer`) share: how a ``model=``
 argument and in-memory datasets become a run's config (the run folder then records both), and
 ``train()`` / ``model`` / ``save_model()``."""
 
@@ -143,6 +143,84 @@ class RowsTrainer(RunTrainer):
                                    cfg.data.split_field)
         cfg.data = replace(cfg.data, path=path, split_field=split)
         return type(self).train_fn(cfg)
+
+
+class SampledTrainer(RunTrainer):
+    """A `RunTrainer` for a trainer that samples from its policy and scores the samples (`GRPOTrainer`,
+    `PPOTrainer`): `model` a string (folder, hub id, catalogue name, preset) or a loaded causal LM
+    trained in place; `reward_funcs` functions, import paths or reward-model folders; the rows of
+    `train_dataset` / `eval_dataset` read as a task (`jsonl_task`). A subclass sets `config_cls` and
+    `train_fn` (``train_fn(cfg, rewards, policy)``)."""
+
+    config_cls: Any
+    train_fn: Any
+
+    def __init__(self, model: Any, reward_funcs: Any = None, args: Any = None, train_dataset: Any = None,
+                 eval_dataset: Any = None, processing_class: Any = None) -> None:
+        import copy
+
+        from seqrl.models.config import looks_local
+        from seqrl.models.lm import Policy
+
+        name = type(self).__name__
+        cfg = copy.deepcopy(args) if args is not None else self.config_cls()
+        self._trained = None  # a model given in memory is trained in place
+        if isinstance(model, (str, os.PathLike)):
+            cfg.model = model_config_for(model, cfg.model)
+        elif hasattr(model, "config") and hasattr(model, "generate"):
+            where = getattr(model.config, "_name_or_path", "") or getattr(model, "name_or_path", "")
+            if processing_class is None:
+                if not where:
+                    raise ValueError(f"{name}(model=<a model object>): pass its tokenizer as processing_class "
+                                     "(the model does not say where it was loaded from)")
+                from transformers import AutoTokenizer
+
+                processing_class = AutoTokenizer.from_pretrained(where)
+            self._trained, self._in_memory = Policy(model, processing_class), True
+            if where and (not looks_local(where) or Path(where).exists()):
+                cfg.model = replace(cfg.model, path=str(where))  # config.yaml names what was trained
+        else:
+            raise TypeError(f"{name}(model=...): expected a path, hub id, catalogue or preset name, or a loaded "
+                            f"causal LM (got {type(model).__name__})")
+        self._rewards: dict[str, Any] = {}
+        if reward_funcs is not None:
+            cfg.rewards = self._reward_specs(reward_funcs)
+        if train_dataset is None and eval_dataset is not None:
+            raise ValueError(f"{name}(eval_dataset=...) needs a train_dataset too")
+        self.args, self._data, self.metrics = cfg, (train_dataset, eval_dataset), {}
+
+    def _reward_specs(self, reward_funcs: Any) -> list:
+        """The config's reward specs for the strings of `reward_funcs` (an import path ``pkg.module:fn``,
+        else a reward model's folder, as a string is a reward model in TRL); its functions go to
+        `_rewards` under their names (a repeated name gets ``_2``, ``_3``, …)."""
+        from seqrl.rewards.combine import RewardSpec
+        from seqrl.utils.imports import is_import_path
+
+        specs = []
+        for fn in reward_funcs if isinstance(reward_funcs, (list, tuple)) else [reward_funcs]:
+            if isinstance(fn, (str, os.PathLike)):
+                text = os.fspath(fn)
+                specs.append(RewardSpec(text) if is_import_path(text) else RewardSpec("rm", path=text))
+            elif callable(fn):
+                base = getattr(fn, "__name__", type(fn).__name__)
+                key, k = base, 2
+                while key in self._rewards:
+                    key, k = f"{base}_{k}", k + 1
+                self._rewards[key] = fn
+            else:
+                raise TypeError(f"reward_funcs: expected a function, an import path 'pkg.module:fn' or a reward "
+                                f"model folder (got {type(fn).__name__})")
+        return specs
+
+    def _run(self) -> dict[str, float]:
+        cfg = self.args
+        train_dataset, eval_dataset = self._data
+        if train_dataset is not None:
+            name, kwargs = jsonl_task(type(self).__name__, cfg.run.dir, cfg.run.resume, train_dataset, eval_dataset,
+                                      cfg.task.kwargs, ("prompt_field", "answer_field", "answer_format", "test_fraction",
+                                                        "config_name"))
+            cfg.task = replace(cfg.task, name=name, kwargs=kwargs, n_train=-1, n_test=-1)
+        return type(self).train_fn(cfg, self._rewards or None, self._trained)
 
 
 def jsonl_task(who: str, run_dir: Path, resume: bool, train: Any, test: Any, task_kwargs: dict,

@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from seqrl.training.run import RunGuard, open_run_trackers, reduce_rank_metrics, resume_and_open_log, start_run
+from seqrl.training.run import RunGuard, open_run_trackers, resume_and_open_log, start_run
 from seqrl.utils import dist
 from seqrl.utils.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from seqrl.utils.metrics import MetricsLogger, read_metrics
@@ -229,56 +229,3 @@ class RunLoop:
         if not self.main:
             return None
         return plot_metrics(read_metrics(self.dir / "metrics.jsonl"), keys, self.dir / "plots" / filename, title=title)
-
-
-class SampledSteps:
-    """The step of a trainer that samples its own batch (GRPO, PPO), on a `RunLoop`: the learner's
-    ``collect(i)`` then ``train_step(batch)``, their metrics reduced over processes
-    (`reduce_rank_metrics`) with ``perf/tokens_per_s``; each reward's first failure printed once and its
-    text logged beside the numbers; ``run.log_completions``'s samples (``learner.samples``) written to
-    completions.jsonl with each record; each process's prompt cursor in the checkpoint state.
-
-    `after(i, metrics)` runs after each update (a finiteness check, a reference sync)."""
-
-    def __init__(self, loop: RunLoop, learner: Any, after: Callable[[int, Metrics], None] | None = None) -> None:
-        from seqrl.rewards.combine import report_reward_errors
-
-        self.loop, self.learner, self.after, self._report = loop, learner, after, report_reward_errors
-        self.samples_log = loop.open_log("completions.jsonl") if loop.cfg.run.log_completions else None
-        self.warned: set[str] = set()  # reward functions whose first failure was printed
-        self.errors: dict[str, str] = {}  # the last step's reward/<fn>/first_error texts
-        self.live: Metrics = {}  # the bar's reward, every step
-        state = loop.state
-        if loop.resume_from is not None:
-            cursors = state["prompt_cursor"]
-            cursors = cursors if isinstance(cursors, list) else [cursors]
-            if len(cursors) != dist.world_size():
-                raise ValueError(f"{loop.resume_from} was written by {len(cursors)} process(es); resume it with "
-                                 f"the same number (got {dist.world_size()})")
-            learner.prompt_cursor = cursors[dist.rank()]
-
-    def step(self, i: int, log: bool) -> Metrics:
-        batch = self.learner.collect(i)
-        metrics = reduce_rank_metrics(dist.all_gather_objects({**batch.metrics, **self.learner.train_step(batch)}))
-        metrics["perf/tokens_per_s"] = metrics["perf/gen_tokens"] / (metrics["perf/gen_s"] + metrics["perf/train_s"])
-        if self.after is not None:
-            self.after(i, metrics)
-        self.errors = self._report(metrics, i + 1, self.warned if self.loop.main else None)
-        self.live["reward"] = metrics["reward/total/mean"]
-        return metrics if log else {}
-
-    def record(self, done: int) -> dict[str, str]:
-        for sample in self.learner.samples if self.samples_log is not None else ():
-            self.samples_log.log(done, sample)
-        return dict(self.errors)
-
-    def state(self) -> dict[str, Any]:
-        cursors = dist.all_gather_objects(self.learner.prompt_cursor)
-        return {"prompt_cursor": cursors if len(cursors) > 1 else cursors[0]}
-
-    def run(self, total: int, evaluate: Callable[[], Metrics], eval_every: int,
-            state: Callable[[], Mapping[str, Any]] | None = None, on_stop: Callable[[int], None] | None = None) -> Metrics:
-        """`RunLoop.run` with these steps; `state` adds to the checkpoint state."""
-        return self.loop.run(total, self.step, evaluate=evaluate, eval_every=eval_every, record=self.record,
-                             on_stop=on_stop, state=lambda: {**self.state(), **(state() if state else {})},
-                             show=lambda m: {**self.live, **({"acc": m["eval/accuracy"]} if "eval/accuracy" in m else {})})

@@ -1,0 +1,225 @@
+"""What the trainers that sample their own batches (GRPO and its variants, PPO) share: one collect path.
+
+`SampledLearner` holds the policy, its reward functions and this process's place in the endless
+prompt stream; ``sample(step, count, round_)`` draws the next prompts, samples G completions of each
+(seeded by run seed, step, round and rank, so a resumed run draws the same) and scores them.
+`RewardTally` sums a step's rounds into the ``reward/<fn>/…`` metrics. `SampledSteps` is the step of
+such a trainer on the `RunLoop`: the learner's ``collect(i)`` then ``train_step(batch)``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from seqrl.models.lm import Policy, model_device
+from seqrl.rewards.combine import RewardFn, ScoredBatch, score_completions
+from seqrl.rollout import Rollouts, SamplingParams, generate
+from seqrl.training.loop import Metrics, RunLoop
+from seqrl.training.run import completion_samples, reduce_rank_metrics, stream_indices
+from seqrl.types import Problem, Task
+from seqrl.utils import dist
+from seqrl.utils.dist import bf16_autocast
+
+
+@dataclass
+class SampledRound:
+    """One round of sampling: `n` prompts × G completions (rows g·G … g·G+G−1 answer prompt g)."""
+
+    problems: list[Problem]  # (n,) the prompts drawn
+    rollout: Rollouts
+    scored: ScoredBatch
+    total: torch.Tensor  # (n·G,) weighted reward
+    cut_off: torch.Tensor  # (n·G,) bool: stopped by the token budget, no EOS or stop string
+
+    @property
+    def row_problems(self) -> list[Problem]:
+        return [self.problems[i // self.rollout.n] for i in range(len(self.rollout.texts))]
+
+
+class RewardTally:
+    """Per reward function, a step's scores, errors, timeouts and not-applicable counts over its rounds,
+    and the first error text: the ``reward/<fn>/…`` metrics."""
+
+    def __init__(self, names) -> None:
+        self.scores: dict[str, list[float]] = {n: [] for n in names}
+        self.errors = dict.fromkeys(self.scores, 0)
+        self.timeouts = dict.fromkeys(self.scores, 0)
+        self.not_applicable = dict.fromkeys(self.scores, 0)
+        self.first_error: dict[str, str] = {}
+
+    def add(self, scored: ScoredBatch) -> None:
+        for name in self.scores:
+            self.scores[name] += scored.scores[name]
+            self.errors[name] += scored.errors[name]
+            self.timeouts[name] += scored.timeouts[name] + scored.over_budget[name]
+            self.not_applicable[name] += scored.not_applicable[name]
+        for name, text in scored.first_error.items():
+            self.first_error.setdefault(name, text)
+
+    def metrics(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for name, scores in self.scores.items():
+            t = torch.tensor(scores, dtype=torch.float64)
+            t = t[~t.isnan()]  # NaN: the function does not apply to that completion
+            out[f"reward/{name}/mean"] = float(t.mean()) if len(t) else 0.0
+            out[f"reward/{name}/std"] = float(t.std()) if len(t) > 1 else 0.0
+            out[f"reward/{name}/errors"] = float(self.errors[name])
+            out[f"reward/{name}/timeouts"] = float(self.timeouts[name])
+            if self.not_applicable[name]:
+                out[f"reward/{name}/not_applicable"] = float(self.not_applicable[name])
+            if name in self.first_error:
+                out[f"reward/{name}/first_error"] = self.first_error[name]
+        return out
+
+
+class SampledLearner:
+    """The sampling half of a learner that draws its own batches (`GRPOLearner`, `PPOLearner`).
+
+    `cfg` gives ``sampling`` (temperature, top_p, top_k, max_new_tokens, stop), ``group_size``,
+    ``run`` (seed, use_bf16, log_completions), ``reward_budget_s`` and ``reward_failures``."""
+
+    def __init__(self, cfg: Any, policy: Policy, problems: list[Problem],
+                 reward_fns: dict[str, tuple[RewardFn, float]]) -> None:
+        self.cfg, self.policy, self.problems, self.reward_fns = cfg, policy, problems, reward_fns
+        # Position in this process's share of the endless prompt stream: with W processes, process r
+        # reads the global positions r, r + W, r + 2W, … so the shares never overlap.
+        self.prompt_cursor = 0
+        self.samples: list[dict] = []  # the last collected step's logged completions (run.log_completions)
+
+    def _sampling(self, seed: int) -> SamplingParams:
+        s = self.cfg.sampling
+        return SamplingParams(temperature=s.temperature, top_p=s.top_p, top_k=s.top_k,
+                              max_new_tokens=s.max_new_tokens, stop=tuple(s.stop), seed=seed)
+
+    def _params(self, step: int, round_: int) -> SamplingParams:
+        """Training samples: seeded by (run seed, step, round, rank), so a resumed run draws the same."""
+        return self._sampling(self.cfg.run.seed * 1_000_003 + step * 101 + round_ + 7_919_111 * dist.rank())
+
+    def _next_prompts(self, count: int) -> list[Problem]:
+        world, r = dist.world_size(), dist.rank()
+        local = range(self.prompt_cursor, self.prompt_cursor + count)
+        self.prompt_cursor += count
+        if world == 1:
+            idx = stream_indices(local.start, count, len(self.problems), self.cfg.run.seed)
+        else:
+            idx = [stream_indices(p * world + r, 1, len(self.problems), self.cfg.run.seed)[0] for p in local]
+        return [self.problems[i] for i in idx]
+
+    def _score(self, problems: list[Problem], texts: list[str]) -> ScoredBatch:
+        return score_completions(self.reward_fns, problems, texts, self.cfg.reward_budget_s,
+                                 self.cfg.reward_failures == "stop")
+
+    def sample(self, step: int, count: int, round_: int = 0) -> SampledRound:
+        """The next `count` prompts of the stream, G completions each (under ``run.bf16``), scored."""
+        probs = self._next_prompts(count)
+        with bf16_autocast(model_device(self.policy.model), self.cfg.run.use_bf16):
+            ro = generate(self.policy, self.policy.encode_prompts(probs), self.cfg.group_size,
+                          self._params(step, round_))
+        g = self.cfg.group_size
+        scored = self._score([probs[i // g] for i in range(len(ro.texts))], ro.texts)
+        return SampledRound(probs, ro, scored, torch.tensor(scored.total, dtype=torch.float32),
+                            torch.tensor([r == "length" for r in ro.finish_reasons], dtype=torch.bool))
+
+    def keep_samples(self, rnd: SampledRound, totals: list[float]) -> None:
+        """``run.log_completions``: a sample of `rnd`'s completions with their rewards and reasons."""
+        self.samples = completion_samples(self.cfg.run.log_completions, rnd.row_problems, rnd.rollout.texts, totals,
+                                          rnd.scored.scores, rnd.scored.reasons)
+
+    @torch.no_grad()
+    def heldout_reward(self, problems: list[Problem], samples: int, seed: int) -> dict[str, float]:
+        """Mean training reward (every function, weighted) of `samples` completions per held-out problem."""
+        ro = generate(self.policy, self.policy.encode_prompts(problems), samples, self._sampling(seed))
+        scored = self._score([problems[i // samples] for i in range(len(ro.texts))], ro.texts)
+        out = {"eval/reward": sum(scored.total) / len(scored.total)}
+        for name, v in scored.scores.items():
+            applied = [x for x in v if x == x]  # NaN: the function did not apply
+            out[f"eval/reward/{name}"] = sum(applied) / len(applied) if applied else 0.0
+        return out
+
+
+def check_rewards_given(cfg: Any, rewards: dict | None, trainer: str) -> None:
+    """A ValueError when neither the config nor the caller names a reward function."""
+    if not cfg.rewards and not rewards:
+        raise ValueError(f"rewards: no reward function; name one in the config's rewards (task: the verifier) or "
+                         f"pass functions ({trainer}(reward_funcs=[...]), train(cfg, rewards={{...}}))")
+
+
+def build_sampled_run(cfg: Any, device: Any, rewards: dict | None, policy: Policy | None
+                      ) -> tuple[Task, list[Problem], list[Problem], dict[str, tuple[RewardFn, float]], Policy]:
+    """What a sampling trainer builds before its learner: the task and its train and held-out problems (the
+    prompt template checked on both), the reward functions (the config's and `rewards`, their columns
+    checked on the training rows) and the policy (`cfg.model` loaded, or `policy` moved to `device`),
+    prompting with ``cfg.prompt``."""
+    from seqrl.models.lm import load_policy
+    from seqrl.prompts import check_template
+    from seqrl.rewards.combine import build_rewards, check_reward_columns
+
+    task = cfg.task.build()
+    problems = task.problems("train", cfg.task.n_train, cfg.task.seed)
+    test_problems = task.problems("test", cfg.task.n_test, cfg.task.seed)
+    check_template(cfg.prompt, problems + test_problems)
+    reward_fns = build_rewards(cfg.rewards, task, rewards)
+    check_reward_columns(reward_fns, problems)
+    if policy is None:
+        policy = load_policy(cfg.model, device)
+    else:
+        policy.model.to(device)
+    policy.prompt = cfg.prompt
+    return task, problems, test_problems, reward_fns, policy
+
+
+class SampledSteps:
+    """The step of a trainer that samples its own batch (GRPO, PPO), on a `RunLoop`: the learner's
+    ``collect(i)`` then ``train_step(batch)``, their metrics reduced over processes
+    (`reduce_rank_metrics`) with ``perf/tokens_per_s``; each reward's first failure printed once and its
+    text logged beside the numbers; ``run.log_completions``'s samples (``learner.samples``) written to
+    completions.jsonl with each record; each process's prompt cursor in the checkpoint state.
+
+    `after(i, metrics)` runs after each update (a finiteness check, a reference sync)."""
+
+    def __init__(self, loop: RunLoop, learner: SampledLearner, after: Callable[[int, Metrics], None] | None = None) -> None:
+        from seqrl.rewards.combine import report_reward_errors
+
+        self.loop, self.learner, self.after, self._report = loop, learner, after, report_reward_errors
+        self.samples_log = loop.open_log("completions.jsonl") if loop.cfg.run.log_completions else None
+        self.warned: set[str] = set()  # reward functions whose first failure was printed
+        self.errors: dict[str, str] = {}  # the last step's reward/<fn>/first_error texts
+        self.live: Metrics = {}  # the bar's reward, every step
+        state = loop.state
+        if loop.resume_from is not None:
+            cursors = state["prompt_cursor"]
+            cursors = cursors if isinstance(cursors, list) else [cursors]
+            if len(cursors) != dist.world_size():
+                raise ValueError(f"{loop.resume_from} was written by {len(cursors)} process(es); resume it with "
+                                 f"the same number (got {dist.world_size()})")
+            learner.prompt_cursor = cursors[dist.rank()]
+
+    def step(self, i: int, log: bool) -> Metrics:
+        batch = self.learner.collect(i)
+        metrics = reduce_rank_metrics(dist.all_gather_objects({**batch.metrics, **self.learner.train_step(batch)}))
+        metrics["perf/tokens_per_s"] = metrics["perf/gen_tokens"] / (metrics["perf/gen_s"] + metrics["perf/train_s"])
+        if self.after is not None:
+            self.after(i, metrics)
+        self.errors = self._report(metrics, i + 1, self.warned if self.loop.main else None)
+        self.live["reward"] = metrics["reward/total/mean"]
+        return metrics if log else {}
+
+    def record(self, done: int) -> dict[str, str]:
+        for sample in self.learner.samples if self.samples_log is not None else ():
+            self.samples_log.log(done, sample)
+        return dict(self.errors)
+
+    def state(self) -> dict[str, Any]:
+        cursors = dist.all_gather_objects(self.learner.prompt_cursor)
+        return {"prompt_cursor": cursors if len(cursors) > 1 else cursors[0]}
+
+    def run(self, total: int, evaluate: Callable[[], Metrics], eval_every: int,
+            state: Callable[[], Mapping[str, Any]] | None = None, on_stop: Callable[[int], None] | None = None) -> Metrics:
+        """`RunLoop.run` with these steps; `state` adds to the checkpoint state."""
+        return self.loop.run(total, self.step, evaluate=evaluate, eval_every=eval_every, record=self.record,
+                             on_stop=on_stop, state=lambda: {**self.state(), **(state() if state else {})},
+                             show=lambda m: {**self.live, **({"acc": m["eval/accuracy"]} if "eval/accuracy" in m else {})})
