@@ -103,6 +103,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--prompts", type=int, default=1500, help="training problems the pairs are sampled from")
     p.add_argument("--heldout-frac", type=float, default=0.2, help="fraction of prompts held out")
     p.add_argument("--threads", type=int, default=1, help="torch intra-op threads (each run)")
+    p.add_argument("--shared-prompt-forward", choices=("auto", "on", "off"), default="off",
+                   help="seqrl's shared_prompt_forward (on/auto: a pair's shared prompt computed once, the same "
+                        "scores up to round-off; off: the padded forward of both sides, TRL's arithmetic)")
     p.add_argument("--cache-dir", default=str(ROOT / "runs" / "bench-cache"), help="warm start, pairs, run details")
     p.add_argument("--retrain", action="store_true", help="build the warm start, pairs and initial RM again")
     p.add_argument("--keep-logs", action="store_true", help="keep each run's stderr (<cache-dir>/rm_vs_trl-logs)")
@@ -223,7 +226,7 @@ def worker_ours(args: argparse.Namespace) -> dict:
         optim=OptimConfig(lr=args.lr, weight_decay=0.0, betas=(0.9, 0.95), warmup_steps=0, schedule="constant",
                           grad_clip=1.0),
         steps=args.steps, batch_size=args.batch_size, micro_batch_size=args.batch_size,
-        center_coef=args.center_coef,
+        center_coef=args.center_coef, shared_prompt_forward=args.shared_prompt_forward,
     )
     # The process CPU time at each metric record (seqrl logs every step): the same points as the
     # records' wall-clock stamps, and a measure of work that other jobs' load does not stretch.
@@ -392,7 +395,8 @@ def run_worker(kind: str, seed: int, args: argparse.Namespace, inputs: dict, bar
     cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", kind, "--init", inputs["init"],
            "--pairs", inputs["pairs"], "--seed", str(seed), "--steps", str(args.steps),
            "--batch-size", str(args.batch_size), "--lr", repr(args.lr), "--center-coef", repr(args.center_coef),
-           "--heldout-frac", repr(args.heldout_frac), "--threads", str(args.threads)]
+           "--heldout-frac", repr(args.heldout_frac), "--threads", str(args.threads),
+           "--shared-prompt-forward", args.shared_prompt_forward]
     log_path = log_dir / f"{kind}-seed{seed}.log"
 
     def on_step(event: dict) -> None:
@@ -513,7 +517,7 @@ def main(argv: list[str] | None = None) -> dict | None:
         "same_init_weights": same_init, "grad_rel_diff": float(f"{grad['grad_rel_diff']:.2e}"),
         "heldout_pairs": n_held, "train_pairs": int(inputs["pair_stats"]["pairs"]) - n_held,
         "repeats": args.repeats, "steps": args.steps, "batch_size": args.batch_size, "lr": args.lr,
-        "center_coef": args.center_coef, "threads": args.threads,
+        "center_coef": args.center_coef, "threads": args.threads, "shared_prompt_forward": args.shared_prompt_forward,
         "trl_version": trl_info["versions"]["trl"], "transformers_version": trl_info["versions"]["transformers"],
         "torch_version": torch.__version__,
         **machine_info(), "load_avg_start_1_5_15": load_start, "load_avg_end_1_5_15": load_end,

@@ -16,7 +16,7 @@ from seqrl.algos.config import OptimConfig, RunConfig
 from seqrl.algos.rm import PreferenceDataConfig, RMConfig, pair_samples, train
 from seqrl.data.jsonl import DatasetFormatError
 from seqrl.data.preferences import load_preferences
-from seqrl.models.heads import load_scalar_model, pad_sequences, sequence_scores
+from seqrl.models.heads import load_scalar_model, pad_sequences, sequence_scores, shared_prefix_pair_scores
 from seqrl.models.lm import ModelConfig
 from seqrl.rewards.combine import RewardSpec, build_reward, score_completions
 from seqrl.types import Problem
@@ -89,6 +89,51 @@ def test_score_is_read_at_the_last_real_token_under_left_and_right_padding(tmp_p
     ids, attn = pad_sequences(seqs, tok.pad_token_id, "right")
     with torch.no_grad():
         assert torch.allclose(hf(input_ids=ids, attention_mask=attn).logits.squeeze(-1), alone, atol=1e-5)
+
+
+@pytest.mark.parametrize("bf16", [False, True])
+def test_shared_prefix_pair_scores_equal_the_padded_forward_in_value_and_gradient(bf16):
+    """A pair's shared start computed once gives the padded forward's scores and gradients: pairs with
+    prompts of several lengths, sides of several lengths, a side that extends the other, a longer common
+    opening than the prompt."""
+    torch.manual_seed(0)
+    model, tok = load_scalar_model(ModelConfig(preset="tiny", max_seq_len=64))
+    g = torch.Generator().manual_seed(1)
+    seq = lambda n: torch.randint(3, 20, (n,), generator=g).tolist()  # noqa: E731
+    chosen, rejected = [], []
+    for i in range(6):
+        prompt = seq(4 + 2 * i)
+        chosen.append(prompt + seq(2 + i % 3))
+        rejected.append(prompt + seq(1 + (2 * i) % 5))
+    chosen[1] = rejected[1] + seq(3)  # one side extends the other
+    rejected[2] = chosen[2][:-1] + [chosen[2][-1] % 19 + 1]  # the sides differ at the last token only
+    weights = torch.linspace(-1, 1, 12)
+
+    def run(fn):
+        model.zero_grad()
+        scores = fn()
+        (scores * weights).sum().backward()
+        return scores.detach(), [p.grad.clone() for p in model.parameters()]
+
+    def padded():
+        return sequence_scores(model, *pad_sequences(chosen + rejected, tok.pad_token_id), bf16)
+
+    ref, ref_grads = run(padded)
+    got, got_grads = run(lambda: torch.cat(shared_prefix_pair_scores(model, chosen, rejected, tok.pad_token_id, bf16)))
+    tol = 3e-2 if bf16 else 1e-5
+    assert torch.allclose(got, ref, atol=tol, rtol=tol), (got - ref).abs().max()
+    for a, b in zip(got_grads, ref_grads):
+        assert torch.allclose(a, b, atol=tol * float(b.abs().max()) + 1e-7, rtol=tol)
+    # reading the wrong position (the shared part's own last token) would differ: the check can fail
+    assert not torch.allclose(torch.cat(shared_prefix_pair_scores(model, [c[:-1] for c in chosen],
+                                                                  [r[:-1] for r in rejected], tok.pad_token_id)), ref)
+
+
+def test_rm_training_with_and_without_the_shared_prefix_matches(tmp_path):
+    data = write(tmp_path / "pairs.jsonl", arith_pairs(60))
+    a = train(rm_config(tmp_path, data, 4, name="shared", shared_prompt_forward="on"))
+    b = train(rm_config(tmp_path, data, 4, name="padded", shared_prompt_forward="off"))
+    assert abs(a["eval/loss"] - b["eval/loss"]) < 1e-4 and a["eval/pairwise_accuracy"] == b["eval/pairwise_accuracy"]
 
 
 def rm_config(tmp_path, data, steps: int, name: str = "rm", **kw) -> RMConfig:

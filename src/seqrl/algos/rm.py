@@ -33,11 +33,12 @@ from seqrl.algos.config import OptimConfig, RunConfig
 from seqrl.algos.rm_config import PreferenceDataConfig, RMConfig  # noqa: F401 (re-exported)
 from seqrl.core.preference import bradley_terry_loss
 from seqrl.data.preferences import PreferencePair, load_preferences
-from seqrl.models.heads import encode_pair, load_scalar_model, pad_sequences, sequence_scores
+from seqrl.models.heads import encode_pair, load_scalar_model, pad_sequences, sequence_scores, shared_prefix_pair_scores
 from seqrl.models.lm import ModelConfig, load_pretrained, num_parameters
 from seqrl.prompts import PromptConfig, render_prompt
 from seqrl.rewards.combine import RewardSpec, build_reward, score_completions
 from seqrl.rollout import sample_solutions
+from seqrl.rollout.logprobs import use_shared_prompt_forward
 from seqrl.training.api import RowsTrainer
 from seqrl.training.loop import RunLoop
 from seqrl.training.run import batch_indices, make_optimizer, releases_run_folder
@@ -93,9 +94,12 @@ def split_by_prompt(pairs: list[PreferencePair], heldout_frac: float, tokenizer,
     return train, held
 
 
-def pair_scores(model, pairs: list[EncodedPair], pad_id: int, bf16: bool = False
+def pair_scores(model, pairs: list[EncodedPair], pad_id: int, bf16: bool = False, shared: bool = False
                 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """(r_chosen, r_rejected) (m,) each, from one forward over the 2m sequences."""
+    """(r_chosen, r_rejected) (m,) each, from one forward over the 2m sequences (`shared`: a pair's
+    shared start computed once, `shared_prefix_pair_scores`)."""
+    if shared:
+        return shared_prefix_pair_scores(model, [p.chosen for p in pairs], [p.rejected for p in pairs], pad_id, bf16)
     ids, attn = pad_sequences([p.chosen for p in pairs] + [p.rejected for p in pairs], pad_id)  # (2m, L)
     scores = sequence_scores(model, ids, attn, bf16)  # (2m,)
     return scores[: len(pairs)], scores[len(pairs) :]
@@ -103,13 +107,13 @@ def pair_scores(model, pairs: list[EncodedPair], pad_id: int, bf16: bool = False
 
 @torch.no_grad()
 def evaluate_pairs(model, pairs: list[EncodedPair], pad_id: int, batch: int, center_coef: float = 0.0,
-                   bf16: bool = False) -> dict[str, float]:
+                   bf16: bool = False, shared: bool = False) -> dict[str, float]:
     """Held-out pairwise accuracy, mean margin r_c − r_r and BT loss, in eval mode."""
     was = model.training
     model.eval()
     cs, rs = [], []
     for i in range(0, len(pairs), batch):
-        c, r = pair_scores(model, pairs[i : i + batch], pad_id, bf16)
+        c, r = pair_scores(model, pairs[i : i + batch], pad_id, bf16, shared)
         cs.append(c.cpu())
         rs.append(r.cpu())
     model.train(was)
@@ -135,6 +139,7 @@ def train(cfg: RMConfig) -> dict[str, float]:
 
     model, tok = load_scalar_model(cfg.model)
     model.to(device).train()
+    shared = use_shared_prompt_forward(cfg.shared_prompt_forward, model)
     max_len = int(model.config.max_position_embeddings)
     pairs = load_preferences(cfg.data.path, cfg.data.limit, cfg.data.split_field)
     if cfg.data.split_field:
@@ -151,7 +156,8 @@ def train(cfg: RMConfig) -> dict[str, float]:
     loop.resume(model, optimizer, scheduler, tok)
 
     def evaluate() -> dict[str, float]:
-        out = evaluate_pairs(model, held_enc, tok.pad_token_id, cfg.micro_batch_size, cfg.center_coef, bf16) if main else {}
+        out = evaluate_pairs(model, held_enc, tok.pad_token_id, cfg.micro_batch_size, cfg.center_coef, bf16,
+                             shared) if main else {}
         dist.barrier()
         return out
 
@@ -169,7 +175,7 @@ def train(cfg: RMConfig) -> dict[str, float]:
         sums = torch.zeros(4, dtype=torch.float64)  # loss, correct, margin, pairs
         for j in range(0, len(idx), cfg.micro_batch_size):
             mb = [train_enc[k] for k in idx[j : j + cfg.micro_batch_size]]
-            c, r = pair_scores(model, mb, tok.pad_token_id, bf16)
+            c, r = pair_scores(model, mb, tok.pad_token_id, bf16, shared)
             margins = torch.tensor([p.margin for p in mb], device=c.device)
             loss, stats = bradley_terry_loss(c, r, margins, cfg.center_coef)
             (loss * len(mb) / cfg.batch_size).backward()  # the batch mean, summed over micro-batches and processes

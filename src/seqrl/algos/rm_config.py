@@ -4,6 +4,7 @@ before it loads torch)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Literal
 
 from seqrl.algos.config import OptimConfig, RunConfig, accepts_trl_names
 from seqrl.models.config import ModelConfig
@@ -66,6 +67,15 @@ class RMConfig:
     center_coef: float = 0.0
     """Weight of the score-centring term mean((r_c + r_r)²) (TRL's center_rewards_coefficient; 0.01 there)."""
     eval: RMEvalConfig = field(default_factory=RMEvalConfig)
+    shared_prompt_forward: Literal["auto", "on", "off"] = "off"
+    """Score a pair's two sides with the tokens they share at the start (the prompt) computed once
+    (`seqrl.models.heads.shared_prefix_pair_scores`; the same scores and gradients as the padded forward
+    of both sides, tested). on: that, or an error naming why the model cannot; auto: where the model
+    supports a shared KV cache, else the padded forward with a one-line note; off (default): the padded
+    forward, as fast or faster at the shapes measured (`benchmarks/rm_shared_prefix.py`: pairs sharing
+    18 of 28 tokens per side, tiny 1.18× the padded CPU time; SmolLM2-135M, 32 of 45 shared,
+    0.94–0.96×): both ways pad to the batch's longest rows, so the saving is the shared tokens less
+    that padding, and two forwards cost more call overhead than one."""
 
     def __post_init__(self) -> None:
         for name in ("steps", "batch_size", "micro_batch_size"):

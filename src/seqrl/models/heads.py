@@ -12,6 +12,8 @@ position ids follow the attention mask, so a left-padded row scores as it does u
 
 from __future__ import annotations
 
+import inspect
+
 from pathlib import Path
 
 import torch
@@ -91,6 +93,48 @@ def sequence_scores(model: PreTrainedModel, input_ids: torch.Tensor, attention_m
     scores = token_scores(model, input_ids, attention_mask, bf16)  # (B, L)
     idx = last_token_index(attention_mask).to(scores.device)  # (B,)
     return scores.gather(1, idx[:, None]).squeeze(1)  # (B,)
+
+
+def shared_prefix_pair_scores(model: PreTrainedModel, chosen: list[list[int]], rejected: list[list[int]],
+                              pad_id: int, bf16: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """(r_chosen, r_rejected) (m,) each, as `sequence_scores` on the 2m right-padded rows gives them, with
+    the tokens a pair's two sides share at their start (the prompt, and any common opening) computed
+    once: a prefix forward over each pair's shared tokens (all but the last token of the shorter side at
+    most, so each side keeps one), its KV cache indexed to both sides, then one forward over the rest of
+    each side at the following positions, the prefix's padding masked. Same scores and gradients as the
+    padded forward up to float round-off (tested); falls back to it when some pair shares no token (a
+    prefix row of padding alone would fill its cache slots with NaN, which even a masked slot passes on)."""
+    m = len(chosen)
+    sides = chosen + rejected
+    shared = []
+    for c, r in zip(chosen, rejected):
+        k = 0
+        limit = min(len(c), len(r)) - 1
+        while k < limit and c[k] == r[k]:
+            k += 1
+        shared.append(k)
+    if min(shared, default=0) == 0:
+        ids, attn = pad_sequences(sides, pad_id)  # (2m, L)
+        scores = sequence_scores(model, ids, attn, bf16)  # (2m,)
+        return scores[:m], scores[m:]
+    dev = model_device(model)
+    lengths = torch.tensor(shared)  # (m,)
+    pre_ids, pre_mask = pad_sequences([c[:k] for c, k in zip(chosen, shared)], pad_id)  # (m, K)
+    both = torch.cat([torch.arange(m), torch.arange(m)])  # (2m,) side → its pair
+    rest, rest_mask = pad_sequences([s[k:] for s, k in zip(sides, shared + shared)], pad_id)  # (2m, W)
+    pos = lengths[both][:, None] + torch.arange(rest.shape[1])[None, :]  # (2m, W)
+    with bf16_autocast(dev, bf16):
+        pre = model.base_model(input_ids=pre_ids.to(dev), attention_mask=pre_mask.to(dev),
+                               position_ids=torch.arange(pre_ids.shape[1])[None, :].expand(m, -1).to(dev),
+                               use_cache=True)
+        kw = "cache" if "cache" in inspect.signature(model.base_model.forward).parameters else "past_key_values"
+        cache = getattr(pre, kw)
+        cache.batch_select_indices(both.to(dev))  # (m, …) → (2m, …): differentiable indexing
+        hidden = model.base_model(input_ids=rest.to(dev), attention_mask=torch.cat([pre_mask[both], rest_mask], 1).to(dev),
+                                  position_ids=pos.to(dev), use_cache=True, **{kw: cache}).last_hidden_state
+        out = _head(model)(hidden).squeeze(-1).float()  # (2m, W)
+    scores = out.gather(1, last_token_index(rest_mask).to(out.device)[:, None]).squeeze(1)  # (2m,)
+    return scores[:m], scores[m:]
 
 
 def pad_sequences(seqs: list[list[int]], pad_id: int, side: str = "right") -> tuple[torch.Tensor, torch.Tensor]:
