@@ -827,8 +827,23 @@ def cmd_models(args: argparse.Namespace, overrides: list[str]) -> int:
     return 0
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse whose errors are one line (the usage is in --help), an invalid choice with a did-you-mean."""
+
+    def error(self, message: str):
+        import difflib
+        import re
+
+        found = re.search(r"invalid choice: '?([^'()]*?)'? \(choose from (.*)\)", message)
+        if found:
+            choices = re.findall(r"'([^']*)'", found.group(2)) or [c.strip() for c in found.group(2).split(",")]
+            close = difflib.get_close_matches(found.group(1), choices, n=1)
+            message += f"; did you mean {close[0]!r}?" if close else ""
+        self.exit(2, f"{self.prog}: error: {message} (usage: {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="seqrl", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = _Parser(prog="seqrl", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     from seqrl import __version__
 
     parser.add_argument("--version", action="version", version=f"seqrl {__version__}")
@@ -972,7 +987,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 USER_ERRORS = ("ConfigError", "CheckpointError", "DatasetError", "DatasetFormatError", "EnvError", "NonFiniteError",
-               "CountdownParseError", "RunFolderError")
+               "CountdownParseError", "RunFolderError", "RewardFailed")
 """Exception classes that describe bad input (or a diverged run), reported as one line."""
 
 

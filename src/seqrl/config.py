@@ -471,7 +471,10 @@ def load_config(
         try:
             loaded = _yaml_load(file.read_text(encoding="utf-8"))
         except yaml.YAMLError as e:
-            raise ConfigError(f"config file {str(file)!r}: invalid YAML: {e}") from e
+            mark = getattr(e, "problem_mark", None)
+            where = f", line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+            what = " ".join(str(x) for x in (getattr(e, "context", None), getattr(e, "problem", None)) if x) or str(e)
+            raise ConfigError(f"config file {str(file)!r}{where}: invalid YAML: {what}") from e
         if loaded is not None and not isinstance(loaded, dict):
             raise ConfigError(
                 f"config file {str(file)!r}: expected a mapping at the top, got {_describe(loaded)}"

@@ -79,7 +79,8 @@ def evaluate(
     from seqrl.rollout import SamplingParams, generate
 
     if not problems:
-        raise ValueError("evaluate() needs at least one problem")
+        why = task.empty_split_reason("test") if hasattr(task, "empty_split_reason") else "the task's test split is empty"
+        raise ValueError(f"no held-out problems to evaluate: {why}")
     want = max([*pass_k, *maj_k], default=0)
     n = max(n_samples, want)
     metrics: dict[str, float] = {}

@@ -354,15 +354,19 @@ def test_a_reward_that_fails_on_every_completion_stops_with_one_line_naming_it(w
             return ["high"] * len(completions)
         """)
     fn = build_reward(RewardSpec("byo_broken:broken"), get_task("arith"))
-    with pytest.raises(ValueError, match="reward 'broken' failed on all 2 completions.*score of type str"):
+    with pytest.raises(ValueError, match=r"reward 'broken' \(rewards name 'byo_broken:broken'\) failed on all 2 "
+                                         r"completions.*score of type str"):
         score_completions({"broken": (fn, 1.0)}, [Problem("q", "1")] * 2, ["a", "b"])
     monkeypatch.setattr(sys, "argv", ["seqrl"])
+    # eval.samples=0: the first call is inside the training loop, where a ValueError would be a bug's traceback
     rc = cli.main(["train", "grpo", "--config", "arith_tiny_grpo", f"--run.out_dir={workdir / 'runs'}",
                    "--model.preset=tiny", "--model.path=null", "--steps=2", "--batch_size=4", "--group_size=2",
-                   "--eval.every=0", "--run.progress=false", "--sampling.max_new_tokens=4",
+                   "--eval.every=0", "--eval.samples=0", "--run.progress=false", "--sampling.max_new_tokens=4",
                    "--rewards=[{name: 'byo_broken:broken'}]"])
     err = capsys.readouterr().err
-    assert rc == 2 and "reward 'broken' failed on all" in err, err[-2000:]
+    assert rc == 2 and "reward 'broken' (rewards name 'byo_broken:broken') failed on all" in err, err[-2000:]
+    assert [line for line in err.splitlines() if "error" in line.lower()] == \
+        [line for line in err.splitlines() if line.startswith("seqrl: error: reward 'broken'")], err[-2000:]
 
 
 def test_reward_failures_continue_scores_zero_and_the_first_error_is_printed_and_logged(workdir, monkeypatch,

@@ -263,6 +263,45 @@ def test_a_mistyped_run_folder_is_one_line_at_once_with_a_did_you_mean(tmp_path,
     assert "runs/sft_arith_tyni: not found; did you mean runs/sft_arith_tiny?" in err
     with pytest.raises(ValueError, match="model.path 'runs/other': not found"):
         load_policy(ModelConfig(path="runs/other"))
+    # before any run made runs/, `runs/x` is still seqrl's run folder, not the hub's `runs` organisation
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    monkeypatch.chdir(empty)
+    assert main(["eval", "runs/my_run"]) == 2
+    assert capsys.readouterr().err.strip() == "seqrl: error: runs/my_run: not found"
+
+
+@pytest.mark.parametrize("argv,line", [
+    (["trian", "sft"], "seqrl: error: argument command: invalid choice: 'trian' (choose from 'train', "),
+    (["train", "grpo", "--config", "arith_tiny_grpo", "--loss_type=dr_grpo"],
+     "seqrl: error: --loss_type: TRL's loss_type has no single seqrl counterpart; set loss.agg and loss.advantage"),
+    (["train", "sft", "--config", "arith_tiny", "--steps=-5"], "seqrl: error: sft: steps must be >= 1 (got -5)"),
+    (["train", "sft", "--config", "mine.yaml"],
+     "seqrl: error: config file 'mine.yaml', line 2, column 6: invalid YAML: mapping values are not allowed here"),
+])
+def test_bad_commands_are_one_line_naming_what_to_change(tmp_path, monkeypatch, capsys, argv, line):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "mine.yaml").write_text("steps: 2\n  bad: indent\n")
+    try:
+        rc = main(argv)
+    except SystemExit as e:  # argparse's own errors
+        rc = e.code
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and err[0].startswith(line), err
+    if argv[0] == "trian":
+        assert err[0].endswith("did you mean 'train'? (usage: seqrl --help)")
+
+
+def test_a_split_column_with_no_test_rows_names_the_column(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "data.jsonl").write_text("".join(json.dumps({"question": f"{i}+1=", "answer": str(i + 1), "split": "train"})
+                                                 + "\n" for i in range(4)))
+    (tmp_path / "c.yaml").write_text(json.dumps({"task": {"name": "jsonl:data.jsonl", "n_train": -1, "n_test": -1,
+                                                          "kwargs": {"split_field": "split"}},
+                                                 "model": {"preset": "tiny"}, "steps": 1, "batch_size": 4, "group_size": 2}))
+    assert main(["train", "grpo", "--config", "c.yaml", "--run.progress=false"]) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == \
+        "seqrl: error: no held-out problems to evaluate: data.jsonl: its split column 'split' marks no row 'test'"
 
 
 def test_train_grpo_takes_trls_config_names(tmp_path, monkeypatch, capsys):

@@ -260,7 +260,8 @@ accumulation (seqrl counts completions per step: ``batch_size``)."""
 
 TRL_NOT_ALIASED = {
     "loss_type": "loss.agg and loss.advantage (docs/algorithms/grpo.md maps each TRL value)",
-    "per_device_train_batch_size": "batch_size (completions per optimizer step, across processes)",
+    "per_device_train_batch_size": "batch_size (examples per optimizer step, across processes; GRPO and PPO count "
+                                   "completions)",
     "gradient_accumulation_steps": "batch_size and micro_batch_size (the gradient does not depend on the latter)",
     "log_completions": "run.log_completions (the number of completions of each logged step to write)",
 }
@@ -347,7 +348,7 @@ def trl_overrides(overrides: list[str], fields: set[str]) -> list[str]:
     """`overrides` with TRL's names (`TRL_ALIASES`, ``output_dir``) written as seqrl's, in either form
     (``--key=value`` or ``--key value``); `fields` are the top-level fields of the config class, so an
     alias whose target it lacks (PPO has no ``scale_rewards``) is left as it is and named by the config's
-    own error.
+    own error; a TRL name whose meaning differs (`TRL_NOT_ALIASED`) is a ValueError naming what to set.
 
     >>> trl_overrides(["--num_generations=4", "--output_dir", "out/my_run", "--optim.lr=1e-5"], {"group_size", "run", "optim"})
     ['--group_size=4', '--run.out_dir=out', '--run.name=my_run', '--optim.lr=1e-5']
@@ -363,6 +364,8 @@ def trl_overrides(overrides: list[str], fields: set[str]) -> list[str]:
         if not sep and arg.startswith("--") and i < len(overrides) and not overrides[i].startswith("--"):
             sep, value = "=", overrides[i]  # the two-item form
             i += 1
+        if key in TRL_NOT_ALIASED and key not in fields:
+            raise ValueError(f"--{key}: TRL's {key} has no single seqrl counterpart; set {TRL_NOT_ALIASED[key]}")
         if key == "output_dir" and sep:
             folder = value.rstrip("/") or "."
             out += [f"--run.out_dir={os.path.dirname(folder) or '.'}", f"--run.name={os.path.basename(folder)}"]

@@ -36,8 +36,9 @@ class SFTConfig:
     ``messages`` row."""
 
     def __post_init__(self) -> None:
-        if self.steps < 1 or self.batch_size < 1 or self.grad_accum < 1:
-            raise ValueError("steps, batch_size and grad_accum must be >= 1")
+        for name in ("steps", "batch_size", "grad_accum"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1 (got {getattr(self, name)})")
         if self.target not in ("solution", "completion"):
             raise ValueError(f"target must be 'solution' or 'completion' (got {self.target!r})")
         if self.batch_size % self.grad_accum:

@@ -119,6 +119,7 @@ class JsonlTask(FormattedAnswers, Task):
         local = Path(path)
         self.name = name or (local.stem if local.suffix in LOCAL_SUFFIXES else self.path)
         self._rows: dict[str, list[Problem]] = {"train": [], "test": []}
+        self._own_split = False  # a hub dataset's own test split (else split_field or the hash rule)
         if local.suffix in LOCAL_SUFFIXES:
             for number, where, row in _read_local(local):
                 self._resolve_fields(row, where)
@@ -151,7 +152,7 @@ class JsonlTask(FormattedAnswers, Task):
         loaded = datasets.load_dataset(self.path, config_name)
         if "train" not in loaded:
             raise DatasetFormatError(f"{self.path}: no 'train' split (splits: {', '.join(loaded)})")
-        own_test = "test" in loaded
+        own_test = self._own_split = "test" in loaded
         if not own_test:
             print(f"{self.path}: no 'test' split; {self._rule()}", file=sys.stderr)
         elif self.test_fraction is not None:
@@ -221,6 +222,16 @@ class JsonlTask(FormattedAnswers, Task):
         order = list(range(len(rows)))
         seeded_rng(self.name, split, seed).shuffle(order)
         return [rows[i] for i in order[:n]]
+
+    def empty_split_reason(self, split: str) -> str:
+        """Why `split` holds no rows, in the terms of how this dataset is split (for an error message)."""
+        if self.split_field is not None:
+            return f"{self.path}: its split column {self.split_field!r} marks no row '{split}'"
+        if self._own_split:
+            return f"{self.path}: its own '{split}' split is empty"
+        other = "train" if split == "test" else "test"
+        return (f"{self.path}: the stable hash put all {len(self._rows[other])} of its prompts in '{other}'; set "
+                f"task.kwargs.test_fraction, or mark rows with a split column (task.kwargs.split_field)")
 
     def verify(self, problem: Problem, completion: str) -> RewardResult:
         """1.0 when the ``<answer>`` matches the gold answer (see `answers_match`)."""

@@ -147,17 +147,18 @@ class VLAModelConfig:
 
 def looks_local(path: str) -> bool:
     """Whether `path` names a local folder rather than a hub id: it exists, starts with ``.``, ``/`` or
-    ``~``, has more than one ``/``, or its first part is a folder here (``runs/nothere``: a mistyped
-    run, not the hub's ``runs`` organisation). A hub id is ``org/name`` with no such folder.
+    ``~``, has more than one ``/``, or its first part is a folder here or ``runs`` (seqrl's run folder:
+    ``runs/nothere`` is a mistyped run, not the hub's ``runs`` organisation, even before any run made
+    the folder). A hub id is ``org/name`` with no such folder.
 
-    >>> looks_local("./m"), looks_local("a/b/c"), looks_local("Qwen/Qwen2.5-0.5B-Instruct")
-    (True, True, False)
+    >>> looks_local("./m"), looks_local("a/b/c"), looks_local("runs/x"), looks_local("Qwen/Qwen2.5-0.5B-Instruct")
+    (True, True, True, False)
     """
     from pathlib import Path
 
     first = path.split("/", 1)[0]
     return (Path(path).expanduser().exists() or path.startswith((".", "/", "~")) or path.count("/") > 1
-            or (path.count("/") == 1 and bool(first) and Path(first).is_dir()))
+            or (path.count("/") == 1 and bool(first) and (first == "runs" or Path(first).is_dir())))
 
 
 def missing_path_hint(path: str) -> str:

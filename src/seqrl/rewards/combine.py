@@ -339,8 +339,8 @@ def score_completions(fns: dict[str, tuple[RewardFn, float]], problems: list[Pro
             batch.first_error[name] = next(r.reason for r in results if r is not None and r.reason.startswith(
                 ("error", "non-finite")))
             if stop_on_failure and isinstance(fn, UserReward) and errors == len(completions):
-                raise RewardFailed(f"reward {name!r} failed on all {errors} completions of a batch; the first: "
-                                   f"{batch.first_error[name][:300]}")
+                raise RewardFailed(f"reward {name!r} ({fn.where}) failed on all {errors} completions of a batch, a "
+                                   f"bug in the function, not a verdict; the first: {batch.first_error[name][:300]}")
         for i, r in enumerate(results):
             if r is not None:
                 total[i] += weight * float(r.score)
