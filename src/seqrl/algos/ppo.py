@@ -400,7 +400,7 @@ class PPOTrainer(SampledTrainer):
     model, reward_funcs, args, train_dataset, eval_dataset, processing_class: as `GRPOTrainer`'s (a
         reward model given as its folder is TRL's ``reward_model``; functions and verifiers mix with it).
     value_model: the critic's starting point, a folder with the policy's tokenizer (TRL's
-        ``value_model``; sets ``critic.path``). Default: the policy's own weights (``critic.path``).
+        ``value_model``; sets ``critic.path``). Default: ``args.critic.path``, else the policy's weights.
     """
 
     config_cls = PPOConfig
