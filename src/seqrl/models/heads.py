@@ -12,15 +12,13 @@ position ids follow the attention mask, so a left-padded row scores as it does u
 
 from __future__ import annotations
 
-import inspect
-
 from pathlib import Path
 
 import torch
 from transformers import AutoModelForSequenceClassification, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from seqrl.core.preference import last_token_index
-from seqrl.models.lm import ModelConfig, build_model, dequantised, model_device, pretrained_source
+from seqrl.models.lm import ModelConfig, build_model, cache_kwarg, dequantised, model_device, pretrained_source
 from seqrl.models.tokenizer import build_char_tokenizer
 from seqrl.prompts import PromptConfig, render_prompt
 from seqrl.types import Problem, RewardResult
@@ -127,7 +125,7 @@ def shared_prefix_pair_scores(model: PreTrainedModel, chosen: list[list[int]], r
         pre = model.base_model(input_ids=pre_ids.to(dev), attention_mask=pre_mask.to(dev),
                                position_ids=torch.arange(pre_ids.shape[1])[None, :].expand(m, -1).to(dev),
                                use_cache=True)
-        kw = "cache" if "cache" in inspect.signature(model.base_model.forward).parameters else "past_key_values"
+        kw = cache_kwarg(model.base_model)
         cache = getattr(pre, kw)
         cache.batch_select_indices(both.to(dev))  # (m, …) → (2m, …): differentiable indexing
         hidden = model.base_model(input_ids=rest.to(dev), attention_mask=torch.cat([pre_mask[both], rest_mask], 1).to(dev),

@@ -7,6 +7,7 @@ directory (or hub id, where the machine has internet) loads through the same `lo
 
 from __future__ import annotations
 
+import inspect
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -200,6 +201,13 @@ def load_pretrained(path: str | Path, attn_implementation: str = "sdpa", hub_ker
         tokenizer.pad_token = tokenizer.eos_token
     tokenizer.padding_side = "left"
     return Policy(model, tokenizer)
+
+
+def cache_kwarg(model: torch.nn.Module) -> str | None:
+    """The keyword `model.forward` takes its KV cache by (``cache``, or ``past_key_values`` in older
+    transformers versions), also the name of the output field holding it; None when it takes none."""
+    params = inspect.signature(model.forward).parameters
+    return next((k for k in ("cache", "past_key_values") if k in params), None)
 
 
 def model_device(model: torch.nn.Module) -> torch.device:

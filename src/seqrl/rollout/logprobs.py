@@ -21,7 +21,7 @@ import sys
 import torch
 
 from seqrl.core.policy_loss import entropy_from_logits
-from seqrl.models.lm import model_device
+from seqrl.models.lm import cache_kwarg, model_device
 from seqrl.utils import dist
 from seqrl.utils.dist import bf16_autocast
 
@@ -101,7 +101,7 @@ def shared_prompt_unsupported(model: torch.nn.Module) -> str | None:
     if getattr(config, "is_encoder_decoder", False):
         return f"{type(base).__name__} is an encoder-decoder model"
     params = inspect.signature(base.forward).parameters
-    if _cache_kwarg(base) is None:
+    if cache_kwarg(base) is None:
         return f"{type(base).__name__}.forward takes no KV cache (cache / past_key_values)"
     if "position_ids" not in params:
         return f"{type(base).__name__}.forward takes no position_ids"
@@ -129,11 +129,6 @@ def use_shared_prompt_forward(setting: str, model: torch.nn.Module) -> bool:
     if dist.is_main():
         print(f"note: shared_prompt_forward auto: padded forward ({reason})", file=sys.stderr)
     return False
-
-
-def _cache_kwarg(model: torch.nn.Module) -> str | None:
-    params = inspect.signature(model.forward).parameters
-    return next((k for k in ("cache", "past_key_values") if k in params), None)
 
 
 def shared_prompt_logprobs(
@@ -183,13 +178,13 @@ def shared_prompt_logprobs(
     row_mask = torch.cat([pre_mask[which], torch.ones((m, t), dtype=torch.long)], dim=1)  # (m, Lp + t)
     row_pos = (lengths[which] - 1)[:, None] + torch.arange(t)[None, :]  # (m, t)
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    cache_kw = _cache_kwarg(base)
+    cache_kw = cache_kwarg(base)
     keep = {"logits_to_keep": 1} if "logits_to_keep" in inspect.signature(base.forward).parameters else {}
     with bf16_autocast(dev, bf16):
         pre = model(input_ids=pre_ids.to(dev), attention_mask=pre_mask.to(dev),
                     position_ids=torch.arange(width_pre)[None, :].expand(len(prompts), -1).to(dev),
                     use_cache=True, **keep)  # the prefix's logits are not needed
-        cache = pre.cache if cache_kw == "cache" else pre.past_key_values
+        cache = getattr(pre, cache_kw)
         if len(prompts) < m or (which != torch.arange(m)).any():
             cache.batch_select_indices(which.to(dev))  # (P, …) → (m, …): differentiable indexing
         logits = model(input_ids=row_ids.to(dev), attention_mask=row_mask.to(dev), position_ids=row_pos.to(dev),
