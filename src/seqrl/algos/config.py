@@ -268,6 +268,13 @@ TRL_NOT_ALIASED = {
 """TRL `GRPOConfig` names whose meaning differs from any one seqrl field: refused naming what to set."""
 
 
+def refuse_trl_name(key: str, fields: set[str], where: str) -> None:
+    """A ValueError at `where` when `key` is a TRL name whose meaning differs (`TRL_NOT_ALIASED`) and the
+    config has no field of that name, naming the fields to set instead."""
+    if key in TRL_NOT_ALIASED and key not in fields:
+        raise ValueError(f"{where}: TRL's {key} has no single seqrl counterpart; set {TRL_NOT_ALIASED[key]}")
+
+
 def trl_report_to(value: Any) -> Any:
     """TRL's ``report_to`` as a list: "none" or None → [], "all" → every tracker installed here, a name →
     [name]; in a list, "all" and "none" mean the same.
@@ -309,9 +316,7 @@ def accepts_trl_names(cls: type) -> type:
     @functools.wraps(init)
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         for key in kwargs:
-            if key in TRL_NOT_ALIASED and key not in fields:
-                raise ValueError(f"{cls.__name__}({key}=...): TRL's {key} has no single seqrl counterpart; set "
-                                 f"{TRL_NOT_ALIASED[key]}")
+            refuse_trl_name(key, fields, f"{cls.__name__}({key}=...)")
         trl = {k: kwargs.pop(k) for k in list(kwargs) if k not in fields and (k in TRL_ALIASES or k == "output_dir")}
         if not trl:
             init(self, *args, **kwargs)
@@ -364,8 +369,7 @@ def trl_overrides(overrides: list[str], fields: set[str]) -> list[str]:
         if not sep and arg.startswith("--") and i < len(overrides) and not overrides[i].startswith("--"):
             sep, value = "=", overrides[i]  # the two-item form
             i += 1
-        if key in TRL_NOT_ALIASED and key not in fields:
-            raise ValueError(f"--{key}: TRL's {key} has no single seqrl counterpart; set {TRL_NOT_ALIASED[key]}")
+        refuse_trl_name(key, fields, f"--{key}")
         if key == "output_dir" and sep:
             folder = value.rstrip("/") or "."
             out += [f"--run.out_dir={os.path.dirname(folder) or '.'}", f"--run.name={os.path.basename(folder)}"]
