@@ -129,6 +129,12 @@ def nan(completions, **kwargs):
     return [float("nan") for _ in completions]
 '''
 
+
+def byo_rewards(rewards: str) -> Callable[[Path, "Ctx"], None]:
+    """The GRPO config naming `rewards`, the fruit rows and the user's reward module (MY_REWARDS)."""
+    return files({"byo.yaml": grpo_yaml(rewards=rewards), "data.jsonl": jsonl(FRUIT), "my_rewards.py": MY_REWARDS})
+
+
 # a tiny repository for the code-agent reward: total_price ignores the quantity; its test catches that
 SHOP = {
     "repo/shop/__init__.py": "from shop.pricing import total_price\n",
@@ -366,21 +372,16 @@ CASES: list[Case] = [
                       "fruit/train.jsonl": jsonl([{k: v for k, v in r.items() if k != "split"} for r in FRUIT])})),
     # --- the user's reward function, fed model output ---
     Case("reward import typo", ["train", "grpo", "--config", "byo.yaml"], ("my_rewrds",),
-         setup=files({"byo.yaml": grpo_yaml(rewards="[{name: 'my_rewrds:boom'}]"), "data.jsonl": jsonl(FRUIT),
-                     "my_rewards.py": MY_REWARDS})),
+         setup=byo_rewards("[{name: 'my_rewrds:boom'}]")),
     Case("reward raises on every completion", ["train", "grpo", "--config", "byo.yaml"], ("boom",),
-         setup=files({"byo.yaml": grpo_yaml(rewards="[{name: 'my_rewards:boom'}]"), "data.jsonl": jsonl(FRUIT),
-                     "my_rewards.py": MY_REWARDS})),
+         setup=byo_rewards("[{name: 'my_rewards:boom'}]")),
     Case("reward raises on some (valid run)", ["train", "grpo", "--config", "byo.yaml"], ("flaky",), kind="accept",
-         setup=files({"byo.yaml": grpo_yaml(rewards="[{name: 'my_rewards:flaky'}, {name: task}]"),
-                     "data.jsonl": jsonl(FRUIT), "my_rewards.py": MY_REWARDS})),
+         setup=byo_rewards("[{name: 'my_rewards:flaky'}, {name: task}]")),
     # os._exit inside a reward is documented as that reward's error, not the end of the trainer
     Case("reward calls os._exit", ["train", "grpo", "--config", "byo.yaml"], ("quit",),
-         setup=files({"byo.yaml": grpo_yaml(rewards="[{name: 'my_rewards:quit'}]"), "data.jsonl": jsonl(FRUIT),
-                     "my_rewards.py": MY_REWARDS})),
+         setup=byo_rewards("[{name: 'my_rewards:quit'}]")),
     Case("reward returns NaN", ["train", "grpo", "--config", "byo.yaml"], ("nan",),
-         setup=files({"byo.yaml": grpo_yaml(rewards="[{name: 'my_rewards:nan'}]"), "data.jsonl": jsonl(FRUIT),
-                     "my_rewards.py": MY_REWARDS})),
+         setup=byo_rewards("[{name: 'my_rewards:nan'}]")),
     # --- seqrl reward math on model output ---
     Case("math: garbage", **math("}}{{\\boxed{ <answer></answer> \\frac{", "5")),
     Case("math: tower of powers", **math("<answer>9^{9^{9^{9}}}</answer>", "5")),
