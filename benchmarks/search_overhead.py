@@ -23,6 +23,7 @@ import argparse
 import json
 import os
 import platform
+import statistics
 import sys
 import time
 from dataclasses import replace
@@ -41,6 +42,7 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=8)
     ap.add_argument("--width", type=int, default=4)
     ap.add_argument("--retrain", action="store_true")
+    ap.add_argument("--repeats", type=int, default=None, help="beam / plain pairs (default 3 quick, 5 full)")
     args = ap.parse_args()
     import torch
 
@@ -78,17 +80,24 @@ def main() -> None:
 
     stepper = PolicyStepper(policy, temperature=1.0, step_tokens=24, solution_tokens=max_new, seed=0)
     beam_search(problems[:2], stepper, scorer, n=args.width, beam_width=args.width, max_steps=2)  # warm-up
-    stepper = PolicyStepper(policy, temperature=1.0, step_tokens=24, solution_tokens=max_new, seed=1)
-    beam = beam_search(problems, stepper, scorer, n=args.n, beam_width=args.width, max_steps=8, task=task)
     stepper = PolicyStepper(policy, temperature=1.0, step_tokens=24, solution_tokens=max_new, seed=2)
     tree = mcts(problems, stepper, scorer, simulations=args.n, width=args.width, task=task)
 
-    prompts = policy.encode_prompts(problems)
-    t = time.perf_counter()
-    plain = generate(policy, prompts, args.n, SamplingParams(temperature=1.0, max_new_tokens=max_new, seed=3))
-    plain_s = time.perf_counter() - t
-    plain_rate = plain.num_generated_tokens / plain_s
-    beam_rate = beam.account.generated_tokens / max(beam.account.gen_s, 1e-9)
+    # Beam search and plain sampling alternate `repeats` times (the load of a shared machine moves within
+    # seconds); the ratio is the median of the per-repeat ratios.
+    repeats = args.repeats or (3 if args.quick else 5)
+    ratios, beam_rates, plain_rates = [], [], []
+    for r in range(repeats):
+        stepper = PolicyStepper(policy, temperature=1.0, step_tokens=24, solution_tokens=max_new, seed=1)
+        beam = beam_search(problems, stepper, scorer, n=args.n, beam_width=args.width, max_steps=8, task=task)
+        t = time.perf_counter()
+        prompts = policy.encode_prompts(problems)  # rendering the prompts is counted, as it is in beam's gen_s
+        plain = generate(policy, prompts, args.n, SamplingParams(temperature=1.0, max_new_tokens=max_new, seed=3))
+        plain_s = time.perf_counter() - t
+        plain_rates.append(plain.num_generated_tokens / plain_s)
+        beam_rates.append(beam.account.generated_tokens / max(beam.account.gen_s, 1e-9))
+        ratios.append(beam_rates[-1] / plain_rates[-1])
+    plain_rate, beam_rate = statistics.median(plain_rates), statistics.median(beam_rates)
 
     def split(acc):
         return {"generated_tokens": acc.generated_tokens, "scorer_tokens": acc.scorer_tokens,
@@ -102,7 +111,8 @@ def main() -> None:
         "beam_accuracy": beam.accuracy, "mcts_accuracy": tree.accuracy,
         "plain_tokens": plain.num_generated_tokens, "plain_tokens_per_s": round(plain_rate, 1),
         "beam_tokens_per_s": round(beam_rate, 1),
-        "beam_tokens_per_s_ratio": round(beam_rate / plain_rate, 3),
+        "beam_tokens_per_s_ratio": round(statistics.median(ratios), 3),
+        "beam_tokens_per_s_ratios": [round(x, 3) for x in ratios],
         "beam_overhead_frac": round(beam.account.other_s / beam.account.total_s, 4),
         "mcts_overhead_frac": round(tree.account.other_s / tree.account.total_s, 4),
         "beam": split(beam.account), "mcts": split(tree.account),

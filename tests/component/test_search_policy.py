@@ -62,6 +62,40 @@ def test_a_step_continues_the_rendered_prompt_plus_the_prefix(monkeypatch):
     assert stepper.generated_tokens == sum(s.tokens for o in out for s in o)
 
 
+def test_a_prefix_the_stepper_wrote_continues_from_the_token_ids_the_policy_sampled(monkeypatch):
+    from seqrl.rollout.engine import Rollouts
+
+    policy = _policy()
+    tok = policy.tokenizer
+    newline = tok.convert_tokens_to_ids("\n")
+    wrote = tok.encode("<think>1+2=3", add_special_tokens=False) + [newline, newline]  # "\n\n" as two tokens
+    overshoot = tok.encode("<think>1+2=3" + STEP_SEP + "4", add_special_tokens=False)  # a step cut inside the call
+    assert tok.decode(wrote) == "<think>1+2=3" + STEP_SEP and tok.encode(tok.decode(wrote)) != wrote
+    replies, seen = [wrote, overshoot, wrote, wrote], []
+
+    def fake(policy_, prompts, n, params):
+        seen.append(prompts)
+        ids = torch.tensor([replies[len(seen) - 1]] * (len(prompts) * n))
+        return Rollouts(prompts, n, ids, torch.ones(ids.shape), torch.zeros(ids.shape), ["stop"] * len(ids),
+                        tok.batch_decode(ids.tolist()), ["stop_string"] * len(ids))
+
+    monkeypatch.setattr(steps_mod, "generate", fake)
+    stepper = PolicyStepper(policy, step_tokens=16, solution_tokens=64)
+    prompt = policy.encode_prompts(PROBLEMS[:1])[0]
+    (first,), = stepper.next_steps(PROBLEMS[:1], [""], 1)
+    assert first.text == "<think>1+2=3" + STEP_SEP and not first.terminal
+    (second,), = stepper.next_steps(PROBLEMS[:1], [first.text], 1)
+    assert seen[1] == [prompt + wrote]  # what the policy sampled, not the text encoded again
+    assert second.text == first.text  # the "4" after the separator is cut: the ids no longer match the text
+    prefix = first.text + second.text
+    (third,), = stepper.next_steps(PROBLEMS[:1], [prefix], 1)
+    assert seen[2] == [tok.encode(policy.prompt_text(PROBLEMS[0]) + prefix, add_special_tokens=False)]
+    other = Problem(PROBLEMS[0].prompt, PROBLEMS[0].answer)  # equal, but not the problem the prefix was written for
+    stepper.next_steps([other, PROBLEMS[0]], [prefix + third.text] * 2, 1)
+    assert seen[3] == [tok.encode(policy.prompt_text(other) + prefix + third.text, add_special_tokens=False),
+                       seen[2][0] + wrote]
+
+
 class LengthScorer:
     """Longer partial solutions score higher (deterministic, no model)."""
 

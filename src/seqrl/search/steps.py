@@ -5,12 +5,18 @@ renders the problem's prompt, appends the partial solution, and samples until th
 (`STEP_SEP`), EOS or the step's token limit, through the rollout engine (each distinct prefix
 prefilled once per call). A step is *terminal* when the solution ends there: at EOS, at the length
 limit of the whole solution, with an answer (``</answer>``), or with an empty step.
+
+A partial solution the stepper itself wrote in its previous call continues from the token ids the
+policy sampled, not from its text encoded again: a BPE tokenizer can encode the text into other
+tokens than the model chose (and the model then continues a sequence it never wrote), and the
+rendering and encoding cost per candidate is saved. Any other prefix (a step cut inside a token,
+one from an older round, one given by the caller) is encoded from its text.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from seqrl.models.lm import Policy
@@ -69,12 +75,34 @@ class PolicyStepper:
     seed: int = 0
     generated_tokens: int = 0
     calls: int = 0
+    _prompts: dict = field(default_factory=dict, repr=False)
+    """id(problem) → (problem, its rendered prompt's token ids); keyed by identity (a problem's rendering
+    may read fields that equality ignores), the problem held so that its id is not reused."""
+    _written: dict = field(default_factory=dict, repr=False)
+    """(id(problem), prefix text) → (problem, token ids of prompt + prefix, prompt length) for the prefixes
+    the last call wrote (each earlier prefix plus one whole sampled step)."""
 
-    def _prompt_ids(self, problems: Sequence[Problem], prefixes: Sequence[str]) -> list[list[int]]:
+    def _prompt_ids(self, problems: Sequence[Problem], prefixes: Sequence[str]) -> list[tuple[list[int], int]]:
+        """Per (problem, prefix): the token ids to continue and how many of them are the prompt's."""
         tok = self.policy.tokenizer
         special = not tok.chat_template
-        return [tok.encode(self.policy.prompt_text(p) + prefix, add_special_tokens=special)
-                for p, prefix in zip(problems, prefixes)]
+        if len(self._prompts) > 4096:  # a long-lived stepper over many problems: keep memory bounded
+            self._prompts.clear()
+        out = []
+        for p, prefix in zip(problems, prefixes):
+            known = self._written.get((id(p), prefix))
+            if known is not None and known[0] is p:
+                out.append(known[1:])
+                continue
+            held = self._prompts.get(id(p))
+            if held is None or held[0] is not p:
+                held = self._prompts[id(p)] = (p, self.policy.encode_prompts([p])[0])
+            ids = held[1]
+            if prefix:
+                out.append((tok.encode(self.policy.prompt_text(p) + prefix, add_special_tokens=special), len(ids)))
+            else:
+                out.append((ids, len(ids)))
+        return out
 
     def next_steps(self, problems: Sequence[Problem], prefixes: Sequence[str], n: int,
                    greedy: bool = False) -> list[list[Step]]:
@@ -87,25 +115,35 @@ class PolicyStepper:
         params = SamplingParams(temperature=0.0 if greedy else self.temperature, top_p=self.top_p,
                                 max_new_tokens=self.step_tokens, stop=(STEP_SEP,),
                                 seed=self.seed * 1_000_003 + self.calls)
-        ro = generate(self.policy, self._prompt_ids(problems, prefixes), n, params)
+        inputs = self._prompt_ids(problems, prefixes)
+        ro = generate(self.policy, [ids for ids, _ in inputs], n, params)
         self.generated_tokens += ro.num_generated_tokens
         lengths = ro.lengths.tolist()
+        sampled = ro.completion_ids.tolist()
+        written: dict = {}
         out: list[list[Step]] = []
-        for i, prefix in enumerate(prefixes):
-            used = len(self.policy.tokenizer.encode(prefix, add_special_tokens=False)) if prefix else 0
+        for i, (problem, prefix) in enumerate(zip(problems, prefixes)):
+            ids, prompt_len = inputs[i]
+            used = len(ids) - prompt_len
             steps = []
             for r in range(i * n, (i + 1) * n):
                 text, ended = ro.texts[r], ro.ended_by[r]
+                whole = True  # the step is the decoded text of every sampled token
                 if ended == "stop_string":
                     cut = text.find(STEP_SEP)
-                    text = text[: cut + len(STEP_SEP)] if cut >= 0 else text
+                    if cut >= 0:
+                        whole = cut + len(STEP_SEP) == len(text)
+                        text = text[: cut + len(STEP_SEP)]
                 k = int(lengths[r])
                 mean_lp = float(ro.logprobs[r, :k].sum()) / max(k, 1)
                 over = used + k >= self.solution_tokens
                 terminal = ended != "stop_string" or over or is_terminal_text(text)
+                if whole and not terminal:
+                    written[(id(problem), prefix + text)] = (problem, ids + sampled[r][:k], prompt_len)
                 steps.append(Step(text, terminal, "solution_limit" if over and ended == "stop_string" else ended,
                                   k, mean_lp))
             out.append(steps)
+        self._written = written
         return out
 
     def finish(self, problems: Sequence[Problem], prefixes: Sequence[str]) -> list[str]:
@@ -113,11 +151,11 @@ class PolicyStepper:
         if not prefixes:
             return []
         self.calls += 1
-        tok = self.policy.tokenizer
-        used = max(len(tok.encode(p, add_special_tokens=False)) for p in prefixes)
+        inputs = self._prompt_ids(problems, prefixes)
+        used = max(len(ids) - prompt_len for ids, prompt_len in inputs)
         params = SamplingParams(temperature=self.temperature, top_p=self.top_p,
                                 max_new_tokens=max(1, self.solution_tokens - used),
                                 seed=self.seed * 1_000_003 + self.calls)
-        ro = generate(self.policy, self._prompt_ids(problems, prefixes), 1, params)
+        ro = generate(self.policy, [ids for ids, _ in inputs], 1, params)
         self.generated_tokens += ro.num_generated_tokens
         return [prefix + text for prefix, text in zip(prefixes, ro.texts)]
