@@ -67,6 +67,21 @@ class InFormat:
         return out, n * len(questions)
 
 
+def test_label_accuracy_against_the_step_truth_and_the_prefix_truth():
+    from seqrl.search.labels import LabelStats
+
+    stats = LabelStats()
+    # steps: right, wrong, right value after the wrong one, wrong answer. Math-Shepherd says: the prefix can
+    # succeed after step 1 only.
+    stats.count([True, False, False, False], [1.0, 0.0, 0.25, 0.0], [True, False, True, False])
+    assert stats.truth_steps == 4
+    assert (stats.hard_correct, stats.soft_correct) == (3, 3)  # step 3 disagrees with the step truth
+    assert (stats.hard_correct_prefix, stats.soft_correct_prefix) == (4, 4)  # prefix truth T, F, F, F
+    stats.count([True, True], [0.75, 0.5], [True, True])
+    assert stats.accuracies() == {"label_acc_hard": 5 / 6, "label_acc_soft": 5 / 6,
+                                  "label_acc_hard_prefix": 1.0, "label_acc_soft_prefix": 1.0}
+
+
 def test_the_last_think_step_is_continued_in_format():
     """Continued after a separator, a policy in format invents a step and labels a right last step wrong
     (P(reach gold) 0.006 in format vs 0.657, gsm): after the last think step the prefix closes </think>."""

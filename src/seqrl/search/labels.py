@@ -20,6 +20,7 @@ exact step truth (`arith_step_truth`).
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import time
 from dataclasses import asdict, dataclass
@@ -111,15 +112,42 @@ class LabelStats:
     truth_steps: int = 0
     hard_correct: int = 0
     soft_correct: int = 0
+    hard_correct_prefix: int = 0
+    soft_correct_prefix: int = 0
     seconds: float = 0.0
 
     @property
     def label_acc_hard(self) -> float | None:
+        """Hard labels against the exact truth of each step on its own (`arith_step_truth`)."""
         return self.hard_correct / self.truth_steps if self.truth_steps else None
 
     @property
     def label_acc_soft(self) -> float | None:
         return self.soft_correct / self.truth_steps if self.truth_steps else None
+
+    @property
+    def label_acc_hard_prefix(self) -> float | None:
+        """Hard labels against the prefix truth — a step is good iff it and every step before it are
+        right — which is what a Math-Shepherd label estimates (can the solution still succeed from
+        here); a right step after a wrong one is good by the step truth and bad by this one."""
+        return self.hard_correct_prefix / self.truth_steps if self.truth_steps else None
+
+    @property
+    def label_acc_soft_prefix(self) -> float | None:
+        return self.soft_correct_prefix / self.truth_steps if self.truth_steps else None
+
+    def count(self, hard: list, soft: list[float], truth: list[bool]) -> None:
+        """Add one labelled solution's agreement with its exact step truth."""
+        prefix = list(itertools.accumulate(truth, lambda a, b: a and b))
+        self.truth_steps += len(truth)
+        self.hard_correct += sum(bool(h) == t for h, t in zip(hard, truth))
+        self.soft_correct += sum((x >= 0.5) == t for x, t in zip(soft, truth))
+        self.hard_correct_prefix += sum(bool(h) == t for h, t in zip(hard, prefix))
+        self.soft_correct_prefix += sum((x >= 0.5) == t for x, t in zip(soft, prefix))
+
+    def accuracies(self) -> dict[str, float | None]:
+        return {k: getattr(self, k) for k in ("label_acc_hard", "label_acc_soft", "label_acc_hard_prefix",
+                                              "label_acc_soft_prefix")}
 
 
 def _read_done(out: Path, problems: list[Problem]) -> tuple[set[int], LabelStats]:
@@ -144,9 +172,7 @@ def _read_done(out: Path, problems: list[Problem]) -> tuple[set[int], LabelStats
         stats.rows += 1
         stats.steps += len(row.get("hard", []))
         if "truth" in row:
-            stats.truth_steps += len(row["truth"])
-            stats.hard_correct += sum(bool(h) == t for h, t in zip(row["hard"], row["truth"]))
-            stats.soft_correct += sum((s >= 0.5) == t for s, t in zip(row["soft"], row["truth"]))
+            stats.count(row["hard"], row["soft"], row["truth"])
     return done, stats
 
 
@@ -236,9 +262,7 @@ def label_problems(policy: Policy | Continuer, task: Task, problems: list[Proble
                 if exact:
                     truth = arith_step_truth(chunk[j], steps)
                     row["truth"] = truth
-                    stats.truth_steps += len(truth)
-                    stats.hard_correct += sum(h == t for h, t in zip(hard, truth))
-                    stats.soft_correct += sum((x >= 0.5) == t for x, t in zip(soft, truth))
+                    stats.count(hard, soft, truth)
                 stats.steps += len(steps)
                 rows.append(row)
             with open(out, "a", encoding="utf-8") as f:  # a round is on disk before the next starts
@@ -254,8 +278,7 @@ def label_problems(policy: Policy | Continuer, task: Task, problems: list[Proble
 
 
 def _write_meta(path: Path, cfg: LabelConfig, task: Task, stats: LabelStats, done: set[int]) -> None:
-    data = {"config": asdict(cfg), "task": task.name, **asdict(stats), "done": sorted(done),
-            "label_acc_hard": stats.label_acc_hard, "label_acc_soft": stats.label_acc_soft}
+    data = {"config": asdict(cfg), "task": task.name, **asdict(stats), "done": sorted(done), **stats.accuracies()}
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(data, indent=1), encoding="utf-8")
     tmp.replace(path)
@@ -297,6 +320,5 @@ def cli_main(argv: list[str]) -> int:
     policy.prompt = saved_prompt(args.policy)  # asked as the run that wrote it was trained
     problems = task.problems(args.split, args.problems, args.seed)
     stats = label_problems(policy, task, problems, cfg, args.out)
-    print(json.dumps({"out": args.out, **asdict(stats), "label_acc_hard": stats.label_acc_hard,
-                      "label_acc_soft": stats.label_acc_soft}))
+    print(json.dumps({"out": args.out, **asdict(stats), **stats.accuracies()}))
     return 0
