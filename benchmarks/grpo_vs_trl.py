@@ -23,7 +23,7 @@ std + 1e-4), the same loss aggregation (``--loss grpo``: TRL ``loss_type="grpo"`
 ``seq_mean_token_mean``; ``--loss dapo``: ``"dapo"`` = ``token_mean``; TRL's default is ``dapo``),
 torch AdamW with equal lr / betas (0.9, 0.95) / eps 1e-8, weight decay 0 on both (our optimizer exempts
 embeddings from decay and HF's does not, so 0 is the only equal value), a constant schedule without
-warm-up, gradient clipping at 1.0, fp32 (TRL's ``bf16`` default is on: set off), gradient
+warm-up, gradient clipping at 1.0, the same precision (``--precision``; TRL's ``bf16`` default is on), gradient
 checkpointing off (TRL's default is on), no vLLM, no evaluation, no checkpoints, no logging
 (``logging_strategy="no"``, ``report_to="none"``), one process and one torch thread.
 
@@ -63,7 +63,9 @@ fraction of such groups is reported; ``--noskip-repeats`` adds paired runs with 
 (equal work). The small warm start is trained until held-out pass@1 is ≈ 0.2–0.7, so that most
 groups are mixed and skipping does not decide the small ratio.
 
-Both sides run fp32 (bf16 vs fp32 of seqrl's GRPO step: ``benchmarks/grpo_bf16.py``).
+Both sides run fp32 by default; ``--precision bf16`` runs both with bf16 autocast and fp32 master weights
+(seqrl ``run.bf16=true``, TRL ``bf16=True``; the gradient check stays fp32). bf16 vs fp32 of seqrl's own GRPO
+step, learning gain included: ``benchmarks/grpo_bf16.py``.
 
 The last printed line is one JSON object: ``step_time_ratio_{tiny,small}`` (seqrl median s / TRL
 median s; < 1: seqrl faster), ``step_time_ratio_noskip_*``, ``{ours,trl}_zero_var_groups_*``,
@@ -134,6 +136,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--loss", choices=("grpo", "dapo"), default="grpo",
                    help="grpo: per-sequence token mean (ours seq_mean_token_mean); dapo: token mean (token_mean)")
     p.add_argument("--threads", type=int, default=1, help="torch intra-op threads (each run)")
+    p.add_argument("--precision", choices=("fp32", "bf16"), default="fp32",
+                   help="both trainers: fp32, or bf16 autocast with fp32 master weights (seqrl run.bf16=true, "
+                        "TRL bf16=True); the gradient check stays fp32")
     p.add_argument("--cache-dir", default=str(ROOT / "runs" / "bench-cache"), help="warm starts and run details")
     p.add_argument("--retrain", action="store_true", help="train the warm starts again even when cached")
     p.add_argument("--keep-logs", action="store_true", help="keep each run's stderr (<cache-dir>/grpo_vs_trl-logs)")
@@ -220,7 +225,7 @@ class OursRun:
         self.shared, self.stream_indices = shared, stream_indices
         cfg = GRPOConfig(
             run=RunConfig(name="bench", out_dir=tempfile.gettempdir(), seed=args.seed, threads=args.threads,
-                          bf16=False, progress=False),
+                          bf16=args.precision == "bf16", progress=False),
             model=ModelConfig(path=args.checkpoint),
             task=TaskConfig(name="arith", kwargs={"digits": 2}, n_train=N_TRAIN, seed=0),
             optim=OptimConfig(lr=args.lr, weight_decay=0.0, betas=(0.9, 0.95), warmup_steps=0, schedule="constant",
@@ -288,7 +293,7 @@ class TRLRun:
         self.out_dir = tempfile.mkdtemp(prefix="grpo_vs_trl-")
         config = GRPOConfig(
             output_dir=self.out_dir, seed=args.seed, data_seed=args.seed, use_cpu=True,
-            bf16=False, fp16=False, gradient_checkpointing=False, torch_compile=False,
+            bf16=args.precision == "bf16", fp16=False, gradient_checkpointing=False, torch_compile=False,
             # batch geometry: one generation batch of `batch_size` completions per optimizer step
             per_device_train_batch_size=args.micro_batch_size,
             gradient_accumulation_steps=args.batch_size // args.micro_batch_size,
@@ -481,7 +486,7 @@ def run_worker(kind: str, preset: str, seed: int, steps: int, args: argparse.Nam
            "--seed", str(seed), "--steps", str(steps), "--batch-size", str(args.batch_size),
            "--group-size", str(args.group_size), "--micro-batch-size", str(args.micro_batch_size),
            "--max-new-tokens", str(args.max_new_tokens), "--lr", repr(args.lr), "--loss", args.loss,
-           "--threads", str(args.threads)]
+           "--threads", str(args.threads), "--precision", "fp32" if kind == "gradcheck" else args.precision]
     log_path = log_dir / f"{preset}-{kind}-seed{seed}.log"
 
     def on_step(event: dict) -> None:
@@ -554,7 +559,8 @@ def main(argv: list[str] | None = None) -> dict | None:
             runs.append(run_worker(kind, preset, seed, steps, args, warm[preset]["checkpoint"], bar, log_dir))
     if not args.keep_logs:
         shutil.rmtree(log_dir, ignore_errors=True)
-    detail = Path(args.cache_dir) / f"grpo_vs_trl-runs{'-quick' if args.quick else ''}.json"
+    detail = Path(args.cache_dir) / (f"grpo_vs_trl-runs{'-quick' if args.quick else ''}"
+                                     f"{'-bf16' if args.precision == 'bf16' else ''}.json")
     internal = ("worker", "checkpoint", "seed", "steps")
     detail.write_text(json.dumps({"args": {k: v for k, v in vars(args).items() if k not in internal},
                                   "warm_starts": warm, "runs": runs}, indent=1))
@@ -599,7 +605,7 @@ def main(argv: list[str] | None = None) -> dict | None:
     # ---- readable table (stdout) ----
     table = Table(title=f"GRPO, seqrl vs TRL {trl_info['versions']['trl']}: {args.batch_size} completions/step "
                         f"(G={args.group_size}, micro-batch {args.micro_batch_size}), max_new_tokens "
-                        f"{args.max_new_tokens}, T=1.0, β=0, μ=1, loss {args.loss}, lr {args.lr:g}, fp32, "
+                        f"{args.max_new_tokens}, T=1.0, β=0, μ=1, loss {args.loss}, lr {args.lr:g}, {args.precision}, "
                         f"{args.threads} thread(s)")
     for col in ("preset", "trainer", "runs×steps", "s/step", "gen+score s", "train s", "HF generate s", "warm-up s",
                 "s/step alone", "setup RSS MiB", "peak RSS MiB", "mean len", "reward first → last", "seqrl/TRL"):
@@ -654,7 +660,7 @@ def main(argv: list[str] | None = None) -> dict | None:
                      "transformers_version": trl_info["versions"]["transformers"], "torch_version": torch.__version__,
                      "batch_size": args.batch_size, "group_size": args.group_size,
                      "micro_batch_size": args.micro_batch_size, "max_new_tokens": args.max_new_tokens, "lr": args.lr,
-                     "loss": args.loss, "threads": args.threads}
+                     "loss": args.loss, "threads": args.threads, "precision": args.precision}
     for key in ("step_time_ratio", "peak_rss_ratio", "final_reward_delta"):
         for preset, res in results.items():
             summary[f"{key}_{preset}"] = round(res[key], 4 if key == "final_reward_delta" else 3)
