@@ -155,6 +155,23 @@ def test_duplicates_are_merged_and_ties_go_to_the_earlier_candidate():
     assert stepper.calls[1] == (["x" + SEP, "y" + SEP], 2)  # x once (merged), then y (tie with x: earlier first)
 
 
+def test_fewer_distinct_beams_than_n_over_m_share_the_n_expansions():
+    """When merging leaves fewer than N/M beams, the kept ones share N expansions (the best-scored
+    first), so every round generates N candidates and the pool holds N solutions, as search-and-learn
+    repeats its active beams up to N."""
+    answers = {k + SEP: [f"<answer>{k}{j}</answer>" for j in range(2)] for k in "xyz"}
+    values = {**{k + SEP: v for k, v in zip("xyz", (0.9, 0.5, 0.1))},
+              **{f"{k}{SEP}<answer>{k}{j}</answer>": 0.5 for k in "xyz" for j in range(2)}}
+    stepper = FakeStepper({"": ["x" + SEP] * 2, **answers})  # one distinct first step where N/M = 2 are due
+    result = beam_search([Problem("q", "1")], stepper, FakeScorer(values), n=4, beam_width=2)
+    assert stepper.calls[1] == (["x" + SEP], 4) and len(result.pools[0]) == 4
+    stepper = FakeStepper({"": ["y" + SEP, "x" + SEP, "z" + SEP, "x" + SEP], **answers})
+    result = beam_search([Problem("q", "1")], stepper, FakeScorer(values), n=8, beam_width=2)
+    # N/M = 4 due, 3 distinct kept (x 0.9, y 0.5, z 0.1): 8 expansions as 3, 3, 2 — one call per width
+    assert stepper.calls[1:] == [(["z" + SEP], 2), (["x" + SEP, "y" + SEP], 3)]
+    assert len(result.pools[0]) == 8
+
+
 def test_search_calls_the_verifier_only_to_grade_its_pick_unless_oracle():
     task = SpyTask()
     mcts([Problem("q", "9")], FakeStepper(TRAP), FakeScorer(TRAP_VALUES), simulations=3, width=2, task=task)

@@ -6,15 +6,16 @@ renders the problem's prompt, appends the partial solution, and samples until th
 prefilled once per call). A step is *terminal* when the solution ends there: at EOS, at the length
 limit of the whole solution, with an answer (``</answer>``), or with an empty step.
 
-A partial solution the stepper itself wrote in its previous call continues from the token ids the
+A partial solution the stepper itself wrote in a recent call continues from the token ids the
 policy sampled, not from its text encoded again: a BPE tokenizer can encode the text into other
 tokens than the model chose (and the model then continues a sequence it never wrote), and the
 rendering and encoding cost per candidate is saved. Any other prefix (a step cut inside a token,
-one from an older round, one given by the caller) is encoded from its text.
+one older than the last `WRITTEN_KEPT` written, one given by the caller) is encoded from its text.
 """
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -60,6 +61,11 @@ def is_terminal_text(step: str) -> bool:
     return ANSWER_CLOSE in step or not step.strip()
 
 
+WRITTEN_KEPT = 32768
+"""Prefixes whose sampled token ids a `PolicyStepper` remembers (a few rounds of a large search; older
+ones are encoded from their text again)."""
+
+
 @dataclass
 class PolicyStepper:
     """A `Policy` continued step by step through the rollout engine.
@@ -80,7 +86,7 @@ class PolicyStepper:
     may read fields that equality ignores), the problem held so that its id is not reused."""
     _written: dict = field(default_factory=dict, repr=False)
     """(id(problem), prefix text) → (problem, token ids of prompt + prefix, prompt length) for the prefixes
-    the last call wrote (each earlier prefix plus one whole sampled step)."""
+    the recent calls wrote (each earlier prefix plus one whole sampled step), the newest `WRITTEN_KEPT`."""
 
     def _prompt_ids(self, problems: Sequence[Problem], prefixes: Sequence[str]) -> list[tuple[list[int], int]]:
         """Per (problem, prefix): the token ids to continue and how many of them are the prompt's."""
@@ -143,7 +149,9 @@ class PolicyStepper:
                 steps.append(Step(text, terminal, "solution_limit" if over and ended == "stop_string" else ended,
                                   k, mean_lp))
             out.append(steps)
-        self._written = written
+        self._written.update(written)
+        for key in list(itertools.islice(self._written, max(0, len(self._written) - WRITTEN_KEPT))):
+            del self._written[key]  # the oldest first (dicts keep insertion order)
         return out
 
     def finish(self, problems: Sequence[Problem], prefixes: Sequence[str]) -> list[str]:

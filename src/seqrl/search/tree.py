@@ -5,7 +5,9 @@ and beam width M:
 
 * **beam**: round 0 samples N first steps; every round scores each candidate (its partial solution,
   step scores aggregated with ``last`` by default), sets completed ones aside, merges duplicates, keeps
-  the best N/M of the rest, and expands each M times. It stops when N solutions are complete, no beam
+  the best N/M of the rest, and expands them into N candidates again (M each; when merging or
+  completions left fewer than N/M beams, the kept ones share the N expansions, the better-scored first,
+  as search-and-learn repeats its active beams up to N). It stops when N solutions are complete, no beam
   is left, or after ``max_steps`` rounds (unfinished beams then join the pool).
 * **dvts**: N/M independent subtrees; each keeps only its best of M candidates per round, and ends
   when that best is complete; every one of the M candidates of its last round joins the pool (finished
@@ -117,8 +119,9 @@ def tree_search(problems: Sequence[Problem], stepper: Stepper, scorer: Scorer, n
         requests = [(i, b) for i, beams in enumerate(active) for b in beams]
         if not requests:
             break
-        width = n if rounds == 1 else beam_width
-        steps = _expand(stepper, [problems[i] for i, _ in requests], [b.text for _, b in requests], width, account)
+        widths = [n] * len(requests) if rounds == 1 else _widths(active, n, beam_width, method)
+        steps = _expand_widths(stepper, [problems[i] for i, _ in requests], [b.text for _, b in requests], widths,
+                               account)
         candidates: list[list[Beam]] = [[] for _ in problems]
         for (i, parent), options in zip(requests, steps):
             for j, step in enumerate(options):
@@ -160,6 +163,30 @@ def tree_search(problems: Sequence[Problem], stepper: Stepper, scorer: Scorer, n
     account.total_s = time.perf_counter() - t0
     account.other_s = max(0.0, account.total_s - account.gen_s - account.score_s)
     return SearchResult(chosen, done, correct, account, rounds)
+
+
+def _widths(active: list[list[Beam]], n: int, beam_width: int, method: str) -> list[int]:
+    """Expansions of each active beam, in request order: DVTS expands each subtree's beam M times; beam
+    search spreads N expansions over a problem's kept beams (best first), M each when N/M are kept.
+
+    >>> b = [Beam("a"), Beam("b")]
+    >>> _widths([b, b[:1], []], 8, 4, "beam"), _widths([b], 8, 4, "dvts"), _widths([[Beam("a")] * 3], 8, 4, "beam")
+    ([4, 4, 8], [4, 4], [3, 3, 2])
+    """
+    if method == "dvts":
+        return [beam_width for beams in active for _ in beams]
+    return [n // len(beams) + (j < n % len(beams)) for beams in active for j in range(len(beams))]
+
+
+def _expand_widths(stepper: Stepper, problems: Sequence[Problem], prefixes: Sequence[str], widths: Sequence[int],
+                   account: Account):
+    """`_expand` with a width per prefix: one stepper call per distinct width, results in request order."""
+    out: list = [None] * len(prefixes)
+    for w in sorted(set(widths)):
+        idx = [k for k, x in enumerate(widths) if x == w]
+        for k, steps in zip(idx, _expand(stepper, [problems[k] for k in idx], [prefixes[k] for k in idx], w, account)):
+            out[k] = steps
+    return out
 
 
 def _select(candidates: list[Beam], done: list[Beam], keep: int, method: str, n: int) -> list[Beam]:
