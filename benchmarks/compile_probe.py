@@ -1,0 +1,119 @@
+#!/usr/bin/env python
+"""torch.compile (inductor) of a causal LM's training step against eager, on this machine. Not a test.
+
+    python benchmarks/compile_probe.py                      # tiny and small presets, ≈ 5 min on 2 cores
+    python benchmarks/compile_probe.py --presets smollm2    # SmolLM2-135M-Instruct (fetched once), ≈ 6 min
+
+One training step = forward of a (B, L) batch, token cross-entropy, backward (the shape of an SFT or
+GRPO micro-batch). Two copies of the same weights: one eager, one under ``torch.compile``; the first
+compiled call (compilation) is timed on its own, then eager and compiled steps alternate (the load of a
+shared machine moves within seconds) and the medians are compared. ``--dynamic`` compiles once for
+varying lengths (L, 3L/4, L/2 in turn; ``dynamic=True``) instead of one fixed shape. Parity: the loss
+and the logits of both copies on one batch before any update (fp32 round-off expected).
+
+Compilation is timed with an empty inductor cache by default (``--cache cold``: what a first run pays;
+``warm`` reuses the cache earlier runs filled, as later runs of the same shapes do).
+
+The printed lines are one JSON object per preset: compile seconds, step medians, their ratio
+(compiled / eager, < 1: compiled faster), the steps after which compiling has paid for itself, parity;
+then one line with all of them, the CPU's capabilities and the load.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--presets", default="tiny,small", help="comma-separated: tiny, small, smollm2")
+    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--length", type=int, default=64, help="tokens per row (L)")
+    ap.add_argument("--repeats", type=int, default=8, help="alternating eager/compiled step pairs")
+    ap.add_argument("--dynamic", action="store_true", help="dynamic=True over lengths L, 3L/4, L/2")
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--cache", choices=("cold", "warm"), default="cold",
+                    help="cold: inductor's compile cache in a new empty folder (a user's first run); warm: the "
+                         "default cache, as filled by earlier runs of the same shapes")
+    args = ap.parse_args()
+    if args.cache == "cold":
+        import tempfile
+
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="seqrl-inductor-")
+    import torch
+    import torch.nn.functional as F
+
+    from seqrl.models.lm import ModelConfig, load_policy, load_pretrained
+
+    torch.set_num_threads(args.threads)
+    lengths = [args.length, args.length * 3 // 4, args.length // 2] if args.dynamic else [args.length]
+    results = []
+    for preset in [p for p in args.presets.split(",") if p]:
+        torch.manual_seed(0)
+        if preset == "smollm2":
+            from seqrl.models.catalog import fetch
+
+            model = load_pretrained(str(fetch("smollm2-135m-instruct"))).model
+        else:
+            model = load_policy(ModelConfig(preset=preset, max_seq_len=max(128, args.length))).model
+        model.train()
+        twin = copy.deepcopy(model)
+        compiled = torch.compile(twin, dynamic=args.dynamic)
+        vocab = model.config.vocab_size
+        gen = torch.Generator().manual_seed(1)
+
+        def batch(length: int) -> torch.Tensor:
+            return torch.randint(3, vocab, (args.batch, length), generator=gen)  # (B, L)
+
+        def step(m, ids: torch.Tensor) -> tuple[float, torch.Tensor]:
+            logits = m(input_ids=ids, attention_mask=torch.ones_like(ids)).logits  # (B, L, V)
+            loss = F.cross_entropy(logits[:, :-1].float().reshape(-1, vocab), ids[:, 1:].reshape(-1))
+            loss.backward()
+            return loss.item(), logits.detach()
+
+        ids = batch(lengths[0])
+        t = time.perf_counter()
+        loss_c, logits_c = step(compiled, ids)
+        compile_s = time.perf_counter() - t
+        loss_e, logits_e = step(model, ids)
+        parity = {"loss_abs_diff": abs(loss_c - loss_e), "logits_max_abs_diff": float((logits_c - logits_e).abs().max())}
+        t = time.perf_counter()
+        for length in lengths[1:]:  # the other shapes compile now, not inside the timed steps
+            step(compiled, batch(length))
+        recompile_s = time.perf_counter() - t
+        eager, comp = [], []
+        for r in range(args.repeats):
+            ids = batch(lengths[r % len(lengths)])
+            for m, times in ((model, eager), (compiled, comp)) if r % 2 == 0 else ((compiled, comp), (model, eager)):
+                m.zero_grad(set_to_none=True)
+                t = time.perf_counter()
+                step(m, ids)
+                times.append(time.perf_counter() - t)
+        res = {"preset": preset, "parameters": sum(p.numel() for p in model.parameters()), "batch": args.batch,
+               "lengths": lengths, "dynamic": args.dynamic, "compile_s": round(compile_s, 1),
+               "other_shapes_s": round(recompile_s, 1), "eager_ms": round(1000 * statistics.median(eager), 1),
+               "compiled_ms": round(1000 * statistics.median(comp), 1),
+               "ratio": round(statistics.median(comp) / statistics.median(eager), 3),
+               "break_even_steps": (round(compile_s / max(statistics.median(eager) - statistics.median(comp), 1e-9))
+                                    if statistics.median(comp) < statistics.median(eager) else None),
+               **{k: float(f"{v:.2e}") for k, v in parity.items()}}
+        print(json.dumps(res), flush=True)
+        results.append(res)
+    caps = dict(torch.cpu.get_capabilities())
+    print(json.dumps({"bench": "compile_probe", "results": results, "threads": args.threads, "cache": args.cache,
+                      "torch": torch.__version__, "avx512_bf16": bool(caps.get("avx512_bf16")),
+                      "amx_bf16": bool(caps.get("amx_bf16")), "load_avg_1m": round(os.getloadavg()[0], 2)}))
+
+
+if __name__ == "__main__":
+    main()
