@@ -42,6 +42,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=8, help="alternating eager/compiled step pairs")
     ap.add_argument("--dynamic", action="store_true", help="dynamic=True over lengths L, 3L/4, L/2")
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N")
     ap.add_argument("--cache", choices=("cold", "warm"), default="cold",
                     help="cold: inductor's compile cache in a new empty folder (a user's first run); warm: the "
                          "default cache, as filled by earlier runs of the same shapes")
@@ -66,20 +67,20 @@ def main() -> None:
             model = load_pretrained(str(fetch("smollm2-135m-instruct"))).model
         else:
             model = load_policy(ModelConfig(preset=preset, max_seq_len=max(128, args.length))).model
-        model.train()
+        model.to(args.device).train()
         twin = copy.deepcopy(model)
         compiled = torch.compile(twin, dynamic=args.dynamic)
         vocab = model.config.vocab_size
         gen = torch.Generator().manual_seed(1)
 
         def batch(length: int) -> torch.Tensor:
-            return torch.randint(3, vocab, (args.batch, length), generator=gen)  # (B, L)
+            return torch.randint(3, vocab, (args.batch, length), generator=gen).to(args.device)  # (B, L)
 
         def step(m, ids: torch.Tensor) -> tuple[float, torch.Tensor]:
             logits = m(input_ids=ids, attention_mask=torch.ones_like(ids)).logits  # (B, L, V)
             loss = F.cross_entropy(logits[:, :-1].float().reshape(-1, vocab), ids[:, 1:].reshape(-1))
             loss.backward()
-            return loss.item(), logits.detach()
+            return loss.item(), logits.detach()  # .item() waits for a GPU: the step is timed whole
 
         ids = batch(lengths[0])
         t = time.perf_counter()
