@@ -151,22 +151,36 @@ def test_duplicates_are_merged_and_ties_go_to_the_earlier_candidate():
     values = {"x" + SEP: 0.5, "y" + SEP: 0.5, "z" + SEP: 0.1,
               **{f"{k}{SEP}<answer>{k}</answer>": 0.5 for k in "xyz"}}
     stepper = FakeStepper(tree)
-    beam_search([Problem("q", "1")], stepper, FakeScorer(values), n=4, beam_width=2)
+    beam_search([Problem("q", "1")], stepper, FakeScorer(values), n=4, beam_width=2, merge_duplicates=True)
     assert stepper.calls[1] == (["x" + SEP, "y" + SEP], 2)  # x once (merged), then y (tie with x: earlier first)
 
 
+def test_identical_candidates_stay_separate_beams_by_default():
+    """search-and-learn's default (filter_duplicates off): a step sampled 3 times out of 4 fills both kept
+    places, where merging hands one of them to the step sampled once."""
+    tree = {"": ["x" + SEP, "x" + SEP, "x" + SEP, "y" + SEP],
+            **{k + SEP: [f"<answer>{k}</answer>"] for k in "xy"}}
+    values = {"x" + SEP: 0.9, "y" + SEP: 0.5, **{f"{k}{SEP}<answer>{k}</answer>": 0.5 for k in "xy"}}
+    stepper = FakeStepper(tree)
+    beam_search([Problem("q", "1")], stepper, FakeScorer(values), n=4, beam_width=2)
+    assert stepper.calls[1] == (["x" + SEP, "x" + SEP], 2)
+    stepper = FakeStepper(tree)
+    beam_search([Problem("q", "1")], stepper, FakeScorer(values), n=4, beam_width=2, merge_duplicates=True)
+    assert stepper.calls[1] == (["x" + SEP, "y" + SEP], 2)
+
+
 def test_fewer_distinct_beams_than_n_over_m_share_the_n_expansions():
-    """When merging leaves fewer than N/M beams, the kept ones share N expansions (the best-scored
+    """When merging (or completions) leave fewer than N/M beams, the kept ones share N expansions (the best-scored
     first), so every round generates N candidates and the pool holds N solutions, as search-and-learn
     repeats its active beams up to N."""
     answers = {k + SEP: [f"<answer>{k}{j}</answer>" for j in range(2)] for k in "xyz"}
     values = {**{k + SEP: v for k, v in zip("xyz", (0.9, 0.5, 0.1))},
               **{f"{k}{SEP}<answer>{k}{j}</answer>": 0.5 for k in "xyz" for j in range(2)}}
     stepper = FakeStepper({"": ["x" + SEP] * 2, **answers})  # one distinct first step where N/M = 2 are due
-    result = beam_search([Problem("q", "1")], stepper, FakeScorer(values), n=4, beam_width=2)
+    result = beam_search([Problem("q", "1")], stepper, FakeScorer(values), n=4, beam_width=2, merge_duplicates=True)
     assert stepper.calls[1] == (["x" + SEP], 4) and len(result.pools[0]) == 4
     stepper = FakeStepper({"": ["y" + SEP, "x" + SEP, "z" + SEP, "x" + SEP], **answers})
-    result = beam_search([Problem("q", "1")], stepper, FakeScorer(values), n=8, beam_width=2)
+    result = beam_search([Problem("q", "1")], stepper, FakeScorer(values), n=8, beam_width=2, merge_duplicates=True)
     # N/M = 4 due, 3 distinct kept (x 0.9, y 0.5, z 0.1): 8 expansions as 3, 3, 2 — one call per width
     assert stepper.calls[1:] == [(["z" + SEP], 2), (["x" + SEP, "y" + SEP], 3)]
     assert len(result.pools[0]) == 8

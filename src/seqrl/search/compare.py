@@ -45,9 +45,10 @@ def _bins(pass1: Sequence[float], k: int) -> list[int]:
 def search_curves(problems: Sequence[Problem], policy, scorer: Scorer, task: Task, method: str,
                   budgets: Sequence[int], seeds: Sequence[int], beam_width: int = 4, max_steps: int = 8,
                   step_tokens: int = 32, solution_tokens: int = 128, temperature: float = 1.0,
-                  aggregation: str = "last", difficulty_bins: int = 0, progress: bool = False) -> dict:
+                  aggregation: str = "last", difficulty_bins: int = 0, progress: bool = False,
+                  merge_duplicates: bool = False) -> dict:
     """Rows of (method, seed, N, accuracy, generated tokens, scorer tokens, seconds); `progress`: a bar
-    over seeds × budgets."""
+    over seeds × budgets; `merge_duplicates`: beam search keeps one of identical partial solutions."""
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS} (got {method!r})")
     from seqrl.utils.progress import progress_bar
@@ -57,12 +58,12 @@ def search_curves(problems: Sequence[Problem], policy, scorer: Scorer, task: Tas
     pass1: list[float] = [0.0] * len(problems)
     with progress_bar(len(seeds) * len(set(budgets)), f"search {method}", disable=not progress) as bar:
         _search_rows(problems, policy, scorer, task, method, budgets, seeds, beam_width, max_steps, step_tokens,
-                     solution_tokens, temperature, aggregation, rows, pass1, bar)
+                     solution_tokens, temperature, aggregation, rows, pass1, bar, merge_duplicates)
     return _summarise(rows, problems, budgets, seeds, method, beam_width, pass1, difficulty_bins)
 
 
 def _search_rows(problems, policy, scorer, task, method, budgets, seeds, beam_width, max_steps, step_tokens,
-                 solution_tokens, temperature, aggregation, rows, pass1, bar) -> None:
+                 solution_tokens, temperature, aggregation, rows, pass1, bar, merge_duplicates=False) -> None:
     from seqrl.rollout import SamplingParams
 
     for seed in seeds:
@@ -76,7 +77,7 @@ def _search_rows(problems, policy, scorer, task, method, budgets, seeds, beam_wi
             else:
                 width = min(beam_width, n)
                 res = tree_search(problems, stepper, scorer, n - n % width, width, method=method, max_steps=max_steps,
-                                  aggregation=aggregation, task=task)
+                                  aggregation=aggregation, task=task, merge_duplicates=merge_duplicates)
             params = SamplingParams(temperature=temperature, max_new_tokens=solution_tokens, seed=seed * 7919 + n)
             bon = best_of_n(problems, policy, n, scorer=scorer, select="weighted", aggregation=aggregation,
                             task=task, params=params)
@@ -176,6 +177,9 @@ def cli_main(method: str, argv: list[str]) -> int:
     p.add_argument("--seeds", default="0,1,2")
     p.add_argument("--aggregation", default="last", choices=("min", "last", "prod", "mean"))
     p.add_argument("--difficulty-bins", type=int, default=0, help="split problems by the policy's pass@1 into K bins")
+    p.add_argument("--merge-duplicates", action="store_true",
+                   help="beam: keep one of identical partial solutions (default: they stay separate beams, as in "
+                        "search-and-learn)")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--out", help="output folder (search.json, search.png, search.md; default "
                                  "runs/search/METHOD_TASK)")
@@ -207,8 +211,8 @@ def cli_main(method: str, argv: list[str]) -> int:
     problems = task.problems("test", args.problems, 0)
     result = search_curves(problems, policy, scorer, task, method, budgets, seeds, args.beam_width, args.max_steps,
                            args.step_tokens, args.max_new_tokens, args.temperature, args.aggregation,
-                           args.difficulty_bins, progress=True)
-    result.update(policy=args.policy, scorer=args.scorer, task=args.task)
+                           args.difficulty_bins, progress=True, merge_duplicates=args.merge_duplicates)
+    result.update(policy=args.policy, scorer=args.scorer, task=args.task, merge_duplicates=args.merge_duplicates)
     write_outputs(result, out, f"{method} vs best-of-N on {args.task}")
     print((out / "search.md").read_text(encoding="utf-8"))
     print(f"wrote {out / 'search.json'}, {out / 'search.md'}, {out / 'search.png'}")

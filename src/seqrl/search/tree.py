@@ -4,11 +4,14 @@ Semantics of search-and-learn (Snell et al. 2024; Beeching et al. 2024), for N s
 and beam width M:
 
 * **beam**: round 0 samples N first steps; every round scores each candidate (its partial solution,
-  step scores aggregated with ``last`` by default), sets completed ones aside, merges duplicates, keeps
-  the best N/M of the rest, and expands them into N candidates again (M each; when merging or
-  completions left fewer than N/M beams, the kept ones share the N expansions, the better-scored first,
-  as search-and-learn repeats its active beams up to N). It stops when N solutions are complete, no beam
-  is left, or after ``max_steps`` rounds (unfinished beams then join the pool).
+  step scores aggregated with ``last`` by default), sets completed ones aside, keeps the best N/M of the
+  rest, and expands them into N candidates again (M each; when completions left fewer than N/M beams,
+  the kept ones share the N expansions, the better-scored first, as search-and-learn repeats its active
+  beams up to N). Identical candidates stay separate beams by default, as in search-and-learn
+  (``filter_duplicates`` off): a step the policy samples often keeps that weight in the search, where
+  merging gives every distinct prefix the same share of the budget (``merge_duplicates=True``). It stops
+  when N solutions are complete, no beam is left, or after ``max_steps`` rounds (unfinished beams then
+  join the pool).
 * **dvts**: N/M independent subtrees; each keeps only its best of M candidates per round, and ends
   when that best is complete; every one of the M candidates of its last round joins the pool (finished
   or not, as search-and-learn returns them), so the pool holds N solutions, not N/M.
@@ -95,10 +98,11 @@ def _expand(stepper: Stepper, problems: Sequence[Problem], prefixes: Sequence[st
 
 def tree_search(problems: Sequence[Problem], stepper: Stepper, scorer: Scorer, n: int, beam_width: int,
                 method: str = "beam", max_steps: int = 8, lookahead: int = 0, aggregation: str = "last",
-                select: str = "weighted", task: Task | None = None) -> SearchResult:
-    """Beam search or DVTS (`method`) for every problem at once (one stepper call per round).
+                select: str = "weighted", task: Task | None = None, merge_duplicates: bool = False) -> SearchResult:
+    """Beam search or DVTS (`method`) for every problem at once (one stepper call per round and width).
 
-    n: N solutions per problem; beam_width: M (N must be a multiple of M)."""
+    n: N solutions per problem; beam_width: M (N must be a multiple of M); merge_duplicates: beam search
+    keeps one of identical partial solutions (each distinct prefix then gets an equal share)."""
     if method not in ("beam", "dvts"):
         raise ValueError(f"method must be 'beam' or 'dvts' (got {method!r})")
     if n < 1 or beam_width < 1 or n % beam_width:
@@ -145,7 +149,7 @@ def tree_search(problems: Sequence[Problem], stepper: Stepper, scorer: Scorer, n
             c.score = s
         for i, cs in enumerate(candidates):
             last[i] = cs
-            active[i] = _select(cs, done[i], keep, method, n)
+            active[i] = _select(cs, done[i], keep, method, n, merge_duplicates)
     for i in range(len(problems)):  # unfinished beams join the pool when too few solutions completed
         if method == "dvts":  # an unfinished subtree: its last round's M candidates
             open_groups = {b.group for b in active[i]}
@@ -189,7 +193,8 @@ def _expand_widths(stepper: Stepper, problems: Sequence[Problem], prefixes: Sequ
     return out
 
 
-def _select(candidates: list[Beam], done: list[Beam], keep: int, method: str, n: int) -> list[Beam]:
+def _select(candidates: list[Beam], done: list[Beam], keep: int, method: str, n: int,
+            merge_duplicates: bool = False) -> list[Beam]:
     """The beams kept for the next round; completed ones move to `done`. Ties go to the earlier one."""
     order = sorted(range(len(candidates)), key=lambda k: (-candidates[k].score, k))
     if method == "dvts":
@@ -209,7 +214,7 @@ def _select(candidates: list[Beam], done: list[Beam], keep: int, method: str, n:
     kept, seen = [], set()
     for k in order:
         c = candidates[k]
-        if c.complete or c.text in seen:  # duplicates merged
+        if c.complete or (merge_duplicates and c.text in seen):
             continue
         seen.add(c.text)
         kept.append(c)
