@@ -37,3 +37,15 @@ def cached_sft(run_dir: Path, steps: int, make_config: Callable[[], SFTConfig], 
         if "eval/pass@1" in evals[-1]:
             info["sampled_accuracy"] = evals[-1]["eval/pass@1"]
     return info
+
+
+def preset_policy(name: str, max_seq_len: int = 128):
+    """A policy to time: a fresh tiny/small preset model (torch's current RNG), or "smollm2":
+    SmolLM2-135M-Instruct as `seqrl models get smollm2-135m-instruct` ships it (fetched once)."""
+    from seqrl.models.lm import ModelConfig, load_policy, load_pretrained
+
+    if name == "smollm2":
+        from seqrl.models.catalog import fetch
+
+        return load_pretrained(str(fetch("smollm2-135m-instruct")))
+    return load_policy(ModelConfig(preset=name, max_seq_len=max_seq_len))

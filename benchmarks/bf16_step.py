@@ -41,19 +41,15 @@ def main() -> None:
     import torch
     import torch.nn.functional as F
 
-    from seqrl.models.lm import ModelConfig, load_policy, load_pretrained
+    from _warm_start import preset_policy  # benchmarks/, the script's own folder
     from seqrl.utils.dist import bf16_fast
 
     torch.set_num_threads(args.threads)
     results = []
     for preset in [p for p in args.presets.split(",") if p]:
         torch.manual_seed(0)
-        if preset == "smollm2":
-            from seqrl.models.catalog import fetch
-
-            model = load_pretrained(str(fetch("smollm2-135m-instruct"))).model
-        else:
-            model = load_policy(ModelConfig(preset=preset, max_seq_len=max(128, args.length))).model
+        policy = preset_policy(preset, max(128, args.length))
+        model = policy.model
         model.train()
         vocab = model.config.vocab_size
         ids = torch.randint(3, vocab, (args.batch, args.length), generator=torch.Generator().manual_seed(1))
@@ -72,7 +68,7 @@ def main() -> None:
                "length": args.length}
         steps = (("train_step", train_step), ("forward", forward))
         if args.grpo:
-            learner = grpo_learner(preset, model, args)
+            learner = grpo_learner(policy, args)
             batch = learner.collect(0)
             row.update(batch=len(batch.rewards), length=int(batch.completion_mask.sum(1).max()),
                        mean_completion=round(float(batch.completion_mask.sum(1).float().mean()), 1))
@@ -101,23 +97,14 @@ def main() -> None:
                       "bf16_fast": bf16_fast(torch.device("cpu")), "load_avg_1m": round(os.getloadavg()[0], 2)}))
 
 
-def grpo_learner(preset: str, model, args: argparse.Namespace):
-    """A GRPOLearner on `model` (fp32 weights) with grpo_vs_trl.py's settings, every row trained."""
+def grpo_learner(policy, args: argparse.Namespace):
+    """A GRPOLearner on `policy` (fp32 weights) with grpo_vs_trl.py's settings, every row trained."""
     import tempfile
 
     from seqrl.algos.config import OptimConfig, RunConfig, TaskConfig
     from seqrl.algos.grpo import GRPOConfig, GRPOLearner, LossConfig, SamplingConfig
-    from seqrl.models.catalog import fetch
-    from seqrl.models.lm import ModelConfig, load_pretrained
+    from seqrl.models.lm import ModelConfig
 
-    if preset == "smollm2":
-        policy = load_pretrained(str(fetch("smollm2-135m-instruct")))
-        policy.model = model
-    else:
-        from seqrl.models.lm import load_policy
-
-        policy = load_policy(ModelConfig(preset=preset, max_seq_len=max(128, args.length)))
-        policy.model = model
     cfg = GRPOConfig(run=RunConfig(name="bf16_step", out_dir=tempfile.gettempdir(), seed=0, threads=args.threads,
                                    bf16=False, progress=False),
                      model=ModelConfig(preset="tiny"), task=TaskConfig(name="arith", kwargs={"digits": 2}, n_train=500),

@@ -54,19 +54,14 @@ def main() -> None:
     import torch
     import torch.nn.functional as F
 
-    from seqrl.models.lm import ModelConfig, load_policy, load_pretrained
+    from _warm_start import preset_policy  # benchmarks/, the script's own folder
 
     torch.set_num_threads(args.threads)
     lengths = [args.length, args.length * 3 // 4, args.length // 2] if args.dynamic else [args.length]
     results = []
     for preset in [p for p in args.presets.split(",") if p]:
         torch.manual_seed(0)
-        if preset == "smollm2":
-            from seqrl.models.catalog import fetch
-
-            model = load_pretrained(str(fetch("smollm2-135m-instruct"))).model
-        else:
-            model = load_policy(ModelConfig(preset=preset, max_seq_len=max(128, args.length))).model
+        model = preset_policy(preset, max(128, args.length)).model
         model.to(args.device).train()
         twin = copy.deepcopy(model)
         compiled = torch.compile(twin, dynamic=args.dynamic)
