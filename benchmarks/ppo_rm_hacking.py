@@ -32,7 +32,7 @@ from seqrl.algos.ppo import train as train_ppo  # noqa: E402
 from seqrl.algos.rm import (RMConfig, build_preferences, encode_pairs, evaluate_pairs, split_by_prompt,  # noqa: E402
                             write_jsonl)
 from seqrl.algos.rm import train as train_rm  # noqa: E402
-from seqrl.training.run import RunConfig  # noqa: E402
+from seqrl.algos.config import RunConfig  # noqa: E402
 from seqrl.cli import preset_file  # noqa: E402
 from seqrl.config import load_config  # noqa: E402
 from seqrl.data.preferences import load_preferences  # noqa: E402

@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _warm_start import cached_sft  # noqa: E402
 
 from seqrl.algos import grpo, ppo  # noqa: E402
-from seqrl.training.run import TaskConfig  # noqa: E402
+from seqrl.algos.config import TaskConfig  # noqa: E402
 from seqrl.algos.config import OptimConfig, RunConfig
 from seqrl.algos.sft import SFTConfig  # noqa: E402
 from seqrl.cli import preset_file  # noqa: E402

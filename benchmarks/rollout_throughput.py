@@ -62,7 +62,7 @@ import torch  # noqa: E402
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
-from seqrl.training.run import TaskConfig  # noqa: E402
+from seqrl.algos.config import TaskConfig  # noqa: E402
 
 from seqrl.algos.config import OptimConfig, RunConfig
 from seqrl.algos.sft import SFTConfig  # noqa: E402

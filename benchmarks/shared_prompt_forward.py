@@ -53,7 +53,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import torch  # noqa: E402
 
-from seqrl.training.run import TaskConfig  # noqa: E402
+from seqrl.algos.config import TaskConfig  # noqa: E402
 
 from seqrl.algos.config import OptimConfig, RunConfig
 from seqrl.algos.grpo import GRPOConfig, GRPOLearner, LossConfig, SamplingConfig  # noqa: E402

@@ -32,7 +32,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from seqrl.training.run import TaskConfig  # noqa: E402
+from seqrl.algos.config import TaskConfig  # noqa: E402
 
 from seqrl.algos.config import OptimConfig, RunConfig
 from seqrl.algos.grpo import GRPOConfig, LossConfig, SamplingConfig  # noqa: E402
