@@ -98,16 +98,16 @@ def main() -> None:
 
 
 def grpo_learner(policy, args: argparse.Namespace):
-    """A GRPOLearner on `policy` (fp32 weights) with grpo_vs_trl.py's settings, every row trained."""
+    """A GRPOLearner on `policy` (fp32 weights) with grpo_vs_trl.py's settings, every row trained (the
+    learner trains the policy it is given, so the config names no model)."""
     import tempfile
 
     from seqrl.algos.config import OptimConfig, RunConfig, TaskConfig
     from seqrl.algos.grpo import GRPOConfig, GRPOLearner, LossConfig, SamplingConfig
-    from seqrl.models.lm import ModelConfig
 
     cfg = GRPOConfig(run=RunConfig(name="bf16_step", out_dir=tempfile.gettempdir(), seed=0, threads=args.threads,
                                    bf16=False, progress=False),
-                     model=ModelConfig(preset="tiny"), task=TaskConfig(name="arith", kwargs={"digits": 2}, n_train=500),
+                     task=TaskConfig(name="arith", kwargs={"digits": 2}, n_train=500),
                      optim=OptimConfig(lr=1e-6, weight_decay=0.0, warmup_steps=0, schedule="constant"),
                      sampling=SamplingConfig(temperature=1.0, max_new_tokens=96),
                      loss=LossConfig(beta=0.0), steps=10, batch_size=32, group_size=8, micro_batch_size=32,
