@@ -273,3 +273,53 @@ def test_lean_decoder_casts_only_the_projections_under_autocast(tiny_policy):
         assert dec.mm_dtype == torch.float32 and dec.layers[0][1].dtype == torch.float32
     finally:
         dec.close()
+
+
+def _packing_available():
+    from seqrl.rollout.lean import _packs
+
+    return _packs(torch.device("cpu"), torch.float32)
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2"])
+def test_packed_weights_sample_what_plain_linear_samples(arch, monkeypatch):
+    """oneDNN on packed weights (the CPU default where torch has oneDNN) and `F.linear` on the plain
+    weights: the same tokens, log-probs within fp32 rounding, rows finishing at different steps."""
+    from seqrl.rollout import lean
+
+    policy = _custom_policy(arch, seed=4, hidden_size=256, intermediate_size=512,  # large enough to be packed
+                            **({"num_key_value_heads": 2} if arch == "qwen2" else {}))
+    prompts = policy.encode_prompts(QUESTIONS)
+    params = SamplingParams(temperature=1.0, max_new_tokens=24, seed=7, stop=("7", "q", "e", "a"))
+    runs = {}
+    for packed in (None, False):
+        monkeypatch.setattr(lean, "PACK_WEIGHTS", packed)
+        dec = lean.LeanDecoder(policy.model, rows=2, slots=8)
+        assert dec.packed == (packed is None and _packing_available())
+        dec.close()
+        runs[packed] = generate(policy, prompts, 4, params)
+    a, b = runs[None], runs[False]
+    assert a.completion_ids.tolist() == b.completion_ids.tolist() and a.ended_by == b.ended_by
+    assert torch.allclose(a.logprobs, b.logprobs, atol=1e-5)
+    assert len(set(a.lengths.tolist())) > 2
+
+
+def test_packing_is_used_on_a_cpu_with_onednn(tiny_policy):
+    from seqrl.rollout.lean import LeanDecoder
+
+    if not torch.backends.mkldnn.is_available():
+        pytest.fail("this torch build has no oneDNN: the CPU wheel the project installs has it")
+    from seqrl.rollout.lean import PACK_MIN_NUMEL
+
+    dec = LeanDecoder(tiny_policy.model, rows=4, slots=8)
+    try:  # the tiny preset's weights are below the size where packing pays
+        assert dec.packed and not any(w.is_mkldnn for layer in dec.layers for w in layer if w is not None)
+    finally:
+        dec.close()
+    policy = _custom_policy("llama", hidden_size=256, intermediate_size=512)
+    dec = LeanDecoder(policy.model, rows=4, slots=8)
+    try:  # fused q/k/v 768 × 256 and gate/up 1024 × 256 packed, o_proj 256 × 256 and the 110-token head not
+        weights = (dec.layers[0][1], dec.layers[0][3], dec.layers[0][6], dec.lm_head)
+        assert [w.is_mkldnn for w in weights] == [w.shape.numel() >= PACK_MIN_NUMEL for w in weights] == [True, False, True, False]
+    finally:
+        dec.close()

@@ -42,9 +42,9 @@ def test_a_step_continues_the_rendered_prompt_plus_the_prefix(monkeypatch):
     seen = []
     real = steps_mod.generate
 
-    def spy(policy_, prompts, n, params):
+    def spy(policy_, prompts, n, params, **kw):
         seen.append((prompts, n, params))
-        return real(policy_, prompts, n, params)
+        return real(policy_, prompts, n, params, **kw)
 
     monkeypatch.setattr(steps_mod, "generate", spy)
     stepper = PolicyStepper(policy, step_tokens=8, solution_tokens=64)
@@ -73,7 +73,7 @@ def test_a_prefix_the_stepper_wrote_continues_from_the_token_ids_the_policy_samp
     assert tok.decode(wrote) == "<think>1+2=3" + STEP_SEP and tok.encode(tok.decode(wrote)) != wrote
     replies, seen = [wrote, overshoot, wrote, wrote], []
 
-    def fake(policy_, prompts, n, params):
+    def fake(policy_, prompts, n, params, **kw):
         seen.append(prompts)
         ids = torch.tensor([replies[len(seen) - 1]] * (len(prompts) * n))
         return Rollouts(prompts, n, ids, torch.ones(ids.shape), torch.zeros(ids.shape), ["stop"] * len(ids),

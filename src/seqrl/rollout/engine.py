@@ -29,7 +29,7 @@ import torch
 from transformers import DynamicCache
 
 from seqrl.models.lm import Policy, model_device
-from seqrl.rollout.lean import LeanDecoder, unsupported_reason
+from seqrl.rollout.lean import LeanDecoder, PrefixCache, unsupported_reason
 from seqrl.utils.progress import progress_bar
 
 
@@ -193,10 +193,13 @@ def generate(
     prompts: list[str] | list[list[int]],
     n: int = 1,
     params: SamplingParams = SamplingParams(),
+    prefix_cache: PrefixCache | None = None,
 ) -> Rollouts:
     """Sample `n` completions for each prompt.
 
     prompts: templated prompt strings (see `Policy.prompt_text`) or token id lists.
+    prefix_cache: K/V kept across calls (`PrefixCache`): a prompt that continues a row an earlier call
+    ended at a stop string prefills one token; rows ending at a stop string here are added to it.
     """
     if n < 1:
         raise ValueError(f"n must be >= 1 (got {n})")
@@ -232,12 +235,17 @@ def generate(
     ids, attn = ids.to(dev), attn.to(dev)
     positions = (attn.cumsum(-1) - 1).clamp(min=0)  # (P, L)
     path, _ = decode_path(model, params.decode)
+    cached = None
     if path == "lean":
         decoder = LeanDecoder(model, rows=len(prompt_ids) * n, slots=ids.shape[1] + max_new)
+        if prefix_cache is not None:
+            prefix_cache.bind(model, decoder.kv.dtype, decoder.mm_dtype)
+            cached = [prefix_cache.get(p) for p in prompt_ids]
     else:
         decoder = _HFDecoder(model)
+        prefix_cache = None  # its K/V layout is the lean decoder's
     try:
-        logits = decoder.prefill(ids, attn, positions, n)  # (N, V)
+        logits = decoder.prefill(ids, attn, positions, n, cached) if cached else decoder.prefill(ids, attn, positions, n)
         next_pos = attn.sum(-1).repeat_interleave(n)  # (N,) position of the next token
         t_prefill = time.perf_counter() - t0
 
@@ -269,8 +277,8 @@ def generate(
             done = torch.isin(token, eos).cpu()  # (A,)
             at_eos = done.clone()
             if params.stop:
-                for j, row in enumerate(active.tolist()):
-                    generated[row].append(int(token[j]))
+                for j, (row, new) in enumerate(zip(active.tolist(), token.tolist())):
+                    generated[row].append(new)
                     if not done[j]:
                         tail = tok.decode(generated[row][-stop_window:], skip_special_tokens=False)
                         done[j] = any(s in tail for s in params.stop)
@@ -278,6 +286,9 @@ def generate(
                 row = int(active[j])
                 reasons[row] = "stop"
                 ended_by[row] = "eos" if at_eos[j] else "stop_string"
+                if prefix_cache is not None and not at_eos[j]:  # a row a step-wise caller may continue
+                    fed = prompt_ids[row // n] + out_ids[row, :t].tolist()
+                    prefix_cache.put(fed, decoder.export(j, len(fed)))
             if t == max_new - 1:
                 break
             if done.any():
@@ -317,6 +328,7 @@ def generate(
             "decode_rows_x_steps": float(rows_x_steps),
             "padded_rows_x_steps": float(num * width),
             "lean_decode": float(path == "lean"),
+            "prefix_cache_hits": float(sum(c is not None for c in cached or ())),
         },
     )
 

@@ -10,7 +10,11 @@ What it saves against calling the HF model once per token:
   matmuls for the one-query decode steps (SDPA's CPU flash kernel was ≈ 5× slower there, measured
   at 96 rows × 4 heads × 100 keys); `F.rms_norm`; no module tree, mask builder or output dataclasses;
 * finished rows leave the batch by refilling their cache rows from the end (only moved rows are
-  copied), and on the CPU the KV buffer is reused between calls (no page faults per call).
+  copied), and on the CPU the KV buffer is reused between calls (no page faults per call);
+* on the CPU, the larger projections and the head run on oneDNN with their weights packed once per
+  call (`PACK_WEIGHTS`): the plain GEMM repacks a weight at every step;
+* with a `PrefixCache`, a prompt that continues a row an earlier call ended at a stop string copies that
+  row's K/V and prefills one token (step-wise search continues such rows round after round).
 
 Under ``torch.autocast`` (e.g. bf16 on a CPU with AVX-512 BF16) the projections and the head run in
 the autocast dtype, their weights cast once per call; the residual stream, RoPE, the KV cache and
@@ -104,6 +108,27 @@ def _give_buffer(buf: torch.Tensor) -> None:
             _POOL[key] = buf
 
 
+PACK_WEIGHTS: bool | None = None
+"""Run the projections and the head on oneDNN with their weights packed once per call (its blocked
+layout, what inductor's CPU freezing uses): 1.2–2.2× per matmul at decode shapes on one thread, where
+the plain GEMM repacks the weight at every call. None: wherever a CPU build has oneDNN for the dtype
+(fp32; bf16 where the CPU has it); False: `F.linear` (benchmarks compare the two)."""
+
+PACK_MIN_NUMEL = 1 << 17
+"""Smaller weights stay plain: oneDNN's ≈ 10 µs per call outweighs the packing below ≈ 128 × 1024 (the
+tiny preset's 128 × 384 projections ran 1.0–2× slower packed; 256 × 768 and up, 1.1–1.7× faster)."""
+
+
+def _packs(device: torch.device, dtype: torch.dtype) -> bool:
+    if PACK_WEIGHTS is False or device.type != "cpu" or not torch.backends.mkldnn.is_available():
+        return False
+    if not (hasattr(torch.ops.mkldnn, "_linear_pointwise") and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")):
+        return False
+    if dtype == torch.bfloat16:
+        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    return dtype == torch.float32
+
+
 def _rotate(x: torch.Tensor, cos: torch.Tensor, sin_signed: torch.Tensor) -> torch.Tensor:
     """RoPE as in HF Llama, x·cos + rotate_half(x)·sin, bit for bit: rotate_half(x)·sin equals
     roll(x, D/2)·sin_signed with sin_signed = (−sin₁, sin₂), in two ops instead of four.
@@ -153,24 +178,30 @@ class LeanDecoder:
         self.mm_dtype = torch.get_autocast_dtype(dev.type) if torch.is_autocast_enabled(dev.type) else dtype
         self.device_type = dev.type
 
+        self.packed = _packs(dev, self.mm_dtype)
+
         def mm(t: torch.Tensor | None) -> torch.Tensor | None:
             return None if t is None else t.to(self.mm_dtype)
 
+        def w(t: torch.Tensor) -> torch.Tensor:
+            t = t.to(self.mm_dtype)
+            return torch.ops.mkldnn._reorder_linear_weight(t, rows) if self.packed and t.numel() >= PACK_MIN_NUMEL else t
+
         self.embed = model.model.embed_tokens.weight  # (V, d)
         self.norm = model.model.norm.weight  # (d,)
-        self.lm_head = mm(model.lm_head.weight)  # (V, d); the embedding itself when tied
+        self.lm_head = w(model.lm_head.weight)  # (V, d); the embedding itself when tied
         self.layers = []
         for layer in model.model.layers:
             a, m = layer.self_attn, layer.mlp
             self.layers.append((
                 layer.input_layernorm.weight,
-                mm(torch.cat([a.q_proj.weight, a.k_proj.weight, a.v_proj.weight])),  # ((H+2Hkv)·D, d)
+                w(torch.cat([a.q_proj.weight, a.k_proj.weight, a.v_proj.weight])),  # ((H+2Hkv)·D, d)
                 mm(_cat_bias(a.q_proj, a.k_proj, a.v_proj)),
-                mm(a.o_proj.weight), mm(a.o_proj.bias),
+                w(a.o_proj.weight), mm(a.o_proj.bias),
                 layer.post_attention_layernorm.weight,
-                mm(torch.cat([m.gate_proj.weight, m.up_proj.weight])),  # (2I, d)
+                w(torch.cat([m.gate_proj.weight, m.up_proj.weight])),  # (2I, d)
                 mm(_cat_bias(m.gate_proj, m.up_proj)),
-                mm(m.down_proj.weight), mm(m.down_proj.bias),
+                w(m.down_proj.weight), mm(m.down_proj.bias),
             ))
         # The model's own rotary module gives the tables: identical values for every static rope type.
         pos = torch.arange(slots, device=dev)[None]  # (1, S)
@@ -188,10 +219,13 @@ class LeanDecoder:
         self.rows = 0  # rows in use
         self.slot: torch.Tensor | None = None  # (A,) cache row of each active row in engine order (None: same)
         self.used = 0  # slots in use
+        self.width = 0  # prefill width L: generated token t sits in slot L + t
 
     def _linear(self, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None) -> torch.Tensor:
         """x @ w.T + b in the projections' dtype (x cast to it; a no-op without autocast). Adding the
         result to the residual stream, or rotating it with the RoPE tables, promotes it back."""
+        if w.is_mkldnn:
+            return torch.ops.mkldnn._linear_pointwise(x.to(self.mm_dtype), w, b, "none", [], "")
         return F.linear(x.to(self.mm_dtype), w, b)
 
     def close(self) -> None:
@@ -200,52 +234,89 @@ class LeanDecoder:
             _give_buffer(self._storage)
             self._storage = self.kv = None
 
-    def _prefill_layers(self, ids: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        """Prompts ids (P, L) into cache slots [0, L); returns the final hidden state of the last position."""
+    def _prefill_layers(self, ids: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor, lo: int = 0) -> torch.Tensor:
+        """Prompt tokens ids (P, R) into cache slots [L - R, L) of cache rows [lo, lo + P), L = `self.width`:
+        R = L for whole prompts, less when the slots before them hold a cached prefix. mask (P, 1, R, L):
+        which slots each query attends to. Returns the final hidden state of the last position (P, d)."""
         a, t = ids.shape
+        hi, end, start = lo + a, self.width, self.width - t
         h, hkv, d = self.heads, self.kv_heads, self.head_dim
-        cos, sin = self.cos[positions][:, :, None], self.sin[positions][:, :, None]  # (P, L, 1, D)
-        x = F.embedding(ids, self.embed)  # (P, L, d)
+        cos, sin = self.cos[positions][:, :, None], self.sin[positions][:, :, None]  # (P, R, 1, D)
+        x = F.embedding(ids, self.embed)  # (P, R, d)
         for i, (ln1, wqkv, bqkv, wo, bo, ln2, wgu, bgu, wd, bd) in enumerate(self.layers):
             y = F.rms_norm(x, (self.hidden,), ln1, self.eps)
-            qkv = self._linear(y, wqkv, bqkv).view(a, t, h + 2 * hkv, d)  # (P, L, H+2Hkv, D)
-            qk = _rotate(qkv[:, :, : h + hkv], cos, sin)  # (P, L, H+Hkv, D)
-            self.kv[0, i, :a, :, :t] = qk[:, :, h:].transpose(1, 2)
-            self.kv[1, i, :a, :, :t] = qkv[:, :, h + hkv:].transpose(1, 2)
-            q = qk[:, :, :h].transpose(1, 2)  # (P, H, L, D)
-            att = F.scaled_dot_product_attention(q, self.kv[0, i, :a, :, :t], self.kv[1, i, :a, :, :t],
-                                                 attn_mask=mask, scale=self.scale, enable_gqa=self.gqa)  # (P, H, L, D)
-            x = x + self._linear(att.transpose(1, 2).reshape(a, t, h * d), wo, bo)  # (P, L, d)
+            qkv = self._linear(y, wqkv, bqkv).view(a, t, h + 2 * hkv, d)  # (P, R, H+2Hkv, D)
+            qk = _rotate(qkv[:, :, : h + hkv], cos, sin)  # (P, R, H+Hkv, D)
+            self.kv[0, i, lo:hi, :, start:end] = qk[:, :, h:].transpose(1, 2)
+            self.kv[1, i, lo:hi, :, start:end] = qkv[:, :, h + hkv:].transpose(1, 2)
+            q = qk[:, :, :h].transpose(1, 2)  # (P, H, R, D)
+            att = F.scaled_dot_product_attention(q, self.kv[0, i, lo:hi, :, :end], self.kv[1, i, lo:hi, :, :end],
+                                                 attn_mask=mask, scale=self.scale, enable_gqa=self.gqa)  # (P, H, R, D)
+            x = x + self._linear(att.transpose(1, 2).reshape(a, t, h * d), wo, bo)  # (P, R, d)
             y = F.rms_norm(x, (self.hidden,), ln2, self.eps)
-            gate, up = self._linear(y, wgu, bgu).chunk(2, dim=-1)  # (P, L, I) each
+            gate, up = self._linear(y, wgu, bgu).chunk(2, dim=-1)  # (P, R, I) each
             x = x + self._linear(F.silu(gate) * up, wd, bd)
-        self.used = t
+        self.used = end
         return x[:, -1]  # (P, d)
 
     def _logits(self, last: torch.Tensor) -> torch.Tensor:
         return self._linear(F.rms_norm(last, (self.hidden,), self.norm, self.eps), self.lm_head, None).float()  # (A, V)
 
     @_without_autocast
-    def prefill(self, ids: torch.Tensor, attn: torch.Tensor, positions: torch.Tensor, n: int) -> torch.Tensor:
+    def prefill(self, ids: torch.Tensor, attn: torch.Tensor, positions: torch.Tensor, n: int,
+                cached: list[torch.Tensor | None] | None = None) -> torch.Tensor:
         """Left-padded prompts ids/attn/positions (P, L); each prompt's cache copied to its n rows.
 
-        Returns the next-token logits (P·n, V) in float32.
+        cached: per prompt, None or the K/V of all its tokens but the last, (2, layers, Hkv, len - 1, D)
+        (`export` of an earlier call's row): those slots are copied in and only the last token is computed.
+        Prompts with a cached prefix take the last cache rows, so each group is one contiguous forward.
+
+        Returns the next-token logits (P·n, V) in float32, in the prompts' order.
         """
         p, width = ids.shape
-        valid = attn.bool()  # (P, L)
+        dev = ids.device
+        self.width = width
+        hits = [i for i in range(p) if cached is not None and cached[i] is not None]
+        order = None
+        if hits:
+            hit = set(hits)
+            order = torch.tensor([i for i in range(p) if i not in hit] + hits, device=dev)  # cache row -> prompt
+            ids, attn, positions = ids[order], attn[order], positions[order]
+        valid = attn.bool()  # (P, L) in cache-row order
         self.padded = not bool(valid.all())
-        causal = torch.ones((width, width), dtype=torch.bool, device=ids.device).tril()  # (L, L)
-        # A padding query attends to itself only, so no softmax row is empty (no NaN in the cache).
-        mask = (causal & valid[:, None, :]) | torch.eye(width, dtype=torch.bool, device=ids.device)  # (P, L, L)
-        logits = self._logits(self._prefill_layers(ids, positions, mask[:, None]))  # (P, V)
+        u = p - len(hits)  # rows [0, u): whole prompts; [u, P): one token after a cached prefix
+        for r, i in enumerate(hits, start=u):
+            kv = cached[i]
+            self.kv[:, :, r, :, width - kv.shape[-2] - 1: width - 1] = kv
+        key = torch.arange(width, device=dev)  # (L,)
+        last = []
+        for lo, hi, t in ((0, u, width), (u, p, 1)):
+            if hi == lo:
+                continue
+            query = key[width - t:, None]  # (R, 1) slots of the computed block
+            # Causal over valid slots; a padding query attends to itself only, so no softmax row is empty.
+            mask = ((key[None] <= query) & valid[lo:hi, None, :]) | (key[None] == query)  # (P', R, L)
+            last.append(self._prefill_layers(ids[lo:hi, width - t:], positions[lo:hi, width - t:], mask[:, None], lo))
+        logits = self._logits(torch.cat(last))  # (P, V) in cache-row order
         if n > 1:
             self.kv[:, :, : p * n, :, :width] = self.kv[:, :, :p, :, :width].repeat_interleave(n, dim=2)
             logits = logits.repeat_interleave(n, dim=0)
             valid = valid.repeat_interleave(n, dim=0)
         self.rows = p * n
+        self.slot = None
+        if order is not None:  # engine row i·n + j (prompt i, sample j) lives in cache row pos(i)·n + j
+            pos = torch.empty_like(order).index_copy_(0, order, torch.arange(p, device=dev))  # prompt -> cache row
+            self.slot = (pos[:, None] * n + torch.arange(n, device=dev)).flatten()  # (P·n,)
+            logits = logits[self.slot]
         # Additive attention bias of the decode steps: -inf on left padding, 0 elsewhere.
         self.bias[: self.rows, :width] = torch.zeros_like(valid, dtype=self.bias.dtype).masked_fill(~valid, float("-inf"))
         return logits
+
+    def export(self, row: int, length: int) -> torch.Tensor:
+        """A copy of the K/V of the last `length` filled slots of active row `row` (engine order):
+        (2, layers, Hkv, length, D), what `prefill`'s `cached` takes."""
+        r = int(self.slot[row]) if self.slot is not None else row
+        return self.kv[:, :, r, :, self.used - length: self.used].clone()
 
     @_without_autocast
     def step(self, token: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
@@ -307,3 +378,66 @@ class LeanDecoder:
         identity = bool((slot == torch.arange(k, device=slot.device)).all())
         self.slot = None if identity else slot
         self.rows = k
+
+
+class PrefixCache:
+    """The K/V of token sequences earlier `generate` calls fed to the model, for calls that continue them.
+
+    `generate(..., prefix_cache=cache)` stores, for every row that ends at a stop string, the K/V of the
+    tokens the model was fed (the prompt and every sampled token but the last, which ended the row), keyed
+    by those ids; a later prompt whose ids, less the last, are such a key copies them in and computes only
+    its last token. Step-wise search continues exactly such rows: each round of beam search or MCTS then
+    prefills one token per candidate instead of its prompt and partial solution again.
+
+    Valid only while the model's weights stay as they were: a call with another model, dtype or autocast
+    dtype, or after an in-place update of a parameter (an optimizer step; writes through ``.data`` are not
+    seen), empties it first. The lean decoder only (the HF fallback neither reads nor fills it). The newest
+    entries are kept up to `max_bytes`.
+    """
+
+    def __init__(self, max_bytes: int = 1 << 30):
+        if max_bytes < 0:
+            raise ValueError(f"PrefixCache.max_bytes must be >= 0 (got {max_bytes})")
+        self.max_bytes = max_bytes
+        self.bytes = 0
+        self.hits = 0
+        self.misses = 0
+        self._entries: dict[tuple[int, ...], torch.Tensor] = {}
+        self._owner: tuple | None = None
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def clear(self) -> None:
+        self._entries.clear()
+        self.bytes = 0
+
+    def bind(self, model: nn.Module, dtype: torch.dtype, mm_dtype: torch.dtype) -> None:
+        """Empty the cache unless it was filled by this model, with these weights and dtypes."""
+        owner = (id(model), dtype, mm_dtype, sum(p._version for p in model.parameters()))
+        if owner != self._owner:
+            self.clear()
+            self._owner = owner
+
+    def get(self, ids: list[int]) -> torch.Tensor | None:
+        """The cached K/V of `ids[:-1]`, (2, layers, Hkv, len(ids) - 1, D), or None."""
+        kv = self._entries.get(tuple(ids[:-1])) if len(ids) > 1 else None
+        if kv is None:
+            self.misses += 1
+        else:
+            self.hits += 1
+        return kv
+
+    def put(self, fed: list[int], kv: torch.Tensor) -> None:
+        size = kv.numel() * kv.element_size()
+        if size > self.max_bytes:
+            return
+        key = tuple(fed)
+        old = self._entries.pop(key, None)
+        if old is not None:
+            self.bytes -= old.numel() * old.element_size()
+        self._entries[key] = kv
+        self.bytes += size
+        while self.bytes > self.max_bytes:  # the oldest first (dicts keep insertion order)
+            old = self._entries.pop(next(iter(self._entries)))
+            self.bytes -= old.numel() * old.element_size()

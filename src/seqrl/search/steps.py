@@ -11,6 +11,8 @@ policy sampled, not from its text encoded again: a BPE tokenizer can encode the 
 tokens than the model chose (and the model then continues a sequence it never wrote), and the
 rendering and encoding cost per candidate is saved. Any other prefix (a step cut inside a token,
 one older than the last `WRITTEN_KEPT` written, one given by the caller) is encoded from its text.
+Such a prefix also continues from the K/V its row left (`PrefixCache`, lean decoder): a round
+computes one token per continued candidate instead of prefilling its prompt and partial solution.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from seqrl.models.lm import Policy
-from seqrl.rollout import SamplingParams, generate
+from seqrl.rollout import PrefixCache, SamplingParams, generate
 from seqrl.types import ANSWER_CLOSE, STEP_SEP, Problem
 
 
@@ -81,6 +83,8 @@ class PolicyStepper:
     seed: int = 0
     generated_tokens: int = 0
     calls: int = 0
+    prefix_cache: PrefixCache | None = field(default_factory=PrefixCache, repr=False)
+    """The K/V of the rows the recent calls ended at a step boundary (None: prefill every prefix again)."""
     _prompts: dict = field(default_factory=dict, repr=False)
     """id(problem) → (problem, its rendered prompt's token ids); keyed by identity (a problem's rendering
     may read fields that equality ignores), the problem held so that its id is not reused."""
@@ -122,7 +126,7 @@ class PolicyStepper:
                                 max_new_tokens=self.step_tokens, stop=(STEP_SEP,),
                                 seed=self.seed * 1_000_003 + self.calls)
         inputs = self._prompt_ids(problems, prefixes)
-        ro = generate(self.policy, [ids for ids, _ in inputs], n, params)
+        ro = generate(self.policy, [ids for ids, _ in inputs], n, params, prefix_cache=self.prefix_cache)
         self.generated_tokens += ro.num_generated_tokens
         lengths = ro.lengths.tolist()
         sampled = ro.completion_ids.tolist()
@@ -164,6 +168,6 @@ class PolicyStepper:
         params = SamplingParams(temperature=self.temperature, top_p=self.top_p,
                                 max_new_tokens=max(1, self.solution_tokens - used),
                                 seed=self.seed * 1_000_003 + self.calls)
-        ro = generate(self.policy, [ids for ids, _ in inputs], 1, params)
+        ro = generate(self.policy, [ids for ids, _ in inputs], 1, params, prefix_cache=self.prefix_cache)
         self.generated_tokens += ro.num_generated_tokens
         return [prefix + text for prefix, text in zip(prefixes, ro.texts)]

@@ -1,0 +1,106 @@
+"""K/V kept across `generate` calls (`PrefixCache`): a prompt continuing a row an earlier call ended at a
+stop string computes one token, and samples what a full prefill samples; a stale cache is never read."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from seqrl.rollout import PrefixCache, SamplingParams, generate
+from seqrl.search import steps as steps_mod
+from seqrl.search.steps import PolicyStepper
+from seqrl.search.tree import beam_search
+from seqrl.types import Problem
+from tests.component.test_search_policy import LengthScorer
+from tests.component.test_rollout_lean import QUESTIONS, _custom_policy
+
+
+STOPS = tuple("\n(tn=oQ\\|1")  # characters the test models write often: many rows end at a stop string
+
+
+def _continuations(policy, cache, n=4, stop=STOPS, seed=5):
+    """Rows of a first call ended at a stop string, as prompts (prompt + every sampled token)."""
+    prompts = policy.encode_prompts(QUESTIONS)
+    first = generate(policy, prompts, n, SamplingParams(max_new_tokens=20, stop=stop, seed=seed), prefix_cache=cache)
+    rows = [r for r, e in enumerate(first.ended_by) if e == "stop_string"]
+    return [prompts[r // n] + first.completion_ids[r, : int(first.lengths[r])].tolist() for r in rows], prompts
+
+
+@pytest.mark.parametrize("arch,overrides", [("llama", {}), ("qwen2", {"num_key_value_heads": 2})])
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_continuing_from_the_cache_samples_what_a_full_prefill_samples(arch, overrides, temperature):
+    policy = _custom_policy(arch, seed=1, **overrides)
+    cache = PrefixCache()
+    cont, prompts = _continuations(policy, cache)
+    assert len(cont) >= 4 and len(cache) == len({tuple(c[:-1]) for c in cont})  # only stop-string rows are kept
+    mixed = cont[:2] + [prompts[0]] + cont[2:] + [prompts[2]]  # hits and misses interleaved, lengths differ
+    params = SamplingParams(temperature=temperature, max_new_tokens=15, seed=9, stop=STOPS[2:])
+    full = generate(policy, mixed, 3, params)
+    hits_before = cache.hits
+    cached = generate(policy, mixed, 3, params, prefix_cache=cache)
+    assert cached.stats["prefix_cache_hits"] == len(cont) and cache.hits - hits_before == len(cont)
+    assert cached.completion_ids.tolist() == full.completion_ids.tolist()
+    assert cached.ended_by == full.ended_by and cached.texts == full.texts
+    assert torch.allclose(cached.logprobs, full.logprobs, atol=1e-5)
+    assert len(set(cached.lengths.tolist())) > 2  # rows left the batch at several steps
+
+
+def test_an_in_place_weight_update_empties_the_cache():
+    policy = _custom_policy("llama", seed=2)
+    cache = PrefixCache()
+    cont, _ = _continuations(policy, cache)
+    assert cont and len(cache) > 0
+    with torch.no_grad():
+        for p in policy.model.parameters():
+            p.mul_(1.1)  # what an optimizer step does: the cached K/V are stale now
+    params = SamplingParams(temperature=0, max_new_tokens=10)
+    hits = cache.hits
+    again = generate(policy, cont, 1, params, prefix_cache=cache)
+    assert cache.hits == hits and again.stats["prefix_cache_hits"] == 0
+    assert again.completion_ids.tolist() == generate(policy, cont, 1, params).completion_ids.tolist()
+
+
+def test_another_autocast_dtype_empties_the_cache():
+    policy = _custom_policy("llama", seed=2)
+    cache = PrefixCache()
+    cont, _ = _continuations(policy, cache)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = generate(policy, cont, 1, SamplingParams(temperature=0, max_new_tokens=4), prefix_cache=cache)
+    assert out.stats["prefix_cache_hits"] == 0
+
+
+def test_the_byte_budget_keeps_the_newest_entries():
+    cache = PrefixCache(max_bytes=3 * 40)
+    for i in range(5):
+        cache.put([i, i], torch.zeros(10))  # 40 bytes each
+    assert len(cache) == 3 and cache.bytes == 120
+    assert cache.get([0, 0, 9]) is None and cache.get([4, 4, 9]) is not None
+    cache.put([7], torch.zeros(100))  # larger than the whole budget: not kept, nothing evicted
+    assert len(cache) == 3
+    assert len(PrefixCache(max_bytes=0)) == 0
+    with pytest.raises(ValueError, match="max_bytes"):
+        PrefixCache(max_bytes=-1)
+
+
+def test_the_hf_forward_neither_reads_nor_fills_the_cache():
+    policy = _custom_policy("llama", seed=1)
+    cache = PrefixCache()
+    prompts = policy.encode_prompts(QUESTIONS)
+    out = generate(policy, prompts, 4, SamplingParams(max_new_tokens=20, stop=STOPS, seed=5, decode="hf"),
+                   prefix_cache=cache)
+    assert "stop_string" in out.ended_by and len(cache) == 0
+
+
+def test_beam_search_finds_the_same_solutions_with_and_without_the_cache(tiny_policy, monkeypatch):
+    monkeypatch.setattr(steps_mod, "STEP_SEP", "\n")  # a separator the untrained model writes often
+    problems = [Problem("12+34=", "46"), Problem("5+6=", "11"), Problem("71-9=", "62")]
+
+    def search(cache):
+        stepper = PolicyStepper(tiny_policy, step_tokens=6, solution_tokens=40, seed=3, prefix_cache=cache)
+        return beam_search(problems, stepper, LengthScorer(), n=6, beam_width=2, max_steps=5), stepper
+
+    with_cache, stepper = search(PrefixCache())
+    without, _ = search(None)
+    assert stepper.prefix_cache.hits > 0
+    assert with_cache.chosen == without.chosen and with_cache.pools == without.pools
+    assert with_cache.account.generated_tokens == without.account.generated_tokens
