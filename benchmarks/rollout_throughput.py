@@ -27,7 +27,9 @@ projections), seqrl with the HF forward (``SamplingParams(decode="hf")``, the sa
 the HF model and a `DynamicCache`), and HF `generate`; where the CPU has AVX-512 BF16 or AMX-BF16
 (``--bf16 auto``, the default), also seqrl lean under ``torch.autocast(bf16)`` (projections and head
 in bf16, weights cast once per call; KV cache and attention fp32). bf16 samples other tokens than
-fp32, so in natural mode its lengths differ: compare its seconds per call *and* tokens/s.
+fp32, so in natural mode its lengths differ: compare its seconds per call *and* tokens/s. With
+``--unpacked``, one more: seqrl lean with `F.linear` on the plain weights (``lean.PACK_WEIGHTS = False``)
+instead of oneDNN on weights packed once per call, the packing's share (``lean_packed_vs_unpacked_*``).
 
 For each (preset, mode): one warm-up call per engine (same batch, at most 16 new tokens: the same
 code paths at a fraction of the cost), then R repeats interleaved (lean, seqrl-HF-forward, HF, …).
@@ -106,6 +108,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--bf16", choices=("auto", "on", "off"), default="auto",
                    help="a fourth engine, seqrl lean under bf16 autocast (projections in bf16); auto: where the CPU "
                         "has AVX-512 BF16 or AMX-BF16")
+    p.add_argument("--unpacked", action="store_true",
+                   help="one more engine: seqrl lean with F.linear on unpacked weights (the oneDNN packing's share)")
     p.add_argument("--cache-dir", default=str(ROOT / "runs" / "bench-cache"), help="trained checkpoints")
     p.add_argument("--retrain", action="store_true", help="train again even when a cached checkpoint exists")
     args = p.parse_args(argv)
@@ -175,13 +179,19 @@ def eos_ids(policy: Policy) -> list[int]:
 
 
 def run_ours(policy: Policy, prompt_ids: list[list[int]], n: int, max_new: int, forced: bool, seed: int,
-             decode: str = "auto", bf16: bool = False) -> dict:
+             decode: str = "auto", bf16: bool = False, unpacked: bool = False) -> dict:
+    from seqrl.rollout import lean
+
     params = SamplingParams(temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=max_new, seed=seed,
                             ignore_eos=forced, decode=decode)
-    t0 = time.perf_counter()
-    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-        ro = generate(policy, prompt_ids, n, params)
-    seconds = time.perf_counter() - t0
+    before, lean.PACK_WEIGHTS = lean.PACK_WEIGHTS, (False if unpacked else lean.PACK_WEIGHTS)
+    try:
+        t0 = time.perf_counter()
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            ro = generate(policy, prompt_ids, n, params)
+        seconds = time.perf_counter() - t0
+    finally:
+        lean.PACK_WEIGHTS = before
     lengths = ro.lengths
     if forced and not bool((lengths == max_new).all()):
         raise RuntimeError(f"ours, forced: lengths {lengths.unique().tolist()} != {max_new}")
@@ -302,7 +312,7 @@ def main(argv: list[str] | None = None) -> dict:
     from seqrl.utils.dist import bf16_fast
 
     bf16 = args.bf16 == "on" or (args.bf16 == "auto" and bf16_fast(torch.device("cpu")))
-    engines = 4 if bf16 else 3
+    engines = 3 + bf16 + args.unpacked
     results: dict[str, dict] = {}
     train_info: dict[str, dict] = {}
     parity: dict[str, bool] = {}
@@ -317,7 +327,7 @@ def main(argv: list[str] | None = None) -> dict:
         with progress_bar(sum(engines * (repeats[m] + 1) for m in args.modes), f"{preset}: ours vs HF") as bar:
             for mode in args.modes:
                 forced = mode == "forced"
-                ours, ours_hf, hf, ours_bf16 = [], [], [], []
+                ours, ours_hf, hf, ours_bf16, ours_unpacked = [], [], [], [], []
                 # Warm-up (not timed): the same batch, shorter (it runs the same code paths), then
                 # interleaved repeats.
                 warm = min(args.max_new_tokens, 16)
@@ -329,6 +339,9 @@ def main(argv: list[str] | None = None) -> dict:
                 bar.advance(1)
                 if bf16:
                     run_ours(policy, prompt_ids, args.n, warm, forced, seed=10_000, bf16=True)
+                    bar.advance(1)
+                if args.unpacked:
+                    run_ours(policy, prompt_ids, args.n, warm, forced, seed=10_000, unpacked=True)
                     bar.advance(1)
                 for r in range(repeats[mode]):
                     seed = args.seed * 1000 + r
@@ -343,6 +356,10 @@ def main(argv: list[str] | None = None) -> dict:
                         ours_bf16.append(run_ours(policy, prompt_ids, args.n, args.max_new_tokens, forced, seed,
                                                   bf16=True))
                         bar.advance(1, bf16_s=ours_bf16[-1]["seconds"])
+                    if args.unpacked:
+                        ours_unpacked.append(run_ours(policy, prompt_ids, args.n, args.max_new_tokens, forced, seed,
+                                                      unpacked=True))
+                        bar.advance(1, unpacked_s=ours_unpacked[-1]["seconds"])
                 o, oh, h = summarize(ours, rows), summarize(ours_hf, rows), summarize(hf, rows)
                 results[f"{preset}_{mode}"] = {
                     "preset": preset, "mode": mode, "ours": o, "ours_hf": oh, "hf": h,
@@ -356,6 +373,12 @@ def main(argv: list[str] | None = None) -> dict:
                         ours_bf16=ob, speedup_bf16=h["median_s"] / ob["median_s"],
                         lean_bf16_vs_fp32=o["median_s"] / ob["median_s"],
                         lean_bf16_vs_fp32_tok_s=ob["tok_s"] / o["tok_s"])
+                if args.unpacked:  # the same tokens as packed up to fp32 rounding: seconds and tokens/s
+                    ou = summarize(ours_unpacked, rows)
+                    results[f"{preset}_{mode}"].update(
+                        ours_unpacked=ou, speedup_unpacked=h["median_s"] / ou["median_s"],
+                        lean_packed_vs_unpacked=ou["median_s"] / o["median_s"],
+                        lean_packed_vs_unpacked_tok_s=o["tok_s"] / ou["tok_s"])
         del policy
 
     # ---- readable table (stdout) ----
@@ -366,16 +389,16 @@ def main(argv: list[str] | None = None) -> dict:
                 "mean len", "max len", "rows×steps", "decode work", "speedup"):
         table.add_column(col, justify="right" if col not in ("preset", "mode", "engine") else "left")
     for key, res in results.items():
-        for engine in ("ours", "ours_hf", "hf", "ours_bf16"):
+        for engine in ("ours", "ours_hf", "hf", "ours_bf16", "ours_unpacked"):
             if engine not in res:
                 continue
             s = res[engine]
             speedup = {"ours": res["speedup"], "ours_hf": res["speedup_hf_forward"],
-                       "ours_bf16": res.get("speedup_bf16")}.get(engine)
+                       "ours_bf16": res.get("speedup_bf16"), "ours_unpacked": res.get("speedup_unpacked")}.get(engine)
             table.add_row(
                 res["preset"] if engine == "ours" else "", res["mode"] if engine == "ours" else "",
                 {"ours": "seqrl lean", "ours_hf": "seqrl HF forward", "hf": "HF generate",
-                 "ours_bf16": "seqrl lean bf16"}[engine],
+                 "ours_bf16": "seqrl lean bf16", "ours_unpacked": "seqrl lean, F.linear"}[engine],
                 f"{s['median_s']:.3f}", f"{s['median_tokens']:.0f}", f"{s['tok_s']:.0f}",
                 f"{s['stop_frac']:.1%}" if res["mode"] == "natural" else "forced",
                 f"{s['mean_len']:.1f}", f"{s['max_len']}", f"{s['rows_x_steps']:.0f}",
@@ -407,6 +430,10 @@ def main(argv: list[str] | None = None) -> dict:
             summary[f"lean_bf16_vs_fp32_{suffix}"] = round(res["lean_bf16_vs_fp32"], 3)
             summary[f"lean_bf16_vs_fp32_tok_s_{suffix}"] = round(res["lean_bf16_vs_fp32_tok_s"], 3)
             summary[f"ours_bf16_median_s_{suffix}"] = round(res["ours_bf16"]["median_s"], 4)
+        if "ours_unpacked" in res:
+            summary[f"lean_packed_vs_unpacked_{suffix}"] = round(res["lean_packed_vs_unpacked"], 3)
+            summary[f"lean_packed_vs_unpacked_tok_s_{suffix}"] = round(res["lean_packed_vs_unpacked_tok_s"], 3)
+            summary[f"speedup_vs_hf_unpacked_{suffix}"] = round(res["speedup_unpacked"], 3)
     for key, res in results.items():
         suffix = res["preset"] + ("_forced" if res["mode"] == "forced" else "")
         o, h = res["ours"], res["hf"]

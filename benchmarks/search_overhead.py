@@ -11,6 +11,8 @@ budget: N beams of width M (beam search) and N simulations of width M (MCTS) on 
 Reported (fp32, one thread):
 * ``beam_tokens_per_s_ratio``: generated tokens per generation-second inside beam search ÷ generated
   tokens per second of plain sampling (N samples per problem, one call, the same settings) — goal ≥ 0.8;
+* ``beam_no_prefix_cache_ratio``: the same without the K/V kept across rounds (each round prefills every
+  candidate's prompt and partial solution again), interleaved in the same repeats: the cache's share;
 * ``beam_overhead_frac``, ``mcts_overhead_frac``: time outside generation and scoring ÷ total — goal ≤ 0.10;
 * the token accounts and the seconds split, and the CPU's capabilities (bf16 support changes timings).
 
@@ -86,10 +88,14 @@ def main() -> None:
     # Beam search and plain sampling alternate `repeats` times (the load of a shared machine moves within
     # seconds); the ratio is the median of the per-repeat ratios.
     repeats = args.repeats or (3 if args.quick else 5)
-    ratios, beam_rates, plain_rates = [], [], []
+    ratios, beam_rates, plain_rates, uncached_ratios, hits = [], [], [], [], []
     for r in range(repeats):
+        stepper = PolicyStepper(policy, temperature=1.0, step_tokens=24, solution_tokens=max_new, seed=1,
+                                prefix_cache=None)
+        uncached = beam_search(problems, stepper, scorer, n=args.n, beam_width=args.width, max_steps=8, task=task)
         stepper = PolicyStepper(policy, temperature=1.0, step_tokens=24, solution_tokens=max_new, seed=1)
         beam = beam_search(problems, stepper, scorer, n=args.n, beam_width=args.width, max_steps=8, task=task)
+        hits.append(stepper.prefix_cache.hits / max(stepper.prefix_cache.hits + stepper.prefix_cache.misses, 1))
         t = time.perf_counter()
         prompts = policy.encode_prompts(problems)  # rendering the prompts is counted, as it is in beam's gen_s
         plain = generate(policy, prompts, args.n, SamplingParams(temperature=1.0, max_new_tokens=max_new, seed=3))
@@ -97,6 +103,7 @@ def main() -> None:
         plain_rates.append(plain.num_generated_tokens / plain_s)
         beam_rates.append(beam.account.generated_tokens / max(beam.account.gen_s, 1e-9))
         ratios.append(beam_rates[-1] / plain_rates[-1])
+        uncached_ratios.append(uncached.account.generated_tokens / max(uncached.account.gen_s, 1e-9) / plain_rates[-1])
     plain_rate, beam_rate = statistics.median(plain_rates), statistics.median(beam_rates)
 
     def split(acc):
@@ -113,6 +120,11 @@ def main() -> None:
         "beam_tokens_per_s": round(beam_rate, 1),
         "beam_tokens_per_s_ratio": round(statistics.median(ratios), 3),
         "beam_tokens_per_s_ratios": [round(x, 3) for x in ratios],
+        "beam_no_prefix_cache_ratio": round(statistics.median(uncached_ratios), 3),
+        "beam_no_prefix_cache_ratios": [round(x, 3) for x in uncached_ratios],
+        "cache_vs_no_cache": round(statistics.median(a / b for a, b in zip(ratios, uncached_ratios)), 3),
+        "prefix_cache_hit_rate": round(statistics.median(hits), 3),
+        "same_solutions_with_and_without_cache": beam.chosen == uncached.chosen,
         "beam_overhead_frac": round(beam.account.other_s / beam.account.total_s, 4),
         "mcts_overhead_frac": round(tree.account.other_s / tree.account.total_s, 4),
         "beam": split(beam.account), "mcts": split(tree.account),
