@@ -36,6 +36,7 @@ step sft_cuda $PY -m seqrl train sft --config arith_tiny_short --run.device=cuda
 step grpo_cuda $PY -m seqrl train grpo --config arith_tiny_grpo --run.device=cuda --run.bf16=auto --steps=10 --run.progress=false
 step dt_cuda $PY -m seqrl train dt --config pendulum_medium_expert --run.device=cuda --steps=300 --run.progress=false
 step compile_cuda $PY benchmarks/compile_probe.py --presets tiny,small --device cuda --dynamic --repeats 9
+step sft_cuda_compiled $PY -m seqrl train sft --config arith_tiny_short --run.name=sft_compiled --run.device=cuda --run.bf16=auto --run.compile=true --run.progress=false
 for f in runs/*/metrics.jsonl; do echo "== $f"; tail -n 2 "$f"; done >"$OUT/metrics_tail.txt" 2>&1
 if [ "${SUITE_TIMEOUT:-240}" != 0 ]; then
   step suite_cuda timeout "${SUITE_TIMEOUT:-240}" $PY -m pytest -q -x -p no:cacheprovider -n "${JOBS:-14}" --timeout 200 src tests

@@ -65,7 +65,7 @@ def test_run_config_reads_bf16_as_a_boolean_or_auto_and_logs_the_choice(capsys, 
     assert run.bf16 == "auto" and run.use_bf16 == dist.bf16_fast(torch.device("cpu"))
     with pytest.raises(Exception, match="run.bf16|bf16"):
         from_dict(RunConfig, {"bf16": "sometimes"})
-    assert RunConfig(bf16=False).announce() == {"run/device": "cpu", "run/bf16": 0.0}
+    assert RunConfig(bf16=False).announce() == {"run/device": "cpu", "run/bf16": 0.0, "run/compile": 0.0}
     assert "device: cpu (1 process(es)), precision: fp32" in capsys.readouterr().out
 
 

@@ -29,6 +29,7 @@ import torch
 from seqrl.training.run import RunGuard, open_run_trackers, resume_and_open_log, start_run
 from seqrl.utils import dist
 from seqrl.utils.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from seqrl.utils.compiling import compile_seconds
 from seqrl.utils.metrics import MetricsLogger, read_metrics
 from seqrl.utils.plots import plot_metrics
 from seqrl.utils.progress import progress_bar
@@ -71,6 +72,7 @@ class RunLoop:
         self.bar = None
         """The progress bar while `run` runs (a step may add a field: ``loop.bar.advance(0, dagger=...)``)."""
         self._side_logs: list[MetricsLogger] = []
+        self._compile_base = 0.0
         self._companions: list[tuple[str, torch.nn.Module, Any, Any]] = []
         self.trackers: list = []
         """The experiment trackers of ``run.report_to`` (main process), opened by `resume`."""
@@ -98,6 +100,13 @@ class RunLoop:
         each unit); `restore_rng` False leaves the global RNGs as they are (a trainer seeding each unit)."""
         self.model, self.optimizer, self.scheduler, self.tokenizer = model, optimizer, scheduler, tokenizer
         self._restore_rng = restore_rng
+        run = self.cfg.run
+        if getattr(run, "compile", False):  # in place: the checkpoints' names stay as they are
+            from seqrl.utils.compiling import compile_model
+
+            for m in [model, *(c[1] for c in self._companions)]:
+                compile_model(m, run.compile_backend, run.compile_mode)
+        self._compile_base = compile_seconds() or 0.0  # this run's share of the process's compile time
         self.resume_from, self.state, self.start, self.logger = resume_and_open_log(
             self.dir, self.resume_from, self._load, self.main, unit=self.unit)
         # the free-space check counts Adam's two moments: only where there is an optimizer to save
@@ -206,6 +215,8 @@ class RunLoop:
                     metrics = step(i, log)
                     if log and metrics:
                         metrics = {"stats/skipped_updates": guard.skipped, **metrics}  # run.on_nonfinite=skip_step
+                        if getattr(run, "compile", False) and compile_seconds() is not None:
+                            metrics["time/compile_s"] = compile_seconds() - self._compile_base  # in the step times so far
                     if evaluated:
                         metrics = {**metrics, **evaluate()}
                     if metrics:

@@ -1,0 +1,87 @@
+"""`run.compile`: the trained model's forward under `torch.compile` learns what the eager model learns,
+keeps its checkpoint names, resumes, and logs the compilation time. The aot_eager backend traces the
+same graphs as inductor without generating kernels (inductor's own parity: benchmarks/compile_probe.py)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from seqrl.algos.config import OptimConfig, RunConfig, TaskConfig
+from seqrl.algos.sft import SFTConfig, train
+from seqrl.evaluation import EvalConfig
+from seqrl.models import ModelConfig
+from seqrl.utils.checkpoint import latest_checkpoint
+from seqrl.utils.compiling import is_compiled
+from seqrl.utils.metrics import read_metrics
+
+
+def _cfg(tmp_path, name, compile_: bool, steps=4, resume=False) -> SFTConfig:
+    return SFTConfig(
+        run=RunConfig(name=name, out_dir=str(tmp_path), seed=3, save_every=2, log_every=1, progress=False,
+                      compile=compile_, compile_backend="aot_eager", resume=resume),
+        model=ModelConfig(preset="tiny", max_seq_len=64),
+        task=TaskConfig(name="arith_mixed", n_train=64, n_test=8),  # rows of several lengths: dynamic shapes
+        optim=OptimConfig(lr=1e-3, warmup_steps=1),
+        eval=EvalConfig(max_new_tokens=8, every=0),
+        steps=steps,
+        batch_size=4,
+    )
+
+
+def test_a_compiled_sft_run_learns_what_the_eager_run_learns(tmp_path):
+    import seqrl.algos.sft as sft
+
+    seen = []
+    real = sft.accumulate_gradients
+
+    def spy(model, *args, **kwargs):
+        seen.append(is_compiled(model))
+        return real(model, *args, **kwargs)
+
+    sft.accumulate_gradients = spy
+    try:
+        train(_cfg(tmp_path, "eager", False))
+        train(_cfg(tmp_path, "compiled", True))
+    finally:
+        sft.accumulate_gradients = real
+    assert seen == [False] * 4 + [True] * 4
+    records = {run: [r for r in read_metrics(tmp_path / run / "metrics.jsonl") if "loss/sft" in r]
+               for run in ("eager", "compiled")}
+    eager = [r["loss/sft"] for r in records["eager"]]
+    compiled = [r["loss/sft"] for r in records["compiled"]]
+    assert len(eager) == len(compiled) == 4 and compiled == pytest.approx(eager, rel=1e-5, abs=1e-6)
+    assert all("time/compile_s" not in r for r in records["eager"])
+    assert records["compiled"][0]["time/compile_s"] > 0  # the first step compiled
+    assert records["compiled"][-1]["time/compile_s"] >= records["compiled"][0]["time/compile_s"]
+    from safetensors.torch import load_file
+
+    ea = load_file(str(latest_checkpoint(tmp_path / "eager") / "model.safetensors"))
+    ca = load_file(str(latest_checkpoint(tmp_path / "compiled") / "model.safetensors"))
+    assert ea.keys() == ca.keys()  # no _orig_mod. prefix: a checkpoint loads with or without compile
+    assert all(torch.allclose(ea[k], ca[k], atol=1e-5) for k in ea)
+
+
+def test_a_compiled_run_resumes_from_its_checkpoint(tmp_path):
+    train(_cfg(tmp_path, "run", True, steps=2))
+    train(_cfg(tmp_path, "run", True, steps=4, resume=True))
+    steps = [r["step"] for r in read_metrics(tmp_path / "run" / "metrics.jsonl") if "loss/sft" in r]
+    assert steps == [1, 2, 3, 4]
+
+
+@pytest.mark.parametrize("kw,match", [({"compile": "yes"}, "run.compile must be"),
+                                      ({"compile_mode": "fast"}, "run.compile_mode must be"),
+                                      ({"compile": True, "compile_backend": "nope"}, "run.compile_backend 'nope'")])
+def test_compile_settings_are_validated(kw, match):
+    with pytest.raises(ValueError, match=match):
+        RunConfig(**kw)
+
+
+def test_trl_torch_compile_names_set_the_run_fields():
+    from seqrl import GRPOConfig
+    from seqrl.algos.config import trl_overrides
+
+    cfg = GRPOConfig(output_dir="runs/x", torch_compile=True, torch_compile_backend="aot_eager",
+                     torch_compile_mode="max-autotune")
+    assert (cfg.run.compile, cfg.run.compile_backend, cfg.run.compile_mode) == (True, "aot_eager", "max-autotune")
+    assert trl_overrides(["--torch_compile", "true"], {"run"}) == ["--run.compile=true"]
