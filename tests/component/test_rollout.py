@@ -140,3 +140,17 @@ def test_finished_rows_stop_costing_compute(tiny_policy):
     # decode work counted row by row equals the generated tokens, below the padded rectangle
     assert ro.stats["decode_rows_x_steps"] == ro.num_generated_tokens
     assert ro.stats["decode_rows_x_steps"] < ro.stats["padded_rows_x_steps"]
+
+
+def test_the_stop_check_decodes_windows_as_the_tokenizer_does(tiny_policy):
+    from seqrl.rollout.engine import window_decoder
+
+    tok = tiny_policy.tokenizer
+    ids = tok.encode("<think>12+34=46\n\n</think><answer>46</answer>", add_special_tokens=False) + [tok.eos_token_id]
+    windows = [ids[i:i + k] for k in (1, 3, 4) for i in range(len(ids) - k + 1)]
+    assert window_decoder(tok)(windows) == [tok.decode(w, skip_special_tokens=False) for w in windows]
+    tok.clean_up_tokenization_spaces = True  # decode then does more than the Rust call: decoded row by row
+    try:
+        assert window_decoder(tok)(windows[:5]) == [tok.decode(w, skip_special_tokens=False) for w in windows[:5]]
+    finally:
+        tok.clean_up_tokenization_spaces = False

@@ -76,3 +76,18 @@ def test_seqrl_eval_reads_the_answers_the_instruct_model_writes(smollm2, tmp_pat
     result = json.loads(out.read_text())
     assert result["metrics"]["eval/no_answer"] == 0, [r["greedy"][-80:] for r in result["records"]]
     assert all(r["reason"] != "no answer" for r in result["records"])
+
+
+def test_the_stop_check_decodes_windows_as_the_tokenizer_does(smollm2):
+    """The stop-string check decodes every row's last tokens in one Rust call: the same strings as
+    `tokenizer.decode`, including windows that cut a multi-byte character and special tokens."""
+    from transformers import AutoTokenizer
+
+    from seqrl.rollout.engine import window_decoder
+
+    tok = AutoTokenizer.from_pretrained(smollm2)
+    ids = tok.encode("Schöne Grüße — 東京 🙂 <|im_end|>\n\n12+34=46", add_special_tokens=False)
+    windows = [ids[i:i + k] for k in (1, 2, 3, 5) for i in range(len(ids) - k + 1)] + [[]]
+    fast = window_decoder(tok)
+    assert fast(windows) == [tok.decode(w, skip_special_tokens=False) for w in windows]
+    assert any("\ufffd" in t for t in fast(windows))  # windows that cut a character were among them

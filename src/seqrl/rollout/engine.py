@@ -31,6 +31,11 @@ import torch
 import torch.nn.functional as F
 from transformers import DynamicCache
 
+try:
+    from transformers.tokenization_utils_tokenizers import TokenizersBackend
+except ImportError:  # another transformers layout: decode row by row
+    TokenizersBackend = None
+
 from seqrl.models.lm import Policy, model_device
 from seqrl.rollout.lean import LeanDecoder, PrefixCache, unsupported_reason
 from seqrl.utils.progress import progress_bar
@@ -174,6 +179,18 @@ def sample_rows(probs: torch.Tensor, generator: torch.Generator | None = None) -
     return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
 
 
+def window_decoder(tok):
+    """`windows -> [tok.decode(w, skip_special_tokens=False) for w in windows]`, in one call of the Rust
+    tokenizer where that is what `decode` runs (a fast tokenizer without clean-up of spaces, neither
+    method overridden): the stop-string check decodes every active row's last tokens at every step."""
+    backend = getattr(tok, "_tokenizer", None)
+    if (TokenizersBackend is not None and isinstance(tok, TokenizersBackend) and backend is not None
+            and type(tok).decode is TokenizersBackend.decode and type(tok)._decode is TokenizersBackend._decode
+            and not tok.clean_up_tokenization_spaces):
+        return lambda windows: backend.decode_batch(windows, skip_special_tokens=False) if windows else []
+    return lambda windows: [tok.decode(w, skip_special_tokens=False) for w in windows]
+
+
 def _eos_ids(policy: Policy) -> list[int]:
     ids: set[int] = set()
     for source in (policy.model.generation_config.eos_token_id, policy.tokenizer.eos_token_id):
@@ -298,6 +315,7 @@ def generate(
         active = torch.arange(num)  # rows still generating, in cache order
         generated: list[list[int]] = [[] for _ in range(num)]
         stop_window = max((len(tok.encode(s, add_special_tokens=False)) for s in params.stop), default=0) + 2
+        decode_windows = window_decoder(tok)
         rows_x_steps = 0
 
         for t in range(max_new):
@@ -317,11 +335,14 @@ def generate(
             done = torch.isin(token, eos).cpu()  # (A,)
             at_eos = done.clone()
             if params.stop:
-                for j, (row, new) in enumerate(zip(active.tolist(), token.tolist())):
+                rows = active.tolist()
+                for row, new in zip(rows, token.tolist()):
                     generated[row].append(new)
-                    if not done[j]:
-                        tail = tok.decode(generated[row][-stop_window:], skip_special_tokens=False)
-                        done[j] = any(s in tail for s in params.stop)
+                check = (~done).nonzero().flatten().tolist()
+                tails = decode_windows([generated[rows[j]][-stop_window:] for j in check])
+                for j, tail in zip(check, tails):
+                    if any(s in tail for s in params.stop):
+                        done[j] = True
             for j in done.nonzero().flatten().tolist():
                 row = int(active[j])
                 reasons[row] = "stop"
