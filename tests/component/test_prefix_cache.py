@@ -104,3 +104,12 @@ def test_beam_search_finds_the_same_solutions_with_and_without_the_cache(tiny_po
     assert stepper.prefix_cache.hits > 0
     assert with_cache.chosen == without.chosen and with_cache.pools == without.pools
     assert with_cache.account.generated_tokens == without.account.generated_tokens
+
+
+def test_another_model_empties_the_cache():
+    cache = PrefixCache()
+    a = _custom_policy("llama", seed=1)
+    cont, _ = _continuations(a, cache)
+    b = _custom_policy("llama", seed=1)  # equal weights, another module: the cache is not trusted across models
+    out = generate(b, cont, 1, SamplingParams(temperature=0, max_new_tokens=4), prefix_cache=cache)
+    assert out.stats["prefix_cache_hits"] == 0 and len(cache) == 0

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import functools
 import math
+import weakref
 
 import torch
 import torch.nn.functional as F
@@ -404,6 +405,7 @@ class PrefixCache:
         self.misses = 0
         self._entries: dict[tuple[int, ...], torch.Tensor] = {}
         self._owner: tuple | None = None
+        self._model: weakref.ref | None = None
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -414,10 +416,10 @@ class PrefixCache:
 
     def bind(self, model: nn.Module, dtype: torch.dtype, mm_dtype: torch.dtype) -> None:
         """Empty the cache unless it was filled by this model, with these weights and dtypes."""
-        owner = (id(model), dtype, mm_dtype, sum(p._version for p in model.parameters()))
-        if owner != self._owner:
+        owner = (dtype, mm_dtype, sum(p._version for p in model.parameters()))
+        if self._model is None or self._model() is not model or owner != self._owner:
             self.clear()
-            self._owner = owner
+            self._owner, self._model = owner, weakref.ref(model)
 
     def get(self, ids: list[int]) -> torch.Tensor | None:
         """The cached K/V of `ids[:-1]`, (2, layers, Hkv, len(ids) - 1, D), or None."""
