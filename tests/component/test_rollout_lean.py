@@ -323,3 +323,30 @@ def test_packing_is_used_on_a_cpu_with_onednn(tiny_policy):
         assert [w.is_mkldnn for w in weights] == [w.shape.numel() >= PACK_MIN_NUMEL for w in weights] == [True, False, True, False]
     finally:
         dec.close()
+
+
+def test_packed_weights_under_bf16_autocast_stay_close_to_fp32():
+    """Under `torch.autocast(bf16)` the packed weights are bf16 (where oneDNN has bf16): the sampled
+    log-probs differ from the fp32 forward's by bf16 rounding only."""
+    from seqrl.rollout.lean import LeanDecoder, _packs
+
+    policy = _custom_policy("llama", seed=6, hidden_size=256, intermediate_size=512)
+    with torch.no_grad():
+        for p in policy.model.parameters():
+            if p.dim() == 2:
+                p.mul_(0.25)  # back to the init's scale: a smooth distribution, where rounding shows as rounding
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        dec = LeanDecoder(policy.model, rows=2, slots=8)
+        try:
+            assert dec.layers[0][1].dtype == torch.bfloat16
+            assert dec.layers[0][1].is_mkldnn == _packs(torch.device("cpu"), torch.bfloat16)
+        finally:
+            dec.close()
+        prompts = policy.encode_prompts(QUESTIONS[:3])
+        ro = generate(policy, prompts, 2, SamplingParams(temperature=1.0, max_new_tokens=12, seed=3))
+    worst = 0.0
+    for i in range(6):
+        n = int(ro.lengths[i])
+        full = _full_forward_logprobs(policy, ro.prompt_ids[i // 2], ro.completion_ids[i, :n])
+        worst = max(worst, float((ro.logprobs[i, :n].double() - full).abs().max()))
+    assert 1e-4 < worst < 0.05, worst
