@@ -37,9 +37,10 @@ from seqrl.utils.seeding import seed_everything
 RESUMABLE_CHANGES = ("steps", "finetune_steps", "optim.schedule_steps", "critic.optim.schedule_steps", "eval.every", "run.log_every",
                      "run.log_completions", "run.save_every", "run.keep_last", "run.progress", "run.report_to",
                      "run.threads", "run.resume", "run.on_nonfinite", "online.iterations", "run.device", "iterations",
-                     "shared_prompt_forward", "run.name", "run.out_dir")
+                     "shared_prompt_forward", "run.name", "run.out_dir", "run.compile", "run.compile_backend",
+                     "run.compile_mode")
 """Fields a resumed run may change from its saved config.yaml (length, intervals, display, the device
-it continues on, how the same log-probs are computed, where the folder now is: a run folder renamed or
+it continues on, how the same log-probs are computed, compiled or not, where the folder now is: a run folder renamed or
 copied elsewhere resumes under its new name); any other change is refused, so the run folder's config
 always says what was trained."""
 
