@@ -1,6 +1,7 @@
 """`run.compile`: the trained model's forward under `torch.compile` learns what the eager model learns,
-keeps its checkpoint names, resumes, and logs the compilation time. The aot_eager backend traces the
-same graphs as inductor without generating kernels (inductor's own parity: benchmarks/compile_probe.py)."""
+keeps its checkpoint names, resumes, and logs the compilation time. The tests use the "eager" backend:
+dynamo's capture (guards, graph breaks, dynamic shapes) in seconds, without AOT autograd or generated
+kernels; inductor's parity on the same step is `benchmarks/compile_probe.py`'s."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from seqrl.utils.metrics import read_metrics
 def _cfg(tmp_path, name, compile_: bool, steps=4, resume=False) -> SFTConfig:
     return SFTConfig(
         run=RunConfig(name=name, out_dir=str(tmp_path), seed=3, save_every=2, log_every=1, progress=False,
-                      compile=compile_, compile_backend="aot_eager", resume=resume),
+                      compile=compile_, compile_backend="eager", resume=resume),
         model=ModelConfig(preset="tiny", max_seq_len=64),
         task=TaskConfig(name="arith_mixed", n_train=64, n_test=8),  # rows of several lengths: dynamic shapes
         optim=OptimConfig(lr=1e-3, warmup_steps=1),
@@ -86,3 +87,26 @@ def test_trl_torch_compile_names_set_the_run_fields():
                      torch_compile_mode="max-autotune")
     assert (cfg.run.compile, cfg.run.compile_backend, cfg.run.compile_mode) == (True, "aot_eager", "max-autotune")
     assert trl_overrides(["--torch_compile", "true"], {"run"}) == ["--run.compile=true"]
+
+
+def test_a_compiled_reward_model_run_compiles_its_backbone_and_learns_what_eager_learns(tmp_path):
+    """A scalar model runs as base_model + head (`token_scores`): its backbone is compiled too, so the
+    compiled run traces frames, logs its compile time and matches eager's losses."""
+    from torch._dynamo.utils import counters
+
+    import seqrl.algos.rm as rm_algo
+    from tests.component.test_rm import arith_pairs, rm_config, write
+
+    data = write(tmp_path / "prefs.jsonl", arith_pairs(40))
+    records, frames = {}, {}
+    for compiled in (False, True):
+        cfg = rm_config(tmp_path / str(compiled), data, 2)
+        cfg.run.compile, cfg.run.compile_backend = compiled, "eager"
+        before = counters["frames"]["ok"]
+        rm_algo.train(cfg)
+        frames[compiled] = counters["frames"]["ok"] - before
+        records[compiled] = [r for r in read_metrics(tmp_path / str(compiled) / "rm" / "metrics.jsonl") if "loss/bt" in r]
+    assert frames[False] == 0 and frames[True] > 0
+    loss = {k: [r["loss/bt"] for r in v] for k, v in records.items()}
+    assert len(loss[True]) == 2 and loss[True] == pytest.approx(loss[False], rel=1e-5, abs=1e-6)
+    assert records[True][0]["time/compile_s"] > 0

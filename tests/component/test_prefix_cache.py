@@ -69,17 +69,55 @@ def test_another_autocast_dtype_empties_the_cache():
     assert out.stats["prefix_cache_hits"] == 0
 
 
-def test_the_byte_budget_keeps_the_newest_entries():
+def test_the_byte_budget_evicts_the_least_recently_used_of_earlier_calls_only():
+    model = torch.nn.Linear(2, 2)
     cache = PrefixCache(max_bytes=3 * 40)
-    for i in range(5):
-        cache.put([i, i], torch.zeros(10))  # 40 bytes each
-    assert len(cache) == 3 and cache.bytes == 120
-    assert cache.get([0, 0, 9]) is None and cache.get([4, 4, 9]) is not None
-    cache.put([7], torch.zeros(100))  # larger than the whole budget: not kept, nothing evicted
-    assert len(cache) == 3
+    cache.bind(model, torch.float32, torch.float32)  # call 1
+    assert [cache.put([i, i], torch.zeros(10)) for i in range(5)] == [True, True, True, False, False]  # 40 bytes each
+    assert len(cache) == 3 and cache.bytes == 120  # a call never evicts its own rows
+    cache.bind(model, torch.float32, torch.float32)  # call 2, same weights: kept
+    assert cache.get([0, 0, 9]) is not None  # used again: now the most recent
+    assert cache.put([5, 5], torch.zeros(10)) and cache.put([6, 6], torch.zeros(10))
+    assert cache.get([1, 1, 9]) is None and cache.get([2, 2, 9]) is None  # the least recently used went
+    assert cache.get([0, 0, 9]) is not None and len(cache) == 3
+    assert not cache.put([7], torch.zeros(100))  # larger than the whole budget
     assert len(PrefixCache(max_bytes=0)) == 0
     with pytest.raises(ValueError, match="max_bytes"):
         PrefixCache(max_bytes=-1)
+
+
+def test_a_fused_optimizer_step_and_a_data_swap_empty_the_cache():
+    """Fused AdamW leaves the version counters as they were; the sampled values still move."""
+    model = torch.nn.Linear(64, 64)
+    cache = PrefixCache()
+    cache.bind(model, torch.float32, torch.float32)
+    cache.put([1, 2], torch.zeros(4))
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2, fused=True)
+    model(torch.randn(3, 64)).sum().backward()
+    opt.step()
+    cache.bind(model, torch.float32, torch.float32)
+    assert len(cache) == 0
+    cache.put([1, 2], torch.zeros(4))
+    model.weight.data = model.weight.data.clone()  # same values, another storage
+    cache.bind(model, torch.float32, torch.float32)
+    assert len(cache) == 0
+
+
+def test_nan_in_the_unused_buffer_does_not_reach_a_cached_row(monkeypatch):
+    """The left padding of a row continued from the cache is zeroed, not left as the pooled buffer held it."""
+    from seqrl.rollout import lean
+
+    policy = _custom_policy("llama", seed=1)
+    cache = PrefixCache()
+    cont, _ = _continuations(policy, cache)
+    mixed = cont + [policy.encode_prompts(["1234567+89012345="])[0]]  # a longer prompt: the others are padded
+    params = SamplingParams(temperature=1.0, max_new_tokens=8, seed=2)
+    full = generate(policy, mixed, 2, params)
+    for buf in lean._POOL.values():
+        buf.fill_(float("nan"))
+    cached = generate(policy, mixed, 2, params, prefix_cache=cache)
+    assert cached.stats["prefix_cache_hits"] == len(cont)
+    assert torch.isfinite(cached.logprobs).all() and cached.completion_ids.tolist() == full.completion_ids.tolist()
 
 
 def test_the_hf_forward_neither_reads_nor_fills_the_cache():

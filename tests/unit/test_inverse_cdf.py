@@ -54,3 +54,16 @@ def test_small_vocabularies_keep_multinomial_and_its_stream():
     big = torch.rand(6, ICDF_MIN_VOCAB).softmax(-1)
     c = sample_rows(big, torch.Generator().manual_seed(5))
     assert c.tolist() == sample_inverse_cdf(big, torch.Generator().manual_seed(5)).tolist()
+
+
+def test_rows_that_are_not_probabilities_raise_as_multinomial_does():
+    import pytest
+
+    bad = torch.full((2, 300), 1 / 300)
+    for value in (float("nan"), float("inf"), -0.5):
+        rows = bad.clone()
+        rows[1, 7] = value
+        with pytest.raises(RuntimeError, match="inf, nan or element < 0"):
+            sample_inverse_cdf(rows)
+    with pytest.raises(RuntimeError, match="inf, nan or element < 0"):
+        sample_inverse_cdf(torch.zeros(1, 300))

@@ -45,8 +45,8 @@ class RunConfig:
     fast (a CUDA GPU with bf16, a CPU with AVX-512 BF16 or AMX-BF16); on AVX2-only CPUs a step ran
     ~12× slower. The default stays false so that seeded CPU runs keep their fp32 numbers."""
     compile: bool = False
-    """`torch.compile` the trained model's forward (and a companion's, PPO's critic), in place with
-    dynamic shapes: checkpoints keep their names. Compilation time is logged as ``time/compile_s``. Off
+    """`torch.compile` the trained model's forward (and a companion's, PPO's critic; a scalar model's
+    backbone), in place with dynamic shapes: checkpoints keep their names. Compilation time is logged as ``time/compile_s``. Off
     by default: on a CPU the presets' training step ran 3–17 % faster compiled after 35–66 s of
     compilation, which runs of a few hundred steps never pay back (benchmarks/RESULTS.md). TRL's
     ``torch_compile``."""

@@ -161,6 +161,9 @@ def sample_inverse_cdf(probs: torch.Tensor, generator: torch.Generator | None = 
     blocks = F.pad(probs, (0, pad)).view(a, -1, _BLOCK)  # (A, nb, 256)
     mass = blocks.sum(-1, dtype=torch.float64)  # (A, nb)
     cdf = mass.cumsum(-1)  # (A, nb)
+    if not bool(((cdf[:, -1] > 0) & torch.isfinite(cdf[:, -1])).all()) or bool((probs < 0).any()):
+        raise RuntimeError("probability tensor contains either inf, nan or element < 0 "
+                           "(the policy's logits are not finite)")
     u = torch.rand((a, 1), generator=generator, dtype=torch.float64, device=probs.device) * cdf[:, -1:]  # (A, 1)
     last_block = (mass > 0).to(torch.int64).cumsum(-1).argmax(-1, keepdim=True)  # (A, 1) last block with mass
     b = torch.searchsorted(cdf, u, right=True).minimum(last_block)  # (A, 1) u's block
@@ -298,6 +301,11 @@ def generate(
         if prefix_cache is not None:
             prefix_cache.bind(model, decoder.kv.dtype, decoder.mm_dtype)
             cached = [prefix_cache.get(p) for p in prompt_ids]
+            kv_bytes_per_token = decoder.kv[:, :, 0, :, 0].numel() * decoder.kv.element_size()
+            for p, kv in zip(prompt_ids, cached):
+                if kv is not None and tuple(kv.shape) != (*decoder.kv[:, :, 0, :, : len(p) - 1].shape,):
+                    raise ValueError(f"prefix_cache: an entry of shape {tuple(kv.shape)} for a prompt of {len(p)} "
+                                     f"tokens (expected {tuple(decoder.kv[:, :, 0, :, : len(p) - 1].shape)})")
     else:
         decoder = _HFDecoder(model)
         prefix_cache = None  # its K/V layout is the lean decoder's
@@ -349,7 +357,8 @@ def generate(
                 ended_by[row] = "eos" if at_eos[j] else "stop_string"
                 if prefix_cache is not None and not at_eos[j]:  # a row a step-wise caller may continue
                     fed = prompt_ids[row // n] + out_ids[row, :t].tolist()
-                    prefix_cache.put(fed, decoder.export(j, len(fed)))
+                    if prefix_cache.room(len(fed) * kv_bytes_per_token):
+                        prefix_cache.put(fed, decoder.export(j, len(fed)))
             if t == max_new - 1:
                 break
             if done.any():

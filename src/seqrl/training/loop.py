@@ -106,7 +106,7 @@ class RunLoop:
 
             for m in [model, *(c[1] for c in self._companions)]:
                 compile_model(m, run.compile_backend, run.compile_mode)
-        self._compile_base = compile_seconds() or 0.0  # this run's share of the process's compile time
+            self._compile_base = compile_seconds() or 0.0  # this run's share of the process's compile time
         self.resume_from, self.state, self.start, self.logger = resume_and_open_log(
             self.dir, self.resume_from, self._load, self.main, unit=self.unit)
         # the free-space check counts Adam's two moments: only where there is an optimizer to save

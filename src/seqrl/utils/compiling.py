@@ -70,9 +70,14 @@ def check_backend(backend: str) -> None:
 
 
 def compile_model(model: torch.nn.Module, backend: str = "inductor", mode: str | None = None) -> torch.nn.Module:
-    """Compile `model`'s forward in place (dynamic shapes); returns it. Starts the compile-time clock."""
+    """Compile `model`'s forward in place (dynamic shapes), and its HF ``base_model`` where that is another
+    module: a scalar model (RM, PRM, PPO's critic) is run as ``base_model`` then its head
+    (`seqrl.models.heads.token_scores`). Returns `model`. Starts the compile-time clock."""
     _install()
     model.compile(backend=backend, mode=mode, dynamic=True)
+    base = getattr(model, "base_model", None)
+    if isinstance(base, torch.nn.Module) and base is not model:
+        base.compile(backend=backend, mode=mode, dynamic=True)
     return model
 
 
