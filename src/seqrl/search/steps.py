@@ -11,8 +11,8 @@ policy sampled, not from its text encoded again: a BPE tokenizer can encode the 
 tokens than the model chose (and the model then continues a sequence it never wrote), and the
 rendering and encoding cost per candidate is saved. Any other prefix (a step cut inside a token,
 one older than the last `WRITTEN_KEPT` written, one given by the caller) is encoded from its text.
-Such a prefix also continues from the K/V its row left (`PrefixCache`, lean decoder): a round
-computes one token per continued candidate instead of prefilling its prompt and partial solution.
+A prefix the stepper wrote also continues from the K/V its row left (`PrefixCache`, lean decoder): a
+round computes one token per continued candidate instead of prefilling its prompt and partial solution.
 """
 
 from __future__ import annotations
