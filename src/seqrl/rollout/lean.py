@@ -455,11 +455,12 @@ class PrefixCache:
         old = self._entries.pop(tuple(fed), None)
         if old is not None:
             self._drop(old)
-        for key in list(self._entries):  # the least recently used first (dicts keep insertion order)
-            if self.bytes + size <= self.max_bytes:
-                break
-            if self._entries[key][1] != self._call:
-                self._drop(self._entries.pop(key))
+        if self.bytes + size > self.max_bytes:  # evict: the least recently used first (dicts keep insertion order)
+            for key in list(self._entries):
+                if self.bytes + size <= self.max_bytes:
+                    break
+                if self._entries[key][1] != self._call:
+                    self._drop(self._entries.pop(key))
         self._entries[tuple(fed)] = (kv, self._call)
         self.bytes += size
         self._call_bytes += size
