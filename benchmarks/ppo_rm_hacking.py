@@ -71,7 +71,7 @@ def reward_model(sft: str, noise: float, args, out: Path) -> tuple[str, dict]:
 def ppo_run(sft: str, rm: str | None, seed: int, args, out: Path, name: str) -> list[dict]:
     """PPO at the preset's settings (`ppo_vs_grpo.ppo_config`) on the verifier (rm None) or an RM."""
     if not (out / name / f"checkpoint-{args.steps}").is_dir():  # else: reuse the finished run
-        run = RunConfig(name=name, out_dir=str(out), seed=seed, log_every=1)
+        run = RunConfig(name=name, out_dir=str(out), seed=seed, log_every=1, bf16=False)
         extra = (f"--rewards=[{{name: rm, path: {rm}}}]",) if rm is not None else ()
         train_ppo(ppo_config(run, sft, args.steps, eval_every=15, extra=extra))
     return read_metrics(out / name / "metrics.jsonl")

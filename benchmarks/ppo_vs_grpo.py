@@ -91,7 +91,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for seed in seeds:
             for name in ("ppo", "grpo"):
-                run = RunConfig(name=f"{name}{seed}", out_dir=tmp, seed=seed, progress=False, log_every=1,
+                run = RunConfig(name=f"{name}{seed}", out_dir=tmp, seed=seed, progress=False, log_every=1, bf16=False,
                                 threads=args.threads)
                 if name == "ppo":
                     cfg = ppo_config(run, info["checkpoint"], steps)

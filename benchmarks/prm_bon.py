@@ -103,7 +103,7 @@ def main() -> None:
     backbone = ModelConfig(path=args.backbone) if args.backbone else ModelConfig(preset="tiny", max_seq_len=96)
     models, fits = {}, {}
     for kind in ("prm", "orm"):
-        cfg = PRMConfig(run=RunConfig(name=kind, out_dir=str(out), progress=False, log_every=50, threads=args.threads),
+        cfg = PRMConfig(run=RunConfig(name=kind, out_dir=str(out), progress=False, log_every=50, threads=args.threads, bf16=False),
                         model=backbone, task=TaskConfig(name="arith", kwargs={"digits": args.digits}),
                         data=PRMDataConfig(path=str(out / "labels.jsonl")), optim=OptimConfig(lr=2e-3, warmup_steps=20),
                         kind=kind, steps=train_steps, batch_size=32)

@@ -45,6 +45,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--seeds", type=int, default=None, help="seeds per setting (default 3; 1 quick)")
     p.add_argument("--noise", default=None, help="comma-separated label-noise rates at the largest size (default 0.2,0.4)")
     p.add_argument("--steps", type=int, default=150, help="optimizer steps per run")
+    p.add_argument("--bf16", choices=("false", "true", "auto"), default="false",
+                   help="the RM runs' run.bf16 (the policy and its pool are fp32 either way)")
     p.add_argument("--lr", type=float, default=3e-4, help="peak learning rate (10 warm-up steps, cosine)")
     p.add_argument("--prompts", type=int, default=2000, help="training problems the pool is sampled from")
     p.add_argument("--heldout-frac", type=float, default=0.2, help="fraction of prompts held out")
@@ -122,13 +124,13 @@ def main(argv: list[str] | None = None) -> dict:
     for n, noise in settings:
         accs = []
         for seed in range(args.seeds):
-            name = f"rm-n{n}-noise{noise:g}-seed{seed}"
+            name = f"rm-n{n}-noise{noise:g}-seed{seed}" + ("" if args.bf16 == "false" else f"-bf16{args.bf16}")
             data = run_file(train, held, n, seed, noise, out_dir / f"{name}.jsonl")
             cmd = [sys.executable, "-m", "seqrl", "train", "rm", "--config", "arith_tiny_rm",
                    f"--model.path={ckpt}", f"--data.path={data}", f"--data.heldout_frac={args.heldout_frac}",
                    f"--run.seed={seed}", f"--steps={args.steps}", f"--optim.lr={args.lr}", "--eval.every=0",
                    "--run.save_every=0", "--run.keep_last=1", "--run.progress=false", f"--run.out_dir={out_dir}",
-                   f"--run.name={name}"]
+                   f"--run.name={name}", f"--run.bf16={args.bf16}"]
             if (out_dir / name).exists():
                 import shutil
 
@@ -147,7 +149,7 @@ def main(argv: list[str] | None = None) -> dict:
                                           "se": round(se, 4), "per_seed": [round(a, 4) for a in accs]}
         print(f"n={n} noise={noise:g}: {statistics.fmean(accs):.4f} ± {se:.4f} (s.e., {len(accs)} seeds)", flush=True)
     summary = {"benchmark": "rm_pairs_scaling", "date": datetime.now(timezone.utc).strftime("%Y-%m-%d"),
-               "steps": args.steps, "lr": args.lr, "heldout_pairs": len(held), "pool_train_pairs": len(train),
+               "steps": args.steps, "lr": args.lr, "bf16": args.bf16, "heldout_pairs": len(held), "pool_train_pairs": len(train),
                "sample_accuracy": info["sample_accuracy"], "results": results,
                "load_avg_1_5_15": [round(x, 2) for x in os.getloadavg()], "total_s": round(time.perf_counter() - started, 1)}
     print(json.dumps(summary), flush=True)

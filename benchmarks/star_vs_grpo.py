@@ -48,7 +48,7 @@ from seqrl.utils.metrics import read_metrics  # noqa: E402
 
 def star_config(quick: bool, seed: int, out: Path, name: str, **changes) -> STaRConfig:
     cfg = load_config(STaRConfig, resolve_config("arith_tiny_star", "star"), root="star")
-    cfg.run = RunConfig(name=name, out_dir=str(out), seed=seed, progress=False)
+    cfg.run = RunConfig(name=name, out_dir=str(out), seed=seed, progress=False, bf16=False)
     if quick:
         cfg.task = TaskConfig(name="arith", kwargs={"digits": 2}, n_train=512, n_test=100)
         cfg.iterations = 2
@@ -80,7 +80,7 @@ def run_seed(quick: bool, seed: int, out: Path) -> dict:
     batch = 64
     steps = max(1, round(budget / (batch * max(base_len, 1.0))))
     grpo = GRPOConfig(
-        run=RunConfig(name=f"grpo-{seed}", out_dir=str(out), seed=seed, progress=False, log_every=1),
+        run=RunConfig(name=f"grpo-{seed}", out_dir=str(out), seed=seed, progress=False, log_every=1, bf16=False),
         model=ModelConfig(path=base_path),
         task=TaskConfig(name="arith", kwargs={"digits": 2}, n_train=5000, n_test=star.task.n_test),
         optim=OptimConfig(lr=5e-5, warmup_steps=4, schedule="constant"),

@@ -18,6 +18,22 @@ import torch  # noqa: E402
 torch.set_num_threads(1)
 
 
+@pytest.fixture(autouse=True)
+def _fp32_unless_asked(request):
+    """``run.bf16: auto`` (the default) resolves to fp32 in tests, as on an AVX2-only CPU: a seeded test then
+    runs the same arithmetic on every CI machine (AVX-512 BF16, AMX or neither). Tests marked
+    ``real_bf16_probe`` see the real probe; tests that set ``bf16=True`` run bf16 regardless. A patch of
+    its own, so that a test's ``monkeypatch.undo()`` keeps it."""
+    if request.node.get_closest_marker("real_bf16_probe") is not None:
+        yield
+        return
+    from seqrl.utils import dist
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(dist, "bf16_fast", lambda device: False)
+        yield
+
+
 @pytest.fixture
 def on_nth_call(monkeypatch):
     """``on_nth_call(owner, name, n, action, patch=None)``: ``owner.name`` replaced so that its `n`-th call

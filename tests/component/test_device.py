@@ -35,6 +35,7 @@ def test_device_specs_resolve_and_bad_ones_name_the_field(monkeypatch):
     assert RunConfig(device="auto").torch_device == torch.device("cpu")
 
 
+@pytest.mark.real_bf16_probe
 def test_bf16_auto_follows_the_hardware_and_booleans_stay_as_given(monkeypatch):
     caps = {"avx512_bf16": False, "amx_bf16": False, "avx2": True}
     monkeypatch.setattr(torch.cpu, "get_capabilities", lambda: caps)

@@ -27,14 +27,14 @@ def _free_port() -> int:
 
 
 def _sft_cfg(out: str, name: str) -> SFTConfig:
-    return SFTConfig(run=RunConfig(name=name, out_dir=out, seed=2, progress=False, log_every=1, device="cpu"),
+    return SFTConfig(run=RunConfig(name=name, out_dir=out, seed=2, progress=False, log_every=1, device="cpu", bf16=False),
                      model=ModelConfig(preset="tiny", max_seq_len=64), task=TaskConfig(name="arith_mixed", n_train=64, n_test=2),
                      optim=OptimConfig(lr=3e-3, warmup_steps=0, schedule="constant"),
                      eval=EvalConfig(max_new_tokens=4, batch_size=2), steps=STEPS, batch_size=8, grad_accum=2)
 
 
 def _dt_cfg(out: str, name: str) -> DTConfig:
-    cfg = DTConfig(run=RunConfig(name=name, out_dir=out, seed=1, log_every=1, progress=False, device="cpu"),
+    cfg = DTConfig(run=RunConfig(name=name, out_dir=out, seed=1, log_every=1, progress=False, device="cpu", bf16=False),
                    data=DataConfig(dataset="quick:medium-replay", quick_steps=400),
                    model=DTModelConfig(hidden_size=32, n_layer=1, n_head=1, context_len=4, max_ep_len=200, dropout=0.0),
                    eval=DTEvalConfig(episodes=0), return_scale=10.0, steps=STEPS, batch_size=8)

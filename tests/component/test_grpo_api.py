@@ -39,6 +39,8 @@ def test_grpo_config_takes_trl_names_and_refuses_the_ones_that_mean_something_el
         GRPOConfig(num_generations=3)
     with pytest.raises(TypeError):
         GRPOConfig(not_a_field=1)
+    # TRL's bf16: None (its default) is "where the hardware has it", True/False as given
+    assert [GRPOConfig(bf16=v).run.bf16 for v in (None, True, False)] == ["auto", True, False]
 
 
 def test_the_trainer_runs_on_rows_in_memory_and_the_run_folder_records_them(tmp_path):

@@ -25,7 +25,7 @@ def _free_port() -> int:
 
 def _cfg(agg: str, mu: int, advantage: str = "grpo") -> GRPOConfig:
     return GRPOConfig(
-        run=RunConfig(name="d", seed=3, progress=False),
+        run=RunConfig(name="d", seed=3, progress=False, bf16=False),  # the spawned processes too
         model=ModelConfig(preset="tiny", max_seq_len=64),
         task=TaskConfig(name="arith", n_train=64, n_test=4),
         optim=OptimConfig(lr=1e-3, warmup_steps=0, schedule="constant"),
@@ -103,7 +103,7 @@ def test_torchrun_trains_with_two_processes_and_resumes(tmp_path):
             "-m", "seqrl", "train", "grpo", "--model.preset=tiny", "--model.max_seq_len=64", "--task.n_train=64",
             "--task.n_test=4", "--eval.max_new_tokens=8", "--sampling.max_new_tokens=8", "--batch_size=16",
             "--group_size=4", "--micro_batch_size=8", "--run.save_every=2", "--run.log_every=1",
-            "--run.progress=false", f"--run.out_dir={out}", "--run.name=tr"]
+            "--run.progress=false", f"--run.out_dir={out}", "--run.name=tr", "--run.bf16=false"]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     first = subprocess.run([*base, "--steps=2"], capture_output=True, text=True, env=env, timeout=240)
     assert first.returncode == 0, first.stderr[-3000:]

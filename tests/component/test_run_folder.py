@@ -269,7 +269,7 @@ def _stop_worker(rank: int, world: int, port: int, out: str) -> None:
         return real(*args, **kwargs)
 
     sft.accumulate_gradients = hooked
-    cfg = sft.SFTConfig(run=RunConfig(name="r", out_dir=out, progress=False, device="cpu"),
+    cfg = sft.SFTConfig(run=RunConfig(name="r", out_dir=out, progress=False, device="cpu", bf16=False),
                         model=ModelConfig(preset="tiny", max_seq_len=64), task=TaskConfig(n_train=32, n_test=2),
                         optim=OptimConfig(warmup_steps=0), eval=sft.EvalConfig(max_new_tokens=2), steps=4, batch_size=4)
     try:

@@ -42,7 +42,7 @@ def _records(run, key: str) -> list[tuple[int, float]]:
 
 
 def _run(name: str, out, **kw) -> RunConfig:
-    return RunConfig(name=name, out_dir=str(out), seed=1, progress=False, log_every=1, save_every=0, keep_last=5,
+    return RunConfig(name=name, out_dir=str(out), seed=1, progress=False, log_every=1, save_every=0, keep_last=5, bf16=False,
                      **kw)
 
 

@@ -14,15 +14,10 @@ from seqrl.models.dt import DTModelConfig
 from seqrl.data.minari_data import quick_dataset
 
 
-@pytest.mark.e2e
-def test_dt_beats_the_mean_behaviour_return_on_quick_pendulum(tmp_path):
-    # medium-expert: half the episodes from the medium PPO policy (≈ −830), half from the expert (≈ −170).
-    # (On the quick medium-replay set every snapshot acts with std ≈ 1 on a [−2, 2] action range: DT and
-    # BC beat its mean only slightly and 10%BC beats both; docs/algorithms/dt.md has the numbers.)
-    dataset = quick_dataset(level="medium-expert", n_steps=50_000, seed=0)
-    mean_return = float(dataset.returns.mean())
-    cfg = DTConfig(
-        run=RunConfig(name="e2e", out_dir=str(tmp_path), seed=0, log_every=100, progress=False),
+def dt_config(out, seed: int = 0) -> DTConfig:
+    """The test's setting at seed `seed`, its run under `out` (`benchmarks/e2e_margins.py` runs it over seeds)."""
+    return DTConfig(
+        run=RunConfig(name="e2e", out_dir=str(out), seed=seed, log_every=100, progress=False),
         data=DataConfig(dataset="quick:medium-expert", quick_steps=50_000),
         model=DTModelConfig(hidden_size=64, n_layer=2, n_head=1, context_len=5, max_ep_len=200, embed_init="pytorch"),
         optim=OptimConfig(lr=1e-3, weight_decay=1e-4, betas=(0.9, 0.999), warmup_steps=50, schedule="cosine",
@@ -30,7 +25,16 @@ def test_dt_beats_the_mean_behaviour_return_on_quick_pendulum(tmp_path):
         eval=DTEvalConfig(episodes=20, target_returns=[-150.0, -800.0]),
         return_scale=1000.0, steps=1500, batch_size=32,
     )
-    final = train(cfg, dataset)
+
+
+@pytest.mark.e2e
+def test_dt_beats_the_mean_behaviour_return_on_quick_pendulum(tmp_path):
+    # medium-expert: half the episodes from the medium PPO policy (≈ −830), half from the expert (≈ −170).
+    # (On the quick medium-replay set every snapshot acts with std ≈ 1 on a [−2, 2] action range: DT and
+    # BC beat its mean only slightly and 10%BC beats both; docs/algorithms/dt.md has the numbers.)
+    dataset = quick_dataset(level="medium-expert", n_steps=50_000, seed=0)
+    mean_return = float(dataset.returns.mean())
+    final = train(dt_config(tmp_path), dataset)
     high, low = final["eval/return/-150"], final["eval/return/-800"]
     print(f"dataset mean return {mean_return:.0f} (episodes {len(dataset.episodes)}); "
           f"DT achieved {high:.0f} for target -150, {low:.0f} for target -800")

@@ -41,20 +41,27 @@ def first_error_auc(prm, task, problems, policy) -> float:
     return binary_auc(scores, labels)
 
 
-@pytest.mark.e2e
-def test_prm_on_automatic_labels_ranks_held_out_right_steps_above_wrong(tmp_path):
+def prm_auc_gain(out, seed: int = 0) -> tuple[float, float, float]:
+    """The test's setting at training seed `seed`: (label accuracy against the step truth, held-out
+    first-error AUC untrained, trained); runs go under `out` (`benchmarks/e2e_margins.py` runs it over seeds)."""
     task = ArithmeticTask(digits=2)
     policy = NoisyArithmeticPolicy(step_error=0.3, answer_error=0.0, error="carry")
     stats = label_problems(policy, task, task.problems("train", 400, seed=0), LabelConfig(n=2, rollouts=4, label="hard"),
-                           tmp_path / "labels.jsonl", progress=False)
-    assert stats.label_acc_hard > 0.85  # labels against the exact step truth
-    cfg = PRMConfig(run=RunConfig(name="prm", out_dir=str(tmp_path), seed=0, progress=False, log_every=20),
-                    model=ModelConfig(preset="tiny", max_seq_len=48), data=PRMDataConfig(path=str(tmp_path / "labels.jsonl")),
+                           out / "labels.jsonl", progress=False)
+    cfg = PRMConfig(run=RunConfig(name="prm", out_dir=str(out), seed=seed, progress=False, log_every=20),
+                    model=ModelConfig(preset="tiny", max_seq_len=48), data=PRMDataConfig(path=str(out / "labels.jsonl")),
                     optim=OptimConfig(lr=3e-3, warmup_steps=10), steps=60, batch_size=32)
     held_out = task.problems("test", 150, seed=0)
-    torch.manual_seed(0)
+    torch.manual_seed(seed)
     before = first_error_auc(ProcessRewardModel.build(cfg.model), task, held_out, policy)
     train(cfg)
-    after = first_error_auc(ProcessRewardModel.load(tmp_path / "prm" / "checkpoint-60"), task, held_out, policy)
+    after = first_error_auc(ProcessRewardModel.load(out / "prm" / "checkpoint-60"), task, held_out, policy)
+    return stats.label_acc_hard, before, after
+
+
+@pytest.mark.e2e
+def test_prm_on_automatic_labels_ranks_held_out_right_steps_above_wrong(tmp_path):
+    label_acc, before, after = prm_auc_gain(tmp_path)
+    assert label_acc > 0.85  # labels against the exact step truth
     print(f"held-out first-error AUC: untrained {before:.3f} -> trained {after:.3f}")
     assert after >= 0.8 and after >= before + 0.2

@@ -3,12 +3,44 @@ fp32 on an AVX2-only CPU (bf16 is emulated there, ≈ 12× slower), bf16 with AV
 
 from __future__ import annotations
 
+import importlib
+
 import pytest
 import torch
 
 from seqrl.algos.config import RunConfig
 
 AVX2_ONLY = {"avx2": True, "avx512_f": False, "avx512_bf16": False, "amx_bf16": False}
+
+pytestmark = pytest.mark.real_bf16_probe  # these tests read the probe the suite otherwise pins to fp32
+
+
+def test_auto_is_the_default():
+    assert RunConfig().bf16 == "auto"
+
+
+@pytest.mark.parametrize("caps, expected", [(AVX2_ONLY, False), ({**AVX2_ONLY, "avx512_bf16": True}, True)])
+def test_a_default_sft_run_autocasts_where_the_cpu_is_fast(tmp_path, monkeypatch, caps, expected):
+    from seqrl.algos.config import OptimConfig, TaskConfig
+    from seqrl.algos.sft import SFTConfig, train
+    from seqrl.models import ModelConfig
+
+    finetune = importlib.import_module("seqrl.training.finetune")  # the module (the package exports a function of that name)
+    monkeypatch.setattr(torch.cpu, "get_capabilities", lambda: caps)
+    asked, real = [], finetune.bf16_autocast
+
+    def spy(device, enabled):
+        asked.append(enabled)
+        return real(device, enabled)
+
+    monkeypatch.setattr(finetune, "bf16_autocast", spy)
+    cfg = SFTConfig(run=RunConfig(name="s", out_dir=str(tmp_path), progress=False, device="cpu"),
+                    model=ModelConfig(preset="tiny", max_seq_len=32),
+                    task=TaskConfig(name="arith", kwargs={"digits": 1}, n_train=64, n_test=4),
+                    optim=OptimConfig(lr=1e-3, warmup_steps=0), steps=2, batch_size=8)
+    assert cfg.run.bf16 == "auto"
+    train(cfg)
+    assert asked and all(a is expected for a in asked)
 
 
 @pytest.mark.parametrize("caps, expected", [

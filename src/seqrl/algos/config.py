@@ -40,10 +40,11 @@ class RunConfig:
     device: str = "auto"
     """Where models, batches, caches and optimizer state live: auto (CUDA when available), cpu, cuda
     or cuda:N. Under torchrun, auto and cuda give each process GPU LOCAL_RANK."""
-    bf16: bool | Literal["auto"] = False
+    bf16: bool | Literal["auto"] = "auto"
     """bf16 autocast for forward passes; master weights stay fp32. auto: on where the device runs bf16
-    fast (a CUDA GPU with bf16, a CPU with AVX-512 BF16 or AMX-BF16); on AVX2-only CPUs a step ran
-    ~12× slower. The default stays false so that seeded CPU runs keep their fp32 numbers."""
+    fast (a CUDA GPU with bf16, a CPU with AVX-512 BF16 or AMX-BF16), off elsewhere (AVX2-only CPUs
+    emulate bf16, a step ran ~12× slower). false pins fp32: a seeded run then gives the same numbers
+    on every CPU generation. TRL's ``bf16``."""
     compile: bool = False
     """`torch.compile` the trained model's forward (and a companion's, PPO's critic; a scalar model's
     backbone), in place with dynamic shapes: checkpoints keep their names. Compilation time is logged as ``time/compile_s``. Off
@@ -365,7 +366,11 @@ def accepts_trl_names(cls: type) -> type:
                 if TRL_ALIASES[key].split(".")[0] not in fields:
                     raise ValueError(f"{cls.__name__}({key}=...): TRL's {key} means {TRL_ALIASES[key]}, which "
                                      f"{cls.__name__} does not have")
-                dotted = {TRL_ALIASES[key]: trl_report_to(value) if key == "report_to" else value}
+                if key == "report_to":
+                    value = trl_report_to(value)
+                elif key == "bf16" and value is None:
+                    value = "auto"  # TRL's unset bf16 means "where it is available"
+                dotted = {TRL_ALIASES[key]: value}
             for name, v in dotted.items():
                 *parents, leaf = name.split(".")
                 node = update
