@@ -22,11 +22,13 @@ Two modes per preset (tiny, small, smollm2):
   ``min_new_tokens`` which masks the EOS logit). Both are checked to give exactly
   `max_new_tokens` tokens per row.
 
-Three engines (four with bf16): seqrl with its default lean decode path (`seqrl.rollout.lean`: static KV cache, fused
+Three engines (five with bf16): seqrl with its default lean decode path (`seqrl.rollout.lean`: static KV cache, fused
 projections), seqrl with the HF forward (``SamplingParams(decode="hf")``, the same sampling loop over
 the HF model and a `DynamicCache`), and HF `generate`; where the CPU has AVX-512 BF16 or AMX-BF16
 (``--bf16 auto``, the default), also seqrl lean under ``torch.autocast(bf16)`` (projections and head
-in bf16, weights cast once per call; KV cache and attention fp32). bf16 samples other tokens than
+in bf16, weights cast once per call; KV cache and attention fp32) and HF `generate` under the same
+autocast (as TRL's ``bf16=True`` generates; the equal-precision anchor, ``bf16_vs_hf_bf16_*``; its speedup
+column is against that). bf16 samples other tokens than
 fp32, so in natural mode its lengths differ: compare its seconds per call *and* tokens/s. With
 ``--unpacked``, one more: seqrl lean with `F.linear` on the plain weights (``lean.PACK_WEIGHTS = False``)
 instead of oneDNN on weights packed once per call, the packing's share (``lean_packed_vs_unpacked_*``).
@@ -225,17 +227,18 @@ def hf_inputs(policy: Policy, prompt_ids: list[list[int]]) -> tuple[torch.Tensor
 
 @torch.no_grad()
 def run_hf(policy: Policy, inputs: tuple[torch.Tensor, torch.Tensor], n: int, max_new: int, forced: bool,
-           seed: int) -> dict:
+           seed: int, bf16: bool = False) -> dict:
     ids, mask = inputs
     eos = eos_ids(policy)
     pad = policy.tokenizer.pad_token_id if policy.tokenizer.pad_token_id is not None else 0
     torch.manual_seed(seed)
     t0 = time.perf_counter()
-    out = policy.model.generate(
-        input_ids=ids, attention_mask=mask, do_sample=True, temperature=1.0, top_p=1.0, top_k=0,
-        max_new_tokens=max_new, num_return_sequences=n, pad_token_id=pad,
-        eos_token_id=None if forced else eos,
-    )
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):  # as TRL's bf16=True generates
+        out = policy.model.generate(
+            input_ids=ids, attention_mask=mask, do_sample=True, temperature=1.0, top_p=1.0, top_k=0,
+            max_new_tokens=max_new, num_return_sequences=n, pad_token_id=pad,
+            eos_token_id=None if forced else eos,
+        )
     seconds = time.perf_counter() - t0
     comp = out[:, ids.shape[1]:]  # (N, T)
     is_eos = torch.isin(comp, torch.tensor(eos))
@@ -312,7 +315,7 @@ def main(argv: list[str] | None = None) -> dict:
     from seqrl.utils.dist import bf16_fast
 
     bf16 = args.bf16 == "on" or (args.bf16 == "auto" and bf16_fast(torch.device("cpu")))
-    engines = 3 + bf16 + args.unpacked
+    engines = 3 + 2 * bf16 + args.unpacked
     results: dict[str, dict] = {}
     train_info: dict[str, dict] = {}
     parity: dict[str, bool] = {}
@@ -327,7 +330,7 @@ def main(argv: list[str] | None = None) -> dict:
         with progress_bar(sum(engines * (repeats[m] + 1) for m in args.modes), f"{preset}: ours vs HF") as bar:
             for mode in args.modes:
                 forced = mode == "forced"
-                ours, ours_hf, hf, ours_bf16, ours_unpacked = [], [], [], [], []
+                ours, ours_hf, hf, ours_bf16, hf_bf16, ours_unpacked = [], [], [], [], [], []
                 # Warm-up (not timed): the same batch, shorter (it runs the same code paths), then
                 # interleaved repeats.
                 warm = min(args.max_new_tokens, 16)
@@ -339,7 +342,8 @@ def main(argv: list[str] | None = None) -> dict:
                 bar.advance(1)
                 if bf16:
                     run_ours(policy, prompt_ids, args.n, warm, forced, seed=10_000, bf16=True)
-                    bar.advance(1)
+                    run_hf(policy, inputs, args.n, warm, forced, seed=10_000, bf16=True)
+                    bar.advance(2)
                 if args.unpacked:
                     run_ours(policy, prompt_ids, args.n, warm, forced, seed=10_000, unpacked=True)
                     bar.advance(1)
@@ -356,6 +360,8 @@ def main(argv: list[str] | None = None) -> dict:
                         ours_bf16.append(run_ours(policy, prompt_ids, args.n, args.max_new_tokens, forced, seed,
                                                   bf16=True))
                         bar.advance(1, bf16_s=ours_bf16[-1]["seconds"])
+                        hf_bf16.append(run_hf(policy, inputs, args.n, args.max_new_tokens, forced, seed, bf16=True))
+                        bar.advance(1, hf_bf16_s=hf_bf16[-1]["seconds"])
                     if args.unpacked:
                         ours_unpacked.append(run_ours(policy, prompt_ids, args.n, args.max_new_tokens, forced, seed,
                                                       unpacked=True))
@@ -368,9 +374,11 @@ def main(argv: list[str] | None = None) -> dict:
                     "tok_s_ratio": o["tok_s"] / h["tok_s"],
                 }
                 if bf16:  # seconds per call and per token: bf16 samples other tokens (natural lengths differ)
-                    ob = summarize(ours_bf16, rows)
+                    ob, hb = summarize(ours_bf16, rows), summarize(hf_bf16, rows)
                     results[f"{preset}_{mode}"].update(
-                        ours_bf16=ob, speedup_bf16=h["median_s"] / ob["median_s"],
+                        ours_bf16=ob, hf_bf16=hb, speedup_bf16=h["median_s"] / ob["median_s"],
+                        speedup_bf16_vs_hf_bf16=hb["median_s"] / ob["median_s"],
+                        speedup_bf16_vs_hf_bf16_tok_s=ob["tok_s"] / hb["tok_s"],
                         lean_bf16_vs_fp32=o["median_s"] / ob["median_s"],
                         lean_bf16_vs_fp32_tok_s=ob["tok_s"] / o["tok_s"])
                 if args.unpacked:  # the same tokens as packed up to fp32 rounding: seconds and tokens/s
@@ -389,16 +397,18 @@ def main(argv: list[str] | None = None) -> dict:
                 "mean len", "max len", "rows×steps", "decode work", "speedup"):
         table.add_column(col, justify="right" if col not in ("preset", "mode", "engine") else "left")
     for key, res in results.items():
-        for engine in ("ours", "ours_hf", "hf", "ours_bf16", "ours_unpacked"):
+        for engine in ("ours", "ours_hf", "hf", "ours_bf16", "hf_bf16", "ours_unpacked"):
             if engine not in res:
                 continue
             s = res[engine]
             speedup = {"ours": res["speedup"], "ours_hf": res["speedup_hf_forward"],
-                       "ours_bf16": res.get("speedup_bf16"), "ours_unpacked": res.get("speedup_unpacked")}.get(engine)
+                       "ours_bf16": res.get("speedup_bf16_vs_hf_bf16"),
+                       "ours_unpacked": res.get("speedup_unpacked")}.get(engine)
             table.add_row(
                 res["preset"] if engine == "ours" else "", res["mode"] if engine == "ours" else "",
                 {"ours": "seqrl lean", "ours_hf": "seqrl HF forward", "hf": "HF generate",
-                 "ours_bf16": "seqrl lean bf16", "ours_unpacked": "seqrl lean, F.linear"}[engine],
+                 "ours_bf16": "seqrl lean bf16", "hf_bf16": "HF generate bf16",
+                 "ours_unpacked": "seqrl lean, F.linear"}[engine],
                 f"{s['median_s']:.3f}", f"{s['median_tokens']:.0f}", f"{s['tok_s']:.0f}",
                 f"{s['stop_frac']:.1%}" if res["mode"] == "natural" else "forced",
                 f"{s['mean_len']:.1f}", f"{s['max_len']}", f"{s['rows_x_steps']:.0f}",
@@ -426,7 +436,9 @@ def main(argv: list[str] | None = None) -> dict:
         summary[f"speedup_hf_forward_vs_hf_{suffix}"] = round(res["speedup_hf_forward"], 3)
         summary[f"lean_vs_hf_forward_{suffix}"] = round(res["lean_vs_hf_forward"], 3)
         if "ours_bf16" in res:
-            summary[f"speedup_vs_hf_bf16_{suffix}"] = round(res["speedup_bf16"], 3)
+            summary[f"speedup_vs_hf_bf16_{suffix}"] = round(res["speedup_bf16"], 3)  # lean bf16 vs HF fp32
+            summary[f"bf16_vs_hf_bf16_{suffix}"] = round(res["speedup_bf16_vs_hf_bf16"], 3)  # both bf16
+            summary[f"bf16_vs_hf_bf16_tok_s_{suffix}"] = round(res["speedup_bf16_vs_hf_bf16_tok_s"], 3)
             summary[f"lean_bf16_vs_fp32_{suffix}"] = round(res["lean_bf16_vs_fp32"], 3)
             summary[f"lean_bf16_vs_fp32_tok_s_{suffix}"] = round(res["lean_bf16_vs_fp32_tok_s"], 3)
             summary[f"ours_bf16_median_s_{suffix}"] = round(res["ours_bf16"]["median_s"], 4)
