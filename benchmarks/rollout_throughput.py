@@ -26,7 +26,7 @@ Three engines (five with bf16): seqrl with its default lean decode path (`seqrl.
 projections), seqrl with the HF forward (``SamplingParams(decode="hf")``, the same sampling loop over
 the HF model and a `DynamicCache`), and HF `generate`; where the CPU has AVX-512 BF16 or AMX-BF16
 (``--bf16 auto``, the default), also seqrl lean under ``torch.autocast(bf16)`` (projections and head
-in bf16, weights cast once per call; KV cache and attention fp32) and HF `generate` under the same
+in bf16, weights cast once per call; the KV cache bf16, `lean.KV_BF16`) and HF `generate` under the same
 autocast (as TRL's ``bf16=True`` generates; the equal-precision anchor, ``bf16_vs_hf_bf16_*``; its speedup
 column is against that). bf16 samples other tokens than
 fp32, so in natural mode its lengths differ: compare its seconds per call *and* tokens/s. With

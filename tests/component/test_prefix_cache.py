@@ -45,6 +45,26 @@ def test_continuing_from_the_cache_samples_what_a_full_prefill_samples(arch, ove
     assert len(set(cached.lengths.tolist())) > 2  # rows left the batch at several steps
 
 
+def test_under_bf16_autocast_cached_rows_score_their_tokens_as_a_full_forward_does():
+    """The bf16 cache (`lean.KV_BF16`): K/V exported and copied back in bf16; a continued row's log-probs
+    are within bf16 rounding of the fp32 full forward of its own tokens (a misplaced slot is not)."""
+    from tests.component.test_rollout_lean import _full_forward_logprobs
+
+    policy = _custom_policy("qwen2", seed=1, num_key_value_heads=2)
+    cache = PrefixCache()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        cont, _ = _continuations(policy, cache)
+        assert len(cont) >= 4 and all(kv.dtype == torch.bfloat16 for kv, _ in cache._entries.values())
+        out = generate(policy, cont, 2, SamplingParams(temperature=1.0, max_new_tokens=12, seed=4), prefix_cache=cache)
+    assert out.stats["prefix_cache_hits"] == len(cont)
+    worst = 0.0
+    for i in range(out.completion_ids.shape[0]):
+        n = int(out.lengths[i])
+        full = _full_forward_logprobs(policy, out.prompt_ids[i // 2], out.completion_ids[i, :n])
+        worst = max(worst, float((out.logprobs[i, :n].double() - full).abs().max()))
+    assert 1e-4 < worst < 0.05, worst
+
+
 def test_an_in_place_weight_update_empties_the_cache():
     policy = _custom_policy("llama", seed=2)
     cache = PrefixCache()

@@ -256,23 +256,64 @@ def test_lean_under_bf16_autocast_runs_projections_in_bf16_close_to_fp32(arch):
     assert all(after[k].dtype == v.dtype and torch.equal(after[k], v) for k, v in before.items())
 
 
-def test_lean_decoder_casts_only_the_projections_under_autocast(tiny_policy):
+def test_lean_decoder_casts_only_the_projections_and_the_cache_under_autocast(tiny_policy, monkeypatch):
+    from seqrl.rollout import lean
     from seqrl.rollout.lean import LeanDecoder
 
     model = tiny_policy.model
-    with torch.autocast("cpu", dtype=torch.bfloat16):
-        dec = LeanDecoder(model, rows=2, slots=8)
-    try:
-        assert dec.mm_dtype == torch.bfloat16 and dec.lm_head.dtype == torch.bfloat16
-        assert dec.layers[0][1].dtype == torch.bfloat16  # fused q/k/v
-        assert dec.kv.dtype == torch.float32 and dec.embed.dtype == torch.float32  # cache, residual stream
-    finally:
-        dec.close()
+    for kv_bf16, cache in ((None, torch.bfloat16), (False, torch.float32)):
+        monkeypatch.setattr(lean, "KV_BF16", kv_bf16)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            dec = LeanDecoder(model, rows=2, slots=8)
+        try:
+            assert dec.mm_dtype == torch.bfloat16 and dec.lm_head.dtype == torch.bfloat16
+            assert dec.layers[0][1].dtype == torch.bfloat16  # fused q/k/v
+            assert dec.kv.dtype == cache and dec.full == (cache == torch.bfloat16)
+            assert dec.embed.dtype == torch.float32 and dec.norm.dtype == torch.float32  # residual stream, norms
+        finally:
+            dec.close()
     dec = LeanDecoder(model, rows=2, slots=8)
     try:
         assert dec.mm_dtype == torch.float32 and dec.layers[0][1].dtype == torch.float32
     finally:
         dec.close()
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2"])
+def test_the_bf16_cache_samples_within_bf16_rounding_of_the_fp32_cache(arch, monkeypatch):
+    """Under bf16 autocast the cache is bf16 and each step attends over all its slots, later ones masked:
+    log-probs of the same tokens within bf16 rounding of the fp32 cache's, with left padding, rows
+    finishing early, a buffer from the pool full of NaN, and the prefix cache continuing rows."""
+    from seqrl.rollout import lean
+
+    policy = _custom_policy(arch, seed=5, hidden_size=128, intermediate_size=256,
+                            **({"num_key_value_heads": 2} if arch == "qwen2" else {}))
+    with torch.no_grad():
+        for p in policy.model.parameters():
+            if p.dim() == 2:
+                p.mul_(0.25)  # a smooth distribution, where rounding shows as rounding
+    prompts = policy.encode_prompts(QUESTIONS)  # different lengths: left padding
+    params = SamplingParams(temperature=1.0, max_new_tokens=24, seed=11, stop=("7", "q"))
+    lean._POOL[("cpu", torch.bfloat16)] = torch.full((1 << 20,), float("nan"), dtype=torch.bfloat16)
+    runs = {}
+    for kv_bf16 in (None, False):
+        monkeypatch.setattr(lean, "KV_BF16", kv_bf16)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            runs[kv_bf16] = generate(policy, prompts, 3, params)
+    a, b = runs[None], runs[False]
+    assert torch.isfinite(a.logprobs).all() and len(set(a.lengths.tolist())) > 2
+    # the same tokens scored by both caches: teacher-forced full forwards at fp32 bound both
+    worst_a = worst_b = 0.0
+    for i in range(a.completion_ids.shape[0]):
+        n = int(a.lengths[i])
+        full = _full_forward_logprobs(policy, a.prompt_ids[i // 3], a.completion_ids[i, :n])
+        worst_a = max(worst_a, float((a.logprobs[i, :n].double() - full).abs().max()))
+    for i in range(b.completion_ids.shape[0]):
+        n = int(b.lengths[i])
+        full = _full_forward_logprobs(policy, b.prompt_ids[i // 3], b.completion_ids[i, :n])
+        worst_b = max(worst_b, float((b.logprobs[i, :n].double() - full).abs().max()))
+    assert worst_a < 0.05 and worst_b < 0.05, (worst_a, worst_b)  # bf16 rounding, not masking errors
+    assert worst_a > 1e-4  # bf16 ran
 
 
 def _packing_available():
