@@ -71,7 +71,7 @@ def main() -> None:
         lambda: print(f"training the SFT warm start ({sft_steps} steps)…", flush=True))
     prm_dir = cache / "search-prm-40"
     if args.retrain or latest_checkpoint(prm_dir) is None:
-        prm_algo.train(prm_algo.PRMConfig(run=RunConfig(name="search-prm-40", out_dir=str(cache), seed=0, progress=False),
+        prm_algo.train(prm_algo.PRMConfig(run=RunConfig(name="search-prm-40", out_dir=str(cache), seed=0, progress=False, bf16=False),
                                           model=ModelConfig(preset="tiny", max_seq_len=128), task=replace(task_cfg),
                                           optim=OptimConfig(lr=2e-3, warmup_steps=5), steps=40, batch_size=32))
     policy = load_pretrained(warm["checkpoint"])

@@ -174,7 +174,7 @@ def quick_run(episodes: int, steps: int, eval_episodes: int, out_dir: str) -> di
     """The gotolocal preset on `episodes` in-memory demonstrations for `steps` steps; held-out success."""
     cfg = preset()
     cfg.data = VLADataConfig(dataset="quick:GoToLocal", quick_episodes=episodes, quick_seed=0)
-    cfg.run = RunConfig(name="vla_bench_gotolocal", out_dir=out_dir, seed=0, log_every=50, progress=False)
+    cfg.run = RunConfig(name="vla_bench_gotolocal", out_dir=out_dir, seed=0, log_every=50, progress=False, bf16=False)
     cfg.eval = VLAEvalConfig(every=0, episodes=eval_episodes, seed=0, strip=False)
     cfg.optim = OptimConfig(**{**cfg.optim.__dict__, "warmup_steps": min(cfg.optim.warmup_steps, steps // 10)})
     cfg.steps = steps

@@ -17,20 +17,32 @@ import torch  # noqa: E402
 
 torch.set_num_threads(1)
 
+from seqrl.utils.dist import bf16_fast as _REAL_BF16_FAST  # noqa: E402  (before the suite's pin replaces it)
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _fp32_pin():
+    """``run.bf16: auto`` (the default) resolves to fp32 in tests, as on an AVX2-only CPU: a seeded test then
+    runs the same arithmetic on every CI machine (AVX-512 BF16, AMX or neither). Session-wide, so that the
+    session fixtures (the e2e tests' shared SFT model) train under it too, and on its own patch, so that a
+    test's ``monkeypatch.undo()`` keeps it. Tests that set ``bf16=True`` run bf16 regardless."""
+    from seqrl.utils import dist
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(dist, "bf16_fast", lambda device: False)
+        yield
+
 
 @pytest.fixture(autouse=True)
-def _fp32_unless_asked(request):
-    """``run.bf16: auto`` (the default) resolves to fp32 in tests, as on an AVX2-only CPU: a seeded test then
-    runs the same arithmetic on every CI machine (AVX-512 BF16, AMX or neither). Tests marked
-    ``real_bf16_probe`` see the real probe; tests that set ``bf16=True`` run bf16 regardless. A patch of
-    its own, so that a test's ``monkeypatch.undo()`` keeps it."""
-    if request.node.get_closest_marker("real_bf16_probe") is not None:
+def _real_bf16_probe_when_marked(request, _fp32_pin):
+    """Tests marked ``real_bf16_probe`` see the real capability probe instead of the fp32 pin."""
+    if request.node.get_closest_marker("real_bf16_probe") is None:
         yield
         return
     from seqrl.utils import dist
 
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(dist, "bf16_fast", lambda device: False)
+        patch.setattr(dist, "bf16_fast", _REAL_BF16_FAST)
         yield
 
 

@@ -17,5 +17,8 @@ def test_sft_on_two_digit_addition_beats_untrained_by_a_wide_margin(sft_two_digi
     problems = task.problems("test", cfg.task.n_test, cfg.task.seed)
     before = evaluate(untrained, task, problems, max_new_tokens=32).metrics["eval/accuracy"]
     after = sft_two_digit.metrics["eval/accuracy"]
+    from seqrl.utils.metrics import read_metrics
+
+    assert read_metrics(cfg.run.dir / "metrics.jsonl")[0]["run/bf16"] == 0.0  # the suite's fp32 pin reached it
     print(f"held-out greedy accuracy: untrained {before:.2f} -> after SFT {after:.2f}")
     assert after >= before + 0.5

@@ -267,7 +267,7 @@ class LeanDecoder:
             self.kv[1, i, lo:hi, :, start:end] = qkv[:, :, h + hkv:].transpose(1, 2)
             q = qk[:, :, :h].transpose(1, 2)  # (P, H, R, D)
             keys, values = self.kv[0, i, lo:hi, :, :end], self.kv[1, i, lo:hi, :, :end]
-            if self.full:  # the rounded K/V the decode steps will read, in the query's dtype
+            if keys.dtype != q.dtype:  # a bf16 cache: the rounded K/V the decode steps read, in the query's dtype
                 keys, values = keys.to(q.dtype), values.to(q.dtype)
             att = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, scale=self.scale,
                                                  enable_gqa=self.gqa)  # (P, H, R, D)
@@ -354,7 +354,7 @@ class LeanDecoder:
         h, hkv, d = self.heads, self.kv_heads, self.head_dim
         col, hi = self.used, self.used + 1  # this step's cache column
         cos, sin = self.cos[positions][:, None], self.sin[positions][:, None]  # (A, 1, D)
-        if self.full:  # attend over all S slots: -inf from this step's column on, and on left padding
+        if self.full:  # attend over all S slots: -inf after this step's column, and on left padding
             span = self.kv.shape[4]
             bias = torch.zeros(span, device=token.device, dtype=torch.float32).masked_fill(self.slots >= hi, float("-inf"))
             bias = bias + self.bias[:a, None, None, :] if self.padded else bias  # (A, 1, 1, S) or (S,)
