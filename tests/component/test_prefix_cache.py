@@ -45,11 +45,13 @@ def test_continuing_from_the_cache_samples_what_a_full_prefill_samples(arch, ove
     assert len(set(cached.lengths.tolist())) > 2  # rows left the batch at several steps
 
 
-def test_under_bf16_autocast_cached_rows_score_their_tokens_as_a_full_forward_does():
+def test_under_bf16_autocast_cached_rows_score_their_tokens_as_a_full_forward_does(monkeypatch):
     """The bf16 cache (`lean.KV_BF16`): K/V exported and copied back in bf16; a continued row's log-probs
     are within bf16 rounding of the fp32 full forward of its own tokens (a misplaced slot is not)."""
+    from seqrl.rollout import lean
     from tests.component.test_rollout_lean import _full_forward_logprobs
 
+    monkeypatch.setattr(lean, "KV_BF16", True)
     policy = _custom_policy("qwen2", seed=1, num_key_value_heads=2)
     cache = PrefixCache()
     with torch.autocast("cpu", dtype=torch.bfloat16):

@@ -261,7 +261,7 @@ def test_lean_decoder_casts_only_the_projections_and_the_cache_under_autocast(ti
     from seqrl.rollout.lean import LeanDecoder
 
     model = tiny_policy.model
-    for kv_bf16, cache in ((None, torch.bfloat16), (False, torch.float32)):
+    for kv_bf16, cache in ((True, torch.bfloat16), (False, torch.float32)):
         monkeypatch.setattr(lean, "KV_BF16", kv_bf16)
         with torch.autocast("cpu", dtype=torch.bfloat16):
             dec = LeanDecoder(model, rows=2, slots=8)
@@ -281,8 +281,8 @@ def test_lean_decoder_casts_only_the_projections_and_the_cache_under_autocast(ti
 
 @pytest.mark.parametrize("arch", ["llama", "qwen2"])
 def test_attending_over_the_whole_bf16_cache_equals_attending_over_its_written_slots(arch, monkeypatch):
-    """Under bf16 autocast the cache is bf16 and each step attends over all its slots, the unwritten ones
-    masked (`LeanDecoder.full`): the same tokens and log-probs as the same cache read only up to the step's
+    """With `KV_BF16` under bf16 autocast the cache is bf16 and each step attends over all its slots, the
+    unwritten ones masked (`LeanDecoder.full`): the same tokens and log-probs as the same cache read only up to the step's
     column, with left padding, rows finishing early (compaction) and a pooled buffer full of NaN."""
     from seqrl.rollout import lean
 
@@ -290,6 +290,7 @@ def test_attending_over_the_whole_bf16_cache_equals_attending_over_its_written_s
     prompts = policy.encode_prompts(QUESTIONS)  # different lengths: left padding
     params = SamplingParams(temperature=1.0, max_new_tokens=24, seed=11, stop=("7", "q"))
     monkeypatch.setitem(lean._POOL, ("cpu", torch.bfloat16), torch.full((1 << 20,), float("nan"), dtype=torch.bfloat16))
+    monkeypatch.setattr(lean, "KV_BF16", True)
     real_init = lean.LeanDecoder.__init__
     runs = {}
     for full in (True, False):
@@ -310,8 +311,8 @@ def test_attending_over_the_whole_bf16_cache_equals_attending_over_its_written_s
 
 
 def test_the_bf16_cache_samples_within_bf16_rounding_of_the_fp32_cache(monkeypatch):
-    """`KV_BF16 = False` keeps the fp32 cache under autocast; both score their tokens within bf16
-    rounding of the fp32 full forward."""
+    """`KV_BF16` (off by default) makes the cache bf16 under autocast; both caches score their tokens within
+    bf16 rounding of the fp32 full forward."""
     from seqrl.rollout import lean
 
     policy = _custom_policy("qwen2", seed=5, hidden_size=128, intermediate_size=256, num_key_value_heads=2)
@@ -321,7 +322,7 @@ def test_the_bf16_cache_samples_within_bf16_rounding_of_the_fp32_cache(monkeypat
                 p.mul_(0.25)  # a smooth distribution, where rounding shows as rounding
     prompts = policy.encode_prompts(QUESTIONS)
     params = SamplingParams(temperature=1.0, max_new_tokens=24, seed=11, stop=("7", "q"))
-    for kv_bf16 in (None, False):
+    for kv_bf16 in (True, False):
         monkeypatch.setattr(lean, "KV_BF16", kv_bf16)
         with torch.autocast("cpu", dtype=torch.bfloat16):
             ro = generate(policy, prompts, 3, params)
