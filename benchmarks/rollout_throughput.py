@@ -26,7 +26,7 @@ Three engines (five with bf16): seqrl with its default lean decode path (`seqrl.
 projections), seqrl with the HF forward (``SamplingParams(decode="hf")``, the same sampling loop over
 the HF model and a `DynamicCache`), and HF `generate`; where the CPU has AVX-512 BF16 or AMX-BF16
 (``--bf16 auto``, the default), also seqrl lean under ``torch.autocast(bf16)`` (projections and head
-in bf16, weights cast once per call; KV cache and attention fp32; with ``--kv-bf16`` a bf16 cache, `lean.KV_BF16`) and HF `generate` under the same
+in bf16, weights cast once per call; a bf16 KV cache, `lean.KV_BF16`; ``--kv-bf16 off``: fp32) and HF `generate` under the same
 autocast (as TRL's ``bf16=True`` generates; the equal-precision anchor, ``bf16_vs_hf_bf16_*``; its speedup
 column is against that). bf16 samples other tokens than
 fp32, so in natural mode its lengths differ: compare its seconds per call *and* tokens/s. With
@@ -110,8 +110,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--bf16", choices=("auto", "on", "off"), default="auto",
                    help="a fourth engine, seqrl lean under bf16 autocast (projections in bf16); auto: where the CPU "
                         "has AVX-512 BF16 or AMX-BF16")
-    p.add_argument("--kv-bf16", action="store_true",
-                   help="the bf16 engine keeps a bf16 KV cache (`seqrl.rollout.lean.KV_BF16`, off by default)")
+    p.add_argument("--kv-bf16", choices=("on", "off"), default="on",
+                   help="the bf16 engine's KV cache in bf16 (`seqrl.rollout.lean.KV_BF16`, the default) or fp32")
     p.add_argument("--unpacked", action="store_true",
                    help="one more engine: seqrl lean with F.linear on unpacked weights (the oneDNN packing's share)")
     p.add_argument("--cache-dir", default=str(ROOT / "runs" / "bench-cache"), help="trained checkpoints")
@@ -319,7 +319,7 @@ def main(argv: list[str] | None = None) -> dict:
     bf16 = args.bf16 == "on" or (args.bf16 == "auto" and bf16_fast(torch.device("cpu")))
     from seqrl.rollout import lean
 
-    lean.KV_BF16 = args.kv_bf16
+    lean.KV_BF16 = args.kv_bf16 == "on"
     engines = 3 + 2 * bf16 + args.unpacked
     results: dict[str, dict] = {}
     train_info: dict[str, dict] = {}
@@ -430,7 +430,7 @@ def main(argv: list[str] | None = None) -> dict:
                       f"greedy ours == HF: {parity[preset]}")
 
     summary: dict = {"benchmark": "rollout_throughput", "date": datetime.now(timezone.utc).strftime("%Y-%m-%d"),
-                     "quick": args.quick, "kv_bf16": args.kv_bf16, "rows": rows, "prompts": args.prompts, "n": args.n,
+                     "quick": args.quick, "kv_bf16": args.kv_bf16 == "on", "rows": rows, "prompts": args.prompts, "n": args.n,
                      "max_new_tokens": args.max_new_tokens, "repeats": args.repeats,
                      "forced_repeats": args.forced_repeats, "threads": args.threads}
     for key, res in results.items():

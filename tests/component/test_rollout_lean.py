@@ -311,8 +311,8 @@ def test_attending_over_the_whole_bf16_cache_equals_attending_over_its_written_s
 
 
 def test_the_bf16_cache_samples_within_bf16_rounding_of_the_fp32_cache(monkeypatch):
-    """`KV_BF16` (off by default) makes the cache bf16 under autocast; both caches score their tokens within
-    bf16 rounding of the fp32 full forward."""
+    """`KV_BF16` (the default) makes the cache bf16 under autocast, False keeps it fp32; both caches score
+    their tokens within bf16 rounding of the fp32 full forward."""
     from seqrl.rollout import lean
 
     policy = _custom_policy("qwen2", seed=5, hidden_size=128, intermediate_size=256, num_key_value_heads=2)

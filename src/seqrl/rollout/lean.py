@@ -18,9 +18,9 @@ What it saves against calling the HF model once per token:
 
 Under ``torch.autocast`` (e.g. bf16 on a CPU with AVX-512 BF16) the projections and the head run in
 the autocast dtype, their weights cast once per call; the residual stream, norms and RoPE keep the
-model's dtype, as autocast keeps them for the elementwise ops, and so do the KV cache and attention
-unless `KV_BF16` is set (a bf16 cache read as one contiguous block: faster, and further from the
-trainer's log-probs).
+model's dtype, as autocast keeps them for the elementwise ops. On a CPU the KV cache is bf16 then (as the
+HF model's is under autocast) and a decode step attends over all its slots, the unwritten ones masked
+(`KV_BF16`): bf16 batched matmuls need the contiguous block to run without copying it.
 
 `torch.compile` of the attention core was measured and not kept: 23–93 s of compilation per process,
 slower on the tiny preset (5.3 vs 3.6 ms a call) and 1.3× faster only on the attention of the small
@@ -118,14 +118,15 @@ layout, what inductor's CPU freezing uses): 1.2–2.2× per matmul at decode sha
 the plain GEMM repacks the weight at every call. None: wherever a CPU build has oneDNN for the dtype
 (fp32; bf16 where the CPU has it); False: `F.linear` (benchmarks compare the two)."""
 
-KV_BF16: bool = False
-"""True: under bf16 autocast on a CPU, keep the KV cache in bf16 and let each decode step attend over every
-slot of it (a contiguous block, later slots masked). One-query attention ran 2.2× faster than over the
-fp32 cache's slices (bf16 batched matmuls copy a strided slice first) and SmolLM2's rollout 1.1× faster,
-but bf16 attention rounds its scores and weights: sampled log-probs sit further from the trainer's (mean
-|Δ| 0.0045 vs 0.0028 nats a token on the tiny preset); PPO's end-to-end gain with it was −0.009 ± 0.007
-of fp32's over 6 seeds (benchmarks/RESULTS.md). Off by default; sampling that no trainer learns from
-can turn it on."""
+KV_BF16: bool = True
+"""Under bf16 autocast on a CPU, keep the KV cache in bf16 (as the HF model's is under autocast) and let
+each decode step attend over every slot of it, a contiguous block with the unwritten slots masked:
+one-query attention ran 2.2× faster than over the fp32 cache's slices (bf16 batched matmuls copy a
+strided slice first), SmolLM2's rollout 1.14×. bf16 attention rounds its scores and weights, so sampled
+log-probs sit further from the trainer's (mean |Δ| 0.0045 vs 0.0028 nats a token on the tiny preset);
+PPO's and GRPO's end-to-end gains were equal within noise with either cache (6 and 3 seeds;
+benchmarks/RESULTS.md).
+False: the cache and attention stay in the model's dtype."""
 
 PACK_MIN_NUMEL = 1 << 17
 """Smaller weights stay plain: oneDNN's ≈ 10 µs per call outweighs the packing below ≈ 128 × 1024 (the
@@ -186,13 +187,13 @@ class LeanDecoder:
         dev, dtype = model.lm_head.weight.device, model.lm_head.weight.dtype
         # Under `torch.autocast` the projections (and the head) run in the autocast dtype, as autocast
         # would run them, with their weights cast once per call instead of at every step; the residual
-        # stream, norms, RoPE, the KV cache and attention stay in the model's dtype (`KV_BF16`: a bf16 cache).
+        # stream, norms and RoPE stay in the model's dtype; the KV cache too, except under bf16 on a CPU.
         self.mm_dtype = torch.get_autocast_dtype(dev.type) if torch.is_autocast_enabled(dev.type) else dtype
         self.device_type = dev.type
 
         self.packed = _packs(dev, self.mm_dtype)
         # bf16 cache (CPU, bf16 autocast over fp32 weights): decode steps attend over all slots, masked
-        self.full = KV_BF16 is True and dev.type == "cpu" and self.mm_dtype == torch.bfloat16 != dtype
+        self.full = bool(KV_BF16) and dev.type == "cpu" and self.mm_dtype == torch.bfloat16 != dtype
         self.cache_dtype = torch.bfloat16 if self.full else dtype
 
         def mm(t: torch.Tensor | None) -> torch.Tensor | None:
