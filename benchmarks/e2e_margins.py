@@ -126,17 +126,10 @@ def run_one(test: str, start: str, seed: int, precision: str = "fp32") -> dict:
                    best_in_data=result["best"], after_pretrain=result["after_pretrain"])
     elif test == "sft":
         from seqrl.algos.sft import train
-        from seqrl.data import get_task
-        from seqrl.evaluation import evaluate
-        from seqrl.models import load_policy
-        from seqrl.utils.seeding import seed_everything
 
         conftest = _module(E2E / "conftest.py", "e2e_conftest")
         cfg = conftest.sft_config(out, seed=seed)
-        seed_everything(seed)
-        task = get_task("arith", digits=2)
-        problems = task.problems("test", cfg.task.n_test, cfg.task.seed)
-        before = evaluate(load_policy(cfg.model), task, problems, max_new_tokens=32).metrics["eval/accuracy"]
+        before = _module(E2E / "test_sft_learns.py", "e2e_sft").untrained_accuracy(cfg, seed)
         after = train(cfg)
         row.update(before=before, after=after["eval/accuracy"], margin=0.5, pass1_after=after.get("eval/pass@1"))
     elif test == "prm":

@@ -8,14 +8,19 @@ from seqrl.models import load_policy
 from seqrl.utils.seeding import seed_everything
 
 
+def untrained_accuracy(cfg, seed: int = 0) -> float:
+    """Held-out greedy accuracy of `cfg`'s model as initialised from `seed`, on the test's problems
+    (`benchmarks/e2e_margins.py` runs the test's setting over seeds)."""
+    seed_everything(seed)
+    task = get_task("arith", digits=2)
+    problems = task.problems("test", cfg.task.n_test, cfg.task.seed)
+    return evaluate(load_policy(cfg.model), task, problems, max_new_tokens=32).metrics["eval/accuracy"]
+
+
 @pytest.mark.e2e
 def test_sft_on_two_digit_addition_beats_untrained_by_a_wide_margin(sft_two_digit):
     cfg = sft_two_digit.cfg
-    seed_everything(0)
-    untrained = load_policy(cfg.model)
-    task = get_task("arith", digits=2)
-    problems = task.problems("test", cfg.task.n_test, cfg.task.seed)
-    before = evaluate(untrained, task, problems, max_new_tokens=32).metrics["eval/accuracy"]
+    before = untrained_accuracy(cfg)
     after = sft_two_digit.metrics["eval/accuracy"]
     from seqrl.utils.metrics import read_metrics
 

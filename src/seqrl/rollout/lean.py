@@ -232,7 +232,7 @@ class LeanDecoder:
         self.kv = self._storage[: math.prod(shape)].view(shape)  # (2, layers, N, Hkv, S, D)
         if self.full:  # slots not yet written are attended with weight 0: zeros, not NaN (0 · NaN = NaN)
             self.kv.zero_()
-        self.slots = torch.arange(slots, device=dev)
+            self.slots = torch.arange(slots, device=dev)  # (S,) for the steps' mask
         self.bias = torch.zeros((rows, slots), device=dev, dtype=dtype)  # (N, S) -inf on left padding
         self.padded = False
         self.rows = 0  # rows in use
