@@ -6,6 +6,8 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# pytest-xdist workers for `make test` (one torch thread each): one per core, at most 4
+TEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 1); [ $$n -gt 4 ] && n=4; echo $$n)
 
 .PHONY: demo test venv bench clean
 
@@ -23,7 +25,7 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/seqrl models get smollm2-135m-instruct >/dev/null || echo "smollm2-135m-instruct not fetched: its tests will skip"
-	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(BIN)/python -m pytest -q src tests
+	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup src tests
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/rollout_throughput.py --quick

@@ -20,6 +20,14 @@ torch.set_num_threads(1)
 from seqrl.utils.dist import bf16_fast as _REAL_BF16_FAST  # noqa: E402  (before the suite's pin replaces it)
 
 
+def pytest_collection_modifyitems(items):
+    """Under pytest-xdist (``make test``, ``--dist loadgroup``) a file's tests run in one worker, in file order,
+    so a module fixture is built once; the tests on the shared SFT run (``sft_two_digit``) share a worker too."""
+    for item in items:
+        group = "sft_two_digit" if "sft_two_digit" in getattr(item, "fixturenames", ()) else item.nodeid.split("::")[0]
+        item.add_marker(pytest.mark.xdist_group(group))
+
+
 @pytest.fixture(autouse=True, scope="session")
 def _fp32_pin():
     """``run.bf16: auto`` (the default) resolves to fp32 in tests, as on an AVX2-only CPU: a seeded test then
