@@ -114,6 +114,25 @@ def test_without_rationalization_failures_stay_unkept(tiny_policy):
     assert len(kept) == sum(p.metadata["a"] % 2 == 0 for p in problems)  # two equal samples count once
 
 
+@pytest.mark.parametrize("bf16", [True, False])
+def test_rationales_are_sampled_under_run_bf16(tiny_policy, bf16):
+    task = get_task("arith", digits=2)
+    problems = task.problems("train", 4, 0)
+    seen = []
+
+    def rule(a, b, hint, k, rng):
+        seen.append(torch.is_autocast_enabled("cpu") and torch.get_autocast_dtype("cpu") == torch.bfloat16)
+        return solution(a, b, None if hint else 0), "stop"  # wrong unhinted: the rationalization pass runs too
+
+    cfg = _cfg(".", samples_per_problem=1)
+    cfg.run.bf16 = bf16
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(star, "generate", Scripted(rule))
+        collect(tiny_policy, task, problems, cfg, iteration=1, seed=0)
+    assert seen == [bf16] * 2 * len(problems)
+    assert not torch.is_autocast_enabled("cpu")
+
+
 def test_a_rationale_too_long_to_train_on_is_dropped_not_an_error():
     short_ctx = load_policy(ModelConfig(preset="tiny", max_seq_len=24))
     task = get_task("arith", digits=2)

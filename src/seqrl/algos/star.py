@@ -39,7 +39,7 @@ import torch
 from seqrl.algos.config import OptimConfig, RunConfig, TaskConfig
 from seqrl.algos.star_config import _WORD_RE, BaseConfig, STaRConfig, hint_words  # noqa: F401 (re-exported)
 from seqrl.evaluation import EvalConfig, evaluate
-from seqrl.models.lm import ModelConfig, Policy, load_policy, num_parameters
+from seqrl.models.lm import ModelConfig, Policy, load_policy, model_device, num_parameters
 from seqrl.prompts import PromptConfig, check_template
 from seqrl.rollout import SamplingParams, generate
 from seqrl.training.finetune import encode_pairs, finetune
@@ -47,6 +47,7 @@ from seqrl.training.loop import RunLoop
 from seqrl.training.run import check_finite, make_optimizer, refuse_skip_step, releases_run_folder
 from seqrl.types import MARKERS, Problem, Task
 from seqrl.utils import dist
+from seqrl.utils.dist import bf16_autocast
 from seqrl.utils.metrics import read_metrics
 
 BASE_DIR = "base"
@@ -144,7 +145,14 @@ def sample_verified(policy: Policy, task: Task, problems: list[Problem], n: int,
 def collect(policy: Policy, task: Task, problems: list[Problem], cfg: STaRConfig, iteration: int,
             seed: int) -> tuple[list[Kept], dict[str, float]]:
     """Steps 1–2 of an iteration: rationales of the current model, then rationalization of the
-    problems it failed. Returns the training examples and their statistics."""
+    problems it failed, sampled under ``run.bf16`` as GRPO's rollouts are. Returns the training examples and
+    their statistics."""
+    with bf16_autocast(model_device(policy.model), cfg.run.use_bf16):
+        return _collect(policy, task, problems, cfg, iteration, seed)
+
+
+def _collect(policy: Policy, task: Task, problems: list[Problem], cfg: STaRConfig, iteration: int,
+             seed: int) -> tuple[list[Kept], dict[str, float]]:
     params = SamplingParams(temperature=cfg.temperature, top_p=cfg.top_p, max_new_tokens=cfg.max_new_tokens,
                             stop=tuple(cfg.stop), seed=seed * 1_000_003 + iteration * 1_000)
     direct, tokens = sample_verified(policy, task, problems, cfg.samples_per_problem, params, cfg.sample_batch_size)
