@@ -22,9 +22,10 @@ model's dtype, as autocast keeps them for the elementwise ops. On a CPU the KV c
 HF model's is under autocast) and a decode step attends over all its slots, the unwritten ones masked
 (`KV_BF16`): bf16 batched matmuls need the contiguous block to run without copying it.
 
-`torch.compile` of the attention core was measured and not kept: 23–93 s of compilation per process,
+`torch.compile` was measured and not kept: of the attention core, 23–93 s of compilation per process,
 slower on the tiny preset (5.3 vs 3.6 ms a call) and 1.3× faster only on the attention of the small
-one, which is < 15 % of its decode step.
+one, which is < 15 % of its decode step; of the whole step (static shapes, one graph), 9–16× slower
+(`benchmarks/compile_probe.py --decode`).
 
 The fused (and packed) weights are built from the live parameters at every `generate` call (a few ms
 for the presets, ≈ 0.2 s for SmolLM2-135M on one CPU thread, against seconds of decoding): a trainer
