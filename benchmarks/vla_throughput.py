@@ -4,6 +4,7 @@ demonstrations/s (1 and 2 worker processes), and the held-out GoToLocal success 
 
     python benchmarks/vla_throughput.py --quick     # ≈ 1.5 min on a quiet 2-core machine, 11 min at load 10
     python benchmarks/vla_throughput.py             # more demonstrations, repeats and a longer training run
+    python benchmarks/vla_throughput.py --quick --compile-only   # the training step eager vs `run.compile`
 
 * demos/s: `seqrl data babyai GoToLocal --episodes N --workers W` run as a command; its demos/s counts
   the collection (worker start-up included: a spawned worker imports minigrid first), not the write.
@@ -12,6 +13,11 @@ demonstrations/s (1 and 2 worker processes), and the held-out GoToLocal success 
   autocast in alternating blocks, median of the blocks. Samples = windows of K steps.
 * padding skip: fp32 training samples/s with the images of left-padded steps encoded (`skip_padding`
   False) or skipped (the default), alternating, at K 4 (the preset) and K 16; the windows' padded fraction.
+* compiled training step (``--compile`` adds it, ``--compile-only`` runs it alone): fp32 samples/s of the
+  step above with the policy's forward under `torch.compile` as ``run.compile: true`` compiles it
+  (`seqrl.utils.compiling.compile_model`: inductor, dynamic shapes), against an eager copy of the same
+  weights on the same batches, blocks alternating; compilation seconds (first steps, recompiles for new
+  image counts) reported apart, and the loss difference of both on one batch.
 * eval env steps/s: `seqrl.algos.vla.evaluate` (all episodes in lockstep, one batched forward per env
   step) on held-out GoToLocal layouts, env steps taken / wall seconds; fp32 and bf16 autocast alternating.
 * gotolocal_success: `seqrl train vla` with the gotolocal preset cut to a few hundred in-memory
@@ -152,6 +158,63 @@ def padding_skip_rate(dataset, steps_per_block: int, blocks: int, batch_size: in
     return out
 
 
+def compile_rate(dataset, steps_per_block: int, blocks: int, batch_size: int, warmup: int = 6) -> dict:
+    """fp32 samples/s of the training step, eager vs the forward compiled as ``run.compile`` does, alternating
+    blocks over the same batch sequence; compile seconds of the warm-up steps apart."""
+    import copy
+
+    from seqrl.utils.compiling import compile_failure, compile_model, compile_seconds
+
+    cfg = preset()
+    torch.manual_seed(0)
+    eager = build_policy(cfg, dataset)
+    compiled = compile_model(copy.deepcopy(eager))
+    data = Trajectories(dataset, 1.0, 100_000, "vla.model", windows="cover")
+    mission_ids = eager.encode_missions(list(dataset.metadata["missions"]))
+    K = cfg.model.context_len
+    arms = {}
+    for name, policy in (("eager", eager), ("compiled", compiled)):
+        optimizer, _ = make_optimizer(policy, cfg.optim, 10_000, fused=True)
+        policy.train()
+        arms[name] = [policy, optimizer, 0]
+
+    def one(name: str) -> float:
+        policy, optimizer, step = arms[name]
+        loss, *_ = bc_loss(policy, data.batch(step, batch_size, K, 0), mission_ids, False)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(policy.parameters(), 1.0)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        arms[name][2] += 1
+        return float(loss)
+
+    t0, c0 = time.perf_counter(), compile_seconds() or 0.0
+    losses = []  # parity: both in eval mode (inductor draws dropout masks with its own generator) on one batch
+    with torch.no_grad():
+        for name in ("compiled", "eager"):
+            policy = arms[name][0].eval()
+            losses.append(float(bc_loss(policy, data.batch(10_000, batch_size, K, 0), mission_ids, False)[0]))
+            policy.train()
+    for _ in range(warmup):
+        one("compiled")
+        one("eager")
+    warm_s, compile_s = time.perf_counter() - t0, (compile_seconds() or 0.0) - c0
+    failed = compile_failure(compiled)
+    rates: dict[str, list[float]] = {"eager": [], "compiled": []}
+    for b in range(blocks):
+        for name in (("eager", "compiled") if b % 2 == 0 else ("compiled", "eager")):
+            t0 = time.perf_counter()
+            for _ in range(steps_per_block):
+                one(name)
+            rates[name].append(steps_per_block * batch_size / (time.perf_counter() - t0))
+    med = {k: statistics.median(v) for k, v in rates.items()}
+    return {"compile": {"compile_s": round(compile_s, 1), "warmup_steps_s": round(warm_s, 1),
+                        "samples_per_s_eager": round(med["eager"], 1), "samples_per_s_compiled": round(med["compiled"], 1),
+                        "speedup": round(med["compiled"] / med["eager"], 3), "fell_back_to_eager": failed,
+                        "first_loss_abs_diff": float(f"{abs(losses[0] - losses[1]):.2e}"),
+                        "blocks": {k: [round(x, 1) for x in v] for k, v in rates.items()}}}
+
+
 def eval_rate(dataset, episodes: int, blocks: int) -> dict:
     """Median env steps/s of batched held-out evaluation, fp32 and bf16 autocast alternating."""
     cfg = preset()
@@ -189,11 +252,19 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="small sizes (≈ 3 min of CPU time)")
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--compile", action="store_true", help="also the compiled training step (run.compile)")
+    p.add_argument("--compile-only", action="store_true", help="only the compiled training step")
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
     q = args.quick
     result: dict = {"benchmark": "vla_throughput", "quick": q, "threads": args.threads, **machine_info(),
                     "load_avg_start": load()}
+    if args.compile_only:
+        result.update(compile_rate(quick_babyai(LEVEL, episodes=200, seed=0), steps_per_block=10 if q else 40,
+                                   blocks=4 if q else 6, batch_size=preset().batch_size))
+        result["load_avg_end"] = load()
+        print(json.dumps(result))
+        return 0
     n_demo = 1000 if q else 5000  # enough that a worker's ≈ 2 s start-up is not the whole figure
     result["demos_1_worker"] = demos_per_s(n_demo, 1)
     result["demos_2_workers"] = demos_per_s(n_demo, 2)
@@ -209,6 +280,10 @@ def main(argv: list[str] | None = None) -> int:
                                     batch_size=preset().batch_size))
     print("padding skip: " + ", ".join(f"{k}: {v['speedup']}x at {v['padded_fraction']} padded"
                                        for k, v in result.items() if k.startswith("padding_skip_K")), flush=True)
+    if args.compile:
+        result.update(compile_rate(dataset, steps_per_block=10 if q else 40, blocks=4 if q else 6,
+                                   batch_size=preset().batch_size))
+        print(f"compiled training step: {result['compile']['speedup']}x eager", flush=True)
     result.update(eval_rate(dataset, episodes=50 if q else 200, blocks=2 if q else 3))
     print(f"eval env steps/s: fp32 {result['eval_env_steps_per_s_fp32']}, bf16 {result['eval_env_steps_per_s_bf16']}",
           flush=True)

@@ -110,3 +110,44 @@ def test_a_compiled_reward_model_run_compiles_its_backbone_and_learns_what_eager
     loss = {k: [r["loss/bt"] for r in v] for k, v in records.items()}
     assert len(loss[True]) == 2 and loss[True] == pytest.approx(loss[False], rel=1e-5, abs=1e-6)
     assert records[True][0]["time/compile_s"] > 0
+
+
+def _failing_backend(gm, example_inputs):
+    raise RuntimeError("boom: this backend cannot lower the graph")
+
+
+def test_a_model_that_fails_to_compile_runs_eager_with_one_warning():
+    from seqrl.models import load_policy
+    from seqrl.utils.compiling import compile_failure, compile_model
+
+    torch.manual_seed(0)
+    model = load_policy(ModelConfig(preset="tiny", max_seq_len=32)).model.eval()
+    ids = torch.randint(3, 100, (2, 12))
+    with torch.no_grad():
+        want = model(input_ids=ids).logits
+        compile_model(model, backend=_failing_backend)
+        assert is_compiled(model) and compile_failure(model) is None
+        with pytest.warns(RuntimeWarning, match=r"run.compile: \w+ did not compile .*boom.*runs eager"):
+            got = model(input_ids=ids).logits
+        assert torch.equal(got, want)
+        assert not is_compiled(model) and "boom" in compile_failure(model)
+        import warnings
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # the fallback warns once: later calls are plain eager
+            assert torch.equal(model(input_ids=ids).logits, want)
+
+
+def test_a_run_whose_model_fails_to_compile_trains_as_the_eager_run(tmp_path):
+    from torch._dynamo import list_backends, register_backend
+
+    if "seqrl_test_fails" not in list_backends(exclude_tags=()):
+        register_backend(_failing_backend, name="seqrl_test_fails")
+    train(_cfg(tmp_path, "eager", False, steps=2))
+    cfg = _cfg(tmp_path, "fails", True, steps=2)
+    cfg.run.compile_backend = "seqrl_test_fails"
+    with pytest.warns(RuntimeWarning, match="did not compile"):
+        train(cfg)
+    loss = {run: [r["loss/sft"] for r in read_metrics(tmp_path / run / "metrics.jsonl") if "loss/sft" in r]
+            for run in ("eager", "fails")}
+    assert len(loss["fails"]) == 2 and loss["fails"] == pytest.approx(loss["eager"], rel=1e-6, abs=1e-7)

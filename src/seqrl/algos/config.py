@@ -47,10 +47,11 @@ class RunConfig:
     on every CPU generation. TRL's ``bf16``."""
     compile: bool = False
     """`torch.compile` the trained model's forward (and a companion's, PPO's critic; a scalar model's
-    backbone), in place with dynamic shapes: checkpoints keep their names. Compilation time is logged as ``time/compile_s``. Off
-    by default: on a CPU the presets' training step ran 3–17 % faster compiled after 35–66 s of
-    compilation, which runs of a few hundred steps never pay back (benchmarks/RESULTS.md). TRL's
-    ``torch_compile``."""
+    backbone), in place with automatic dynamic shapes: checkpoints keep their names. Compilation time is
+    logged as ``time/compile_s``; a model the backend cannot compile warns once and trains eager. Off by
+    default: on a CPU the LM presets' training step ran 3–17 % faster compiled after 35–66 s of
+    compilation, which runs of a few hundred steps never pay back, and the VLA's ran slower
+    (benchmarks/RESULTS.md). TRL's ``torch_compile``."""
     compile_backend: str = "inductor"
     """The `torch.compile` backend (inductor; aot_eager traces without generating kernels). TRL's
     ``torch_compile_backend``."""

@@ -1,8 +1,13 @@
 """`run.compile`: the trained model's forward under `torch.compile`, and the seconds spent compiling.
 
 `compile_model` calls `nn.Module.compile` (the module itself is compiled in place: its parameters and
-state-dict names stay as they were, so checkpoints load with or without it) with dynamic shapes, since
-the trainers' batches change length from step to step. The rollout engine's lean decoder reads the
+state-dict names stay as they were, so checkpoints load with or without it) with PyTorch's automatic
+dynamic shapes (``dynamic=None``, as HF Trainer's ``torch_compile``): the first shapes compile static, a
+dimension that changes (the trainers' batch lengths) is made symbolic on the recompile. ``dynamic=True``
+made every dimension symbolic from the start, which inductor 2.13 could not lower for the VLA ("cannot
+determine truth value of Relational"). A model that fails to compile all the same (a backend's error at
+its first call or at a recompile) runs eager from then on, with one warning naming the error: a
+compiler's bug costs the run its speed-up, not the run. The rollout engine's lean decoder reads the
 weights directly and is not compiled; a model the lean path does not support decodes through its
 (compiled) HF forward.
 
@@ -14,6 +19,7 @@ from __future__ import annotations
 
 import threading
 import time
+import warnings
 
 import torch
 
@@ -69,17 +75,60 @@ def check_backend(backend: str) -> None:
                          f"(known: {', '.join(sorted(set(known) | set(BACKENDS_CHECKED)))})")
 
 
-def compile_model(model: torch.nn.Module, backend: str = "inductor", mode: str | None = None) -> torch.nn.Module:
-    """Compile `model`'s forward in place (dynamic shapes), and its HF ``base_model`` where that is another
-    module: a scalar model (RM, PRM, PPO's critic) is run as ``base_model`` then its head
-    (`seqrl.models.heads.token_scores`). Returns `model`. Starts the compile-time clock."""
+def _compile_failures() -> tuple[type[BaseException], ...]:
+    """The exceptions a backend's compile failure surfaces as (dynamo wraps it, inductor may raise its own)."""
+    kinds: list[type[BaseException]] = []
+    for module, name in (("torch._dynamo.exc", "BackendCompilerFailed"), ("torch._inductor.exc", "InductorError")):
+        try:
+            kinds.append(getattr(__import__(module, fromlist=[name]), name))
+        except (ImportError, AttributeError):
+            pass
+    return tuple(kinds)
+
+
+def _compile_in_place(module: torch.nn.Module, backend, mode: str | None) -> None:
+    """`module.compile(...)`, its compiled call falling back to eager for good when compiling fails."""
+    module.compile(backend=backend, mode=mode, dynamic=None)
+    compiled, failures = module._compiled_call_impl, _compile_failures()
+
+    def call(*args, **kwargs):
+        try:
+            return compiled(*args, **kwargs)
+        except failures as e:
+            inner = getattr(e, "inner_exception", None) or e  # the backend's own error inside dynamo's wrapper
+            lines = [ln for ln in str(inner).splitlines() if ln.strip()]
+            reason = f"{type(inner).__name__}: {lines[0].strip()[:300] if lines else ''}"
+            warnings.warn(f"run.compile: {type(module).__name__} did not compile ({reason}); it runs eager from here",
+                          RuntimeWarning, stacklevel=2)
+            module._compiled_call_impl = None
+            module._compile_failed = reason
+            return module._call_impl(*args, **kwargs)
+
+    module._compiled_call_impl = call
+
+
+def compile_model(model: torch.nn.Module, backend="inductor", mode: str | None = None) -> torch.nn.Module:
+    """Compile `model`'s forward in place (automatic dynamic shapes; eager again if compiling fails), and its
+    HF ``base_model`` where that is another module: a scalar model (RM, PRM, PPO's critic) is run as
+    ``base_model`` then its head (`seqrl.models.heads.token_scores`). `backend`: a name or a callable, as
+    `torch.compile` takes. Returns `model`. Starts the compile-time clock."""
     _install()
-    model.compile(backend=backend, mode=mode, dynamic=True)
+    _compile_in_place(model, backend, mode)
     base = getattr(model, "base_model", None)
     if isinstance(base, torch.nn.Module) and base is not model:
-        base.compile(backend=backend, mode=mode, dynamic=True)
+        _compile_in_place(base, backend, mode)
     return model
 
 
 def is_compiled(model: torch.nn.Module) -> bool:
+    """`model`'s forward runs compiled (False after `compile_model` fell back to eager)."""
     return getattr(model, "_compiled_call_impl", None) is not None
+
+
+def compile_failure(model: torch.nn.Module) -> str | None:
+    """Why `compile_model` fell back to eager for `model` (or its ``base_model``); None while it has not."""
+    for m in (model, getattr(model, "base_model", None)):
+        reason = getattr(m, "_compile_failed", None)
+        if reason:
+            return reason
+    return None
