@@ -6,8 +6,9 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-# pytest-xdist workers for `make test` (one torch thread each): one per core, at most 4
-TEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 1); [ $$n -gt 4 ] && n=4; echo $$n)
+# pytest-xdist workers for `make test` (one torch thread each): one per core, at most 4; 0 (no workers) on one
+# core. OMP_NUM_THREADS is unset for nproc, which would report it instead of the cores.
+TEST_WORKERS ?= $(shell n=$$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc 2>/dev/null || getconf _NPROCESSORS_ONLN 2>/dev/null || echo 1); [ $$n -gt 4 ] && n=4; [ $$n -lt 2 ] && n=0; echo $$n)
 
 .PHONY: demo test venv bench clean
 
@@ -25,7 +26,7 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/seqrl models get smollm2-135m-instruct >/dev/null || echo "smollm2-135m-instruct not fetched: its tests will skip"
-	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup src tests
+	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist worksteal src tests
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/rollout_throughput.py --quick

@@ -117,8 +117,15 @@ def main() -> None:
                **{k: float(f"{v:.2e}") for k, v in parity.items()}}
         print(json.dumps(res), flush=True)
         results.append(res)
+    print_summary("compile_probe", results, args)
+
+
+def print_summary(bench: str, results: list[dict], args) -> None:
+    """The last line: every result, the CPU's bf16 capabilities, torch and the load."""
+    import torch
+
     caps = dict(torch.cpu.get_capabilities())
-    print(json.dumps({"bench": "compile_probe", "results": results, "threads": args.threads, "cache": args.cache,
+    print(json.dumps({"bench": bench, "results": results, "threads": args.threads, "cache": args.cache,
                       "torch": torch.__version__, "avx512_bf16": bool(caps.get("avx512_bf16")),
                       "amx_bf16": bool(caps.get("amx_bf16")), "load_avg_1m": round(os.getloadavg()[0], 2)}))
 
@@ -221,10 +228,7 @@ def decode_probe(args) -> None:
                "logits_max_abs_diff_shipping": float(f"{(last['shipping'] - last['eager']).abs().max():.2e}")}
         print(json.dumps(res), flush=True)
         results.append(res)
-    caps = dict(torch.cpu.get_capabilities())
-    print(json.dumps({"bench": "compile_probe_decode", "results": results, "threads": args.threads, "cache": args.cache,
-                      "torch": torch.__version__, "avx512_bf16": bool(caps.get("avx512_bf16")),
-                      "amx_bf16": bool(caps.get("amx_bf16")), "load_avg_1m": round(os.getloadavg()[0], 2)}))
+    print_summary("compile_probe_decode", results, args)
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ demonstrations/s (1 and 2 worker processes), and the held-out GoToLocal success 
   False) or skipped (the default), alternating, at K 4 (the preset) and K 16; the windows' padded fraction.
 * compiled training step (``--compile`` adds it, ``--compile-only`` runs it alone): fp32 samples/s of the
   step above with the policy's forward under `torch.compile` as ``run.compile: true`` compiles it
-  (`seqrl.utils.compiling.compile_model`: inductor, dynamic shapes), against an eager copy of the same
+  (`seqrl.utils.compiling.compile_model`: inductor, automatic dynamic shapes), against an eager copy of the same
   weights on the same batches, blocks alternating; compilation seconds (first steps, recompiles for new
   image counts) reported apart, and the loss difference of both on one batch.
 * eval env steps/s: `seqrl.algos.vla.evaluate` (all episodes in lockstep, one batched forward per env

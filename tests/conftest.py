@@ -21,11 +21,10 @@ from seqrl.utils.dist import bf16_fast as _REAL_BF16_FAST  # noqa: E402  (before
 
 
 def pytest_collection_modifyitems(items):
-    """Under pytest-xdist (``make test``, ``--dist loadgroup``) a file's tests run in one worker, in file order,
-    so a module fixture is built once; the tests on the shared SFT run (``sft_two_digit``) share a worker too."""
-    for item in items:
-        group = "sft_two_digit" if "sft_two_digit" in getattr(item, "fixturenames", ()) else item.nodeid.split("::")[0]
-        item.add_marker(pytest.mark.xdist_group(group))
+    """The end-to-end tests (the longest, 10–120 s each) first, in their order: under pytest-xdist
+    (``make test``, ``--dist worksteal``) they start at once on one worker, one after the other (the shared
+    SFT run trained once, no worker waiting on it), and the short tests fill both workers to the end."""
+    items.sort(key=lambda item: "e2e" not in item.path.parts)
 
 
 @pytest.fixture(autouse=True, scope="session")

@@ -151,3 +151,26 @@ def test_a_run_whose_model_fails_to_compile_trains_as_the_eager_run(tmp_path):
     loss = {run: [r["loss/sft"] for r in read_metrics(tmp_path / run / "metrics.jsonl") if "loss/sft" in r]
             for run in ("eager", "fails")}
     assert len(loss["fails"]) == 2 and loss["fails"] == pytest.approx(loss["eager"], rel=1e-6, abs=1e-7)
+
+
+def test_a_backward_that_fails_to_compile_falls_back_before_any_gradient_is_taken():
+    from torch._dynamo.backends.common import aot_autograd
+
+    from seqrl.models import load_policy
+    from seqrl.utils.compiling import compile_failure, compile_model
+
+    backend = aot_autograd(fw_compiler=lambda gm, example_inputs: gm, bw_compiler=_failing_backend)
+    torch.manual_seed(0)
+    model = load_policy(ModelConfig(preset="tiny", max_seq_len=32)).model.train()
+    twin = load_policy(ModelConfig(preset="tiny", max_seq_len=32)).model.train()
+    twin.load_state_dict(model.state_dict())
+    for m in (model, twin):
+        m.config.attention_dropout = 0.0
+    ids = torch.randint(3, 100, (2, 12))
+    compile_model(model, backend=backend)
+    with pytest.warns(RuntimeWarning, match="did not compile .*boom"):
+        model(input_ids=ids, labels=ids).loss.backward()  # the backward's failure surfaced in the forward
+    twin(input_ids=ids, labels=ids).loss.backward()
+    assert "boom" in compile_failure(model) and not is_compiled(model)
+    for (name, p), q in zip(model.named_parameters(), twin.parameters()):
+        assert torch.allclose(p.grad, q.grad, atol=1e-6), name

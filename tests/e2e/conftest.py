@@ -9,10 +9,14 @@ setting over seeds and starting points and reports the gain against this margin.
 
 from __future__ import annotations
 
+import json
+import os
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from filelock import FileLock
 
 from seqrl.algos.config import OptimConfig, RunConfig, TaskConfig
 from seqrl.algos.sft import SFTConfig, train
@@ -45,9 +49,23 @@ def sft_config(out: str | Path, seed: int = 0, steps: int = 240) -> SFTConfig:
 
 @pytest.fixture(scope="session")
 def sft_two_digit(tmp_path_factory) -> SFTRun:
-    """`sft_config` at seed 0, 240 steps (≈ 20–50 s)."""
-    cfg = sft_config(tmp_path_factory.mktemp("sft_e2e"))
-    metrics = train(cfg)
+    """`sft_config` at seed 0, 240 steps (≈ 20–50 s), trained once per pytest run: under pytest-xdist the
+    first worker to ask trains it in the run's shared temporary folder, the others wait on its lock and
+    read it (the run folder and its final metrics)."""
+    shared = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        shared = shared.parent  # every worker's base folder sits in this run's folder
+    out, done = shared / "sft_e2e", shared / "sft_e2e.metrics.json"
+    cfg = sft_config(out)
+    with FileLock(str(shared / "sft_e2e.lock")):
+        if done.exists():
+            metrics = json.loads(done.read_text())
+        else:
+            shutil.rmtree(out, ignore_errors=True)  # what a worker that failed half-way left
+            metrics = train(cfg)
+            part = done.with_suffix(".part")
+            part.write_text(json.dumps(metrics))
+            part.replace(done)
     return SFTRun(cfg, metrics, cfg.run.dir / f"checkpoint-{cfg.steps}")
 
 

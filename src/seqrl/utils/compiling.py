@@ -6,8 +6,11 @@ dynamic shapes (``dynamic=None``, as HF Trainer's ``torch_compile``): the first 
 dimension that changes (the trainers' batch lengths) is made symbolic on the recompile. ``dynamic=True``
 made every dimension symbolic from the start, which inductor 2.13 could not lower for the VLA ("cannot
 determine truth value of Relational"). A model that fails to compile all the same (a backend's error at
-its first call or at a recompile) runs eager from then on, with one warning naming the error: a
-compiler's bug costs the run its speed-up, not the run. The rollout engine's lean decoder reads the
+its first call or at a recompile, its backward's included: the backward is lowered with the forward,
+not lazily at the first ``backward()``) runs eager from then on, with one warning naming the error: a
+compiler's bug costs the run its speed-up, not the run. The failed call is run again eager, whole: where
+dynamo split the forward at a graph break and a part before the failing one had already run, that part's
+side effects (a buffer updated in place, random numbers drawn) happen twice, once. The rollout engine's lean decoder reads the
 weights directly and is not compiled; a model the lean path does not support decodes through its
 (compiled) HF forward.
 
@@ -17,6 +20,7 @@ callbacks), which the run loop logs as ``time/compile_s`` beside the step times 
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 import warnings
@@ -86,6 +90,16 @@ def _compile_failures() -> tuple[type[BaseException], ...]:
     return tuple(kinds)
 
 
+def _backward_lowered_with_forward():
+    """A context in which AOT autograd lowers a graph's backward when it compiles the forward (so that a
+    backend's failure on the backward surfaces in the forward call); a no-op where torch has no such option."""
+    config = getattr(getattr(torch, "_functorch", None), "config", None)
+    try:
+        return config.patch(force_non_lazy_backward_lowering=True)
+    except (AttributeError, KeyError, TypeError):
+        return contextlib.nullcontext()
+
+
 def _compile_in_place(module: torch.nn.Module, backend, mode: str | None) -> None:
     """`module.compile(...)`, its compiled call falling back to eager for good when compiling fails."""
     module.compile(backend=backend, mode=mode, dynamic=None)
@@ -93,7 +107,8 @@ def _compile_in_place(module: torch.nn.Module, backend, mode: str | None) -> Non
 
     def call(*args, **kwargs):
         try:
-            return compiled(*args, **kwargs)
+            with _backward_lowered_with_forward():
+                return compiled(*args, **kwargs)
         except failures as e:
             inner = getattr(e, "inner_exception", None) or e  # the backend's own error inside dynamo's wrapper
             lines = [ln for ln in str(inner).splitlines() if ln.strip()]
