@@ -114,7 +114,7 @@ def _compile_in_place(module: torch.nn.Module, backend, mode: str | None) -> Non
             lines = [ln for ln in str(inner).splitlines() if ln.strip()]
             reason = f"{type(inner).__name__}: {lines[0].strip()[:300] if lines else ''}"
             warnings.warn(f"run.compile: {type(module).__name__} did not compile ({reason}); it runs eager from here",
-                          RuntimeWarning, stacklevel=2)
+                          RuntimeWarning, stacklevel=3)  # at the model's caller
             module._compiled_call_impl = None
             module._compile_failed = reason
             return module._call_impl(*args, **kwargs)
