@@ -10,9 +10,9 @@ its first call or at a recompile, its backward's included: the backward is lower
 not lazily at the first ``backward()``) runs eager from then on, with one warning naming the error: a
 compiler's bug costs the run its speed-up, not the run. The failed call is run again eager, whole: where
 dynamo split the forward at a graph break and a part before the failing one had already run, that part's
-side effects (a buffer updated in place, random numbers drawn) happen twice, once. The rollout engine's lean decoder reads the
-weights directly and is not compiled; a model the lean path does not support decodes through its
-(compiled) HF forward.
+side effects (a buffer updated in place, random numbers drawn) happen a second time in that one call.
+The rollout engine's lean decoder reads the weights directly and is not compiled; a model the lean path
+does not support decodes through its (compiled) HF forward.
 
 `compile_seconds()` is the wall time dynamo has spent compiling in this process (its start/end
 callbacks), which the run loop logs as ``time/compile_s`` beside the step times it inflates.
