@@ -52,7 +52,8 @@ def test_a_compiled_sft_run_learns_what_the_eager_run_learns(tmp_path):
     eager = [r["loss/sft"] for r in records["eager"]]
     compiled = [r["loss/sft"] for r in records["compiled"]]
     assert len(eager) == len(compiled) == 4 and compiled == pytest.approx(eager, rel=1e-5, abs=1e-6)
-    assert all("time/compile_s" not in r for r in records["eager"])
+    assert all("time/compile_s" not in r and "run/compile_fallback" not in r for r in records["eager"])
+    assert all(r["run/compile_fallback"] == 0.0 for r in records["compiled"])
     assert records["compiled"][0]["time/compile_s"] > 0  # the first step compiled
     assert records["compiled"][-1]["time/compile_s"] >= records["compiled"][0]["time/compile_s"]
     from safetensors.torch import load_file
@@ -151,6 +152,8 @@ def test_a_run_whose_model_fails_to_compile_trains_as_the_eager_run(tmp_path):
     loss = {run: [r["loss/sft"] for r in read_metrics(tmp_path / run / "metrics.jsonl") if "loss/sft" in r]
             for run in ("eager", "fails")}
     assert len(loss["fails"]) == 2 and loss["fails"] == pytest.approx(loss["eager"], rel=1e-6, abs=1e-7)
+    fallback = [r["run/compile_fallback"] for r in read_metrics(tmp_path / "fails" / "metrics.jsonl") if "loss/sft" in r]
+    assert fallback == [1.0, 1.0]
 
 
 def test_a_backward_that_fails_to_compile_falls_back_before_any_gradient_is_taken():

@@ -29,7 +29,7 @@ import torch
 from seqrl.training.run import RunGuard, open_run_trackers, resume_and_open_log, start_run
 from seqrl.utils import dist
 from seqrl.utils.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
-from seqrl.utils.compiling import compile_seconds
+from seqrl.utils.compiling import compile_failure, compile_seconds
 from seqrl.utils.metrics import MetricsLogger, read_metrics
 from seqrl.utils.plots import plot_metrics
 from seqrl.utils.progress import progress_bar
@@ -215,8 +215,11 @@ class RunLoop:
                     metrics = step(i, log)
                     if log and metrics:
                         metrics = {"stats/skipped_updates": guard.skipped, **metrics}  # run.on_nonfinite=skip_step
-                        if getattr(run, "compile", False) and compile_seconds() is not None:
-                            metrics["time/compile_s"] = compile_seconds() - self._compile_base  # in the step times so far
+                        if getattr(run, "compile", False):
+                            if compile_seconds() is not None:
+                                metrics["time/compile_s"] = compile_seconds() - self._compile_base  # in the step times so far
+                            metrics["run/compile_fallback"] = float(any(  # 1: a backend failed, the model runs eager
+                                compile_failure(m) for m in [self.model, *(c[1] for c in self._companions)]))
                     if evaluated:
                         metrics = {**metrics, **evaluate()}
                     if metrics:
