@@ -16,8 +16,8 @@ demonstrations/s (1 and 2 worker processes), and the held-out GoToLocal success 
 * compiled training step (``--compile`` adds it, ``--compile-only`` runs it alone): fp32 samples/s of the
   step above with the policy's forward under `torch.compile` as ``run.compile: true`` compiles it
   (`seqrl.utils.compiling.compile_model`: inductor, automatic dynamic shapes), against an eager copy of the same
-  weights on the same batches, blocks alternating; compilation seconds (first steps, recompiles for new
-  image counts) reported apart, and the loss difference of both on one batch.
+  weights on the same batches, blocks alternating; the compilation seconds of the warm-up steps reported
+  apart, and the loss difference of both on one batch in eval mode (no dropout: inductor draws its own masks).
 * eval env steps/s: `seqrl.algos.vla.evaluate` (all episodes in lockstep, one batched forward per env
   step) on held-out GoToLocal layouts, env steps taken / wall seconds; fp32 and bf16 autocast alternating.
 * gotolocal_success: `seqrl train vla` with the gotolocal preset cut to a few hundred in-memory
