@@ -91,6 +91,15 @@ def preset() -> VLAConfig:
     return load_config(VLAConfig, resolve_config("gotolocal", "vla"))
 
 
+def train_step(policy, optimizer, batch: dict, mission_ids, bf16: bool) -> None:
+    """The trainer's step: BC loss, backward, clipping at 1.0, the optimizer's update."""
+    loss, *_ = bc_loss(policy, batch, mission_ids, bf16)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(policy.parameters(), 1.0)
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+
+
 def step_rates(dataset, steps_per_block: int, blocks: int, batch_size: int, arms: dict[str, tuple[bool, bool]],
                context_len: int | None = None) -> tuple[dict[str, list[float]], float]:
     """Samples/s of the training step per block for each arm {name: (bf16 autocast, skip_padding)}, arms
@@ -113,11 +122,7 @@ def step_rates(dataset, steps_per_block: int, blocks: int, batch_size: int, arms
         nonlocal step
         batch = data.batch(step, batch_size, K, 0)
         padding.append(1.0 - float(batch["mask"].float().mean()))
-        loss, *_ = bc_loss(policy, batch, mission_ids, bf16)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(policy.parameters(), 1.0)
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
+        train_step(policy, optimizer, batch, mission_ids, bf16)
         step += 1
 
     policy.train()
@@ -178,15 +183,10 @@ def compile_rate(dataset, steps_per_block: int, blocks: int, batch_size: int, wa
         policy.train()
         arms[name] = [policy, optimizer, 0]
 
-    def one(name: str) -> float:
+    def one(name: str) -> None:
         policy, optimizer, step = arms[name]
-        loss, *_ = bc_loss(policy, data.batch(step, batch_size, K, 0), mission_ids, False)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(policy.parameters(), 1.0)
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
+        train_step(policy, optimizer, data.batch(step, batch_size, K, 0), mission_ids, False)
         arms[name][2] += 1
-        return float(loss)
 
     t0, c0 = time.perf_counter(), compile_seconds() or 0.0
     losses = []  # parity: both in eval mode (inductor draws dropout masks with its own generator) on one batch

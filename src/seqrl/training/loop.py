@@ -91,6 +91,10 @@ class RunLoop:
             load_checkpoint(own, model, optimizer, scheduler, restore_rng=False)
         return state
 
+    def _trained_models(self) -> list[torch.nn.Module]:
+        """The run's model and its companions' (what `run.compile` compiles)."""
+        return [self.model, *(c[1] for c in self._companions)]
+
     def resume(self, model: torch.nn.Module, optimizer, scheduler, tokenizer: Any = None,
                restore_rng: bool = True) -> dict[str, Any]:
         """Load the newest checkpoint that loads into `model`, `optimizer` and `scheduler` (and the
@@ -104,7 +108,7 @@ class RunLoop:
         if getattr(run, "compile", False):  # in place: the checkpoints' names stay as they are
             from seqrl.utils.compiling import compile_model
 
-            for m in [model, *(c[1] for c in self._companions)]:
+            for m in self._trained_models():
                 compile_model(m, run.compile_backend, run.compile_mode)
             self._compile_base = compile_seconds() or 0.0  # this run's share of the process's compile time
         self.resume_from, self.state, self.start, self.logger = resume_and_open_log(
@@ -219,7 +223,7 @@ class RunLoop:
                             if compile_seconds() is not None:
                                 metrics["time/compile_s"] = compile_seconds() - self._compile_base  # in the step times so far
                             metrics["run/compile_fallback"] = float(any(  # 1: a backend failed, the model runs eager
-                                compile_failure(m) for m in [self.model, *(c[1] for c in self._companions)]))
+                                compile_failure(m) for m in self._trained_models()))
                     if evaluated:
                         metrics = {**metrics, **evaluate()}
                     if metrics:
