@@ -248,3 +248,103 @@ def test_data_preferences_cli_names_what_is_missing(tmp_path, capsys):
     assert "already exists" in capsys.readouterr().err
     assert main(["data", "minari", "pendulum"]) == 2
     assert "give a level" in capsys.readouterr().err
+
+
+def _scalar(arch: str, layers: int = 3, **kw):
+    from transformers import LlamaConfig, Qwen2Config
+    cls = {"llama": LlamaConfig, "qwen2": Qwen2Config}[arch]
+    cfg = cls(vocab_size=40, hidden_size=32, intermediate_size=48, num_hidden_layers=layers, num_attention_heads=4,
+              num_key_value_heads=2, num_labels=1, pad_token_id=0, **kw)
+    torch.manual_seed(0)
+    return AutoModelForSequenceClassification.from_config(cfg).double()
+
+
+def _rows_seen_by_last_mlp(model):
+    seen = []
+    model.base_model.layers[-1].mlp.register_forward_hook(lambda m, args, out: seen.append(tuple(args[0].shape)))
+    return seen
+
+
+@pytest.mark.parametrize("arch,side", [("llama", "right"), ("llama", "left"), ("qwen2", "right"), ("qwen2", "left")])
+def test_scores_at_runs_the_last_layer_on_the_scored_rows_only_with_the_full_forwards_values_and_gradients(
+        arch, side, monkeypatch):
+    """Grouped-query heads, biased projections (Qwen2), rows of 1–15 tokens, two scored positions a row (the
+    first and the last real token): the same scores and gradients as the full forward, and the last layer's
+    MLP saw P rows, not L."""
+    from seqrl.models import heads
+    model = _scalar(arch)
+    seen = _rows_seen_by_last_mlp(model)
+    g = torch.Generator().manual_seed(1)
+    seqs = [torch.randint(1, 40, (int(n),), generator=g).tolist() for n in [1, 15, 7, 3, 11]]
+    ids, attn = pad_sequences(seqs, 0, side)
+    index = torch.stack([attn[i].nonzero().flatten()[torch.tensor([0, -1])] for i in range(len(seqs))])  # (B, 2)
+    weights = torch.tensor([[0.5, -1.0]])
+
+    def run(pooled: bool):
+        monkeypatch.setattr(heads, "POOLED_LAST_LAYER", pooled)
+        model.zero_grad()
+        s = heads.scores_at(model, ids, attn, index)
+        (s * weights).sum().backward()
+        return s.detach(), [p.grad.clone() for p in model.parameters()]
+
+    ref, ref_grads = run(False)
+    assert seen[-1] == (5, 15, 32)
+    got, got_grads = run(True)
+    assert seen[-1] == (5, 2, 32)  # the scored rows only
+    assert heads.pooled_unsupported(model) is None
+    # HF's RMSNorm computes in float32 even in a float64 model: agreement to float32 rounding
+    assert torch.allclose(got, ref, atol=1e-6), (got - ref).abs().max()
+    for a, b in zip(got_grads, ref_grads):
+        assert torch.allclose(a, b, atol=1e-6 * (1 + float(b.abs().max()))), (a - b).abs().max()
+    assert not torch.allclose(got[:, 0], got[:, 1])  # the two positions' scores differ: the check can fail
+    assert isinstance(model.base_model.layers[-1], type(model.base_model.layers[0]))  # the layer is back
+
+
+def test_scores_at_falls_back_to_the_full_forward_where_the_last_layer_cannot_be_cut(monkeypatch):
+    """A hook on the last layer, sliding-window attention, attention dropout in training and a backbone other
+    than Llama/Qwen2 run the full forward; an error inside the cut forward leaves the model whole."""
+    from transformers import GPT2Config
+
+    from seqrl.models import heads
+    ids, attn = pad_sequences([[3, 4, 5], [6, 7]], 0)
+    idx = torch.tensor([[2], [1]])
+
+    hooked = _scalar("llama")
+    seen = _rows_seen_by_last_mlp(hooked)
+    hooked.base_model.layers[-1].register_forward_hook(lambda *a: None)
+    assert "hook" in heads.pooled_unsupported(hooked)
+    heads.scores_at(hooked, ids, attn, idx)
+    assert seen[-1] == (2, 3, 32)
+
+    sliding = _scalar("qwen2", use_sliding_window=True, sliding_window=2, max_window_layers=0)
+    assert heads.pooled_unsupported(sliding) == "sliding-window attention"
+    monkeypatch.setattr(heads, "POOLED_LAST_LAYER", False)
+    full = heads.scores_at(sliding, ids, attn, idx)
+    monkeypatch.setattr(heads, "POOLED_LAST_LAYER", True)
+    assert torch.equal(heads.scores_at(sliding, ids, attn, idx), full)
+
+    drop = _scalar("llama", attention_dropout=0.1).train()
+    assert heads.pooled_unsupported(drop) == "attention dropout in training"
+    assert heads.pooled_unsupported(drop.eval()) is None
+
+    torch.manual_seed(0)
+    gpt2 = AutoModelForSequenceClassification.from_config(
+        GPT2Config(vocab_size=40, n_embd=32, n_layer=2, n_head=4, num_labels=1, pad_token_id=0))
+    assert "GPT2Model" in heads.pooled_unsupported(gpt2)
+    assert heads.scores_at(gpt2, ids, attn, idx).shape == (2, 1)
+
+    model = _scalar("llama")
+    last = model.base_model.layers[-1]
+    with pytest.raises(IndexError):
+        heads.scores_at(model, ids, attn, torch.tensor([[2], [9]]))  # a position past the row
+    assert model.base_model.layers[-1] is last
+
+
+def test_sequence_scores_under_bf16_autocast_stay_near_fp32():
+    from seqrl.models import heads
+    model, tok = load_scalar_model(ModelConfig(preset="tiny", max_seq_len=32))
+    assert heads.pooled_unsupported(model.eval()) is None
+    ids, attn = pad_sequences([[5, 6, 7, 8, 9], [10, 11], [12, 13, 14]], tok.pad_token_id)
+    with torch.no_grad():
+        fp32, bf16 = sequence_scores(model, ids, attn), sequence_scores(model, ids, attn, bf16=True)
+    assert torch.allclose(bf16, fp32, atol=3e-2), (bf16 - fp32).abs().max()

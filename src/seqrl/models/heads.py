@@ -8,6 +8,10 @@ Scores are read here from the per-token head output rather than through the clas
 the sequence score sits at the last *real* token (`seqrl.core.preference.last_token_index`) whatever
 the padding side or the pad id (the class finds the last non-pad id, which fails when pad = EOS), and
 position ids follow the attention mask, so a left-padded row scores as it does unpadded.
+A sequence score needs the last decoder layer at the scored position only: on Llama/Qwen2 backbones
+`scores_at` runs that layer's query, attention output, MLP and the final norm on those rows alone
+(every position still gives its key and value), the same arithmetic as the full forward up to float
+rounding and ≈ 1/num_layers less work (`pooled_unsupported` names what makes a model fall back).
 """
 
 from __future__ import annotations
@@ -15,7 +19,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
+from torch import nn
 from transformers import AutoModelForSequenceClassification, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaModel
+from transformers.models.qwen2.modeling_qwen2 import Qwen2DecoderLayer, Qwen2Model
 
 from seqrl.core.preference import last_token_index
 from seqrl.models.lm import ModelConfig, build_model, cache_kwarg, dequantised, model_device, pretrained_source
@@ -85,12 +92,102 @@ def token_scores(model: PreTrainedModel, input_ids: torch.Tensor, attention_mask
     return out.squeeze(-1).float()  # (B, L)
 
 
+# Off: `scores_at` always runs the full forward (benchmarks compare the two).
+POOLED_LAST_LAYER = True
+
+
+def pooled_unsupported(model: PreTrainedModel) -> str | None:
+    """Why `scores_at` cannot run `model`'s last decoder layer on the scored rows alone (None: it can)."""
+    base = getattr(model, "base_model", None)
+    if type(base) not in (LlamaModel, Qwen2Model):
+        return f"backbone {type(base).__name__} (Llama and Qwen2 only)"
+    layer = base.layers[-1] if len(base.layers) else None
+    if type(layer) not in (LlamaDecoderLayer, Qwen2DecoderLayer) or base.config.num_hidden_layers != len(base.layers):
+        return f"last layer {type(layer).__name__}"
+    attn = layer.self_attn
+    if getattr(attn, "sliding_window", None) is not None:
+        return "sliding-window attention"
+    if attn.training and attn.attention_dropout > 0:
+        return "attention dropout in training"
+    if any(m._forward_hooks or m._forward_pre_hooks for m in (layer, attn)):
+        return "a hook on the last layer or its attention"
+    if nn.modules.module._global_forward_hooks or nn.modules.module._global_forward_pre_hooks:
+        return "a global module hook"
+    if getattr(base, "_compiled_call_impl", None) is not None or getattr(model, "_compiled_call_impl", None) is not None:
+        return "a compiled model"
+    return None
+
+
+def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotary embedding, rotate-half form (Llama/Qwen2): x (B, heads, T, D), cos/sin (B, T, D)."""
+    cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
+    half = x.shape[-1] // 2
+    return x * cos + torch.cat((-x[..., half:], x[..., :half]), dim=-1) * sin
+
+
+class _LastLayerAt(nn.Module):
+    """Stands in for the backbone's last decoder layer during one forward: keys and values from every
+    position, the rest of the layer for the rows `index` (B, P) only; returns (B, P, H)."""
+
+    def __init__(self, layer: nn.Module, index: torch.Tensor, attention_mask: torch.Tensor):
+        super().__init__()
+        object.__setattr__(self, "layer", layer)  # not registered: the model's parameters stay its own
+        self.index, self.mask = index, attention_mask
+
+    def forward(self, hidden_states: torch.Tensor, position_embeddings=None, **_) -> torch.Tensor:
+        layer, idx = self.layer, self.index
+        attn = layer.self_attn
+        b, length, _ = hidden_states.shape
+        p, hd = idx.shape[1], attn.head_dim
+        rows = torch.arange(b, device=idx.device)[:, None]  # (B, 1)
+        x = layer.input_layernorm(hidden_states)  # (B, L, H)
+        q = attn.q_proj(x[rows, idx]).view(b, p, -1, hd).transpose(1, 2)  # (B, Hq, P, D)
+        k = attn.k_proj(x).view(b, length, -1, hd).transpose(1, 2)  # (B, Hk, L, D)
+        v = attn.v_proj(x).view(b, length, -1, hd).transpose(1, 2)  # (B, Hk, L, D)
+        cos, sin = (t.expand(b, -1, -1) for t in position_embeddings)  # (B, L, D)
+        q, k = _rope(q, cos[rows, idx], sin[rows, idx]), _rope(k, cos, sin)
+        rep = q.shape[1] // k.shape[1]
+        if rep > 1:  # grouped-query attention
+            k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)  # (B, Hq, L, D)
+        w = torch.matmul(q, k.transpose(2, 3)) * attn.scaling  # (B, Hq, P, L)
+        # A query sees the real keys at or before its own index (the causal + padding mask of the full forward).
+        keep = (torch.arange(length, device=idx.device) <= idx[:, :, None]) & (self.mask[:, None, :] != 0)  # (B, P, L)
+        w = w.masked_fill(~keep[:, None], torch.finfo(w.dtype).min)
+        w = w.softmax(dim=-1, dtype=torch.float32).to(q.dtype)
+        o = attn.o_proj(torch.matmul(w, v).transpose(1, 2).reshape(b, p, -1))  # (B, P, H)
+        h = hidden_states[rows, idx] + o
+        return h + layer.mlp(layer.post_attention_layernorm(h))  # (B, P, H)
+
+
+def scores_at(model: PreTrainedModel, input_ids: torch.Tensor, attention_mask: torch.Tensor, index: torch.Tensor,
+              bf16: bool = False) -> torch.Tensor:
+    """The head's output at positions `index` (B, P) of each row (real tokens): (B, P) float32, as
+    `token_scores(...).gather(1, index)`, with the last layer run on those rows alone where the model
+    allows it (`pooled_unsupported`)."""
+    if not POOLED_LAST_LAYER or pooled_unsupported(model) is not None:
+        scores = token_scores(model, input_ids, attention_mask, bf16)  # (B, L)
+        return scores.gather(1, index.to(scores.device))
+    dev = model_device(model)
+    left_padded = bool((attention_mask[:, 0] == 0).any())
+    ids, attn, idx = input_ids.to(dev), attention_mask.to(dev), index.to(dev)
+    pos = (attn.long().cumsum(1) - 1).clamp(min=0) if left_padded else None  # (B, L), as token_scores
+    base = model.base_model
+    last = base.layers[-1]
+    base.layers[-1] = _LastLayerAt(last, idx, attn)
+    try:
+        with bf16_autocast(dev, bf16):
+            hidden = base(input_ids=ids, attention_mask=attn, position_ids=pos, use_cache=False).last_hidden_state  # (B, P, H)
+            out = _head(model)(hidden)  # (B, P, 1)
+    finally:
+        base.layers[-1] = last
+    return out.squeeze(-1).float()  # (B, P)
+
+
 def sequence_scores(model: PreTrainedModel, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                     bf16: bool = False) -> torch.Tensor:
     """One score per row, the head at its last real token: (B, L) → (B,)."""
-    scores = token_scores(model, input_ids, attention_mask, bf16)  # (B, L)
-    idx = last_token_index(attention_mask).to(scores.device)  # (B,)
-    return scores.gather(1, idx[:, None]).squeeze(1)  # (B,)
+    idx = last_token_index(attention_mask)  # (B,)
+    return scores_at(model, input_ids, attention_mask, idx[:, None], bf16).squeeze(1)  # (B,)
 
 
 def shared_prefix_pair_scores(model: PreTrainedModel, chosen: list[list[int]], rejected: list[list[int]],
