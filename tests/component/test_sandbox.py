@@ -131,6 +131,53 @@ def test_every_test_raising_is_a_runtime_error_not_ok(exc):
     assert (r.status, r.passed, r.total) == ("wrong_answer", 0, 2) and "assertion failed" in r.reason
 
 
+TRICKY_TESTS = [
+    "assert x, \\\n  'msg'\ny = 1\nassert y == 1\n",                                  # a continued message
+    "assert (a ==  # a comment\n   b), f'{a}'; assert z\nassert q\n",                 # two on a line, a comment
+    "if t: assert 1\nelse: assert 2, 'x'\n",
+    "def check(c):\n    assert c(1) == 'é✓', 'ünï'  # note\n    assert c(2) \\\n        == 3\n\n"
+    "    assert c([1,\n      2]) == [\n 3]\n",                                           # UTF-8, continued lines
+    "x = '''assert 1\n'''\nassert x\n",                                                # 'assert' in a string
+    "assert lambda: 1, lambda: 2\n",
+    "async def f():\n    assert await g()\n",
+    "assert x\r\nassert y\rassert z\n",                                                   # CR LF and CR line ends
+]
+
+
+@pytest.mark.parametrize("tests", TRICKY_TESTS)
+def test_prepare_tests_rewrites_each_assert_in_place(tests):
+    """Each assert becomes ``__seqrl_assert__(line, lambda: (test), lambda: (msg))`` — the tree the
+    ``ast.unparse`` rewrite gives — and every other statement keeps its line (tracebacks and names match)."""
+    import ast
+
+    got = runner.prepare_tests(tests)
+    want = ast.unparse(ast.fix_missing_locations(runner._AssertRewriter().visit(ast.parse(tests))))
+    assert got["tests_error"] is None and ast.dump(ast.parse(got["tests"])) == ast.dump(ast.parse(want))
+    lines = lambda code: [(type(n).__name__, n.lineno) for n in ast.walk(ast.parse(code))  # noqa: E731
+                          if isinstance(n, ast.stmt) and not isinstance(n, (ast.Assert, ast.Expr))]
+    assert lines(got["tests"]) == lines(tests)
+    calls = [n.value.args[0].value for n in ast.walk(ast.parse(got["tests"])) if isinstance(n, ast.Expr)
+             and isinstance(n.value, ast.Call) and getattr(n.value.func, "id", "") == "__seqrl_assert__"]
+    assert calls == sorted(n.lineno for n in ast.walk(ast.parse(tests)) if isinstance(n, ast.Assert))
+    assert set(got["test_names"]) == {n.id for n in ast.walk(ast.parse(tests)) if isinstance(n, ast.Name)}
+
+
+def test_prepare_tests_is_cached_and_hands_out_copies():
+    tests = "def check(c):\n    assert c(1) == 2\n"
+    a = runner.prepare_tests(tests)
+    a["test_names"].append("forged")
+    b = runner.prepare_tests(tests)
+    assert "forged" not in b["test_names"] and b["tests"] == a["tests"]
+    assert runner.prepare_tests("assert (")["tests_error"].startswith("test code does not parse")
+
+
+def test_a_continued_assert_keeps_the_lines_after_it():
+    """``assert x, \\<newline> msg`` spans two lines: the failing assert after it is still named by its own line."""
+    tests = "def check(candidate):\n    assert candidate(1, 2) == 3, \\\n        'sum'\n    assert candidate(2, 2) == 5\n"
+    r = run_python(ADD, tests=tests, entry_point="add", allow_unconfined=not ROOT)
+    assert [(t.name, t.passed) for t in r.tests] == [("assert@2", True), ("assert@4", False)], r.tests
+
+
 # ----------------------------------------------------------------------------- containment
 @needs_root
 def test_fork_limit_holds_for_root_and_nothing_survives():
