@@ -98,10 +98,16 @@ def batch_loss(prm: ProcessRewardModel, batch: dict[str, torch.Tensor], bf16: bo
                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(loss, scores at labelled positions (N,), their targets (N,)) of one collated batch."""
     dev = batch["input_ids"].device
-    with bf16_autocast(dev, bf16):
-        logits = prm.logits(batch["input_ids"], batch["attention_mask"])  # (B, L, C)
     labelled = batch["targets"] >= 0  # (B, L)
-    picked, y = logits[labelled], batch["targets"][labelled]  # (N, C), (N,)
+    length = labelled.shape[1]
+    count = labelled.sum(1)  # (B,)
+    col = torch.arange(length, device=dev)
+    # each row's labelled positions first, in order (then unlabelled ones, masked out below)
+    index = torch.where(labelled, col, col + length).argsort(dim=1)[:, : max(int(count.max()), 1)]  # (B, P)
+    valid = torch.arange(index.shape[1], device=dev) < count[:, None]  # (B, P)
+    with bf16_autocast(dev, bf16):
+        logits = prm.logits_at(batch["input_ids"], batch["attention_mask"], index)  # (B, P, C)
+    picked, y = logits[valid], batch["targets"].gather(1, index)[valid]  # (N, C), (N,): as logits[labelled]
     return step_label_loss(picked, y, prm.head), prm.probs(picked.detach()), y
 
 

@@ -67,7 +67,8 @@ def load_scalar_model(cfg: ModelConfig) -> tuple[PreTrainedModel, PreTrainedToke
     return model, tokenizer
 
 
-def _head(model: PreTrainedModel) -> torch.nn.Module:
+def head_of(model: PreTrainedModel) -> torch.nn.Module:
+    """The model's linear head (``score`` or ``classifier``)."""
     for name in ("score", "classifier"):
         head = getattr(model, name, None)
         if isinstance(head, torch.nn.Module):
@@ -88,7 +89,7 @@ def token_scores(model: PreTrainedModel, input_ids: torch.Tensor, attention_mask
     pos = (attn.long().cumsum(1) - 1).clamp(min=0) if left_padded else None  # (B, L)
     with bf16_autocast(dev, bf16):
         hidden = model.base_model(input_ids=ids, attention_mask=attn, position_ids=pos).last_hidden_state  # (B, L, H)
-        out = _head(model)(hidden)  # (B, L, 1)
+        out = head_of(model)(hidden)  # (B, L, 1)
     return out.squeeze(-1).float()  # (B, L)
 
 
@@ -159,9 +160,23 @@ class _LastLayerAt(nn.Module):
         return h + layer.mlp(layer.post_attention_layernorm(h))  # (B, P, H)
 
 
+def hidden_at(model: PreTrainedModel, input_ids: torch.Tensor, attention_mask: torch.Tensor, index: torch.Tensor,
+              position_ids: torch.Tensor | None = None) -> torch.Tensor:
+    """The backbone's final hidden states at positions `index` (B, P) of each row: (B, P, H), its last
+    layer run on those rows alone. Needs ``pooled_unsupported(model) is None``; inputs on the model's device."""
+    base = model.base_model
+    last = base.layers[-1]
+    base.layers[-1] = _LastLayerAt(last, index, attention_mask)
+    try:
+        return base(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                    use_cache=False).last_hidden_state  # (B, P, H)
+    finally:
+        base.layers[-1] = last
+
+
 def scores_at(model: PreTrainedModel, input_ids: torch.Tensor, attention_mask: torch.Tensor, index: torch.Tensor,
               bf16: bool = False) -> torch.Tensor:
-    """The head's output at positions `index` (B, P) of each row (real tokens): (B, P) float32, as
+    """The head's output at positions `index` (B, P) of each row: (B, P) float32, as
     `token_scores(...).gather(1, index)`, with the last layer run on those rows alone where the model
     allows it (`pooled_unsupported`)."""
     if not POOLED_LAST_LAYER or pooled_unsupported(model) is not None:
@@ -171,15 +186,8 @@ def scores_at(model: PreTrainedModel, input_ids: torch.Tensor, attention_mask: t
     left_padded = bool((attention_mask[:, 0] == 0).any())
     ids, attn, idx = input_ids.to(dev), attention_mask.to(dev), index.to(dev)
     pos = (attn.long().cumsum(1) - 1).clamp(min=0) if left_padded else None  # (B, L), as token_scores
-    base = model.base_model
-    last = base.layers[-1]
-    base.layers[-1] = _LastLayerAt(last, idx, attn)
-    try:
-        with bf16_autocast(dev, bf16):
-            hidden = base(input_ids=ids, attention_mask=attn, position_ids=pos, use_cache=False).last_hidden_state  # (B, P, H)
-            out = _head(model)(hidden)  # (B, P, 1)
-    finally:
-        base.layers[-1] = last
+    with bf16_autocast(dev, bf16):
+        out = head_of(model)(hidden_at(model, ids, attn, idx, pos))  # (B, P, 1)
     return out.squeeze(-1).float()  # (B, P)
 
 
@@ -227,9 +235,23 @@ def shared_prefix_pair_scores(model: PreTrainedModel, chosen: list[list[int]], r
         cache.batch_select_indices(both.to(dev))  # (m, …) → (2m, …): differentiable indexing
         hidden = model.base_model(input_ids=rest.to(dev), attention_mask=torch.cat([pre_mask[both], rest_mask], 1).to(dev),
                                   position_ids=pos.to(dev), use_cache=True, **{kw: cache}).last_hidden_state
-        out = _head(model)(hidden).squeeze(-1).float()  # (2m, W)
+        out = head_of(model)(hidden).squeeze(-1).float()  # (2m, W)
     scores = out.gather(1, last_token_index(rest_mask).to(out.device)[:, None]).squeeze(1)  # (2m,)
     return scores[:m], scores[m:]
+
+
+def pad_positions(positions: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-row position lists → (index (B, P) long, valid (B, P) bool), P the longest list; a short row's
+    extra slots repeat its first position (0 for an empty row), for `scores_at` / `hidden_at`."""
+    width = max((len(p) for p in positions), default=0) or 1
+    index = torch.zeros((len(positions), width), dtype=torch.long)
+    valid = torch.zeros((len(positions), width), dtype=torch.bool)
+    for i, p in enumerate(positions):
+        if p:
+            index[i] = p[0]
+            index[i, : len(p)] = torch.tensor(p)
+            valid[i, : len(p)] = True
+    return index, valid
 
 
 def pad_sequences(seqs: list[list[int]], pad_id: int, side: str = "right") -> tuple[torch.Tensor, torch.Tensor]:

@@ -28,6 +28,7 @@ import torch
 from transformers import AutoConfig, AutoModelForTokenClassification, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from seqrl.data.stepwise import split_steps, step_pieces
+from seqrl.models import heads
 from seqrl.models.lm import ModelConfig, Policy, dequantised, load_policy, model_device, pretrained_source
 from seqrl.types import Problem
 from seqrl.utils import hf
@@ -144,6 +145,16 @@ class ProcessRewardModel:
         """(B, L, C) head outputs at every position (right-padded batches)."""
         return self.model(input_ids=input_ids, attention_mask=attention_mask).logits  # (B, L, C)
 
+    def logits_at(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+        """(B, P, C) head outputs at positions `index` (B, P) (right-padded batches): `logits` read there,
+        the backbone's last layer run on those rows alone where it allows (`heads.pooled_unsupported`)."""
+        if heads.POOLED_LAST_LAYER and heads.pooled_unsupported(self.model) is None:
+            hidden = heads.hidden_at(self.model, input_ids, attention_mask, index)  # (B, P, H)
+            drop = getattr(self.model, "dropout", None)  # token classification: dropout before the head
+            return heads.head_of(self.model)(drop(hidden) if isinstance(drop, torch.nn.Dropout) else hidden)
+        logits = self.logits(input_ids, attention_mask)  # (B, L, C)
+        return logits.gather(1, index[..., None].expand(-1, -1, logits.shape[-1]))  # (B, P, C)
+
     def probs(self, logits: torch.Tensor) -> torch.Tensor:
         """(…,) score in [0, 1] from (…, C) logits."""
         if self.head == "2class":
@@ -182,11 +193,12 @@ class ProcessRewardModel:
         for start in range(0, len(todo), batch_size):
             chunk = [encoded[i] for i in todo[start:start + batch_size]]
             ids, mask = pad_right([e.ids for e in chunk], pad)
-            p = self.probs(self.logits(ids.to(dev), mask.to(dev))).cpu()  # (b, L)
+            ends = [e.ends if self.kind == "prm" else e.ends[-1:] for e in chunk]
+            index, _ = heads.pad_positions(ends)  # (b, P)
+            p = self.probs(self.logits_at(ids.to(dev), mask.to(dev), index.to(dev))).cpu()  # (b, P)
             self.tokens_scored += int(mask.sum())
-            for i, e, row in zip(todo[start:start + batch_size], chunk, p):
-                ends = e.ends if self.kind == "prm" else e.ends[-1:]
-                out[i] = row[ends].tolist()
+            for i, e, row in zip(todo[start:start + batch_size], ends, p):
+                out[i] = row[: len(e)].tolist()
         if was_training:
             self.model.train()
         return out
