@@ -669,3 +669,34 @@ def test_the_model_compiles_to_one_graph_with_the_same_outputs():
         got = compiled(*x, mask)
         assert torch.allclose(got, want, atol=1e-6)
     torch._dynamo.reset()
+
+
+@pytest.mark.parametrize("padded", [False, True])
+def test_last_block_on_the_state_tokens_alone_equals_the_full_block(padded):
+    """`Block(..., queries=)` (what `encode` runs as its last block): the full block's outputs at those
+    positions, and the same gradients for every weight and the input, causal and with left padding."""
+    from seqrl.core.sequences import causal_attention_mask, interleave_mask
+    from seqrl.models.dt import Block
+
+    torch.manual_seed(0)
+    blk = Block(16, 2, dropout=0.0, activation="relu").double()
+    x = torch.randn(3, 12, 16, dtype=torch.float64, requires_grad=True)
+    allowed = None
+    if padded:
+        mask = torch.ones(3, 4, dtype=torch.long)
+        mask[1, :2] = 0
+        allowed = causal_attention_mask(interleave_mask(mask))  # (B, 1, 12, 12)
+    w = torch.randn(3, 4, 16, dtype=torch.float64)
+
+    def run(cut: bool):
+        blk.zero_grad()
+        x.grad = None
+        out = blk(x, allowed, queries=slice(1, None, 3)) if cut else blk(x, allowed)[:, 1::3]
+        (out * w).sum().backward()
+        return out.detach(), [p.grad.clone() for p in blk.parameters()] + [x.grad.clone()]
+
+    (ref, ref_g), (got, got_g) = run(False), run(True)
+    assert got.shape == (3, 4, 16) and torch.allclose(got, ref, atol=1e-12)
+    for a, b in zip(got_g, ref_g):
+        assert torch.allclose(a, b, atol=1e-12)
+    assert not torch.allclose(blk(x, allowed, queries=slice(0, None, 3)), ref)  # other positions differ

@@ -31,7 +31,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from seqrl.core.sequences import causal_attention_mask, deinterleave, interleave, interleave_mask
+from seqrl.core.sequences import causal_attention_mask, interleave, interleave_mask
 from seqrl.models.config import DTModelConfig
 
 __all__ = ["ACTION_HEADS", "DTModelConfig", "DecisionTransformer", "MLPPolicy"]
@@ -67,17 +67,33 @@ class Block(nn.Module):
         self.mlp_proj = nn.Linear(4 * d, d)
         self.resid_drop = nn.Dropout(dropout)
 
-    def forward(self, x: torch.Tensor, allowed: torch.Tensor | None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, allowed: torch.Tensor | None, queries: slice | None = None) -> torch.Tensor:
+        """x (B, L, d) → (B, L, d); with `queries`, the outputs at those positions only (B, Lq, d): every
+        position gives its key and value, the rest of the block runs on the queried rows alone."""
         B, L, d = x.shape
         h = self.n_head
-        q, k, v = self.qkv(self.ln_1(x)).view(B, L, 3, h, d // h).permute(2, 0, 3, 1, 4)  # 3 × (B, h, L, d/h)
+        y = self.ln_1(x)  # (B, L, d)
         p = self.dropout if self.training else 0.0
-        if allowed is None:
-            a = F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True)  # (B, h, L, d/h)
+        if queries is None:
+            q, k, v = self.qkv(y).view(B, L, 3, h, d // h).permute(2, 0, 3, 1, 4)  # 3 × (B, h, L, d/h)
+            if allowed is None:
+                a = F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True)  # (B, h, L, d/h)
+            else:
+                a = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, dropout_p=p)  # (B, h, L, d/h)
         else:
-            a = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, dropout_p=p)  # (B, h, L, d/h)
-        x = x + self.resid_drop(self.attn_proj(a.transpose(1, 2).reshape(B, L, d)))  # (B, L, d)
-        return x + self.resid_drop(self.mlp_proj(self.act(self.fc(self.ln_2(x)))))  # (B, L, d)
+            w_q, w_kv = self.qkv.weight.split([d, 2 * d])  # the fused weight's q rows and k, v rows
+            b_q, b_kv = self.qkv.bias.split([d, 2 * d])
+            x = x[:, queries]  # (B, Lq, d)
+            q = F.linear(y[:, queries], w_q, b_q).view(B, x.shape[1], h, d // h).transpose(1, 2)  # (B, h, Lq, d/h)
+            k, v = F.linear(y, w_kv, b_kv).view(B, L, 2, h, d // h).permute(2, 0, 3, 1, 4)  # 2 × (B, h, L, d/h)
+            if allowed is None:
+                pos = torch.arange(L, device=x.device)
+                allowed = pos[None, :] <= pos[queries][:, None]  # (Lq, L) causal
+            else:
+                allowed = allowed[:, :, queries]  # (B, 1, Lq, L)
+            a = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, dropout_p=p)  # (B, h, Lq, d/h)
+        x = x + self.resid_drop(self.attn_proj(a.transpose(1, 2).reshape(B, -1, d)))  # (B, L or Lq, d)
+        return x + self.resid_drop(self.mlp_proj(self.act(self.fc(self.ln_2(x)))))  # (B, L or Lq, d)
 
 
 class TanhHead(nn.Module):
@@ -248,10 +264,10 @@ class DecisionTransformer(nn.Module):
         allowed = None
         if attention_mask is not None and (torch.compiler.is_compiling() or not bool(attention_mask.bool().all())):
             allowed = causal_attention_mask(interleave_mask(attention_mask))  # (B, 1, 3K, 3K)
-        for block in self.blocks:
+        for block in self.blocks[:-1]:
             x = block(x, allowed)  # (B, 3K, d)
-        _, s_out, _ = deinterleave(self.ln_f(x))  # (B, K, d) each
-        return s_out
+        # only the state tokens' outputs are read: the last block runs on them alone (keys/values from all)
+        return self.ln_f(self.blocks[-1](x, allowed, queries=slice(1, None, 3)))  # (B, K, d)
 
     def forward(
         self,
