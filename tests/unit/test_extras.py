@@ -59,6 +59,7 @@ def test_the_command_line_says_it_in_one_line(monkeypatch, tmp_path, capsys):
 
     import stable_baselines3  # noqa: F401 — imported earlier in a session, as other tests do
 
+    capsys.readouterr()  # its import's own notices (e.g. gym's banner where the `bench` extra installed gym)
     _uninstall(monkeypatch, "minari", "stable_baselines3")
     code = main(["train", "bc", "--config", "pendulum_medium_replay", "--steps=1", f"--run.out_dir={tmp_path}",
                  "--run.progress=false"])
