@@ -323,6 +323,10 @@ def test_scores_at_falls_back_to_the_full_forward_where_the_last_layer_cannot_be
     monkeypatch.setattr(heads, "POOLED_LAST_LAYER", True)
     assert torch.equal(heads.scores_at(sliding, ids, attn, idx), full)
 
+    bidirectional = _scalar("llama")
+    bidirectional.config.is_causal = False
+    assert "bidirectional" in heads.pooled_unsupported(bidirectional)
+
     drop = _scalar("llama", attention_dropout=0.1).train()
     assert heads.pooled_unsupported(drop) == "attention dropout in training"
     assert heads.pooled_unsupported(drop.eval()) is None
@@ -348,3 +352,45 @@ def test_sequence_scores_under_bf16_autocast_stay_near_fp32():
     with torch.no_grad():
         fp32, bf16 = sequence_scores(model, ids, attn), sequence_scores(model, ids, attn, bf16=True)
     assert torch.allclose(bf16, fp32, atol=3e-2), (bf16 - fp32).abs().max()
+
+
+def test_scores_at_stays_cut_after_an_output_hidden_states_call_and_serves_threads_at_once(monkeypatch):
+    """transformers installs its output-capture hooks for good at the first ``output_hidden_states``: the cut
+    path stays on (those hooks record nothing unasked). Two threads scoring one model at once (different
+    batch shapes) each get their own rows' full-forward scores."""
+    import threading
+
+    from seqrl.models import heads
+    model = _scalar("qwen2")
+    ids, attn = pad_sequences([[3, 4, 5], [6, 7]], 0)
+    with torch.no_grad():
+        model(input_ids=ids, attention_mask=attn, output_hidden_states=True)
+    assert heads.pooled_unsupported(model) is None
+    g = torch.Generator().manual_seed(2)
+    batches = [pad_sequences([torch.randint(1, 40, (n,), generator=g).tolist() for n in lens], 0)
+               for lens in ([5, 9, 2], [12, 3, 7, 4, 1])]
+    want = []
+    monkeypatch.setattr(heads, "POOLED_LAST_LAYER", False)
+    with torch.no_grad():
+        for ids, attn in batches:
+            want.append(sequence_scores(model, ids, attn))
+    monkeypatch.setattr(heads, "POOLED_LAST_LAYER", True)
+    got, errors = [[] for _ in batches], []
+
+    def work(k):
+        try:
+            with torch.no_grad():
+                for _ in range(20):
+                    got[k].append(sequence_scores(model, *batches[k]))
+        except Exception as e:  # noqa: BLE001 — reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(len(batches))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    for k in range(len(batches)):
+        assert all(torch.allclose(x, want[k], atol=1e-6) for x in got[k])
+    assert isinstance(model.base_model.layers[-1], type(model.base_model.layers[0]))

@@ -171,6 +171,18 @@ def test_prepare_tests_is_cached_and_hands_out_copies():
     assert runner.prepare_tests("assert (")["tests_error"].startswith("test code does not parse")
 
 
+def test_prepare_tests_does_not_cache_a_recursion_error(monkeypatch):
+    """A RecursionError depends on the caller's stack: it is reported, not remembered for the same source."""
+    import ast
+
+    tests = "assert (1 + 2) == 3  # recursion probe\n"
+    parse = ast.parse
+    monkeypatch.setattr(ast, "parse", lambda *a, **k: (_ for _ in ()).throw(RecursionError("deep")))
+    assert "RecursionError" in runner.prepare_tests(tests)["tests_error"]
+    monkeypatch.setattr(ast, "parse", parse)
+    assert runner.prepare_tests(tests)["tests_error"] is None
+
+
 def test_a_continued_assert_keeps_the_lines_after_it():
     """``assert x, \\<newline> msg`` spans two lines: the failing assert after it is still named by its own line."""
     tests = "def check(candidate):\n    assert candidate(1, 2) == 3, \\\n        'sum'\n    assert candidate(2, 2) == 5\n"

@@ -16,6 +16,8 @@ rounding and ≈ 1/num_layers less work (`pooled_unsupported` names what makes a
 
 from __future__ import annotations
 
+import threading
+import weakref
 from pathlib import Path
 
 import torch
@@ -97,6 +99,13 @@ def token_scores(model: PreTrainedModel, input_ids: torch.Tensor, attention_mask
 POOLED_LAST_LAYER = True
 
 
+def _user_hooks(module: nn.Module) -> bool:
+    """Whether `module` has a hook other than transformers' output-capture ones (installed for good by
+    the first ``output_hidden_states`` call; they record only while a caller asks for outputs)."""
+    hooks = (module._forward_hooks, module._forward_pre_hooks, module._backward_hooks, module._backward_pre_hooks)
+    return any(getattr(h, "__module__", "") != "transformers.utils.output_capturing" for d in hooks for h in d.values())
+
+
 def pooled_unsupported(model: PreTrainedModel) -> str | None:
     """Why `scores_at` cannot run `model`'s last decoder layer on the scored rows alone (None: it can)."""
     base = getattr(model, "base_model", None)
@@ -106,12 +115,16 @@ def pooled_unsupported(model: PreTrainedModel) -> str | None:
     if type(layer) not in (LlamaDecoderLayer, Qwen2DecoderLayer) or base.config.num_hidden_layers != len(base.layers):
         return f"last layer {type(layer).__name__}"
     attn = layer.self_attn
+    if getattr(base.config, "is_causal", True) is False or getattr(attn, "is_causal", True) is False:
+        return "bidirectional attention (config.is_causal = False)"
     if getattr(attn, "sliding_window", None) is not None:
         return "sliding-window attention"
     if attn.training and attn.attention_dropout > 0:
         return "attention dropout in training"
-    if any(m._forward_hooks or m._forward_pre_hooks for m in (layer, attn)):
-        return "a hook on the last layer or its attention"
+    if any(_user_hooks(m) for m in (model, base, layer, attn)):
+        return "a hook on the model, its last layer or that layer's attention"
+    if any(hasattr(m, "_hf_hook") for m in (model, base, layer, attn)):
+        return "an accelerate hook (device_map / offloading)"
     if nn.modules.module._global_forward_hooks or nn.modules.module._global_forward_pre_hooks:
         return "a global module hook"
     if getattr(base, "_compiled_call_impl", None) is not None or getattr(model, "_compiled_call_impl", None) is not None:
@@ -160,10 +173,24 @@ class _LastLayerAt(nn.Module):
         return h + layer.mlp(layer.post_attention_layernorm(h))  # (B, P, H)
 
 
+_SWAP_LOCKS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_SWAP_LOCKS_GUARD = threading.Lock()
+
+
+def cut_lock(model: nn.Module) -> threading.Lock:
+    """The lock `scores_at` and `ProcessRewardModel.logits_at` hold over a whole forward of `model`, the
+    full one included: while `hidden_at` stands in for the last layer no other forward through them may run."""
+    key = getattr(model, "base_model", model)
+    with _SWAP_LOCKS_GUARD:
+        return _SWAP_LOCKS.setdefault(key, threading.Lock())
+
+
 def hidden_at(model: PreTrainedModel, input_ids: torch.Tensor, attention_mask: torch.Tensor, index: torch.Tensor,
               position_ids: torch.Tensor | None = None) -> torch.Tensor:
     """The backbone's final hidden states at positions `index` (B, P) of each row: (B, P, H), its last
-    layer run on those rows alone. Needs ``pooled_unsupported(model) is None``; inputs on the model's device."""
+    layer run on those rows alone. Needs ``pooled_unsupported(model) is None`` and `cut_lock(model)` held;
+    inputs on the model's device. The last layer is swapped for a stand-in during the call (a forward
+    of the same model from another thread that does not take the lock would run the stand-in)."""
     base = model.base_model
     last = base.layers[-1]
     base.layers[-1] = _LastLayerAt(last, index, attention_mask)
@@ -179,15 +206,16 @@ def scores_at(model: PreTrainedModel, input_ids: torch.Tensor, attention_mask: t
     """The head's output at positions `index` (B, P) of each row: (B, P) float32, as
     `token_scores(...).gather(1, index)`, with the last layer run on those rows alone where the model
     allows it (`pooled_unsupported`)."""
-    if not POOLED_LAST_LAYER or pooled_unsupported(model) is not None:
-        scores = token_scores(model, input_ids, attention_mask, bf16)  # (B, L)
-        return scores.gather(1, index.to(scores.device))
-    dev = model_device(model)
-    left_padded = bool((attention_mask[:, 0] == 0).any())
-    ids, attn, idx = input_ids.to(dev), attention_mask.to(dev), index.to(dev)
-    pos = (attn.long().cumsum(1) - 1).clamp(min=0) if left_padded else None  # (B, L), as token_scores
-    with bf16_autocast(dev, bf16):
-        out = head_of(model)(hidden_at(model, ids, attn, idx, pos))  # (B, P, 1)
+    with cut_lock(model):
+        if not POOLED_LAST_LAYER or pooled_unsupported(model) is not None:
+            scores = token_scores(model, input_ids, attention_mask, bf16)  # (B, L)
+            return scores.gather(1, index.to(scores.device))
+        dev = model_device(model)
+        left_padded = bool((attention_mask[:, 0] == 0).any())
+        ids, attn, idx = input_ids.to(dev), attention_mask.to(dev), index.to(dev)
+        pos = (attn.long().cumsum(1) - 1).clamp(min=0) if left_padded else None  # (B, L), as token_scores
+        with bf16_autocast(dev, bf16):
+            out = head_of(model)(hidden_at(model, ids, attn, idx, pos))  # (B, P, 1)
     return out.squeeze(-1).float()  # (B, P)
 
 

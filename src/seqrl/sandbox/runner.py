@@ -506,9 +506,11 @@ def _prepared(tests: str) -> tuple[str, tuple[str, ...], str | None]:
         try:
             src = _rewrite_asserts(tests, asserts)
             compile(src, "tests.py", "exec", flags=ast.PyCF_ONLY_AST, dont_inherit=True)
-        except (SyntaxError, ValueError, UnicodeError):  # a source the positions do not describe
+        except (RecursionError, MemoryError):
+            raise
+        except Exception:  # a source the positions do not describe: the tree's own rewrite
             src = ast.unparse(ast.fix_missing_locations(_AssertRewriter().visit(tree)))
-    except (SyntaxError, ValueError, RecursionError, MemoryError) as e:
+    except (SyntaxError, ValueError) as e:
         return "", (), f"test code does not parse: {type(e).__name__}: {e}"
     return src, tuple(sorted(names)), None
 
@@ -520,7 +522,10 @@ def prepare_tests(tests: str) -> dict:
     kept), ``test_names`` = every name it loads (proxies are made only for those), or
     ``tests_error`` when it does not parse.
     """
-    src, names, error = _prepared(tests)
+    try:
+        src, names, error = _prepared(tests)
+    except (RecursionError, MemoryError) as e:  # depends on the caller's stack and memory: not cached
+        src, names, error = "", (), f"test code does not parse: {type(e).__name__}: {e}"
     return {"tests": src, "test_names": list(names), "tests_error": error}
 
 
