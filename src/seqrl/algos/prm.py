@@ -33,6 +33,7 @@ from seqrl.algos.prm_config import PRMConfig, PRMDataConfig  # noqa: F401 (re-ex
 from seqrl.core.search import binary_auc, step_label_loss
 from seqrl.data.stepwise import (StepExample, corrupted_arith_examples, policy_arith_examples, read_stepwise,
                                  read_stepwise_split)
+from seqrl.models.heads import pad_positions
 from seqrl.models.lm import ModelConfig, num_parameters
 from seqrl.models.prm import ProcessRewardModel, pad_right
 from seqrl.rollout import sample_solutions
@@ -98,13 +99,9 @@ def batch_loss(prm: ProcessRewardModel, batch: dict[str, torch.Tensor], bf16: bo
                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(loss, scores at labelled positions (N,), their targets (N,)) of one collated batch."""
     dev = batch["input_ids"].device
-    labelled = batch["targets"] >= 0  # (B, L)
-    length = labelled.shape[1]
-    count = labelled.sum(1)  # (B,)
-    col = torch.arange(length, device=dev)
-    # each row's labelled positions first, in order (then unlabelled ones, masked out below)
-    index = torch.where(labelled, col, col + length).argsort(dim=1)[:, : max(int(count.max()), 1)]  # (B, P)
-    valid = torch.arange(index.shape[1], device=dev) < count[:, None]  # (B, P)
+    labelled = (batch["targets"] >= 0).cpu()  # (B, L)
+    index, valid = pad_positions([row.nonzero()[:, 0].tolist() for row in labelled])  # (B, P) each, in order
+    index, valid = index.to(dev), valid.to(dev)
     with bf16_autocast(dev, bf16):
         logits = prm.logits_at(batch["input_ids"], batch["attention_mask"], index)  # (B, P, C)
     picked, y = logits[valid], batch["targets"].gather(1, index)[valid]  # (N, C), (N,): as logits[labelled]

@@ -33,6 +33,7 @@ from seqrl.prompts import PromptConfig, render_prompt
 from seqrl.types import Problem, RewardResult
 from seqrl.utils import hf
 from seqrl.utils.checkpoint import verify_if_recorded
+from seqrl.utils.compiling import is_compiled
 from seqrl.utils.dist import bf16_autocast
 
 
@@ -78,17 +79,23 @@ def head_of(model: PreTrainedModel) -> torch.nn.Module:
     raise ValueError(f"{type(model).__name__} has no 'score' or 'classifier' head")
 
 
+def _on_device(model: PreTrainedModel, input_ids: torch.Tensor, attention_mask: torch.Tensor):
+    """(device, ids, mask, position ids or None) for a scalar model's forward: position ids count real tokens
+    only where a row is left-padded; otherwise the model's own (0..L-1) are already right for every real
+    token (per-row positions made the tiny RM's forward + backward 5 % slower)."""
+    dev = model_device(model)
+    left_padded = bool((attention_mask[:, 0] == 0).any())  # before the copy: no device sync
+    ids, attn = input_ids.to(dev), attention_mask.to(dev)
+    pos = (attn.long().cumsum(1) - 1).clamp(min=0) if left_padded else None  # (B, L)
+    return dev, ids, attn, pos
+
+
 def token_scores(model: PreTrainedModel, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                  bf16: bool = False) -> torch.Tensor:
     """The head's output at every position: input_ids, attention_mask (B, L) → (B, L) float32.
     Position ids count real tokens only, so padding on either side leaves the real tokens' values
     unchanged."""
-    dev = model_device(model)
-    left_padded = bool((attention_mask[:, 0] == 0).any())  # before the copy: no device sync
-    ids, attn = input_ids.to(dev), attention_mask.to(dev)
-    # Without left padding the model's own positions (0..L-1) are already right for every real token;
-    # per-row positions made the tiny RM's forward + backward 5 % slower.
-    pos = (attn.long().cumsum(1) - 1).clamp(min=0) if left_padded else None  # (B, L)
+    dev, ids, attn, pos = _on_device(model, input_ids, attention_mask)
     with bf16_autocast(dev, bf16):
         hidden = model.base_model(input_ids=ids, attention_mask=attn, position_ids=pos).last_hidden_state  # (B, L, H)
         out = head_of(model)(hidden)  # (B, L, 1)
@@ -127,7 +134,7 @@ def pooled_unsupported(model: PreTrainedModel) -> str | None:
         return "an accelerate hook (device_map / offloading)"
     if nn.modules.module._global_forward_hooks or nn.modules.module._global_forward_pre_hooks:
         return "a global module hook"
-    if getattr(base, "_compiled_call_impl", None) is not None or getattr(model, "_compiled_call_impl", None) is not None:
+    if is_compiled(base) or is_compiled(model):
         return "a compiled model"
     return None
 
@@ -210,12 +217,9 @@ def scores_at(model: PreTrainedModel, input_ids: torch.Tensor, attention_mask: t
         if not POOLED_LAST_LAYER or pooled_unsupported(model) is not None:
             scores = token_scores(model, input_ids, attention_mask, bf16)  # (B, L)
             return scores.gather(1, index.to(scores.device))
-        dev = model_device(model)
-        left_padded = bool((attention_mask[:, 0] == 0).any())
-        ids, attn, idx = input_ids.to(dev), attention_mask.to(dev), index.to(dev)
-        pos = (attn.long().cumsum(1) - 1).clamp(min=0) if left_padded else None  # (B, L), as token_scores
+        dev, ids, attn, pos = _on_device(model, input_ids, attention_mask)
         with bf16_autocast(dev, bf16):
-            out = head_of(model)(hidden_at(model, ids, attn, idx, pos))  # (B, P, 1)
+            out = head_of(model)(hidden_at(model, ids, attn, index.to(dev), pos))  # (B, P, 1)
     return out.squeeze(-1).float()  # (B, P)
 
 
