@@ -71,6 +71,15 @@ def test_a_worker_cannot_reach_the_hosts_system_v_ipc(pool):
         libc.msgctl(qid, 0, None)  # IPC_RMID
 
 
+@pytest.mark.skipif(os.uname().machine != "x86_64", reason="the seccomp filter is built for x86_64")
+def test_a_worker_cannot_watch_files_with_inotify(pool):
+    """Model text evaluated in a scorer cannot learn which files the host creates or opens."""
+    expr = ("(lambda c: (lambda libc: [libc.inotify_init1(0), c.get_errno(), libc.syscall(253), c.get_errno()])"
+            "(c.CDLL(None, use_errno=True)))(__import__('ctypes'))")
+    out = pool.call(run_python_expr, (expr,), timeout_s=5.0)
+    assert "seccomp" in pool.layers and out.value == {"value": [-1, 1, -1, 1]}, (pool.layers, out)  # EPERM
+
+
 def test_a_memory_blow_up_is_an_error_in_the_worker(pool):
     out = pool.call(run_python_expr, ("bytearray(8 << 30)",), timeout_s=5.0)
     assert out.status == "error" and "MemoryError" in out.reason

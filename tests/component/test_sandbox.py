@@ -442,6 +442,8 @@ def test_seccomp_program_decides_each_syscall_as_designed():
     for flag in (0x00020000, 0x10000000, 0x40000000, 0x20000000):  # NEWNS, NEWUSER, NEWNET, NEWPID
         assert _run_bpf(prog, 56, args0=0x01200011 | flag) == eperm, hex(flag)
     assert _run_bpf(prog, 435) == enosys
+    for nr in (253, 254, 255, 294, 300, 301):  # inotify_init, _add_watch, _rm_watch, inotify_init1, fanotify_*
+        assert _run_bpf(prog, nr) == eperm, nr
     for family in (2, 10, 16):                                        # AF_INET, AF_INET6, AF_NETLINK
         assert _run_bpf(prog, 41, args0=family) == allow, family
     for family in (1, 17, 40, 0, 3, 38):                              # AF_UNIX, PACKET, VSOCK, UNSPEC, AX25, ALG
@@ -638,6 +640,79 @@ def test_sockets_only_of_the_network_families(tmp_path):
     listener.join(timeout=5)
     assert "seccomp" in r.layers and r.all_passed, r.tests
     assert got == []
+
+
+INOTIFY_PROBE = src("""
+    import ctypes, os, struct, time
+    def probe(watched, seconds):
+        libc = ctypes.CDLL(None, use_errno=True)
+        out = {}
+        for name, nr, args in [("inotify_init", 253, ()), ("fanotify_init", 300, (0, 0))]:
+            fd = libc.syscall(nr, *args)
+            out[name] = "ok" if fd >= 0 else os.strerror(ctypes.get_errno())
+        fd = libc.inotify_init1(os.O_NONBLOCK)
+        out["inotify_init1"] = "ok" if fd >= 0 else os.strerror(ctypes.get_errno())
+        seen = []
+        if fd >= 0:
+            if libc.inotify_add_watch(fd, watched.encode(), 0x100 | 0x20) < 0:  # IN_CREATE | IN_OPEN
+                out["add_watch"] = os.strerror(ctypes.get_errno())
+            end = time.monotonic() + seconds
+            while time.monotonic() < end and not seen:
+                try:
+                    buf = os.read(fd, 4096)
+                except BlockingIOError:
+                    time.sleep(0.02)
+                    continue
+                at = 0
+                while at + 16 <= len(buf):
+                    n = struct.unpack_from("iIII", buf, at)[3]
+                    seen.append(buf[at + 16:at + 16 + n].rstrip(b"\\0").decode())
+                    at += 16 + n
+        out["seen"] = seen[:1]  # the verdict's text is capped
+        return out
+""")
+
+
+@pytest.mark.parametrize("launch", ["zygote", "classic", "unconfined"])
+def test_inotify_and_fanotify_are_refused_so_host_file_names_stay_unseen(open_tmp, monkeypatch, launch):
+    """inotify watches any directory the uid can search (neither Landlock nor the namespaces stop it):
+    a run could learn the names of files the host, or a concurrent run, creates or opens. The filter
+    refuses ``inotify_init``/``inotify_init1`` (and ``fanotify_init``) with EPERM on every launch."""
+    import threading
+
+    if os.uname().machine != "x86_64":
+        pytest.fail("seccomp is built for x86_64 (CI runs there); on other machines the layer is off")
+    if launch != "unconfined" and not ROOT:
+        pytest.skip("namespaces/cgroups need root (CI runs as root)")
+    monkeypatch.setattr(runner, "USE_ZYGOTE", launch == "zygote")
+    if launch == "unconfined":
+        monkeypatch.setattr(runner, "_unshare_cmd", lambda: None)
+    token = secrets.token_hex(6)
+    stop = threading.Event()
+
+    def host_creates_files():  # the host's own activity in a directory the sandbox uid can search
+        i = 0
+        while not stop.wait(0.05):
+            (open_tmp / f"{token}-{i}").write_text("x")
+            i += 1
+
+    writer = threading.Thread(target=host_creates_files)
+    writer.start()
+    try:
+        kw = dict(io_cases=[[[str(open_tmp), 1.5], None]], entry_point="probe", timeout_s=10,
+                  allow_unconfined=launch == "unconfined")
+        on = run_python(INOTIFY_PROBE, **kw)
+        off = run_python(INOTIFY_PROBE, **kw, skip_layers=("seccomp",))
+    finally:
+        stop.set()
+        writer.join()
+    assert "seccomp" in on.layers and "seccomp" not in off.layers
+    assert ("unconfined" in on.layers) == (launch == "unconfined"), on.layers
+    got_on, got_off = (eval(r.tests[0].reason.split("got ", 1)[1]) for r in (on, off))
+    eperm = os.strerror(1)
+    assert got_on == {"inotify_init": eperm, "fanotify_init": eperm, "inotify_init1": eperm, "seen": []}, got_on
+    # without the filter the same program watches the host's directory: the filter is what stops it
+    assert got_off["inotify_init1"] == "ok" and any(n.startswith(token) for n in got_off["seen"]), got_off
 
 
 def test_env_is_scrubbed(monkeypatch):

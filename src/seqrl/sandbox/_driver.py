@@ -235,7 +235,8 @@ _AUDIT_ARCH_X86_64 = 0xC000003E
 _NR = {"seccomp": 317, "landlock_create_ruleset": 444, "landlock_add_rule": 445, "landlock_restrict_self": 446}
 # x86_64 syscalls refused with EPERM: kernel attack surface no test program needs — namespaces and
 # mounts (unprivileged user namespaces are allowed on many kernels), ptrace and cross-process memory,
-# eBPF, perf, io_uring, userfaultfd, keyrings, modules, kexec, clocks, swap, reboot, quotas, handles.
+# eBPF, perf, io_uring, userfaultfd, keyrings, modules, kexec, clocks, swap, reboot, quotas, handles,
+# file-event watches (inotify, fanotify).
 SECCOMP_DENY_X86_64 = {
     "ptrace": 101, "syslog": 103, "uselib": 134, "vhangup": 153, "modify_ldt": 154, "pivot_root": 155,
     "_sysctl": 156, "adjtimex": 159, "chroot": 161, "acct": 163, "settimeofday": 164, "mount": 165,
@@ -253,6 +254,10 @@ SECCOMP_DENY_X86_64 = {
     "shmget": 29, "shmat": 30, "shmctl": 31, "semget": 64, "semop": 65, "semctl": 66, "shmdt": 67,
     "msgget": 68, "msgsnd": 69, "msgrcv": 70, "msgctl": 71, "semtimedop": 220, "mq_open": 240,
     "mq_unlink": 241, "mq_timedsend": 242, "mq_timedreceive": 243, "mq_notify": 244, "mq_getsetattr": 245,
+    # file-event watches: neither Landlock nor the namespaces confine them, so a watch on any directory
+    # the uid can search (the host's /tmp) shows which files the host or a concurrent run creates or opens
+    "inotify_init": 253, "inotify_add_watch": 254, "inotify_rm_watch": 255, "inotify_init1": 294,
+    "fanotify_mark": 301,
 }
 _SOCKET = 41
 SOCKET_FAMILIES = {"AF_INET": 2, "AF_INET6": 10, "AF_NETLINK": 16}

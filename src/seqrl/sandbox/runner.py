@@ -18,7 +18,7 @@ Layers (all on by default when running as root, see ``docs/sandbox.md``):
 - ``setuid``       the solution runs as a fresh unprivileged uid (200000+), no groups,
                    ``no_new_privs``, with ``RLIMIT_NPROC`` (which then applies)
 - ``seccomp``      a syscall filter (x86_64): no namespaces, mounts, ptrace, eBPF, perf, io_uring,
-                   userfaultfd, keyrings, modules, System V IPC, message queues, …
+                   userfaultfd, keyrings, modules, System V IPC, message queues, inotify, …
                    (``_driver.SECCOMP_DENY_X86_64``); sockets only of ``_driver.SOCKET_FAMILIES``
 - ``landlock``     the solution reads only system paths, its interpreter and its own dirs, and
                    writes only its scratch dir; no TCP; no signals out of its domain (ABI ≥ 6)
