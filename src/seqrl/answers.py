@@ -9,13 +9,14 @@
    most `MAX_NESTING`, no exponent tower (an exponent inside an exponent), no integer literal above
    `MAX_EXPONENT` in an exponent, a factorial or a binomial, and no product of exponents above it, no exponent above `MAX_GROUP_EXPONENT` on a bracketed base,
    at most `MAX_EXPANDED_TERMS` monomials multiplied out, ``\\Gamma`` only of a small literal or a
-   symbolic argument, ``\\frac``/``\\sqrt`` nested at most `MAX_COMMAND_NESTING` deep, no sum or
-   product over a symbolic bound.
+   symbolic argument, ``\\frac``/``\\sqrt`` nested at most `MAX_COMMAND_NESTING` deep, no integer above
+   `MAX_SYMBOLIC_SUM_INT` in a sum or product over a symbolic bound. A sum or product must read as
+   ``_{index=lower}``, ``^{upper}`` and a body (`sum_shape`), else the answer is unparseable.
 3. **Hedges** score 0 unless the gold answer has the same form: ``or``/``\\lor``/``\\vee``,
    ``\\pm``/``\\mp``/``±``, ``\\neq``/``≠``, negations (``not``, ``\\neg``), sets (``\\{…\\}``),
    several values (a comma or ``;`` outside a valid thousands group, ``and``).
 4. **Equations**: ``variable = answer`` compares ``answer``; any other equation (``3=5``) scores 0
-   unless the gold is an equation too.
+   unless the gold is an equation too. An ``=`` inside braces (``\\sum_{k=1}``) is no equation sign.
 5. **Percent**: a trailing ``%`` / ``\\%`` is a unit label, dropped from both sides: ``50\\%``
    equals 50 (and not 0.5), ``5000\\%`` does not equal 50 (it would as a fraction, 5000/100).
    Gold answers of percentage questions are written in percent, as the question asks.
@@ -24,7 +25,8 @@
    number is decided without math-verify where math-verify's answer is certain: equal when the exact
    values are equal; not equal when they differ by more than `NUMERIC_GAP` and both are below
    `NUMERIC_MAX` (math-verify rounds floats to 6 decimals, with 15 significant digits). Otherwise
-   math-verify decides, ``verify(parse(gold), parse(pred))`` with its signal timeouts off (they only
+   math-verify decides, ``verify(parse(gold), parse(pred))``, the bound symbols of each parse (a sum's
+   index) renamed canonically so ``\\sum_{k=1}^{n} k`` is ``\\sum_{i=1}^{n} i``, with its signal timeouts off (they only
    work in the main thread) and ``raise_on_error=True`` so its errors become the reason instead of
    log lines on stderr. Importing it (sympy) takes about a second, so the shortcuts matter for the
    one-shot ``seqrl reward math`` command.
@@ -50,6 +52,8 @@ MAX_GROUP_EXPONENT = 6
 MAX_EXPANDED_TERMS = 100
 """Most monomials an answer may multiply out to (`expanded_terms`): ≈ 3 ms each in sympy, so
 ``(a+…+h)^{6}`` (1716) takes 5 s and ``(a+…+j)^{6}`` (5005) 13 s; ``(a+b+c+d)^{6}`` is 84."""
+MAX_SYMBOLIC_SUM_INT = 100
+"""Largest integer in a sum or product over a symbolic bound: sympy's closed form of Σ k^{200} takes 2.6 s."""
 MAX_COMMAND_NESTING = 6
 """Deepest nesting of ``\\frac``/``\\sqrt``-like commands (a continued fraction 11 deep parses for ≈ 0.6 s)."""
 
@@ -80,6 +84,7 @@ _INT_RE = re.compile(r"\d+")
 _GAMMA_RE = re.compile(r"\\Gamma(?![A-Za-z])|\\operatorname\s*\{\s*(?:Gamma|gamma|factorial)\s*\}")
 _NESTING_COMMAND_RE = re.compile(r"\\(?:[dt]?frac|sqrt|binom|dbinom|tbinom)(?![A-Za-z])")
 _SUM_RE = re.compile(r"\\(?:sum|prod)(?![A-Za-z])")
+_LIMITS_RE = re.compile(r"\\(?:no)?limits(?![A-Za-z])")
 _SUPERSCRIPT_CHARS, _SUBSCRIPT_CHARS = "⁰¹²³⁴⁵⁶⁷⁸⁹⁺⁻", "₀₁₂₃₄₅₆₇₈₉₊₋"
 _SUPERSCRIPTS = dict(zip(map(ord, _SUPERSCRIPT_CHARS), "0123456789+-"))
 _SUBSCRIPTS = dict(zip(map(ord, _SUBSCRIPT_CHARS), "0123456789+-"))
@@ -111,7 +116,8 @@ def verdict(gold: str, answer: str, max_chars: int = MAX_ANSWER_CHARS):
 
 def normalise(text: str) -> str:
     """Superscript and subscript digits as ``^{…}``/``_{…}``, then NFKC, one kind of minus, no ``$``, no
-    trailing period, stripped. (NFKC alone folds ``2³`` into ``23``.)
+    trailing period, no ``\\limits`` (math-verify reads ``\\sum\\limits_{k=1}^{10} k`` as 1), stripped.
+    (NFKC alone folds ``2³`` into ``23``.)
 
     >>> normalise("\u22125"), normalise("\uff11\uff12"), normalise(" $3$. "), normalise("2³"), normalise("x₁₀")
     ('-5', '12', '3', '2^{3}', 'x_{10}')
@@ -119,7 +125,7 @@ def normalise(text: str) -> str:
     text = _SUPERSCRIPT_RUN_RE.sub(lambda m: "^{" + m.group().translate(_SUPERSCRIPTS) + "}", str(text))
     text = _SUBSCRIPT_RUN_RE.sub(lambda m: "_{" + m.group().translate(_SUBSCRIPTS) + "}", text)
     text = unicodedata.normalize("NFKC", text).translate(_DASHES)
-    text = text.replace("$", "").replace("{,}", ",").strip()
+    text = _LIMITS_RE.sub("", text.replace("$", "").replace("{,}", ",")).strip()
     return text[:-1].rstrip() if text.endswith(".") else text
 
 
@@ -177,8 +183,10 @@ def guard(answer: str) -> str:
     if why:
         return why
     for m in _SUM_RE.finditer(answer):
-        if any(re.search(r"[A-Za-z]", re.sub(r"\\infty\b", "", _strip_bound(b))) for b in _sum_bounds(answer, m.end())):
-            return "sum/product over a symbolic bound"
+        bounds = _sum_bounds(answer, m.end())[0].values()
+        if any(re.search(r"[A-Za-z]", re.sub(r"\\infty\b", "", _strip_bound(b))) for b in bounds) and any(
+                int(n) > MAX_SYMBOLIC_SUM_INT for n in _INT_RE.findall(answer)):
+            return f"sum/product over a symbolic bound with an integer above {MAX_SYMBOLIC_SUM_INT}"
     deepest = _command_nesting(answer)
     if deepest > MAX_COMMAND_NESTING:
         return f"fractions/roots nested too deep ({deepest} > {MAX_COMMAND_NESTING})"
@@ -188,14 +196,15 @@ def guard(answer: str) -> str:
     return ""
 
 
-def _sum_bounds(answer: str, at: int) -> list[str]:
-    """The ``_`` and ``^`` bounds after a ``\\sum``/``\\prod`` ending at `at`, in either order, ``\\limits``
-    skipped; a braced bound whole (brace matching: ``{{n}}`` is ``{n}``).
+def _sum_bounds(answer: str, at: int) -> tuple[dict[str, str], int]:
+    """The ``_`` and ``^`` bounds after a ``\\sum``/``\\prod`` ending at `at` (in either order, ``\\limits``
+    skipped, a braced bound whole by brace matching: ``{{n}}`` is ``{n}``) and where they end.
 
     >>> _sum_bounds("\\\\sum\\\\limits_{k=1}^{{n}} 7", 4), _sum_bounds("\\\\prod^5_{k=1} k", 5)
-    (['k=1', '{n}'], ['5', 'k=1'])
+    (({'_': 'k=1', '^': '{n}'}, 23), ({'^': '5', '_': 'k=1'}, 13))
     """
-    bounds, i, n = [], at, len(answer)
+    bounds: dict[str, str] = {}
+    i, n = at, len(answer)
     while len(bounds) < 2:
         while i < n and answer[i].isspace():
             i += 1
@@ -203,19 +212,51 @@ def _sum_bounds(answer: str, at: int) -> list[str]:
         if limits:
             i += limits.end()
             continue
-        if i >= n or answer[i] not in "_^":
+        if i >= n or answer[i] not in "_^" or answer[i] in bounds:
             break
-        i += 1
+        key, i = answer[i], i + 1
         while i < n and answer[i].isspace():
             i += 1
         if i < n and answer[i] == "{":
             arg = _call_argument(answer, i) or ""
-            bounds.append(arg)
+            bounds[key] = arg
             i += len(arg) + 2
         elif i < n:
-            bounds.append(answer[i])
+            bounds[key] = answer[i]
             i += 1
-    return bounds
+    return bounds, min(i, n)
+
+
+def sum_shape(answer: str) -> str:
+    """Why a ``\\sum``/``\\prod`` in `answer` is not ``_{index=lower}``, ``^{upper}`` and a body ("" when
+    each is): math-verify reads ``\\sum_{k=1}^{10}`` as 1 and ``\\sum_k k`` as nothing.
+
+    >>> sum_shape("\\\\sum^{n}_{k=1} k"), sum_shape("\\\\sum_{k=1}^{n}"), sum_shape("\\\\sum_k k")
+    ('', 'sum/product without a body', 'sum/product without index = lower bound')
+    """
+    for m in _SUM_RE.finditer(answer):
+        bounds, end = _sum_bounds(answer, m.end())
+        index, equals, lower = bounds.get("_", "").partition("=")
+        if not (equals and _VARIABLE_RE.fullmatch(index.strip()) and lower.strip()):
+            return "sum/product without index = lower bound"
+        if not bounds.get("^", "").strip(" {}"):
+            return "sum/product without an upper bound"
+        if not re.sub(r"\\right(?![A-Za-z])\\?", "", _group_rest(answer, end)).strip():
+            return "sum/product without a body"
+    return ""
+
+
+def _group_rest(answer: str, at: int) -> str:
+    """The text from `at` to the end of its bracket group (the first unmatched closing bracket)."""
+    depth = 0
+    for j in range(at, len(answer)):
+        if answer[j] in "({[":
+            depth += 1
+        elif answer[j] in ")}]":
+            if depth == 0:
+                return answer[at:j]
+            depth -= 1
+    return answer[at:]
 
 
 def _strip_bound(bound: str) -> str:
@@ -449,12 +490,32 @@ def latex_fraction(text: str) -> Fraction | None:
 
 def _equation_side(answer: str, gold: str) -> tuple[str | None, str]:
     """``x = 5`` → ``5``; (None, reason) for an equation that is not ``variable = answer``."""
-    if "=" not in answer or "=" in gold:
+    signs = _equation_signs(answer)
+    if not signs or _equation_signs(gold):
         return answer, ""
-    lhs, _, rhs = answer.partition("=")
-    if "=" in rhs or not _VARIABLE_RE.fullmatch(lhs.strip()) or not rhs.strip():
+    lhs, rhs = answer[:signs[0]], answer[signs[0] + 1:]
+    if len(signs) > 1 or not _VARIABLE_RE.fullmatch(lhs.strip()) or not rhs.strip():
         return None, "equation that is not variable = answer"
     return rhs.strip(), ""
+
+
+def _equation_signs(text: str) -> list[int]:
+    """Positions of the ``=`` outside braces: ``\\sum_{k=1}^{n} k`` assigns an index, it is no equation.
+
+    >>> _equation_signs("x = 5"), _equation_signs("\\\\sum_{k=1}^{n} k"), _equation_signs("S = \\\\sum_{k=1}^{n} k")
+    ([2], [], [2])
+    """
+    signs, depth, i = [], 0, 0
+    while i < len(text):
+        ch = text[i]
+        if ch == "\\":  # \{ and \} are no braces
+            i += 2
+            continue
+        depth += (ch == "{") - (ch == "}")
+        if ch == "=" and depth == 0:
+            signs.append(i)
+        i += 1
+    return signs
 
 
 def _math_verify():
@@ -469,15 +530,50 @@ def _math_verify():
 
 
 def _parse(answer: str):
-    """math-verify's parse (``$…$`` first, then bare); empty unless a sympy object came out."""
-    parse, _ = _math_verify()
+    """math-verify's parse (``$…$`` first, then bare), bound symbols renamed canonically; empty unless a
+    sympy object came out, and one holding a sum/product where the answer writes one."""
+    from sympy import Product, Sum
 
+    parse, _ = _math_verify()
     candidates = [f"${answer}$", answer]
     for candidate in candidates:
         parsed = parse(candidate, parsing_timeout=None, raise_on_error=True)
-        if any(not isinstance(p, str) for p in parsed):
-            return parsed
+        exprs = [p for p in parsed if not isinstance(p, str)]
+        if exprs and (not _SUM_RE.search(answer) or any(_holds(p, Sum, Product) for p in exprs)):
+            return [p if isinstance(p, str) else _canonical_bound_symbols(p) for p in parsed]
     return []
+
+
+def _holds(expr, *types) -> bool:
+    try:
+        return bool(expr.has(*types))
+    except (AttributeError, TypeError):  # a matrix or a Python object without `has`
+        return False
+
+
+def _with_gold_symbols(parsed: list, gold_parsed: list) -> list:
+    """`parsed` with each free symbol that has a gold symbol's name but other assumptions replaced by the
+    gold's: math-verify makes every symbol of an answer that writes ``i`` complex (the index of
+    ``\\sum_{i=1}^{n} i`` too), and a complex ``n`` is not the gold's real ``n``."""
+    from sympy import Basic, Symbol
+
+    gold = {s.name: s for g in gold_parsed if isinstance(g, Basic) for s in g.free_symbols if isinstance(s, Symbol)}
+    return [p.xreplace({s: gold[s.name] for s in p.free_symbols if isinstance(s, Symbol) and gold.get(s.name, s) != s})
+            if isinstance(p, Basic) else p for p in parsed]
+
+
+def _canonical_bound_symbols(expr):
+    """`expr` with each bound symbol (a sum's index) renamed by its place: sympy's Dummies differ
+    across calls, so they become Symbols named as the Dummies (``_0``: no LaTeX symbol is named so)."""
+    from sympy import Basic, Dummy, Symbol
+
+    if not isinstance(expr, Basic):
+        return expr
+    try:
+        canonical = expr.as_dummy()
+        return canonical.xreplace({d: Symbol(d.name) for d in canonical.atoms(Dummy)})
+    except (TypeError, ValueError, AttributeError):  # an object sympy cannot rebuild stays as parsed
+        return expr
 
 
 _WORD_RE = re.compile(r"[^\W\d_]{2,}(?:[ '-][^\W\d_]+)*")  # "Paris", "New York": text, not maths
@@ -498,7 +594,7 @@ def compare_answers(gold: str, pred: str) -> tuple[bool, str]:
     gold, pred = normalise(gold), normalise(pred)
     if not pred:
         return False, "empty answer"
-    why = guard(pred)
+    why = guard(pred) or sum_shape(pred)
     if why:
         return False, f"unparseable answer ({why})"
     why = hedge(pred, gold)
@@ -569,6 +665,7 @@ def _equal(gold: str, pred: str) -> tuple[bool, str]:
         pred_parsed = _parse(pred)
         if not pred_parsed:
             return False, "unparseable answer"
+        pred_parsed = _with_gold_symbols(pred_parsed, gold_parsed)
         equal = bool(verify(gold_parsed, pred_parsed, timeout_seconds=None, raise_on_error=True))
     except RecursionError:
         return False, "unparseable answer (RecursionError)"
