@@ -162,3 +162,71 @@ def test_scratch_flood_fills_a_capped_tmpfs_not_the_host():
     written, err = eval(rb.tests[0].reason.rsplit("got ", 1)[1])
     assert 4 << 20 <= written <= 8 << 20 and "No space left on device" in err, (written, err)
     assert seen == [], seen[:3]
+
+
+MOUNTS_PROBE = src("""
+    import os, sys
+    pid = os.fork()
+    if pid == 0:
+        import time
+        time.sleep(5)
+        os._exit(0)
+    for path in ("/proc/self/mountinfo", "/proc/self/mounts", f"/proc/{pid}/mountinfo"):
+        sys.stdout.write(open(path).read())
+    os.kill(pid, 9)
+    os.waitpid(pid, 0)
+    print(os.getcwd(), os.environ["HOME"], os.path.realpath("."))
+    def f():
+        return 1
+""")
+
+
+@needs_root
+@pytest.mark.parametrize("launch", ["zygote", "classic", "command"])
+def test_the_mount_table_does_not_name_the_hosts_scratch_dir(monkeypatch, launch):
+    """A run's ``/proc/*/mountinfo`` and ``/proc/self/mounts`` list its mounts: the scratch tmpfs sits at a
+    fixed path inside the run's mount namespace, so neither they nor the run's cwd, ``HOME`` and
+    ``TMPDIR`` name the host's scratch dir (a ``mkdtemp`` path under the host's temp dir)."""
+    from seqrl.sandbox import run_command, runner
+
+    made: list[str] = []
+    mkdtemp = tempfile.mkdtemp
+
+    def recording_mkdtemp(*a, **kw):
+        made.append(mkdtemp(*a, **kw))
+        return made[-1]
+
+    monkeypatch.setattr(runner.tempfile, "mkdtemp", recording_mkdtemp)
+    monkeypatch.setattr(runner, "USE_ZYGOTE", launch != "classic")
+    if launch == "command":
+        work = mkdtemp(prefix="seqrl-test-")
+        os.chmod(work, 0o755)
+        try:
+            r = run_command(["/bin/sh", "-c", "cat /proc/self/mountinfo /proc/self/mounts /proc/$$/mountinfo; "
+                                              "echo \"$HOME $TMPDIR\""], cwd=work, timeout_s=10)
+        finally:
+            os.rmdir(work)
+        assert r.returncode == 0, (r.status, r.stderr)
+    else:
+        r = run_python(MOUNTS_PROBE, io_cases=[[[], 1]], entry_point="f", timeout_s=10)
+        assert r.all_passed, (r.status, r.reason, r.stderr)
+    assert "scratch_tmpfs" in r.layers, r.layers
+    assert " - tmpfs " in r.stdout and "nr_inodes=" in r.stdout  # the probe read the table, scratch tmpfs included
+    scratch = [p for p in made if os.path.basename(p).startswith("seqrl-sbx-")]
+    assert len(scratch) == 1, made
+    for needle in (scratch[0], os.path.basename(scratch[0]), "seqrl-sbx-"):
+        assert needle not in r.stdout, (needle, r.stdout[-600:])
+
+
+def test_the_scratch_dir_stays_on_the_host_path_where_the_cover_would_hide_what_a_run_needs(monkeypatch, tmp_path):
+    from seqrl.sandbox import runner
+
+    cover = tmp_path / "run"
+    (cover / "venv").mkdir(parents=True)
+    monkeypatch.setattr(runner, "SCRATCH_COVER", str(cover))
+    monkeypatch.setattr(runner, "SCRATCH_DIR", str(cover / "sandbox"))
+    assert runner._scratch_point("/tmp/w", ["/usr/bin/python3", "/tmp/x"]) == (str(cover / "sandbox"), str(cover))
+    assert runner._scratch_point("/tmp/w", ["/usr/bin/python3", str(cover / "venv")]) == ("/tmp/w", None)
+    assert runner._scratch_point("/tmp/w", [str(cover)]) == ("/tmp/w", None)
+    monkeypatch.setattr(runner, "SCRATCH_COVER", str(tmp_path / "missing"))
+    assert runner._scratch_point("/tmp/w", []) == ("/tmp/w", None)

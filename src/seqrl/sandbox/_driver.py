@@ -877,21 +877,29 @@ def _join_cgroup(procs_list: str) -> None:
 
 
 MOUNT_NR = {"x86_64": 165, "aarch64": 40}  # mount(2)
-MS_NOSUID, MS_NODEV = 2, 4
+MS_NOSUID, MS_NODEV, _MS_NOEXEC = 2, 4, 8
 
 
 def mount_scratch(sys_: _Sys, spec: dict) -> None:
     """Put a ``tmpfs`` capped at ``size`` bytes and ``inodes`` inodes, owned by ``uid``, over the scratch
     dir ``path`` (in this mount namespace only: the host keeps its empty directory) and move into it.
     A disk or inode flood then fills this tmpfs, whose pages count against the tree's memory cgroup,
-    never the host's filesystem."""
-    path = spec["path"]
+    never the host's filesystem. With ``cover`` (``runner.SCRATCH_COVER``), ``path`` is a fixed path
+    beneath it, made on a small root-owned tmpfs put over ``cover`` first, so the mount table shows
+    no host path of the run."""
+    nr = MOUNT_NR[os.uname().machine]
+    sys_(nr, None, sys_.buf(b"/\0"), None, _MS_REC_PRIVATE, None)  # nothing mounted here reaches the host
+    path, cover = spec["path"], spec.get("cover")
+    if cover:
+        sys_(nr, sys_.buf(b"tmpfs\0"), sys_.buf(os.fsencode(cover) + b"\0"), sys_.buf(b"tmpfs\0"),
+             MS_NOSUID | MS_NODEV | _MS_NOEXEC, sys_.buf(b"size=4096,nr_inodes=8,mode=0755\0"))
+        os.mkdir(path, 0o755)
     opts = (f"size={int(spec['size'])},nr_inodes={int(spec['inodes'])},mode=0700,"
             f"uid={int(spec['uid'])},gid={int(spec['uid'])}")
     bufs = [sys_.buf(b"tmpfs\0"), sys_.buf(os.fsencode(path) + b"\0"), sys_.buf(b"tmpfs\0"),
             sys_.buf(opts.encode() + b"\0")]
-    sys_(MOUNT_NR[os.uname().machine], *bufs[:3], MS_NOSUID | MS_NODEV, bufs[3])
-    os.chdir(path)  # our cwd was the directory underneath
+    sys_(nr, *bufs[:3], MS_NOSUID | MS_NODEV, bufs[3])
+    os.chdir(path)  # our cwd was the host's directory (underneath, or elsewhere with a cover)
 
 
 def probe(spec_json: str) -> dict:

@@ -14,7 +14,8 @@ Layers (all on by default when running as root, see ``docs/sandbox.md``):
                    (RLIMIT_AS caps each process, not their sum)
 - ``cpu_cgroup``   a cgroup-v1 ``cpu`` group: a CFS quota of ``Limits.cpus`` CPUs for the whole tree
 - ``scratch_tmpfs`` the scratch dir is a tmpfs capped at ``scratch_mb`` / ``scratch_inodes``, mounted
-                   in the run's mount namespace (the host's directory stays empty)
+                   in the run's mount namespace at `SCRATCH_DIR` (the host's directory stays empty,
+                   and no path the run sees names it)
 - ``setuid``       the solution runs as a fresh unprivileged uid (200000+), no groups,
                    ``no_new_privs``, with ``RLIMIT_NPROC`` (which then applies)
 - ``seccomp``      a syscall filter (x86_64): no namespaces, mounts, ptrace, eBPF, perf, io_uring,
@@ -72,6 +73,12 @@ CPU_PERIOD_US = 100_000  # CFS period of the per-run cpu cgroup; the quota is ``
 STRONG_LAYERS = ("netns", "pidns", "mountns", "ipcns", "pids_cgroup", "memory_cgroup", "setuid")
 _RESULT_CAP = 32 << 20  # bytes of result-channel data accepted from one run
 _SCRATCH_ARCHES = ("x86_64", "aarch64")  # where the driver knows mount(2)'s number
+SCRATCH_COVER, SCRATCH_DIR = "/run", "/run/sandbox"
+"""Where a run finds its scratch dir (``HOME``, its cwd, a command's ``TMPDIR``) in its mount namespace: the driver
+covers ``SCRATCH_COVER`` there with a small root-owned tmpfs (Landlock never grants the host's ``/run``)
+and mounts the scratch tmpfs at ``SCRATCH_DIR`` in it, so neither the mount table (``/proc/*/mountinfo``,
+``/proc/self/mounts``) nor the environment names the host's ``mkdtemp`` directory. When the host has no
+such directory or a path the run needs lies beneath it, the scratch tmpfs goes over the host's directory."""
 TREE_MEMORY_SLACK_MB = 64  # default tree limit = memory_mb + this (the driver's own interpreter)
 
 
@@ -559,6 +566,20 @@ def plain_equal(got, expected, float_tol: float = 1e-6) -> bool:
 
 
 # ----------------------------------------------------------------------------- the run
+def _scratch_point(workdir: str, needed: list) -> tuple[str, str | None]:
+    """(the scratch dir's path inside the run, the directory the driver covers first or None): `SCRATCH_DIR`
+    under a covered `SCRATCH_COVER`, unless the host lacks it or a path in ``needed`` lies beneath it
+    (the cover would hide it); then ``workdir`` itself."""
+    if not os.path.isdir(SCRATCH_COVER) or os.path.islink(SCRATCH_COVER):
+        return workdir, None
+    cover = os.path.realpath(SCRATCH_COVER)
+    for p in needed:
+        rp = os.path.realpath(p)
+        if rp == cover or rp.startswith(cover + os.sep):
+            return workdir, None
+    return SCRATCH_DIR, SCRATCH_COVER
+
+
 def _scrubbed_env(home: str) -> dict[str, str]:
     return {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "PYTHONHASHSEED": "0", "HOME": home}
 
@@ -892,13 +913,16 @@ def _launch(boot: dict, job: dict, lim: Limits, *, cwd: str | None, env: dict | 
         read = [*(p for p in [cwd] if p), *map(os.fspath, read_paths)]
         if "argv" in boot:  # the command's own install prefix (…/bin/x → …)
             read.append(os.path.dirname(os.path.dirname(os.path.realpath(boot["argv"][0]))))
+        home, cover = workdir, None  # the scratch dir as the run sees it
         if uid is not None and os.uname().machine in _SCRATCH_ARCHES:
             layers.append("scratch_tmpfs")
-        confine, names = _confine_spec(python, tuple(skip_layers), read, [workdir, *map(os.fspath, writable)])
+            home, cover = _scratch_point(workdir, [python, *_confine_support(python)["paths"], *read,
+                                                   *map(os.fspath, writable)])
+        confine, names = _confine_spec(python, tuple(skip_layers), read, [home, *map(os.fspath, writable)])
         layers += names
         try:
             if zyg is not None:  # the same tree, forked by a pre-started driver (it moves the leader into the cgroups)
-                meta = {"limits": limits, "cgroups": cg_procs or "-", "cwd": workdir, "env": _scrubbed_env(workdir),
+                meta = {"limits": limits, "cgroups": cg_procs or "-", "cwd": workdir, "env": _scrubbed_env(home),
                         "report": rep_w is not None}
                 z, zyg = zyg, None  # owned by _zygote_popen from here
                 proc = _zygote_popen(z, meta, res_w, rep_w)  # None: no zygote answered, the classic launch
@@ -908,7 +932,7 @@ def _launch(boot: dict, job: dict, lim: Limits, *, cwd: str | None, env: dict | 
                        str(res_w), limits, cg_procs or "-"]
                 proc = subprocess.Popen(
                     cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                    cwd=workdir, env=_scrubbed_env(workdir), pass_fds=pass_fds, start_new_session=True,
+                    cwd=workdir, env=_scrubbed_env(home), pass_fds=pass_fds, start_new_session=True,
                     preexec_fn=None if nnp else preexec,
                 )
         finally:
@@ -919,11 +943,11 @@ def _launch(boot: dict, job: dict, lim: Limits, *, cwd: str | None, env: dict | 
             _attach_driver(proc.pid, cg_procs)
         boot = {**boot, "uid": uid, "nproc": max_procs if uid is not None else None, "confine": confine}
         if uid is not None and os.uname().machine in _SCRATCH_ARCHES:
-            boot["scratch"] = {"path": workdir, "size": int(lim.scratch_mb) << 20, "inodes": int(lim.scratch_inodes),
-                               "uid": uid}
+            boot["scratch"] = {"path": home, "cover": cover, "size": int(lim.scratch_mb) << 20,
+                               "inodes": int(lim.scratch_inodes), "uid": uid}
         if "argv" in boot:
-            boot["cwd"] = cwd or workdir
-            boot["env"] = {**_scrubbed_env(workdir), "TMPDIR": workdir, **(env or {})}
+            boot["cwd"] = cwd or home
+            boot["env"] = {**_scrubbed_env(home), "TMPDIR": home, **(env or {})}
             boot["report_fd"] = (REPORT_FD_ZYGOTE if zygote else rep_w) if rep_w is not None else None
         extra = {rep_r: report_cap} if rep_r is not None else {}
         data = frame(boot) + frame(job)
