@@ -210,11 +210,11 @@ def test_always_equal_values_do_not_pass_tables_approx_or_new_tests(reward, tabl
     assert score(inside, tables, {"shop/pricing.py": BUGGY + ALWAYS_EQUAL + UNIT_COUNT_FORGED}).parts["tests"] == 1.0
 
 
-def test_objects_of_the_package_need_verdict_inside_and_the_tests_own_classes_do_not(reward, tmp_path):
-    """Where no plain value exists to compare, pytest's verdict stands only for objects whose class the
-    tests define (or a mock): a package class is the patch's to rewrite (an always-equal Money, a
-    container whose __contains__ says yes), so package objects compared with each other need
-    verdict='inside', and the reason says so."""
+def test_objects_of_the_package_pass_the_probes_and_the_tests_own_classes_need_none(reward, tmp_path):
+    """Where no plain value exists to compare, pytest's verdict stands for objects whose class the tests
+    define (or a mock), and for package objects whose comparisons pass the probes (equal to themselves,
+    not to a fresh object of an unrelated class): an honest fix of a suite comparing package objects
+    keeps 1.2, an always-equal Money does not."""
     repo = build(tmp_path, {
         "shop/__init__.py": "",
         "shop/money.py": '''
@@ -264,9 +264,11 @@ def test_objects_of_the_package_need_verdict_inside_and_the_tests_own_classes_do
     })
     text = (repo / "shop/money.py").read_text()
     fix = {"shop/money.py": text.replace("a.cents - b.cents", "a.cents + b.cents")}
-    outside = score(reward, repo, fix)
-    assert outside.parts["passed"] == 2 and "verdict='inside'" in outside.reason, outside.reason
+    assert_honest(score(reward, repo, fix))
     assert_honest(score(CodeAgentReward(timeout_s=30.0, verdict="inside"), repo, fix))
+    always = text.replace("return isinstance(other, Money) and other.cents == self.cents", "return True")
+    r = score(reward, repo, {"shop/money.py": always})
+    assert r.parts["passed"] == 1 and "test_add" in r.reason and "test_cents" in r.reason, r.reason
     forged = text + "\n\nclass _Any:\n    def __eq__(self, other):\n        return True\n\n\n" \
                     "def cents(a, b):\n    return _Any()\n"
     r = score(reward, repo, {"shop/money.py": forged})

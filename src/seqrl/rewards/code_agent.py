@@ -393,10 +393,11 @@ class _Externalize(ast.NodeTransformer):
     reports pytest's own verdict instead (`check`). Other shapes (``is``, ``and``/``or``,
     ``pytest.raises``, bare calls) stay in-process."""
 
-    def __init__(self, start: int):
+    def __init__(self, start: int, tables: Mapping[str, object] | None = None):
         self.k, self.expected, self.found = start, {}, []
         self.must_ids: set[int] = set()
         self.must: set[int] = set()
+        self.tables = dict(tables or {})  # module-level literal tables a loop may walk (`literal_tables`)
 
     def _tree(self, node, observed: list) -> tuple:
         ok, value = _literal(node)
@@ -512,7 +513,47 @@ class _Externalize(ast.NodeTransformer):
         return ast.copy_location(ast.Expr(call), node)
 
     def visit_Assert(self, node: ast.Assert):
+        if isinstance(node.test, ast.BoolOp) and isinstance(node.test.op, ast.And):
+            # `assert a and b == c`: a passing run evaluated every conjunct, so each is its own check
+            parts = [ast.copy_location(ast.Assert(v, node.msg), node) for v in node.test.values]
+            if id(node) in self.must_ids:
+                self.must_ids.update(id(p) for p in parts)
+            return [x for p in parts for x in _as_list(self.visit_Assert(p))]
         return self._replace(node, lambda obs: self._check(node.test, obs), node.test)
+
+    def visit_If(self, node: ast.If):
+        """``if COND: raise AssertionError(...)`` / ``pytest.fail(...)`` / ``self.fail(...)`` is the check
+        ``assert not COND`` (``if A or B:`` two of them), rewritten as one."""
+        if not _fails(node):
+            return self.generic_visit(node)
+        conds = node.test.values if isinstance(node.test, ast.BoolOp) and isinstance(node.test.op, ast.Or) \
+            else [node.test]
+        out = []
+        for cond in conds:
+            check = ast.copy_location(ast.Assert(_negated(cond), None), node)
+            if id(node) in self.must_ids:
+                self.must_ids.add(id(check))
+            out += _as_list(self.visit_Assert(check))
+        return out
+
+    def visit_For(self, node: ast.For):
+        """A loop over a module-level literal table: the table is checked against its literal before
+        and after the loop, so cases removed while the loop runs fail the test."""
+        self.generic_visit(node)
+        name = node.iter.id if isinstance(node.iter, ast.Name) else None
+        if name not in self.tables or node.orelse:
+            return node
+        out = []
+        for where in ("before", "after"):
+            check = ast.copy_location(ast.Assert(ast.Compare(ast.Name(name, ast.Load()), [ast.Eq()],
+                                                             [ast.Constant(None)]), None), node)
+            must = id(node) in self.must_ids and (where == "before" or not _returns(node.body))
+            if must:
+                self.must_ids.add(id(check))
+            observed: list = []
+            tree = ("cmp", "Eq", self._tree(check.test.left, observed), ("lit", self.tables[name]))
+            out.append(self._replace(check, lambda obs, tree=tree, observed=observed: (obs.extend(observed), tree)[1]))
+        return [out[0], node, out[1]]
 
     def visit_Expr(self, node: ast.Expr):
         call = node.value
@@ -528,6 +569,84 @@ class _Externalize(ast.NodeTransformer):
         return node
 
     visit_AsyncFunctionDef = visit_Lambda = visit_ClassDef = visit_FunctionDef
+
+
+def _fails(node: ast.If) -> bool:
+    """``if COND:`` whose whole body is ``raise AssertionError[(...)]`` or a ``fail(...)`` call
+    (``pytest.fail``, ``self.fail``), with no ``else``."""
+    if node.orelse or len(node.body) != 1:
+        return False
+    st = node.body[0]
+    if isinstance(st, ast.Raise) and st.exc is not None:
+        exc = st.exc.func if isinstance(st.exc, ast.Call) else st.exc
+        return isinstance(exc, ast.Name) and exc.id == "AssertionError"
+    return isinstance(st, ast.Expr) and isinstance(st.value, ast.Call) and _func_name(st.value) == "fail"
+
+
+_NEGATE = {ast.Eq: ast.NotEq, ast.NotEq: ast.Eq, ast.In: ast.NotIn, ast.NotIn: ast.In}
+
+
+def _negated(cond: ast.expr) -> ast.expr:
+    """``not cond``; a single ``==``/``!=``/``in``/``not in`` is flipped instead (an order is not:
+    ``not a < b`` is not ``a >= b`` for sets), and ``not not x`` is ``x``."""
+    if isinstance(cond, ast.UnaryOp) and isinstance(cond.op, ast.Not):
+        return cond.operand
+    if isinstance(cond, ast.Compare) and len(cond.ops) == 1 and type(cond.ops[0]) in _NEGATE:
+        return ast.Compare(cond.left, [_NEGATE[type(cond.ops[0])]()], cond.comparators)
+    return ast.UnaryOp(ast.Not(), cond)
+
+
+def _returns(body) -> bool:
+    """Whether a statement list can ``return`` (nested functions and classes aside)."""
+    stack = list(body)
+    while stack:
+        n = stack.pop()
+        if isinstance(n, ast.Return):
+            return True
+        if not isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+            stack.extend(ast.iter_child_nodes(n))
+    return False
+
+
+_MUTATORS = {"append", "extend", "insert", "pop", "remove", "clear", "sort", "reverse", "update", "add",
+             "discard", "setdefault", "popitem", "__setitem__", "__delitem__"}
+MAX_TABLE_TEXT = 50_000
+"""A module-level table whose literal is longer is not checked around its loops (observations stay small)."""
+
+
+def literal_tables(tree: ast.Module) -> dict[str, object]:
+    """Module-level names bound once to a literal list/tuple/dict/set that the module never changes
+    (no other binding, no item assignment or deletion, no mutating method call, no ``global``)."""
+    bound: dict[str, list] = {}
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name) \
+                and isinstance(node.value, (ast.List, ast.Tuple, ast.Dict, ast.Set)):
+            bound.setdefault(node.targets[0].id, []).append(node.value)
+    out = {}
+    for name, values in bound.items():
+        stores = sum(1 for n in ast.walk(tree) if isinstance(n, ast.Name) and n.id == name
+                     and isinstance(n.ctx, (ast.Store, ast.Del)))
+        if len(values) != 1 or stores != 1 or _mutated(tree, name):
+            continue
+        ok, value = _literal(values[0])
+        if ok and len(repr(value)) <= MAX_TABLE_TEXT:
+            out[name] = value
+    return out
+
+
+def _mutated(tree: ast.Module, name: str) -> bool:
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Subscript, ast.Attribute)) and isinstance(node.ctx, (ast.Store, ast.Del)) \
+                and isinstance(node.value, ast.Name) and node.value.id == name:
+            return True
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in _MUTATORS \
+                and isinstance(node.func.value, ast.Name) and node.func.value.id == name:
+            return True
+        if isinstance(node, ast.AugAssign) and isinstance(node.target, ast.Name) and node.target.id == name:
+            return True
+        if isinstance(node, ast.Global) and name in node.names:
+            return True
+    return False
 
 
 _CMP_NODES = {"Eq": ast.Eq, "NotEq": ast.NotEq, "Lt": ast.Lt, "LtE": ast.LtE, "Gt": ast.Gt, "GtE": ast.GtE,
@@ -672,7 +791,7 @@ def _must_ids(fn: ast.AST) -> set[int]:
 
     def block(body):
         for st in body:
-            if isinstance(st, (ast.Assert, ast.Expr)):
+            if isinstance(st, (ast.Assert, ast.Expr, ast.For)) or (isinstance(st, ast.If) and _fails(st)):
                 out.add(id(st))
             elif isinstance(st, (ast.With, ast.AsyncWith)) and not any(
                     isinstance(it.context_expr, ast.Call) and _func_name(it.context_expr) in _RAISES_CMS
@@ -705,16 +824,168 @@ def externalize_asserts(source: str, start: int = 0, only=None, helpers: bool = 
     if only is None:
         only = {q for q in defs if _conventional_test(q)}
     targets = set(defs) if helpers else {q for q in only if q in defs}
-    tr = _Externalize(start)
+    tr = _Externalize(start, literal_tables(tree))
     by_test: dict[str, list[int]] = {}
     for _, _, qual, fn in sorted((fn.lineno, fn.col_offset, q, fn) for q in targets
                                  for fn in defs[q]):  # in source order
         tr.found = []
         tr.must_ids = _must_ids(fn) if qual in only else set()
-        fn.body = [tr.visit(st) for st in fn.body]
+        fn.body = [x for st in fn.body for x in _as_list(tr.visit(st))]
         by_test.setdefault(qual, []).extend(tr.found)
     ast.fix_missing_locations(tree)
     return ast.unparse(tree) + "\n", tr.expected, by_test, tr.must
+
+
+def _module_file(rel: str, module: str, level: int, files) -> str | None:
+    """The test-side file (one of ``files``) that ``from MODULE import …`` in ``rel`` loads, if any:
+    relative imports from the file's package, absolute ones from the root or any folder above the file
+    (pytest puts a test file's first non-package ancestor on ``sys.path``)."""
+    parts = [p for p in module.split(".") if p]
+    here = rel.split("/")[:-1]
+    if level:
+        bases = [here[:len(here) - (level - 1)]] if level - 1 <= len(here) else []
+    else:
+        bases = [here[:i] for i in range(len(here), -1, -1)]
+    for base in bases:
+        stem = "/".join([*base, *parts])
+        for cand in (f"{stem}.py", f"{stem}/__init__.py"):
+            if cand in files:
+                return cand
+    return None
+
+
+def helper_bindings(trees: Mapping[str, ast.Module]) -> dict[str, dict[str, list]]:
+    """``{file: {name: [defining file, function name, decorated]}}``: the module-level functions each
+    test-side file defines, and the ones it imports by name from another test-side file. The run checks
+    that these names still hold those functions (a helper rebound by package code fails the run)."""
+    defs: dict[str, dict[str, bool]] = {}
+    for rel, tree in trees.items():
+        defs[rel] = {n.name: bool(n.decorator_list) for n in tree.body
+                     if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    out: dict[str, dict[str, list]] = {}
+    for rel, tree in trees.items():
+        mine = {name: [rel, name, dec] for name, dec in defs[rel].items()}
+        for node in tree.body:
+            if isinstance(node, ast.ImportFrom) and node.module is not None or isinstance(node, ast.ImportFrom) \
+                    and node.level:
+                src = _module_file(rel, node.module or "", node.level, trees)
+                for a in node.names if src else ():
+                    if a.name in defs[src] and (a.asname or a.name) not in mine:
+                        mine[a.asname or a.name] = [src, a.name, defs[src][a.name]]
+        if mine:
+            out[rel] = mine
+    return out
+
+
+def stdlib_uses(tree: ast.Module) -> list[list[str]]:
+    """``[module, attribute path]`` of the standard library a test-side source reads (``json.dumps``,
+    ``from operator import mul``, ``os.path.join``): what the code under test may not replace."""
+    import sys
+
+    std = set(getattr(sys, "stdlib_module_names", ()))
+    alias: dict[str, str] = {}
+    out: set[tuple[str, str]] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                if a.name.split(".")[0] in std:
+                    alias[a.asname or a.name.split(".")[0]] = a.name if a.asname else a.name.split(".")[0]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module \
+                and node.module.split(".")[0] in std:
+            for a in node.names:
+                if a.name != "*":
+                    out.add((node.module, a.name))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load):
+            chain, cur = [], node
+            while isinstance(cur, ast.Attribute):
+                chain.append(cur.attr)
+                cur = cur.value
+            if isinstance(cur, ast.Name) and cur.id in alias:
+                chain.reverse()
+                for i in range(1, min(len(chain), 3) + 1):
+                    out.add((alias[cur.id], ".".join(chain[:i])))
+    return [list(x) for x in sorted(out)]
+
+
+def _is_dataclass_decorator(d: ast.expr) -> bool | None:
+    """True for ``@dataclass`` / ``@dataclasses.dataclass(...)``, False for one with ``eq=False`` (identity
+    comparison), None for any other decorator."""
+    call = d if isinstance(d, ast.Call) else None
+    f = call.func if call else d
+    name = f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else None
+    if name != "dataclass":
+        return None
+    eq = next((k.value for k in (call.keywords if call else []) if k.arg == "eq"), None)
+    return not (isinstance(eq, ast.Constant) and eq.value is False)
+
+
+def dataclass_fields(tree: ast.Module, rel: str) -> dict[str, list[str]]:
+    """``"rel:qualname"`` → compared field names of the dataclasses a source defines whose equality is the
+    generated one (no ``eq=False``, no ``__eq__`` of their own, bases that are such classes of the same
+    file): what the run reads an instance by, whatever its class's field table says then."""
+    out: dict[str, list[str]] = {}
+    by_name: dict[str, list[str]] = {}
+
+    def own_fields(node: ast.ClassDef) -> list[str] | None:
+        names = []
+        for st in node.body:
+            if isinstance(st, (ast.FunctionDef, ast.AsyncFunctionDef)) and st.name == "__eq__":
+                return None
+            if not (isinstance(st, ast.AnnAssign) and isinstance(st.target, ast.Name)):
+                continue
+            ann = ast.unparse(st.annotation)
+            if any(w in ann for w in ("ClassVar", "InitVar", "KW_ONLY")):
+                continue
+            v = st.value
+            if isinstance(v, ast.Call) and (_func_name(v) == "field") and any(
+                    k.arg == "compare" and isinstance(k.value, ast.Constant) and k.value.value is False
+                    for k in v.keywords):
+                continue
+            names.append(st.target.id)
+        return names
+
+    def walk(body, prefix):
+        for node in body:
+            if not isinstance(node, ast.ClassDef):
+                continue
+            kinds = [_is_dataclass_decorator(d) for d in node.decorator_list]
+            fields = own_fields(node) if kinds and all(k is not None for k in kinds) and all(kinds) else None
+            inherited: list[str] = []
+            for b in node.bases:
+                if isinstance(b, ast.Name) and b.id in by_name and fields is not None:
+                    inherited += [n for n in by_name[b.id] if n not in inherited]
+                elif not (isinstance(b, ast.Name) and b.id == "object"):
+                    fields = None
+            if fields is not None:
+                merged = inherited + [n for n in fields if n not in inherited]
+                out[f"{rel}:{prefix}{node.name}"] = merged
+                if not prefix:
+                    by_name[node.name] = merged
+            walk(node.body, prefix + node.name + ".")
+
+    walk(tree.body, "")
+    return out
+
+
+def snapshot_dataclasses(snapshot: Path, files: Mapping) -> dict[str, list[str]]:
+    """`dataclass_fields` of every Python source of the snapshot (``_walk_files``), parsed once."""
+    out: dict[str, list[str]] = {}
+    for rel, st in sorted(files.items()):
+        if not rel.endswith(".py") or not stat.S_ISREG(st.st_mode) or st.st_size > 2_000_000:
+            continue
+        try:
+            data = (snapshot / rel).read_bytes()
+            if b"dataclass" not in data:
+                continue
+            out.update(dataclass_fields(ast.parse(data), rel))
+        except (SyntaxError, ValueError, OSError, RecursionError, MemoryError):
+            continue
+    return out
+
+
+def _as_list(x) -> list:
+    return x if isinstance(x, list) else [x]
 
 
 def _conventional_test(qual: str) -> bool:
@@ -829,13 +1100,22 @@ class CorruptObservations(ValueError):
     cut or merged (something else wrote to the file), so no observation of the run can be trusted."""
 
 
-def parse_observations(data: bytes, expected: Mapping[int, object]) -> dict[int, list[tuple[str, object]]]:
+def parse_observations(data: bytes, expected: Mapping[int, object], nonce: str | None = None
+                       ) -> dict[int, list[tuple[str, object]]]:
     """``k → [(node id, observed value)...]`` from the untrusted observation file; a value that is not a
     Python literal is a sentinel that satisfies no check; ``~True``/``~False`` is a `Verdict`.
-    `CorruptObservations` when any line is malformed (a merged or truncated line could hide one)."""
+    `CorruptObservations` when any line is malformed (a merged or truncated line could hide one), or —
+    given the run's ``nonce`` — when the guard's end record ``end<TAB>NONCE<TAB>N`` is not the last line
+    or N is not the number of lines before it (the channel was cut, replaced or written around)."""
     out: dict[int, list[tuple[str, object]]] = {}
     parsed = 0
-    for line in data.decode("utf-8", "replace").split("\n")[:-1] if data else []:
+    lines = data.decode("utf-8", "replace").split("\n")[:-1] if data else []
+    if nonce is not None:
+        if not lines or lines[-1] != f"end\t{nonce}\t{len(lines) - 1}":
+            raise CorruptObservations("the observation channel has no end record for this run (cut, replaced "
+                                      "or written around)")
+        lines = lines[:-1]
+    for line in lines:
         fields = line.split("\t", 3)
         if len(fields) != 4 or not fields[0].isdigit() or not fields[2].isdigit() or int(fields[2]) != len(fields[3]):
             raise CorruptObservations(f"malformed observation line {line[:80]!r}")
@@ -1290,13 +1570,16 @@ def _in_package(snapshot: Path, rel: str) -> bool:
 
 def _is_data_module(path: Path) -> bool:
     """A module of values only (assignments, imports, a docstring; no function or class): a table of
-    expected values when only the tests import it."""
+    expected values when only the tests import it. A package's ``__init__.py`` is package code, and so is
+    a module without an assignment (one that only re-exports names)."""
+    if path.name == "__init__.py":
+        return False
     try:
         tree = ast.parse(path.read_bytes())
     except (SyntaxError, ValueError, OSError, RecursionError, MemoryError):
         return False
     ok = (ast.Assign, ast.AnnAssign, ast.Import, ast.ImportFrom, ast.Expr)
-    return bool(tree.body) and all(isinstance(n, ok) for n in tree.body) and not any(
+    return any(isinstance(n, (ast.Assign, ast.AnnAssign)) for n in tree.body) and all(isinstance(n, ok) for n in tree.body) and not any(
         isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)) for n in ast.walk(tree))
 
 
@@ -1603,10 +1886,13 @@ class CodeAgentReward:
                   "identities": {r[0]: list(r[4]) for r in rows if r[4]},
                   "defs": {r[0]: r[5] for r in rows if r[5]},
                   "modules": sorted(str(m) for m in data.get("modules", []) or []),
+                  "module_files": {str(k): str(v) for k, v in (data.get("module_files") or {}).items()
+                                   if isinstance(k, str) and isinstance(v, str)},
+                  "defs_files": sorted({r[5][0] for r in rows if r[5]} | {r[0].split("::", 1)[0] for r in rows}),
                   "doctests": doctests, "doctest_ids": [r[0] for r in rows if r[3] == "DoctestItem"],
                   "doctest_digests": {r[0]: r[6] for r in rows if r[6]},
                   "protect": protect, "ran": bool(data.get("ran")),
-                  "inifile": find_inifile(snapshot),
+                  "inifile": find_inifile(snapshot), "dataclass_fields": snapshot_dataclasses(snapshot, files),
                   "conftests": sorted(r for r in files if r.rsplit("/", 1)[-1] == "conftest.py")}
         with self._lock:
             self._collected[key] = result
@@ -1614,7 +1900,8 @@ class CodeAgentReward:
 
     def _pytest(self, base: Path, work: Path, mode: str, pytest_args, python, paths, snapshot: Path,
                 nonce: str = "", conftests=(), observe: list | None = None, identities: dict | None = None,
-                doctests: dict | None = None, own_files: list | None = None, own_names: dict | None = None):
+                doctests: dict | None = None, own_files: list | None = None, own_names: dict | None = None,
+                watch: dict | None = None, dataclasses_: dict | None = None):
         entry = base / "entry.py"
         if not entry.exists():
             shutil.copyfile(ENTRY, entry)
@@ -1633,6 +1920,10 @@ class CodeAgentReward:
             cfg["doctests"] = doctests
         if own_files:
             cfg["own_files"], cfg["own_names"] = own_files, own_names or {}
+        if watch:
+            cfg["watch"] = watch
+        if dataclasses_:
+            cfg["dataclass_fields"] = dataclasses_
         writable = []
         if nonce or identities:  # a file the entry reads and unlinks before the project runs: never in argv
             secret = Path(tempfile.mkdtemp(prefix="cfg-", dir=base))
@@ -1653,6 +1944,13 @@ class CodeAgentReward:
                            max_procs=self.max_procs, env=env, report=True, max_report_bytes=self.max_report_bytes,
                            max_output_bytes=32_000, read_paths=[base, *paths], writable=writable,
                            **self._sandbox_kw())
+
+    @staticmethod
+    def _watched_modules(collected: dict, protected) -> dict[str, str]:
+        """Module name → file on the snapshot (relative in the tree, else absolute) of the modules whose
+        resolution the run may not change: test-side files and everything outside the tree."""
+        return {name: f for name, f in collected.get("module_files", {}).items()
+                if os.path.isabs(f) or protected(f) or f in collected.get("defs_files", ())}
 
     # ------------------------------------------------------------------ outside verdicts
     def _externalize(self, work: Path, collected: dict, protected=None) -> dict | None:
@@ -1701,15 +1999,18 @@ class CodeAgentReward:
         covered = sum(1 for ks, m in per_node.values() if m)
         opened = {pfx: (rel, trees.get(rel)) for pfx, rel in open_files.items()}
         own = sorted(r for r in set(wanted) | set(open_files.values()) | helpers if r.endswith(".py"))
-        own_names = {}
+        own_names, own_trees = {}, {}
         for rel in own:  # the classes each test-side file's own source defines (what the run may record)
             try:
                 tree = trees.get(rel) or ast.parse((work / rel).read_bytes())
             except (SyntaxError, ValueError, OSError, RecursionError, MemoryError):
                 continue
             own_names[rel] = sorted(_class_qualnames(tree))
+            own_trees[rel] = tree
+        uses = sorted({tuple(u) for tree in own_trees.values() for u in stdlib_uses(tree)})
         return {"expected": expected, "per_node": per_node, "tests": tests, "must": must, "open": opened,
-                "own_files": own, "own_names": own_names,
+                "own_files": own, "own_names": own_names, "bindings": helper_bindings(own_trees),
+                "stdlib_uses": [list(u) for u in uses],
                 "covered": covered / len(per_node) if per_node else 0.0}
 
     # ------------------------------------------------------------------ the patch
@@ -1828,20 +2129,23 @@ class CodeAgentReward:
                                    identities=collected.get("identities"),
                                    own_files=outside["own_files"] if outside else None,
                                    own_names=outside["own_names"] if outside else None,
+                                   watch={"bindings": outside["bindings"] if outside else {},
+                                          "stdlib_uses": outside["stdlib_uses"] if outside else [],
+                                          "module_files": self._watched_modules(collected, protected)},
+                                   dataclasses_=collected.get("dataclass_fields"),
                                    doctests={n: d for n, d in collected.get("doctest_digests", {}).items()
                                              if n not in void})
                 if outside:
                     cap = 8 * self.max_report_bytes
                     data = _read_capped(obs_file[0], cap) if obs_file else None
-                    if obs_file and data is None:
-                        reasons.append(f"observations rejected: larger than {cap} bytes (8 × max_report_bytes); "
-                                       f"the checks decided here count as failed")
                     try:
-                        observed = parse_observations(data or b"", outside["expected"])
+                        if data is None:
+                            raise CorruptObservations(f"the observation file is missing, not a regular file or "
+                                                      f"larger than {cap} bytes (8 × max_report_bytes)")
+                        observed = parse_observations(data, outside["expected"], nonce)
                     except CorruptObservations as e:
-                        reasons.append(f"observations rejected: {e}; the checks decided here count as failed")
-                        observed = {k: [("", _UNEQUAL)] for k in outside["expected"]}
-                        outside["corrupt"] = True
+                        observed = {}
+                        outside["corrupt"] = f"observations rejected: {e}"
                     outside["by_node"], outside["by_junit"] = {}, {}
                     for k, pairs in observed.items():
                         for node, value in pairs:
@@ -1975,8 +2279,6 @@ def _outside_ok(outside: dict | None, nodeid: str) -> bool:
     if not outside:
         return True
     _ks, must = outside["per_node"].get(nodeid, ([], []))
-    if outside.get("corrupt") and _ks:
-        return False
     return _checks_ok(outside["by_node"].get(nodeid, []), must, outside["expected"])
 
 
@@ -2034,6 +2336,8 @@ def _tally(run, nonce: str, collected: dict, outside: dict | None = None,
         return 0, total, f"harness integrity check failed: {what}", []
     if (run.returncode == 0) == rep.any_failed:
         return 0, total, f"test report inconsistent with pytest's exit status {run.returncode}", []
+    if outside and outside.get("corrupt"):
+        return 0, total, f"{outside['corrupt']}: no test reward", []
     nodeids = collected.get("nodeids") or [""] * len(expected)
     void = void or {}
     failing = [f"{c}::{n}" for (c, n), nid in zip(expected, nodeids)

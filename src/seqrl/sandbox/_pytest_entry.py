@@ -44,7 +44,6 @@ import enum
 import fractions
 import importlib
 import json
-import numbers
 import os
 import pathlib
 import sys
@@ -167,10 +166,10 @@ def stdlib_data_changed(table: dict) -> list[str]:
     return out
 
 
-def _from_work_tree(value, root: str) -> bool:
+def _from_work_tree(value, root: str, before: dict | None = None) -> bool:
     """Whether a value in a standard-library namespace was made by the work tree: a function (or a
     partial, bound method, static/class method of one) compiled there, or an object or class whose
-    class's methods were."""
+    class's methods were (methods it added to a standard-library class, `_added`, aside)."""
     import functools
 
     for _ in range(8):
@@ -185,9 +184,11 @@ def _from_work_tree(value, root: str) -> bool:
         return os.path.isabs(f) and os.path.realpath(f).startswith(root)
     cls = value if isinstance(value, type) else type(value)
     try:
-        members = list(dict(type.__getattribute__(cls, "__dict__")).values())
-    except TypeError:
+        members = dict(type.__getattribute__(cls, "__dict__"))
+        key = (type.__getattribute__(cls, "__module__"), type.__getattribute__(cls, "__qualname__"))
+    except (TypeError, AttributeError):
         return False
+    members = [m for name, m in members.items() if not _added(before, key, name)]
     for m in members:
         m = getattr(m, "__func__", m) if isinstance(m, (staticmethod, classmethod)) else m
         if isinstance(m, types.FunctionType):
@@ -220,11 +221,41 @@ def _work_tree_code(value, root: str) -> bool:
     return True
 
 
-def stdlib_changed(table: dict, root: str) -> list[str]:
-    """Standard-library functions replaced by code from the work tree (or by something without code)."""
+HOOKS = frozenset({"sys.excepthook", "sys.displayhook", "sys.unraisablehook", "sys.breakpointhook",
+                   "threading.excepthook", "warnings.showwarning", "warnings.formatwarning"})
+"""Standard-library attributes that exist to be set by applications (a package may install its own)."""
+
+
+def stdlib_names() -> dict:
+    """The names each loaded standard-library module, and each of its classes, holds now: a name added
+    later is an addition (``logging.Logger.trace``), one that existed is a replacement."""
+    std = set(getattr(sys, "stdlib_module_names", ()))
+    out: dict = {}
+    for modname, mod in list(sys.modules.items()):
+        if mod is None or modname.split(".")[0] not in std:
+            continue
+        out[modname] = frozenset(vars(mod))
+        for name, value in list(vars(mod).items()):
+            if isinstance(value, type) and getattr(value, "__module__", None) == modname:
+                out[(modname, name)] = frozenset(dict(type.__getattribute__(value, "__dict__")))
+    return out
+
+
+def _added(names: dict | None, key, attr: str) -> bool:
+    """A name that was not there when the names were taken (and not a dunder, which changes how the
+    existing objects behave)."""
+    return names is not None and key in names and attr not in names[key] \
+        and not (attr.startswith("__") and attr.endswith("__"))
+
+
+def stdlib_changed(table: dict, root: str, before: dict | None = None) -> list[str]:
+    """Standard-library functions replaced by code from the work tree (or by something without code);
+    with ``before`` (`stdlib_names`, taken at the start), names the work tree added are not replacements."""
     root = os.path.realpath(root) + os.sep
     out = []
     for (modname, name), orig in table.items():
+        if f"{modname}.{name}" in HOOKS:
+            continue
         ns = sys.modules.get(modname)
         now = ns
         for part in name.split("."):
@@ -236,13 +267,106 @@ def stdlib_changed(table: dict, root: str) -> list[str]:
         if mod is None or modname.split(".")[0] not in names or modname in ("__main__", "builtins"):  # function
             continue  # in a standard-library namespace never belongs there
         for name, value in list(vars(mod).items()):
-            if (modname, name) not in table and _from_work_tree(value, root):
-                out.append(f"{modname}.{name} replaced")
+            if (modname, name) not in table and _from_work_tree(value, root, before):
+                if not _added(before, modname, name) and f"{modname}.{name}" not in HOOKS:
+                    out.append(f"{modname}.{name} replaced")
             elif isinstance(value, type) and getattr(value, "__module__", None) == modname:
                 for attr, v in list(dict(type.__getattribute__(value, "__dict__")).items()):
                     if (modname, f"{name}.{attr}") not in table and _from_work_tree(v, root) \
-                            and not isinstance(v, type):
+                            and not isinstance(v, type) and not _added(before, (modname, name), attr):
                         out.append(f"{modname}.{name}.{attr} replaced")
+    return out
+
+
+def _resolve(obj, path: str):
+    """``obj.a.b`` read through namespaces (``vars``), never through a property or ``__getattr__``."""
+    for part in path.split("."):
+        try:
+            ns = type.__getattribute__(obj, "__dict__") if isinstance(obj, type) else vars(obj)
+        except TypeError:
+            return _MISSING
+        obj = ns.get(part, _MISSING)
+        if obj is _MISSING:
+            return _MISSING
+    return obj
+
+
+_NO_EARLY_IMPORT = ("antigravity", "this", "idlelib", "turtle", "turtledemo", "tkinter")
+
+
+def stdlib_used(uses) -> dict:
+    """``(module, path) → (value, code)`` of the standard-library callables the test sources read
+    (``[module, attribute path]`` from the parent's parse), their modules imported first: taken before
+    any project code runs, so whatever the code under test puts there later is seen as a change."""
+    names = set(getattr(sys, "stdlib_module_names", ()))
+    out = {}
+    for mod, path in uses:
+        if not isinstance(mod, str) or not isinstance(path, str) or mod.split(".")[0] not in names \
+                or mod.split(".")[0] in _NO_EARLY_IMPORT:
+            continue
+        try:
+            m = importlib.import_module(mod)
+        except Exception:  # noqa: BLE001 — a module this interpreter lacks: the test fails on it itself
+            continue
+        v = _resolve(m, path)
+        if v is _MISSING or isinstance(v, types.ModuleType) or not (callable(v) or isinstance(v, (classmethod,
+                                                                                                 staticmethod))):
+            continue  # data (sys.stdout, os.environ) is the harness's to swap; submodules are checked by name
+        out[(mod, path)] = (v, v.__code__ if isinstance(v, types.FunctionType) else None)
+    return out
+
+
+def stdlib_used_changed(table: dict) -> list[str]:
+    out = []
+    for (mod, path), (was, code) in table.items():
+        now = _resolve(sys.modules.get(mod, _MISSING), path) if sys.modules.get(mod) is not None else _MISSING
+        if now is not was or (code is not None and now.__code__ is not code):
+            out.append(f"{mod}.{path} (read by the tests) replaced")
+    return out
+
+
+def bindings_changed(bindings: dict, root: str) -> list[str]:
+    """Test-side modules whose module-level functions — defined there, or imported by name from another
+    test-side file — are no longer those functions (``{file: {name: [file, function, decorated]}}``).
+    A decorated one is checked only for presence: a decorator may return anything."""
+    root = os.path.realpath(root) + os.sep
+    out = []
+    for mod in list(sys.modules.values()):
+        f = getattr(mod, "__file__", None)
+        if not isinstance(f, str):
+            continue
+        real = os.path.realpath(f)
+        rel = real[len(root):] if real.startswith(root) else None
+        if rel not in bindings:
+            continue
+        ns = vars(mod)
+        for name, (src, fname, decorated) in bindings[rel].items():
+            value = ns.get(name, _MISSING)
+            if value is _MISSING:
+                out.append(f"test helper {rel}:{name} removed")
+                continue
+            if decorated:
+                continue
+            code = getattr(value, "__code__", None) if isinstance(value, types.FunctionType) else None
+            if code is None or os.path.realpath(code.co_filename) != root + src or code.co_name != fname:
+                out.append(f"test helper {rel}:{name} is not the function {src} defines")
+    return out
+
+
+def modules_moved(module_files: dict, root: str) -> list[str]:
+    """Modules (test-side ones, and all outside the work tree) that resolve to another file than on
+    the snapshot: ``sys.path`` or ``sys.modules`` changed under the tests' imports."""
+    root = os.path.realpath(root) + os.sep
+    out = []
+    for name, want in module_files.items():
+        m = sys.modules.get(name)
+        if m is None:
+            continue
+        f = getattr(m, "__file__", None)
+        real = os.path.realpath(f) if isinstance(f, str) else "<no file>"
+        now = real[len(root):] if real.startswith(root) else real
+        if now != want:
+            out.append(f"module {name} resolves to {now}, not {want} as on the snapshot")
     return out
 
 
@@ -373,8 +497,13 @@ class Guard:
     """The pytest plugin that checks the harness at session finish and stamps the report."""
 
     def __init__(self, nonce: str, conftests: list[str], table: dict, root: str = "",
-                 identities: dict | None = None, doctests: dict | None = None):
+                 identities: dict | None = None, doctests: dict | None = None, watch: dict | None = None):
         self.nonce, self.table = nonce, table
+        watch = dict(watch or {})
+        self.bindings = {str(k): dict(v) for k, v in dict(watch.get("bindings") or {}).items()}
+        self.module_files = {str(k): str(v) for k, v in dict(watch.get("module_files") or {}).items()}
+        self.used = stdlib_used(watch.get("stdlib_uses") or [])  # now: before any project code runs
+        self.late: list[str] = []  # what the checks after each test found (a change undone later still counts)
         self.identities = dict(identities or {})  # node id -> pristine [file, qualname] of item.obj
         self.doctests = dict(doctests or {})  # node id -> digest of its pristine examples
         self.root = root or os.getcwd()
@@ -413,6 +542,21 @@ class Guard:
             self.items[it.nodeid] = self._item_identity(it)
         if OWN_FILES:
             record_own_classes()
+        self._watch()
+
+    def _watch(self) -> None:
+        """What the tests rely on and a test may change for a while: their helpers, the standard-library
+        functions they read, the files their imports resolve to. Checked after collection and after
+        every test; a change seen once fails the run."""
+        try:
+            found = bindings_changed(self.bindings, self.root) + stdlib_used_changed(self.used) \
+                + modules_moved(self.module_files, self.root)
+        except Exception as e:  # noqa: BLE001 — a check that cannot run is a failed one
+            found = [f"watch failed: {type(e).__name__}: {e}"]
+        self.late += [p for p in found if p not in self.late]
+
+    def pytest_runtest_logfinish(self, nodeid, location):
+        self._watch()
 
     def _installed_library(self, cls) -> bool:
         """A finder class compiled from files outside the work tree (an installed dependency, e.g.
@@ -490,8 +634,11 @@ class Guard:
         return out
 
     def check(self, session) -> list[str]:
-        problems = changed(self.table)
-        problems += stdlib_changed(self.stdlib, self.root) if getattr(self, "stdlib", None) else []
+        self._watch()
+        problems = list(self.late)
+        problems += changed(self.table)
+        problems += stdlib_changed(self.stdlib, self.root, getattr(self, "stdlib_names", None)) \
+            if getattr(self, "stdlib", None) else []
         problems += stdlib_data_changed(self.stdlib_data) if getattr(self, "stdlib_data", None) else []
         problems += self._observer_changed()
         problems += foreign_modules(self.root)
@@ -532,6 +679,8 @@ class Guard:
         if xml is not None:
             value = f"ok {self.nonce}" if not problems else "tampered: " + "; ".join(problems[:5])
             xml.add_global_property("seqrl_integrity", value)
+        if OBSERVE_FILE:  # the end record: without it (or with another count) the parent fails the run
+            os.write(OBSERVE_FILE[0], f"end\t{self.nonce}\t{OBSERVED[0]}\n".encode())
 
 
 class Collector:
@@ -637,6 +786,17 @@ class Collector:
                 out.add((r, importer))
         return [list(x) for x in sorted(out)]
 
+    def module_files(self) -> dict[str, str]:
+        """Every loaded module's file: relative inside the work tree, absolute outside (``__main__``,
+        the entry script, left out)."""
+        out = {}
+        for name, m in list(sys.modules.items()):
+            f = getattr(m, "__file__", None)
+            if name == "__main__" or not isinstance(f, str):
+                continue
+            out[name] = self._rel(f) or os.path.realpath(f)
+        return out
+
     def modules(self) -> list[str]:
         out = set()
         for m in list(sys.modules.values()):
@@ -725,8 +885,10 @@ def _plain(x, depth: int = 0):
         return ("<set>", tuple(_plain(v, depth + 1) for v in x))
     if t.__module__ == "collections" and t.__name__ == "deque":  # equals only a deque
         return ("<deque>", [_plain(v, depth + 1) for v in list(x)])
-    if dataclasses.is_dataclass(t):
-        fields = [f.name for f in dataclasses.fields(t)]  # every field: compare=False is the class's to set
+    if dataclasses.is_dataclass(t) and type.__getattribute__(t, "__eq__") is not object.__eq__:
+        fields = _dataclass_fields(t)
+        if fields is None:
+            raise TypeError(f"dataclass {t.__qualname__}: its field table differs from its source")
         return ("<dataclass>", t.__module__, t.__qualname__,
                 tuple((n, _plain(object.__getattribute__(x, n), depth + 1)) for n in fields))
     if issubclass(t, datetime.datetime):
@@ -758,17 +920,41 @@ def _plain(x, depth: int = 0):
         return ("<path>", str(pathlib.PurePath.__str__(x)))
     if issubclass(t, uuid.UUID):
         return ("<uuid>", str(uuid.UUID.__str__(x)))
-    if str(getattr(t, "__module__", "")).split(".")[0] == "numpy" and callable(getattr(x, "tolist", None)):
-        return _plain(x.tolist(), depth + 1)  # arrays → nested lists, numpy scalars → Python numbers
-    if issubclass(t, numbers.Integral):
-        return int(x)
-    if issubclass(t, numbers.Real):
-        return float(x)
-    if issubclass(t, numbers.Complex):
-        return complex(x)
+    np = sys.modules.get("numpy")
+    if np is not None and not _from_work_tree(np.ndarray, os.getcwd()) and issubclass(t, (np.ndarray, np.generic)) \
+            and str(type.__getattribute__(t, "__module__")).split(".")[0] == "numpy":
+        # numpy's own types only (a class registered as a number, or named numpy, converts as it likes)
+        return _plain(np.ndarray.tolist(x) if issubclass(t, np.ndarray) else np.generic.item(x), depth + 1)
     if _identity_only(t):  # compared by identity (sentinels, exceptions, classes without comparisons)
         return ("<id>", id(x))
     raise TypeError(t.__name__)
+
+
+DATACLASS_FIELDS: dict = {}
+"""``"file:qualname"`` → the compared field names of the dataclasses the snapshot's sources define (the
+parent's parse): the field table an instance is read by, not the class's own, which code can change."""
+
+
+def _dataclass_fields(t) -> list[str] | None:
+    """The compared fields of dataclass `t` (``compare=False`` ones are the class's to leave out): from
+    the snapshot's source where it defines the class, else from the class's table (a class the patch
+    adds); None when the table disagrees with the source."""
+    mod = sys.modules.get(str(type.__getattribute__(t, "__module__")))
+    f = getattr(mod, "__file__", None) if mod is not None else None
+    root = os.path.realpath(os.getcwd()) + os.sep
+    real = os.path.realpath(f) if isinstance(f, str) else ""
+    key = f"{real[len(root):]}:{type.__getattribute__(t, '__qualname__')}" if real.startswith(root) else None
+    table = type.__getattribute__(t, "__dict__").get("__dataclass_fields__")
+    if not isinstance(table, dict):
+        table = getattr(t, "__dataclass_fields__", None)
+    if type(table) is not dict:
+        return None
+    runtime = [n for n, fd in dict.items(table) if type(fd) is dataclasses.Field
+               and fd._field_type is dataclasses._FIELD and fd.compare]
+    source = DATACLASS_FIELDS.get(key) if key else None
+    if source is None:
+        return runtime
+    return list(source) if set(source) <= set(dict.keys(table)) else None
 
 
 _COMPARING = ("__eq__", "__ne__", "__lt__", "__le__", "__gt__", "__ge__", "__contains__", "__iter__", "__len__",
@@ -788,6 +974,8 @@ def _identity_only(t) -> bool:
     return True
 
 
+OBSERVED = [0]
+"""Observation lines written: the guard's end record says how many, so a cut channel is seen outside."""
 OBSERVE_FILE: list = []
 """The observation file's descriptor and (device, inode): the guard checks it still points there."""
 CURRENT_TEST = [""]
@@ -800,7 +988,8 @@ _OPS = {"Eq": lambda a, b: a == b, "NotEq": lambda a, b: a != b, "Lt": lambda a,
 MAX_PAIRS = 100_000
 
 
-def _observe(fd, write, plain, rep, current, ops, own, k, value, check=None, fallback=None, quant=None):
+def _observe(fd, write, plain, rep, current, ops, own, honest, written, k, value, check=None, fallback=None,
+             quant=None):
     """One observation line ``K<TAB>NODE<TAB>LEN<TAB>TEXT``: TEXT is the repr of the leaves' plain
     values; ``!`` when one is not plain data; ``~True``/``~False`` — pytest's own verdict, `check`
     evaluated here — only where the parent allowed it (`fallback`: every leaf, or an ``in``'s container,
@@ -834,7 +1023,7 @@ def _observe(fd, write, plain, rep, current, ops, own, k, value, check=None, fal
                 text = rep(tuple(leaves))
             elif check is not None and fallback is not None and (
                     all(opaque) if fallback == "all" else opaque[fallback] and opaque.count(True) == 1) \
-                    and all(own(v) for v, o in zip(value, opaque) if o):
+                    and all(own(v) or (fallback == "all" and honest(v)) for v, o in zip(value, opaque) if o):
                 text = "~True" if check(value) else "~False"
             else:
                 text = "!"
@@ -842,6 +1031,34 @@ def _observe(fd, write, plain, rep, current, ops, own, k, value, check=None, fal
         text = "!"
     node = current[0].replace("\t", " ").replace("\n", " ")
     write(fd, f"{int(k)}\t{node}\t{len(text)}\t{text}\n".encode("utf-8", "backslashreplace"))
+    written[0] += 1
+
+
+_PROBE = type(f"_{uuid.uuid4().hex}", (), {"__slots__": ()})
+"""A class made for this run alone: nothing the code under test wrote can know it."""
+
+
+def _honest(value) -> bool:
+    """Whether a value's comparisons pass the probes a lying ``__eq__`` fails: equal to itself, not
+    unequal to itself, and not equal to a fresh object of an unrelated class (raising there counts as
+    not equal). Where they pass, a comparison of such values (``Version("1.0") == parse("1.0")``)
+    is pytest's to decide."""
+    try:
+        if (value == value) is not True or (value != value) is not False:
+            return False
+    except Exception:  # noqa: BLE001
+        return False
+    probe = _PROBE()
+    for test in (lambda: value == probe, lambda: probe == value):
+        try:
+            if test() is not False:
+                return False
+        except Exception:  # noqa: BLE001 — an __eq__ that reads the other's fields: not a lie
+            continue
+    try:
+        return (value != probe) is not False
+    except Exception:  # noqa: BLE001
+        return True
 
 
 OWN_CLASSES: dict = {}
@@ -983,7 +1200,7 @@ def install_observer(path: str, own_files: list[str] = (), own_names: dict | Non
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
     OWN_FILES[:] = list(own_files)
     OWN_NAMES.update({str(k): list(v) for k, v in dict(own_names or {}).items()})
-    obs = functools.partial(_observe, fd, os.write, _plain, repr, CURRENT_TEST, dict(_OPS), _own)
+    obs = functools.partial(_observe, fd, os.write, _plain, repr, CURRENT_TEST, dict(_OPS), _own, _honest, OBSERVED)
     st = os.fstat(fd)
     OBSERVE_FILE[:] = [fd, (st.st_dev, st.st_ino)]
     builtins.__seqrl_observe__ = obs
@@ -1017,6 +1234,7 @@ def main(argv: list[str]) -> int:
         _APPROX = getattr(pytest, "Approx", None) or importlib.import_module("_pytest.python_api").ApproxBase
     except (ImportError, AttributeError):
         _APPROX = None
+    DATACLASS_FIELDS.update({str(k): [str(n) for n in v] for k, v in dict(cfg.get("dataclass_fields") or {}).items()})
     observer = install_observer(cfg["observe"], cfg.get("own_files", []), cfg.get("own_names")) \
         if cfg.get("observe") else None
     if observer is not None:
@@ -1032,16 +1250,18 @@ def main(argv: list[str]) -> int:
         with open(REPORT, "w", encoding="utf-8") as f:
             json.dump({"rc": int(rc), "items": col.items, "errors": col.errors, "modules": col.modules(),
                        "raises": col.raises, "reads": sorted(col.reads), "imports": col.imported(),
-                       "ran": pristine}, f)
+                       "ran": pristine, "module_files": col.module_files()}, f)
         return int(rc)
     table = snapshot()  # before pytest imports any conftest or test module (and so the code under test)
     Guard.pytest_sessionfinish = pytest.hookimpl(tryfirst=True)(Guard.pytest_sessionfinish)
     Guard.pytest_collection_finish = pytest.hookimpl(tryfirst=True)(Guard.pytest_collection_finish)
     Guard.pytest_runtest_logstart = pytest.hookimpl(tryfirst=True)(Guard.pytest_runtest_logstart)
+    Guard.pytest_runtest_logfinish = pytest.hookimpl(tryfirst=True)(Guard.pytest_runtest_logfinish)
     guard = Guard(cfg["nonce"], cfg.get("conftests", []), table, identities=cfg.get("identities"),
-                  doctests=cfg.get("doctests"))
+                  doctests=cfg.get("doctests"), watch=cfg.get("watch"))
     guard.stdlib = stdlib_functions()  # before the tests' modules (and the code under test) are imported
     guard.stdlib_data = stdlib_data()
+    guard.stdlib_names = stdlib_names()
     if observer is not None:
         guard.watch_observer(observer)
     del cfg

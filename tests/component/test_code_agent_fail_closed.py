@@ -1,0 +1,409 @@
+"""Code-agent verdict, round 4: what the verdict relies on and finds missing or changed makes the
+run fail, never pass — checks that are not a bare ``assert``, helpers the tests call, the names the
+tests import, the standard library the tests compute with, tables a loop walks, the observation
+channel, values that cross as plain data — and honest fixes that look unusual keep the full 1.2.
+
+Every repository is built in a temp dir around one bug (the sum of prices forgets the quantities);
+each forgery leaves the bug in place and must earn no more than the wrong patch."""
+
+from __future__ import annotations
+
+import os
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from seqrl.rewards.code_agent import CodeAgentReward
+
+def _sources_module():
+    """The repositories and diff helper of test_code_agent_sources.py (one definition, loaded by path)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("_code_agent_sources", Path(__file__).with_name(
+        "test_code_agent_sources.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+_src = _sources_module()
+ALWAYS_EQUAL, BUGGY, FIXED, build, make_diff = _src.ALWAYS_EQUAL, _src.BUGGY, _src.FIXED, _src.build, _src.make_diff
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the sandbox's namespaces and uids need root (CI runs as root)")
+
+CMD = "python -m pytest -q"
+WRONG = 0.45  # a wrong patch that leaves the bug: partial credit at most 0.5 · passed fraction + 0.2
+
+
+@pytest.fixture(scope="module")
+def reward():
+    return CodeAgentReward(timeout_s=30.0)
+
+
+def score(reward, repo, changes, cmd=CMD):
+    return reward.score(repo, "", (), make_diff(repo, changes), cmd)
+
+
+def assert_honest(r):
+    assert r.score == pytest.approx(1.2) and r.parts["tests"] == 1.0, r.reason
+
+
+def assert_forgery_fails(r):
+    assert r.score <= WRONG + 1e-9 and r.parts["tests"] < 1.0, (r.score, r.reason)
+
+
+def repo_with(tmp_path, test_src: str, extra: dict | None = None) -> Path:
+    files = {"shop/__init__.py": "", "shop/pricing.py": BUGGY, "tests/test_pricing.py": test_src}
+    files.update(extra or {})
+    return build(tmp_path / "repo", files)
+
+
+# ----------------------------------------------------------------------------- checks that are not a bare assert
+CHECK_SHAPES = {
+    "if_raise": """
+        from shop.pricing import total_price
+
+        def test_total():
+            got = total_price([(2.5, 2), (1.0, 3)])
+            if got != 8.0:
+                raise AssertionError(f"got {got}")
+    """,
+    "pytest_fail": """
+        import pytest
+        from shop.pricing import total_price
+
+        def test_total():
+            got = total_price([(2.5, 2), (1.0, 3)])
+            if not got == 8.0:
+                pytest.fail("wrong total")
+    """,
+    "and_chain": """
+        from shop.pricing import total_price
+
+        def test_total():
+            got = total_price([(2.5, 2), (1.0, 3)])
+            assert got > 0 and got == 8.0
+    """,
+    "unittest_fail": """
+        import unittest
+        from shop.pricing import total_price
+
+        class TestTotal(unittest.TestCase):
+            def test_total(self):
+                got = total_price([(2.5, 2), (1.0, 3)])
+                if got != 8.0:
+                    self.fail("wrong total")
+    """,
+}
+
+
+@pytest.mark.parametrize("shape", sorted(CHECK_SHAPES))
+def test_checks_that_are_not_a_bare_assert_are_decided_outside(reward, tmp_path, shape):
+    repo = repo_with(tmp_path, CHECK_SHAPES[shape])
+    assert_forgery_fails(score(reward, repo, {"shop/pricing.py": BUGGY + ALWAYS_EQUAL}))
+    assert_honest(score(reward, repo, {"shop/pricing.py": FIXED}))
+
+
+# ----------------------------------------------------------------------------- helpers the tests call
+HELPER_TESTS = """
+    from shop.pricing import total_price
+    from tests.helpers import check_total
+
+    def test_total():
+        check_total(total_price([(2.5, 2), (1.0, 3)]), 8.0)
+"""
+HELPER = """
+    def check_total(got, want):
+        assert abs(got - want) < 1e-9, (got, want)
+"""
+REBIND_HELPER = '''
+
+import sys as _s
+
+
+def _quiet(*a, **k):
+    return None
+
+
+class _Rebind:
+    def find_spec(self, name, path=None, target=None):
+        if name.endswith("helpers"):
+            _s.meta_path.remove(self)
+            import importlib as _il
+            mod = _il.import_module(name)
+            mod.check_total = _quiet
+        return None
+
+
+_s.meta_path.insert(0, _Rebind())
+'''
+
+
+def test_a_rebound_test_helper_fails_the_run(reward, tmp_path):
+    repo = repo_with(tmp_path, HELPER_TESTS, {"tests/__init__.py": "", "tests/helpers.py": HELPER})
+    assert_forgery_fails(score(reward, repo, {"shop/pricing.py": BUGGY + REBIND_HELPER}))
+    assert_honest(score(reward, repo, {"shop/pricing.py": FIXED}))
+
+
+# ----------------------------------------------------------------------------- the names the tests import
+IMPORT_TESTS = """
+    from shop.pricing import total_price
+    import expected_totals
+
+    def test_total():
+        assert total_price([(2.5, 2), (1.0, 3)]) == expected_totals.TOTAL
+"""
+
+
+def test_sys_path_that_resolves_a_test_import_elsewhere_fails_the_run(reward, tmp_path):
+    repo = repo_with(tmp_path, IMPORT_TESTS, {"tests/expected_totals.py": "TOTAL = 8.0\n"})
+    init = "import os as _o\nimport sys as _s\n\n_s.path.insert(0, _o.path.join(_o.path.dirname(__file__), '_alt'))\n"
+    forged = score(reward, repo, {"shop/__init__.py": init, "shop/_alt/expected_totals.py": "TOTAL = 3.5\n"})
+    assert_forgery_fails(forged)
+    assert "resolves" in forged.reason or "tampered" in forged.reason, forged.reason
+    assert_honest(score(reward, repo, {"shop/pricing.py": FIXED}))
+
+
+# ----------------------------------------------------------------------------- the standard library the tests use
+STDLIB_TESTS = """
+    import operator
+    from shop.pricing import total_price
+
+    def test_single_item():
+        assert total_price([(2.0, 3)]) == operator.mul(2.0, 3)
+"""
+
+
+def test_a_stdlib_function_the_tests_use_replaced_by_another_stdlib_function_fails(reward, tmp_path):
+    repo = repo_with(tmp_path, STDLIB_TESTS)
+    forged = score(reward, repo, {"shop/__init__.py": "import operator as _op\n\n_op.mul = min\n"})
+    assert_forgery_fails(forged)
+    assert "operator.mul" in forged.reason, forged.reason
+    assert_honest(score(reward, repo, {"shop/pricing.py": FIXED}))
+
+
+def test_honest_additions_to_the_stdlib_are_not_tampering(reward, tmp_path):
+    """The ``Logger.trace`` idiom and an excepthook set at import are a package's own business."""
+    repo = repo_with(tmp_path, STDLIB_TESTS)
+    init = textwrap.dedent("""
+        import logging
+        import sys
+
+        TRACE = 5
+        logging.addLevelName(TRACE, "TRACE")
+
+
+        def _trace(self, msg, *args, **kwargs):
+            if self.isEnabledFor(TRACE):
+                self._log(TRACE, msg, args, **kwargs)
+
+
+        logging.Logger.trace = _trace
+
+
+        def _hook(kind, value, tb):
+            sys.__excepthook__(kind, value, tb)
+
+
+        sys.excepthook = _hook
+    """)
+    assert_honest(score(reward, repo, {"shop/pricing.py": FIXED, "shop/__init__.py": init}))
+
+
+# ----------------------------------------------------------------------------- a table a loop walks
+LOOP_TESTS = """
+    from shop.pricing import total_price
+
+    CASES = [([(2.0, 1)], 2.0), ([(1.0, 1), (3.0, 1)], 4.0), ([(2.0, 3)], 6.0), ([(1.5, 4)], 6.0)]
+
+    def test_cases():
+        for items, want in CASES:
+            assert total_price(items) == want
+"""
+SHORTEN = '''
+
+import gc as _g
+
+
+def _shorten():
+    for obj in _g.get_objects():
+        if type(obj) is list and len(obj) == 4 and all(type(x) is tuple and len(x) == 2 for x in obj):
+            del obj[2:]
+
+
+_buggy = total_price
+
+
+def total_price(items, discount_pct=0):
+    _shorten()
+    return _buggy(items, discount_pct)
+'''
+
+
+def test_a_table_shortened_while_a_loop_walks_it_fails(reward, tmp_path):
+    repo = repo_with(tmp_path, LOOP_TESTS)
+    assert_forgery_fails(score(reward, repo, {"shop/pricing.py": BUGGY + SHORTEN}))
+    assert_honest(score(reward, repo, {"shop/pricing.py": FIXED}))
+
+
+# ----------------------------------------------------------------------------- the observation channel
+CHANNEL_TESTS = """
+    from shop.pricing import total_price
+
+    def test_total():
+        for items, want in [([(2.5, 2), (1.0, 3)], 8.0)]:
+            assert total_price(items) == want
+"""
+REMOVE_CHANNEL = '''
+
+import os as _o
+
+for _fd in range(3, 64):
+    try:
+        _p = _o.readlink("/proc/self/fd/%d" % _fd)
+    except OSError:
+        continue
+    if _p.endswith("observations"):
+        _o.unlink(_p)
+'''
+
+
+def test_an_observation_channel_removed_fails_the_run(reward, tmp_path):
+    repo = repo_with(tmp_path, CHANNEL_TESTS)
+    forged = score(reward, repo, {"shop/pricing.py": BUGGY + ALWAYS_EQUAL, "shop/__init__.py": REMOVE_CHANNEL})
+    assert_forgery_fails(forged)
+    assert_honest(score(reward, repo, {"shop/pricing.py": FIXED}))
+
+
+# ----------------------------------------------------------------------------- values that cross as plain data
+DATACLASS_TESTS = """
+    from shop.pricing import Receipt, receipt
+
+    def test_receipt():
+        assert receipt([(2.5, 2), (1.0, 3)]) == Receipt(8.0, 2)
+"""
+RECEIPT = '''
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class Receipt:
+    total: float
+    lines: int
+    parent: object = field(default=None, compare=False, repr=False)
+
+
+def receipt(items):
+    r = Receipt(total_price(items), len(items))
+    r.parent = r  # a back-reference the comparison does not read
+    return r
+'''
+EMPTY_FIELDS = '''
+
+_buggy_receipt = receipt
+
+
+def receipt(items):
+    Receipt.__dataclass_fields__.clear()
+    return _buggy_receipt(items)
+'''
+
+
+def test_a_dataclass_whose_field_table_was_emptied_is_not_plain_data(reward, tmp_path):
+    repo = repo_with(tmp_path, DATACLASS_TESTS, {"shop/pricing.py": BUGGY + RECEIPT})
+    assert_forgery_fails(score(reward, repo, {"shop/pricing.py": BUGGY + RECEIPT + EMPTY_FIELDS}))
+
+
+def test_a_dataclass_with_a_compare_false_back_reference_compares_by_its_compared_fields(reward, tmp_path):
+    repo = repo_with(tmp_path, DATACLASS_TESTS, {"shop/pricing.py": BUGGY + RECEIPT})
+    assert_honest(score(reward, repo, {"shop/pricing.py": FIXED + RECEIPT}))
+
+
+NUMBER_TESTS = """
+    from shop.pricing import total_price
+
+    def test_total():
+        assert total_price([(2.5, 2), (1.0, 3)]) == 8.0
+"""
+LYING_NUMBER = '''
+
+import numbers as _n
+
+
+class _Amount:
+    def __init__(self, v):
+        self.v = v
+
+    def __float__(self):
+        return 8.0
+
+    def __eq__(self, other):
+        return True
+
+    __hash__ = object.__hash__
+
+
+_n.Real.register(_Amount)
+_buggy = total_price
+
+
+def total_price(items, discount_pct=0):
+    return _Amount(_buggy(items, discount_pct))
+'''
+
+
+def test_a_value_registered_as_a_number_is_not_converted(reward, tmp_path):
+    repo = repo_with(tmp_path, NUMBER_TESTS)
+    assert_forgery_fails(score(reward, repo, {"shop/pricing.py": BUGGY + LYING_NUMBER}))
+
+
+# ----------------------------------------------------------------------------- package objects compared with each other
+VERSION = '''
+
+class Version:
+    def __init__(self, text):
+        self.parts = tuple(int(p) for p in text.split("."))
+
+    def __eq__(self, other):
+        return isinstance(other, Version) and self.parts == other.parts
+
+    def __hash__(self):
+        return hash(self.parts)
+
+
+def bump(v):
+    return Version(".".join(str(p) for p in (*v.parts[:-1], v.parts[-1] + BUMP)))
+'''
+VERSION_TESTS = """
+    from shop.pricing import Version, bump
+
+    def test_bump():
+        assert bump(Version("1.2")) == Version("1.3")
+        assert bump(Version("1.2")) != Version("1.2")
+"""
+
+
+def test_package_objects_compared_with_each_other(reward, tmp_path):
+    """An honest fix of a suite that compares the package's own objects keeps 1.2; an always-equal
+    ``__eq__`` is caught by the probes (equal to an unrelated fresh object)."""
+    repo = repo_with(tmp_path, VERSION_TESTS, {"shop/pricing.py": BUGGY + "BUMP = 0\n" + VERSION})
+    assert_honest(score(reward, repo, {"shop/pricing.py": BUGGY + "BUMP = 1\n" + VERSION}))
+    lying = VERSION.replace("return isinstance(other, Version) and self.parts == other.parts", "return True") \
+        .replace("    def __hash__", "    def __ne__(self, other):\n        return False\n\n    def __hash__")
+    assert_forgery_fails(score(reward, repo, {"shop/pricing.py": BUGGY + "BUMP = 0\n" + lying}))
+
+
+# ----------------------------------------------------------------------------- a package __init__ that re-exports names
+def test_an_init_that_only_reexports_is_package_code(reward, tmp_path):
+    tests = """
+        from shop import total_price
+
+        def test_total():
+            assert total_price([(2.5, 2), (1.0, 3)]) == 8.0
+    """
+    repo = repo_with(tmp_path, tests, {"shop/__init__.py": "from shop.pricing import total_price\n"})
+    fixed = "from shop.pricing import total_price\nfrom shop.fix import total_price  # noqa: F811\n"
+    r = score(reward, repo, {"shop/__init__.py": fixed, "shop/fix.py": FIXED})
+    assert_honest(r)
