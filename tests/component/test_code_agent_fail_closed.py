@@ -407,3 +407,38 @@ def test_an_init_that_only_reexports_is_package_code(reward, tmp_path):
     fixed = "from shop.pricing import total_price\nfrom shop.fix import total_price  # noqa: F811\n"
     r = score(reward, repo, {"shop/__init__.py": fixed, "shop/fix.py": FIXED})
     assert_honest(r)
+
+
+# ----------------------------------------------------------------------------- hidden tests
+def test_hidden_tests_judge_a_patch_tuned_to_the_visible_ones(reward, tmp_path):
+    """Tests the policy never saw are laid over the patched tree: a patch that special-cases the visible
+    test's input fails them, one that writes a file at a hidden test's path is overwritten, and the
+    honest fix passes both."""
+    repo = repo_with(tmp_path, """
+        from shop.pricing import total_price
+
+        def test_visible():
+            assert total_price([(2.5, 2)]) == 5.0
+    """)
+    hidden = build(tmp_path / "hidden", {"tests/test_hidden.py": """
+        from shop.pricing import total_price
+
+        def test_more_items():
+            assert total_price([(1.0, 3), (2.0, 2)]) == 7.0
+    """})
+    tuned = BUGGY.replace("    subtotal =", "    if items == [(2.5, 2)]:\n        return 5.0\n    subtotal =")
+
+    def run(changes):
+        return reward.score(repo, "", (), make_diff(repo, changes), CMD, hidden_tests=hidden)
+
+    assert_honest(reward.score(repo, "", (), make_diff(repo, {"shop/pricing.py": FIXED}), CMD, hidden_tests=hidden))
+    seen = reward.score(repo, "", (), make_diff(repo, {"shop/pricing.py": tuned}), CMD)
+    assert_honest(seen)  # without the hidden tests the tuned patch looks like a fix
+    r = run({"shop/pricing.py": tuned})
+    assert_forgery_fails(r)
+    assert r.parts["total"] == 2 and r.parts["passed"] == 1, r.reason
+    fake = "def test_more_items():\n    pass\n"
+    r = run({"shop/pricing.py": tuned, "tests/test_hidden.py": fake})
+    assert_forgery_fails(r)
+    assert r.parts["passed"] == 1, r.reason
+    assert not (repo / "tests/test_hidden.py").exists()  # the policy's repository never holds them

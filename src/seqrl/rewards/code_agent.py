@@ -1789,19 +1789,26 @@ class CodeAgentReward:
                 diff, actions = c.get("diff"), c.get("actions", ())
             else:
                 diff, actions = c, ()
-            jobs.append((md["repo"], p.prompt, actions, diff, md["test_cmd"]))
+            jobs.append((md["repo"], p.prompt, actions, diff, md["test_cmd"], md.get("hidden_tests")))
         if len(jobs) == 1 or self.max_workers == 1:
             return [self.score(*j) for j in jobs]
         with ThreadPoolExecutor(max_workers=min(self.max_workers, len(jobs))) as ex:
             return list(ex.map(lambda j: self.score(*j), jobs))
 
     # ------------------------------------------------------------------ one trajectory
-    def score(self, repo, issue: str, actions, diff, test_cmd: str) -> RewardResult:
-        """Score one trajectory. Raises only on a bad *task* (snapshot, test command, environment)."""
+    def score(self, repo, issue: str, actions, diff, test_cmd: str, hidden_tests=None) -> RewardResult:
+        """Score one trajectory. Raises only on a bad *task* (snapshot, test command, environment).
+
+        ``hidden_tests``: a folder of files (paths relative to the repository root) the policy never saw —
+        fail-to-pass and pass-to-pass tests, as SWE-bench judges — laid over the repository after the
+        patch is applied (replacing whatever the patch put at those paths) and part of the pristine run."""
         pytest_args = parse_test_cmd(test_cmd)
         snapshot = Path(repo)
         if not snapshot.is_dir():
             raise ValueError(f"code-agent reward: repo {str(repo)!r} is not a directory")
+        visible, hidden = snapshot, ()
+        if hidden_tests is not None:
+            snapshot, hidden = self._with_hidden(snapshot, Path(hidden_tests))
         python, paths = self._interpreter()
         n_actions = _count_actions(actions)
         parts = dict.fromkeys(PARTS, 0.0)
@@ -1811,11 +1818,44 @@ class CodeAgentReward:
             return RewardResult(0.0, why, parts)
         collected = self._pristine_tests(snapshot, pytest_args, python, paths)
         try:
-            return self._score_patch(snapshot, text, pytest_args, python, paths, collected, parts)
+            return self._score_patch(snapshot, text, pytest_args, python, paths, collected, parts, visible, hidden)
         except SandboxUnavailable:
             raise
         except Exception as e:  # noqa: BLE001 — model output must never crash the trainer
             return RewardResult(0.0, f"could not score the patch: {type(e).__name__}: {str(e)[:200]}", parts)
+
+    def _with_hidden(self, repo: Path, hidden: Path) -> tuple[Path, tuple[str, ...]]:
+        """The repository with the hidden tests laid over it (a root-owned copy, made once per contents
+        and removed at exit) and the hidden files' relative paths."""
+        if not hidden.is_dir():
+            raise ValueError(f"code-agent reward: hidden_tests {str(hidden)!r} is not a directory")
+        files = _walk_files(hidden)
+        bad = [r for r, st in files.items() if not stat.S_ISREG(st.st_mode)]
+        if bad or not files:
+            raise ValueError(f"code-agent reward: hidden_tests {str(hidden)!r} must hold regular files only "
+                             f"(and at least one): {bad[:3]}")
+        h = hashlib.sha256()
+        for root in (repo, hidden):
+            for rel, st in sorted(_walk_files(root).items()):
+                h.update(f"{root}\0{rel}\0{st.st_size}\0{st.st_mtime_ns}\0{st.st_mode}\n".encode())
+        key = ("hidden", h.hexdigest())
+        with self._lock:
+            hit = self._collected.get(key)
+            if hit is None or not hit[0].is_dir():
+                import atexit
+
+                base = Path(tempfile.mkdtemp(prefix="seqrl-hidden-"))
+                owner = os.getpid()
+                atexit.register(lambda: os.getpid() == owner and shutil.rmtree(base, ignore_errors=True))
+                combined = base / "repo"
+                shutil.copytree(repo, combined, symlinks=True, ignore=_SKIP_COPY)
+                for rel in files:
+                    _ensure_dir(combined, rel.rsplit("/", 1)[0] if "/" in rel else "")
+                    _remove(combined / rel)
+                    shutil.copyfile(hidden / rel, combined / rel)
+                _seal(base)
+                hit = self._collected[key] = (combined, tuple(sorted(files)))
+        return hit
 
     def _interpreter(self) -> tuple[str, tuple[str, ...]]:
         if not os.access(GIT, os.X_OK):  # else every patch would score 0 as "does not apply"
@@ -2015,7 +2055,7 @@ class CodeAgentReward:
 
     # ------------------------------------------------------------------ the patch
     def _score_patch(self, snapshot: Path, diff: str, pytest_args, python, paths, collected: dict,
-                     parts: dict) -> RewardResult:
+                     parts: dict, visible: Path | None = None, hidden: Sequence[str] = ()) -> RewardResult:
         extra = collected.get("protect", {})
 
         def protected(rel: str) -> bool:
@@ -2023,6 +2063,10 @@ class CodeAgentReward:
 
         base, work = _fresh_copy(snapshot)
         try:
+            for rel in hidden:  # the patch applies to what the policy saw
+                _remove(work / rel)
+                if visible is not None and (visible / rel).is_file() and not (visible / rel).is_symlink():
+                    shutil.copyfile(visible / rel, work / rel)
             patch = base / "patch.diff"
             patch.write_bytes(diff.encode("utf-8", "surrogateescape"))
             os.chmod(patch, 0o644)
@@ -2037,6 +2081,10 @@ class CodeAgentReward:
                 return RewardResult(0.0, f"patch does not apply: {msg}" if ap.status == "ok"
                                     else f"patch does not apply: git apply {ap.status}: {ap.reason}", parts)
             parts["applies"] = 1.0
+            for rel in hidden:  # then the hidden tests, over whatever the patch put there
+                _remove(work / rel)
+                _ensure_dir(work, rel.rsplit("/", 1)[0] if "/" in rel else "")
+                shutil.copyfile(snapshot / rel, work / rel)
             # ---- 2. sanitise (nothing runs in the tree now)
             pristine = _walk_files(snapshot)
             patched = _walk_files(work, skip=False)  # everything the patch created counts
@@ -2354,9 +2402,9 @@ def _tally(run, nonce: str, collected: dict, outside: dict | None = None,
 
 
 def score_code_agent(repo, diff, test_cmd: str, actions=(), issue: str = "",
-                     reward: CodeAgentReward | None = None) -> RewardResult:
+                     reward: CodeAgentReward | None = None, hidden_tests=None) -> RewardResult:
     """Score one trajectory with `CodeAgentReward` (default weights unless ``reward`` is given)."""
-    return (reward or CodeAgentReward()).score(repo, issue, actions, diff, test_cmd)
+    return (reward or CodeAgentReward()).score(repo, issue, actions, diff, test_cmd, hidden_tests)
 
 
 CodeAgentRewardFunction = CodeAgentReward  # the seed's name
