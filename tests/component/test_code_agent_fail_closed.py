@@ -243,7 +243,9 @@ def total_price(items, discount_pct=0):
 
 def test_a_table_shortened_while_a_loop_walks_it_fails(reward, tmp_path):
     repo = repo_with(tmp_path, LOOP_TESTS)
-    assert_forgery_fails(score(reward, repo, {"shop/pricing.py": BUGGY + SHORTEN}))
+    forged = score(reward, repo, {"shop/pricing.py": BUGGY + SHORTEN})
+    assert_forgery_fails(forged)
+    assert forged.parts["suspect_refs"] == 1, forged.reason  # `import gc as _g` reads as an import of gc
     assert_honest(score(reward, repo, {"shop/pricing.py": FIXED}))
 
 

@@ -97,7 +97,7 @@ _HARNESS_REF = re.compile(r"pytest|pluggy|junit|conftest|seqrl"
 _SUSPECT = re.compile(
     r"sys\s*\.\s*_getframe|\binspect\b|\blinecache\b|\btraceback\b|sys\s*\.\s*modules|meta_path|path_hooks"
     r"|settrace|setprofile|\bf_(back|locals|globals|code|lineno)\b|\bco_consts\b|/dev/fd|/proc/self"
-    r"|gc\s*\.\s*get_(objects|referrers|referents)|\bctypes\b|os\s*\.\s*_exit|\bbuiltins\b"
+    r"|gc\s*\.\s*get_(objects|referrers|referents)|^\s*import\s+([\w.]+\s*,\s*)*gc\b|^\s*from\s+gc\s+import|\bctypes\b|os\s*\.\s*_exit|\bbuiltins\b"
     r"|__(code|defaults|kwdefaults|closure|globals)__|\bcell_contents\b|\bexec\s*\(|(?<![\w.])compile\s*\(|partialmethod|__import__|import_module"
     r"|[\"'](\./)?tests?([/\"'])|test_\w*\.py")
 """Added source lines that reach for the harness without naming it: frame and stack inspection, the
