@@ -18,6 +18,7 @@
     seqrl search bon --policy CKPT --scorer prm:CKPT,orm:CKPT --task arith --budget 1,4,16,64 --out DIR
     seqrl search beam|dvts|mcts --policy CKPT --scorer prm:CKPT --task arith --budget 4,8,16 --out DIR
     seqrl data babyai GoToRedBallGrey [--episodes N] [--seed S] [--workers W] [--out DIR] [--force]   # BabyAI bot demonstrations
+    seqrl data code-repair [--packages a,b] [--per-package N] [--seed S] [--out DIR] [--force]   # real-package bug fixes
     seqrl demo
 """
 
@@ -695,6 +696,8 @@ def cmd_data(args: argparse.Namespace, overrides: list[str]) -> int:
         raise ConfigError(f"seqrl data: unexpected arguments {overrides}")
     if args.kind == "preferences":
         return cmd_data_preferences(args)
+    if args.kind == "code-repair":
+        return cmd_data_code_repair(args)
     if not args.env:
         raise ConfigError("seqrl data babyai LEVEL: give the level" if args.kind == "babyai" else
                           "seqrl data minari ENV LEVEL: both ENV and LEVEL are needed")
@@ -758,6 +761,24 @@ def cmd_data_babyai(args: argparse.Namespace) -> int:
                               progress=True, workers=args.workers)
     print(json.dumps(summary))
     return 0
+
+
+def cmd_data_code_repair(args: argparse.Namespace) -> int:
+    """``seqrl data code-repair``: seeded single-point bugs in pinned real packages, each with its honest fix."""
+    from seqrl.data.code_repair import build
+
+    if args.env is not None:
+        raise ConfigError(f"seqrl data code-repair: unexpected argument {args.env!r} (name packages with --packages)")
+    if args.per_package < 1:
+        raise ConfigError(f"--per-package must be >= 1 (got {args.per_package})")
+    packages = [p.strip() for p in args.packages.split(",") if p.strip()] if args.packages else None
+    out = Path(args.out or "runs/code_repair")
+    tasks = build(packages, out=out, per_package=args.per_package, seed=args.seed, force=args.force)
+    counts: dict[str, int] = {}
+    for t in tasks:
+        counts[t["package"]] = counts.get(t["package"], 0) + 1
+    print(json.dumps({"tasks": len(tasks), "packages": counts, "out": str(out / "tasks.jsonl")}))
+    return 0 if tasks else 1
 
 
 def cmd_data_preferences(args: argparse.Namespace) -> int:
@@ -936,9 +957,10 @@ def build_parser() -> argparse.ArgumentParser:
     data = sub.add_parser("data", help="build datasets locally: D4RL-style Minari datasets, BabyAI bot "
                                        "demonstrations, preference pairs from a policy, or PRM step labels "
                                        "(`seqrl data prm-labels --help`)")
-    data.add_argument("kind", choices=("minari", "babyai", "preferences", "prm-labels"),
+    data.add_argument("kind", choices=("minari", "babyai", "preferences", "prm-labels", "code-repair"),
                       help="prm-labels: Math-Shepherd step labels from a policy's own solutions (its own options: "
-                           "seqrl data prm-labels --help)")
+                           "seqrl data prm-labels --help); code-repair: seeded bugs in pinned PyPI packages "
+                           "with their honest fixes (needs pip's network and root for the sandbox)")
     data.add_argument("env", nargs="?", help="minari: pendulum, hopper, halfcheetah, walker2d (or their gymnasium ids); "
                       "babyai: a level (GoToRedBallGrey, GoToLocal, PickupLoc, PutNextLocal, any BabyAI-* id)")
     data.add_argument("level", nargs="?", help="minari: random, medium, expert, medium-replay, medium-expert, or all")
@@ -956,10 +978,14 @@ def build_parser() -> argparse.ArgumentParser:
     data.add_argument("--steps", type=int, help="environment steps (default: 20k Pendulum, 200k MuJoCo)")
     data.add_argument("--episodes", type=int, help="babyai: successful bot episodes (default 1000)")
     data.add_argument("--seed", type=int, default=0)
+    data.add_argument("--packages", help="code-repair: comma-separated names (default: all of "
+                      "seqrl.data.code_repair.PACKAGES) or NAME==VERSION pins")
+    data.add_argument("--per-package", type=int, default=20, help="code-repair: tasks per package")
     data.add_argument("--workers", type=int, default=1, help="babyai: bot processes (the dataset is the same for "
                       "any number)")
     data.add_argument("--out", help="minari and babyai: datasets folder (default: $MINARI_DATASETS_PATH or "
-                                    "~/.minari/datasets); preferences: the new .jsonl file")
+                                    "~/.minari/datasets); preferences: the new .jsonl file; code-repair: the "
+                                    "folder of tasks.jsonl and the pristine trees (default runs/code_repair)")
     data.add_argument("--force", action="store_true", help="rebuild a dataset that already exists")
     data.set_defaults(func=cmd_data)
 

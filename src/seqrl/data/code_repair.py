@@ -83,7 +83,8 @@ TEST_DIR_NAMES = frozenset({"tests", "test", "testing", "docs", "doc", "examples
                             "scripts", "benchmarks", "bench"})
 MAX_SMALL_INT = 16
 """Integer constants up to this are mutated n → n + 1 (larger ones are sizes and magic numbers)."""
-RUNNER = r'''  # the builder's pytest start: per node id outcomes on fd 3 (the reward's entry reports JUnit names)
+# the builder's pytest start: outcomes by node id on fd 3 (the reward's entry reports JUnit names)
+RUNNER = r'''
 import json, os, sys
 cfg = json.loads(sys.argv[1])
 sys.path[:0] = cfg["paths"]
