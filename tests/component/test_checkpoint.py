@@ -10,6 +10,7 @@ import stat
 
 import numpy as np
 import pytest
+import safetensors.torch
 import torch
 import transformers
 from torch import nn
@@ -85,7 +86,7 @@ def test_save_load_round_trip_is_exact(tmp_path, tie):
     saved_state = json.loads((path / "trainer_state.json").read_text())
     digests = saved_state.pop("sha256")
     state_digest = saved_state.pop("state_sha256")
-    assert saved_state == {"step": 2, "tokens_seen": 32, "best": 0.5}
+    assert saved_state == {"step": 2, "tokens_seen": 32, "best": 0.5, "checkpoint_format": 2}
     canonical = json.dumps({**saved_state, "sha256": digests}, sort_keys=True, separators=(",", ":"))
     assert state_digest == hashlib.sha256(canonical.encode()).hexdigest()
     assert sorted(digests) == ["config.json", "generation_config.json", "model.safetensors", "optimizer.pt", "rng.pt"]
@@ -327,7 +328,7 @@ def test_corrupt_or_mismatched_checkpoints_name_the_path(tmp_path):
     with pytest.raises(CheckpointError, match=r"checkpoint-1/model\.safetensors: checksum mismatch"):
         load_checkpoint(path, model)
     state = json.loads((path / "trainer_state.json").read_text())
-    del state["sha256"], state["state_sha256"]  # every seqrl checkpoint records them: a state without is corrupt
+    del state["sha256"], state["state_sha256"], state["checkpoint_format"]  # every seqrl checkpoint records them
     (path / "trainer_state.json").write_text(json.dumps(state))
     with pytest.raises(CheckpointError, match=r"trainer_state\.json: no 'sha256' digests"):
         load_checkpoint(path, model)
@@ -409,6 +410,7 @@ def _edit_state(path, old: str, new: str) -> None:
 @pytest.mark.parametrize("old,new,why", [
     ('"sha256"', '"sha25v"', "checksum mismatch"),           # the digest record renamed: nothing checked
     ('"step": 2', '"step": 1', "checksum mismatch"),         # an earlier step: resume would overwrite 1 and 2
+    ('"state_sha256"', '"state_sha257"', "no 'state_sha256' digest"),  # one flipped bit: the state unchecked
 ])
 def test_the_trainer_state_protects_itself(tmp_path, old, new, why):
     path = save_checkpoint(tmp_path, 2, nn.Linear(2, 2))
@@ -435,7 +437,7 @@ def test_a_transformers_trainer_state_is_not_checked(tmp_path):
 def test_a_checkpoint_from_before_the_state_digest_still_loads_with_its_files_checked(tmp_path):
     path = save_checkpoint(tmp_path, 3, nn.Linear(2, 2))
     state = json.loads((path / "trainer_state.json").read_text())
-    del state["state_sha256"]
+    del state["state_sha256"], state["checkpoint_format"]  # as the previous version wrote it
     (path / "trainer_state.json").write_text(json.dumps(state))
     assert verify_checkpoint(path) == {"step": 3}
     _edit_state(path, '"step": 3', '"step": 2')
@@ -461,3 +463,27 @@ def test_checkpoint_files_get_the_users_mode(tmp_path):
     path = save_checkpoint(tmp_path, 1, model, optimizer=optimizer)
     modes = {f.name: stat.S_IMODE(f.stat().st_mode) for f in path.iterdir() if f.is_file()}
     assert modes and set(modes.values()) == {user_file_mode()}, modes
+
+
+def test_a_file_no_record_lists_is_refused_naming_it(tmp_path):
+    """An added weight index and shard would replace the saved weights on load; any unrecorded file is refused."""
+    saved = nn.Linear(2, 2)
+    path = save_checkpoint(tmp_path, 1, saved)
+    safetensors.torch.save_file(nn.Linear(2, 2).state_dict(), str(path / "model-00001-of-00001.safetensors"))
+    index = {"weight_map": {"weight": "model-00001-of-00001.safetensors", "bias": "model-00001-of-00001.safetensors"}}
+    (path / "model.safetensors.index.json").write_text(json.dumps(index))
+    model = nn.Linear(2, 2)
+    with pytest.raises(CheckpointError, match=r"checkpoint-1/model-00001-of-00001\.safetensors: not recorded"):
+        load_checkpoint(path, model)
+    (path / "model-00001-of-00001.safetensors").unlink()
+    for check in (verify_checkpoint, verify_if_recorded, lambda p: load_checkpoint(p, model)):
+        with pytest.raises(CheckpointError, match=r"checkpoint-1/model\.safetensors\.index\.json: not recorded"):
+            check(path)
+    (path / "model.safetensors.index.json").unlink()
+    (path / "sub").mkdir()
+    (path / "sub" / "notes.txt").write_text("x")
+    with pytest.raises(CheckpointError, match=r"checkpoint-1/sub/notes\.txt: not recorded"):
+        verify_checkpoint(path)
+    (path / "sub" / "notes.txt").unlink()
+    assert load_checkpoint(path, model) == {"step": 1}  # an empty folder is no file
+    assert torch.equal(model.weight, saved.weight)

@@ -326,6 +326,22 @@ def test_flipped_bytes_are_detected_on_resume_and_on_eval(tmp_path, capsys):
     assert "skipping checkpoint-2" in out and "checksum mismatch" in out and "checkpoint-1 at step 1" in out
 
 
+def test_an_unrecorded_file_in_a_checkpoint_is_refused_on_resume_and_on_eval(tmp_path, capsys):
+    """An added shard and index would make checkpoint-2 resume with checkpoint-1's weights."""
+    assert main(_argv("sft", tmp_path, "--steps=2")) == 0
+    run = tmp_path / "r"
+    weights = _weights(run / "checkpoint-1")
+    safetensors.torch.save_file(weights, str(run / "checkpoint-2" / "model-00001-of-00001.safetensors"))
+    index = {"weight_map": dict.fromkeys(weights, "model-00001-of-00001.safetensors")}
+    (run / "checkpoint-2" / "model.safetensors.index.json").write_text(json.dumps(index))
+    capsys.readouterr()
+    assert main(["eval", str(run / "checkpoint-2"), "--task", "arith", "--n", "2", "--max-new-tokens", "2"]) == 2
+    assert "checkpoint-2/model-00001-of-00001.safetensors: not recorded" in _one_line(capsys.readouterr().err)
+    assert main(_argv("sft", tmp_path, "--steps=3", "--resume")) == 0
+    out = capsys.readouterr().out
+    assert "skipping checkpoint-2" in out and "not recorded" in out and "checkpoint-1 at step 1" in out
+
+
 def test_a_run_starting_from_a_changed_checkpoint_is_refused(tmp_path, capsys):
     assert main(_argv("sft", tmp_path / "sft", "--steps=1")) == 0
     checkpoint = tmp_path / "sft" / "r" / "checkpoint-1"

@@ -12,15 +12,17 @@ A checkpoint directory holds:
 * the tokenizer files when a tokenizer is given;
 * ``optimizer.pt`` — ``{"optimizer": state_dict | None, "scheduler": state_dict | None}``;
 * ``rng.pt`` — `seqrl.utils.seeding.get_rng_state` of the saving process;
-* ``trainer_state.json`` — ``{"step": step, **state, "sha256": {file: digest}, "state_sha256": …}``,
-  written last: a directory without it is not a checkpoint. The digests cover every other file, and
-  ``state_sha256`` the state itself (its canonical JSON without that key); `load_checkpoint` and
-  `verify_checkpoint` recompute them all and check ``step`` against the folder's number, so bytes
+* ``trainer_state.json`` — ``{"step": step, **state, "sha256": {file: digest}, "checkpoint_format": 2,
+  "state_sha256": …}``, written last: a directory without it is not a checkpoint. The digests cover every
+  other file, and ``state_sha256`` the state itself (its canonical JSON without that key); `load_checkpoint`
+  and `verify_checkpoint` recompute them all and check ``step`` against the folder's number, so bytes
   changed after the save (a flipped bit, a file overwritten in part, an edited step or digest key) are
   a `CheckpointError` naming the file, not a model that loads silently or a resume at the wrong step.
+  A file in the folder that the digests do not list (an added ``model.safetensors.index.json`` would
+  change which weights load) is a `CheckpointError` naming it too.
   A state with an integer ``step`` but no file digests is seqrl's and corrupt (every seqrl checkpoint
-  records them; one written before ``state_sha256`` existed has its files and step checked); a folder
-  whose state has no ``step`` (a transformers Trainer's) is not checked.
+  records them; one written before ``state_sha256`` existed, without ``checkpoint_format``, has its files
+  and step checked); a folder whose state has no ``step`` (a transformers Trainer's) is not checked.
 
 A checkpoint is written only when every floating tensor of the model and optimizer state is finite
 (`NonFiniteWeightsError` otherwise), so pruning, which runs only after a successful save, never
@@ -74,6 +76,10 @@ OPTIMIZER_FILE = "optimizer.pt"
 RNG_FILE = "rng.pt"
 CHECKSUM_KEY = "sha256"
 STATE_DIGEST_KEY = "state_sha256"
+FORMAT_KEY = "checkpoint_format"
+"""Present in every state that records `STATE_DIGEST_KEY`: without it, a renamed digest key would read as a
+checkpoint from before the state digest, and the state would go unchecked."""
+FORMAT = 2
 _FULL_DISK_BYTES = 1 << 20  # a write failed and less than this is free: the disk is full
 
 
@@ -107,7 +113,7 @@ def save_checkpoint(
     if keep_last is not None and keep_last < 1:
         raise ValueError(f"save_checkpoint: keep_last must be >= 1 or None (got {keep_last})")
     state = dict(state or {})
-    for key in ("step", CHECKSUM_KEY, STATE_DIGEST_KEY):
+    for key in ("step", CHECKSUM_KEY, FORMAT_KEY, STATE_DIGEST_KEY):
         if key in state:
             raise ValueError(f"save_checkpoint: state must not contain {key!r} (the checkpoint writes it)")
     json.dumps(state)  # not serialisable: fail before writing anything
@@ -140,7 +146,7 @@ def save_checkpoint(
         _torch_save(get_rng_state(), tmp / RNG_FILE)
         apply_user_mode(tmp)
         digests = {str(f.relative_to(tmp)): _sha256(f) for f in sorted(tmp.rglob("*")) if f.is_file()}
-        record = {"step": step, **state, CHECKSUM_KEY: digests}
+        record = {"step": step, **state, CHECKSUM_KEY: digests, FORMAT_KEY: FORMAT}
         trainer_state = json.dumps({**record, STATE_DIGEST_KEY: _state_digest(record)}, indent=2)
         (tmp / STATE_FILE).write_text(trainer_state, encoding="utf-8")
         _fsync_tree(tmp)
@@ -341,8 +347,9 @@ def verify_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
     """Check checkpoint `path` against the sha256 digests its ``trainer_state.json`` recorded; return
     the trainer state (without the digests).
 
-    A missing or changed file, a state whose own digest or step does not match (the step must be the
-    folder's ``checkpoint-<step>`` number), or a state without digests raises `CheckpointError` naming it.
+    A missing, changed or unrecorded file, a state whose own digest or step does not match (the step must
+    be the folder's ``checkpoint-<step>`` number), or a state without digests raises `CheckpointError`
+    naming it.
     """
     path = Path(path)
     if not path.is_dir():
@@ -357,8 +364,12 @@ def verify_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
     if not isinstance(trainer_state, dict) or not isinstance(trainer_state.get("step"), int):
         raise CheckpointError(f"{state_file}: expected an object with an integer 'step'")
     recorded = trainer_state.pop(STATE_DIGEST_KEY, None)
+    if recorded is None and FORMAT_KEY in trainer_state:
+        raise CheckpointError(f"{state_file}: no {STATE_DIGEST_KEY!r} digest, though its {FORMAT_KEY!r} says it "
+                              "has one (the trainer state changed after it was written)")
     if recorded is not None and recorded != _state_digest(trainer_state):
         raise CheckpointError(f"{state_file}: checksum mismatch (the trainer state changed after it was written)")
+    trainer_state.pop(FORMAT_KEY, None)
     if CHECKSUM_KEY not in trainer_state:  # (a state from before `state_sha256` still has the file digests)
         raise CheckpointError(f"{state_file}: no {CHECKSUM_KEY!r} digests: corrupt, or not written by seqrl")
     folder = _FINAL_RE.match(path.name)
@@ -375,12 +386,16 @@ def verify_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
         if _sha256(file) != expected:
             raise CheckpointError(f"{file}: checksum mismatch (sha256 differs from the one recorded at save): "
                                   "the file changed after it was written")
+    for file in sorted(path.rglob("*")):
+        if not file.is_dir() and file != state_file and str(file.relative_to(path)) not in digests:
+            raise CheckpointError(f"{file}: not recorded in {STATE_FILE} (added after the save; a loader could "
+                                  "read it in place of the saved files): remove it")
     return trainer_state
 
 
 def verify_if_recorded(path: str | os.PathLike) -> None:
     """`verify_checkpoint` for a model folder whose ``trainer_state.json`` is seqrl's (an integer ``step``,
-    or either digest key); any other folder passes unchecked (a Hugging Face model; a transformers
+    either digest key or the format key); any other folder passes unchecked (a Hugging Face model; a transformers
     Trainer checkpoint, whose ``trainer_state.json`` is its own, with ``global_step``)."""
     state_file = Path(path) / STATE_FILE
     if not state_file.is_file():
@@ -390,7 +405,7 @@ def verify_if_recorded(path: str | os.PathLike) -> None:
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise CheckpointError(f"{state_file}: corrupt trainer state: {e}") from e
     if isinstance(state, dict) and (isinstance(state.get("step"), int) or CHECKSUM_KEY in state
-                                    or STATE_DIGEST_KEY in state):
+                                    or STATE_DIGEST_KEY in state or FORMAT_KEY in state):
         verify_checkpoint(path)
 
 
