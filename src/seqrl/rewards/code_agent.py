@@ -397,12 +397,14 @@ class _Externalize(ast.NodeTransformer):
         self.k, self.expected, self.found = start, {}, []
         self.must_ids: set[int] = set()
         self.must: set[int] = set()
-        self.tables = dict(tables or {})  # module-level literal tables a loop may walk (`literal_tables`)
+        self.tables = dict(tables or {})  # module-level literals (`literal_tables`): kept here, never observed
 
     def _tree(self, node, observed: list) -> tuple:
         ok, value = _literal(node)
         if ok:
             return ("lit", value)
+        if isinstance(node, ast.Name) and node.id in self.tables:  # EXPECTED = 8.0 at module level
+            return ("lit", self.tables[node.id])
         if isinstance(node, ast.BinOp) and type(node.op).__name__ in _BIN:
             return ("bin", type(node.op).__name__, self._tree(node.left, observed), self._tree(node.right, observed))
         if isinstance(node, ast.UnaryOp) and type(node.op).__name__ in ("USub", "UAdd"):
@@ -537,23 +539,24 @@ class _Externalize(ast.NodeTransformer):
         return out
 
     def visit_For(self, node: ast.For):
-        """A loop over a module-level literal table: the table is checked against its literal before
-        and after the loop, so cases removed while the loop runs fail the test."""
+        """A loop over module-level literal tables (``for c in CASES``, ``zip(INPUTS, WANTS)``): each
+        table is checked against its literal before and after the loop, so cases removed while the loop
+        runs fail the test."""
         self.generic_visit(node)
-        name = node.iter.id if isinstance(node.iter, ast.Name) else None
-        if name not in self.tables or node.orelse:
+        names = sorted({n.id for n in ast.walk(node.iter) if isinstance(n, ast.Name) and n.id in self.tables
+                        and isinstance(self.tables[n.id], (list, tuple, dict, set, frozenset))})
+        if not names or node.orelse:
             return node
-        out = []
-        for where in ("before", "after"):
-            check = ast.copy_location(ast.Assert(ast.Compare(ast.Name(name, ast.Load()), [ast.Eq()],
-                                                             [ast.Constant(None)]), None), node)
-            must = id(node) in self.must_ids and (where == "before" or not _returns(node.body))
-            if must:
-                self.must_ids.add(id(check))
-            observed: list = []
-            tree = ("cmp", "Eq", self._tree(check.test.left, observed), ("lit", self.tables[name]))
-            out.append(self._replace(check, lambda obs, tree=tree, observed=observed: (obs.extend(observed), tree)[1]))
-        return [out[0], node, out[1]]
+        before, after = [], []
+        for name in names:
+            for where, out in (("before", before), ("after", after)):
+                check = ast.copy_location(ast.Expr(ast.Constant(None)), node)
+                if id(node) in self.must_ids and (where == "before" or not _returns(node.body)):
+                    self.must_ids.add(id(check))
+                tree = ("cmp", "Eq", ("obs", 0), ("lit", self.tables[name]))
+                out.append(self._replace(check, lambda obs, tree=tree, name=name: (
+                    obs.append(ast.Name(name, ast.Load())), tree)[1]))
+        return [*before, node, *after]
 
     def visit_Expr(self, node: ast.Expr):
         call = node.value
@@ -615,18 +618,30 @@ MAX_TABLE_TEXT = 50_000
 
 
 def literal_tables(tree: ast.Module) -> dict[str, object]:
-    """Module-level names bound once to a literal list/tuple/dict/set that the module never changes
-    (no other binding, no item assignment or deletion, no mutating method call, no ``global``)."""
+    """Module-level names bound once to a literal (``EXPECTED = 8.0``, ``CASES = [...]``) that nothing in
+    the file binds again or changes (no other assignment, argument, import, ``except … as``, item
+    assignment or deletion, mutating method call, ``global``): the checks use the literal itself."""
     bound: dict[str, list] = {}
     for node in tree.body:
-        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name) \
-                and isinstance(node.value, (ast.List, ast.Tuple, ast.Dict, ast.Set)):
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
             bound.setdefault(node.targets[0].id, []).append(node.value)
+    rebound: set[str] = set()
+    for n in ast.walk(tree):
+        if isinstance(n, ast.arg):
+            rebound.add(n.arg)
+        elif isinstance(n, ast.alias):
+            rebound.add(n.asname or n.name.split(".")[0])
+        elif isinstance(n, ast.ExceptHandler) and n.name:
+            rebound.add(n.name)
+        elif isinstance(n, (ast.MatchAs, ast.MatchStar)) and n.name:
+            rebound.add(n.name)
+        elif isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            rebound.add(n.name)
     out = {}
     for name, values in bound.items():
         stores = sum(1 for n in ast.walk(tree) if isinstance(n, ast.Name) and n.id == name
                      and isinstance(n.ctx, (ast.Store, ast.Del)))
-        if len(values) != 1 or stores != 1 or _mutated(tree, name):
+        if len(values) != 1 or stores != 1 or name in rebound or _mutated(tree, name):
             continue
         ok, value = _literal(values[0])
         if ok and len(repr(value)) <= MAX_TABLE_TEXT:
@@ -854,14 +869,31 @@ def _module_file(rel: str, module: str, level: int, files) -> str | None:
     return None
 
 
+def _assigned(body) -> set[str]:
+    """Names a statement list binds by assignment (``x = …``, ``x: T = …``, ``x += …``)."""
+    out = set()
+    for st in body:
+        targets = st.targets if isinstance(st, ast.Assign) else [st.target] if isinstance(
+            st, (ast.AnnAssign, ast.AugAssign)) else []
+        out.update(n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name))
+    return out
+
+
 def helper_bindings(trees: Mapping[str, ast.Module]) -> dict[str, dict[str, list]]:
-    """``{file: {name: [defining file, function name, decorated]}}``: the module-level functions each
-    test-side file defines, and the ones it imports by name from another test-side file. The run checks
+    """``{file: {name: [defining file, qualname, decorated]}}``: the module-level functions (and methods
+    of module-level classes) each test-side file defines, and the functions it imports by name from
+    another test-side file. The run checks
     that these names still hold those functions (a helper rebound by package code fails the run)."""
     defs: dict[str, dict[str, bool]] = {}
     for rel, tree in trees.items():
         defs[rel] = {n.name: bool(n.decorator_list) for n in tree.body
                      if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+        for c in tree.body:  # methods of module-level classes: `Base.check_total`
+            if isinstance(c, ast.ClassDef):
+                defs[rel].update({f"{c.name}.{n.name}": bool(n.decorator_list) or n.name in _assigned(c.body)
+                                  for n in c.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))})
+        again = _assigned(tree.body)  # `helper = fixture(helper)`: the name holds something else then
+        defs[rel] = {k: dec or k in again for k, dec in defs[rel].items()}
     out: dict[str, dict[str, list]] = {}
     for rel, tree in trees.items():
         mine = {name: [rel, name, dec] for name, dec in defs[rel].items()}

@@ -339,16 +339,16 @@ def bindings_changed(bindings: dict, root: str) -> list[str]:
         rel = real[len(root):] if real.startswith(root) else None
         if rel not in bindings:
             continue
-        ns = vars(mod)
         for name, (src, fname, decorated) in bindings[rel].items():
-            value = ns.get(name, _MISSING)
+            value = _resolve(mod, name)
+            value = getattr(value, "__func__", value) if isinstance(value, (staticmethod, classmethod)) else value
             if value is _MISSING:
                 out.append(f"test helper {rel}:{name} removed")
                 continue
             if decorated:
                 continue
             code = getattr(value, "__code__", None) if isinstance(value, types.FunctionType) else None
-            if code is None or os.path.realpath(code.co_filename) != root + src or code.co_name != fname:
+            if code is None or os.path.realpath(code.co_filename) != root + src or code.co_qualname != fname:
                 out.append(f"test helper {rel}:{name} is not the function {src} defines")
     return out
 
