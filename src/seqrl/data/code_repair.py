@@ -558,7 +558,7 @@ def build(packages=None, out="runs/code_repair", per_package: int = 20, seed: in
                 shutil.copytree(src, out / tree_rel)
             prepare_tree(out / tree_rel, pkg)
             got, _ = build_package(pkg, out / tree_rel, per_package, seed, log=log)
-        except (ValueError, OSError, subprocess.SubprocessError) as e:
+        except (ValueError, OSError, subprocess.SubprocessError, tarfile.TarError, zipfile.BadZipFile) as e:
             log(f"skip {pkg.name} {pkg.version}: {e}")
             continue
         if not got:
