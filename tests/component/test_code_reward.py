@@ -319,3 +319,29 @@ def test_code_reward_scores_stdio_programs_from_metadata(tmp_path, capsys):
     assert main(["sandbox", "run", str(sol), "--stdio", str(cf), "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert (out["status"], out["passed"], out["total"]) == ("ok", 2, 2)
+
+
+# ----------------------------------------------------------------------------- one number rule for io and stdio
+BIG = 1_000_000_007
+
+
+@pytest.mark.parametrize("kind", ["io", "stdio"])
+@pytest.mark.parametrize("printed,expected,passes", [
+    ("1e9", BIG, False),                       # an integer answer is exact: 1e9 is not 1,000,000,007
+    (f"{BIG}.0", BIG, True),                   # the same value written as a float
+    ("0.33333333", 1 / 3, True),               # a float answer has the tolerance
+    ("0.334", 1 / 3, False),
+])
+def test_io_and_stdio_cases_share_one_number_rule(kind, printed, expected, passes):
+    if kind == "io":
+        r = score_code(f"def f():\n    return {printed}\n", io_cases=[[[], expected]], entry_point="f")
+    else:
+        shown = repr(expected) if isinstance(expected, float) else str(expected)
+        r = score_code(f"print('{printed}')\n", stdio_cases=[["", shown]])
+    assert r.parts["functional"] == float(passes), r.reason
+
+
+def test_a_printed_decimal_is_read_exactly_against_an_integer():
+    """float("1000000000000000001.0") is 1e18: the token is compared as written, not as a float."""
+    assert score_code("print('1000000000000000001.0')\n", stdio_cases=[["", str(10**18)]]).parts["functional"] == 0.0
+    assert score_code("print('1e18')\n", stdio_cases=[["", str(10**18)]]).parts["functional"] == 1.0

@@ -9,7 +9,8 @@ A completion is scored in levels, cheapest first:
 3. **compiles** — ``compile(tree)`` (no ``exec``; catches ``return`` outside a function, ``nonlocal``
    at module level …): 1 or 0. A program that fails 2 or 3 never reaches the sandbox.
 4. **functional** — ``passed / total`` from :func:`seqrl.sandbox.run_python` (unforgeable per-test
-   verdicts; records received before a timeout count).
+   verdicts; records received before a timeout count; io values and stdio tokens by one number rule,
+   `seqrl.sandbox.numbers_equal`: an integer answer exactly, a float one within 1e-6).
 5. **timeout / error / memory** — 0/1 indicators of the sandbox status (``timeout``;
    ``runtime_error`` or ``killed``; ``memory``), weighted by *negative* weights.
 6. **efficiency** — ``clip(reference_time_s / runtime_s, 0, 1)`` where ``runtime_s`` is the sum of

@@ -59,6 +59,7 @@ import tempfile
 import threading
 import time
 from dataclasses import dataclass, field, fields, replace
+from decimal import Decimal
 from functools import lru_cache
 from pathlib import Path
 
@@ -540,9 +541,9 @@ def prepare_tests(tests: str) -> dict:
 def plain_equal(got, expected, float_tol: float = 1e-6) -> bool:
     """Strict structural equality of plain data (both sides already decoded, exact types).
 
-    bool is not int; int and float compare numerically (floats with ``float_tol``, relative or
-    absolute); list and tuple are interchangeable (JSON datasets lose tuples); dict, set and bytes
-    must match exactly by type and content.
+    bool is not int; int and float compare by `numbers_equal` (an int expected value exactly, a float one
+    within ``float_tol``); list and tuple are interchangeable (JSON datasets lose tuples); dict, set and
+    bytes must match exactly by type and content.
 
     >>> plain_equal(0.1 + 0.2, 0.3), plain_equal(True, 1), plain_equal((1, 2), [1, 2])
     (True, False, True)
@@ -551,11 +552,7 @@ def plain_equal(got, expected, float_tol: float = 1e-6) -> bool:
     if tg is bool or te is bool:
         return tg is te and got == expected
     if tg in (int, float) and te in (int, float):
-        if tg is int and te is int:
-            return got == expected
-        if math.isnan(got) or math.isnan(expected):
-            return math.isnan(got) and math.isnan(expected)
-        return math.isclose(got, expected, rel_tol=float_tol, abs_tol=float_tol)
+        return numbers_equal(got, expected, float_tol)
     if tg in (list, tuple) and te in (list, tuple):
         return len(got) == len(expected) and all(plain_equal(a, b, float_tol) for a, b in zip(got, expected))
     if tg is dict and te is dict:
@@ -563,6 +560,40 @@ def plain_equal(got, expected, float_tol: float = 1e-6) -> bool:
     if tg is te and tg in (str, set, frozenset, bytes, complex, type(None)):
         return got == expected
     return False
+
+
+def numbers_equal(got: int | float | Decimal, expected: int | float, float_tol: float | None = 1e-6) -> bool:
+    """The one number rule of io values and stdio tokens: an int expected value matches only the same
+    value (a float 1e9 is not 1,000,000,007, though within a relative 1e-6); a float one any number within
+    ``float_tol``, relative or absolute (None: the same value); NaN only NaN.
+
+    >>> numbers_equal(1e9, 1_000_000_007), numbers_equal(3.0, 3), numbers_equal(0.1 + 0.2, 0.3)
+    (False, True, True)
+    """
+    if type(expected) is int or float_tol is None:
+        return got == expected
+    if math.isnan(got) or math.isnan(expected):
+        return math.isnan(got) and math.isnan(expected)
+    return math.isclose(got, expected, rel_tol=float_tol, abs_tol=float_tol)
+
+
+_INT_TOKEN_RE = re.compile(r"[+-]?\d+")
+_NUMBER_TOKEN_RE = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
+
+
+def _expected_number(token: str) -> int | float | None:
+    """An expected token's number: an int for an integer literal, a float for a decimal or exponent one."""
+    if not _NUMBER_TOKEN_RE.fullmatch(token):
+        return None
+    try:
+        return int(token) if _INT_TOKEN_RE.fullmatch(token) else float(token)
+    except ValueError:  # an integer past Python's digit limit: compared as text
+        return None
+
+
+def _printed_number(token: str) -> Decimal | None:
+    """A printed token's exact value: as a float, ``1000000000000000001.0`` would equal 10**18."""
+    return Decimal(token) if _NUMBER_TOKEN_RE.fullmatch(token) else None
 
 
 # ----------------------------------------------------------------------------- the run
@@ -683,14 +714,14 @@ def run_python(
 
 def stdio_equal(got: str, expected: str, float_tol: float | None = 1e-6) -> bool:
     """Judge-style output comparison: the same whitespace-separated tokens (line breaks and trailing
-    spaces do not matter); where the *expected* token is a decimal or exponent literal (``0.5``,
-    ``1e-3``), a number within ``float_tol`` (relative or absolute) also matches. Integer tokens
-    match exactly.
+    spaces do not matter); where the *expected* token is a number, a printed number also matches by
+    `numbers_equal`, the rule of io cases: exactly for an integer token, within ``float_tol`` (relative
+    or absolute) for a decimal or exponent literal (``0.5``, ``1e-3``).
 
     >>> stdio_equal("1 2\\n3\\n", "1 2 3"), stdio_equal("0.3333333", "0.333333333"), stdio_equal("3", "3.0")
     (True, True, True)
-    >>> stdio_equal("1000001", "1000000"), stdio_equal("yes", "YES")
-    (False, False)
+    >>> stdio_equal("1000001", "1000000"), stdio_equal("1e9", "1000000007"), stdio_equal("yes", "YES")
+    (False, False, False)
     """
     g, e = got.split(), expected.split()
     if len(g) != len(e):
@@ -698,13 +729,8 @@ def stdio_equal(got: str, expected: str, float_tol: float | None = 1e-6) -> bool
     for a, b in zip(g, e):
         if a == b:
             continue
-        if float_tol is None or not any(c in b for c in ".eE"):
-            return False
-        try:
-            fa, fb = float(a), float(b)
-        except ValueError:
-            return False
-        if not math.isclose(fa, fb, rel_tol=float_tol, abs_tol=float_tol):
+        want, printed = _expected_number(b), _printed_number(a)
+        if want is None or printed is None or not numbers_equal(printed, want, float_tol):
             return False
     return True
 
