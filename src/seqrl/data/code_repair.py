@@ -406,7 +406,7 @@ def pytest_args(pkg: Package, deselect=()) -> list[str]:
 def run_tests(tree: Path, args, timeout_s: float = 60.0, replace: dict[str, str] | None = None) -> TestRun:
     """Run ``pytest ARGS`` on a copy of ``tree`` (with the files of ``replace`` rewritten) in the sandbox,
     as the code-agent reward does."""
-    from seqrl.rewards.code_agent import default_pytest_path, find_inifile, stage_pytest
+    from seqrl.sandbox.pytest_harness import default_pytest_path, find_inifile, stage_pytest
     from seqrl.sandbox import run_command
     from seqrl.sandbox.runner import _sandbox_python
 
@@ -452,7 +452,7 @@ def prepare_tree(tree: Path, pkg: Package) -> None:
     """Make a fetched tree runnable as the reward runs it: a src layout without any pytest config gets a
     ``pytest.ini`` naming its import root (``-o pythonpath=`` is relative to the config file, and the
     reward's stand-in config lies outside the tree)."""
-    from seqrl.rewards.code_agent import find_inifile
+    from seqrl.sandbox.pytest_harness import find_inifile
 
     if pkg.src and find_inifile(tree) is None:
         (tree / "pytest.ini").write_text(f"[pytest]\npythonpath = {pkg.src}\n")
