@@ -416,7 +416,7 @@ def test_a_pristine_run_that_hangs_falls_back_to_collecting(tmp_path):
     r = CodeAgentReward(timeout_s=4.0)
     fix = {"shop/loop.py": (repo / "shop/loop.py").read_text().replace("n != 0", "n > 0")}
     assert_honest(score(r, repo, fix))
-    assert not next(iter(r._collected.values()))["ran"]
+    assert not next(iter(r._collected.values())).ran
 
 
 # ----------------------------------------------------------------------------- round 2 (review of the above)

@@ -64,4 +64,5 @@ from .screens import (  # noqa: F401
     HARNESS_FILES, TEST_DIRS, TEST_FILE_PATTERNS, is_protected, parse_test_cmd, scan_diff, shadowing_names)
 from .protect import TEST_FRAMEWORKS, edited_doctests, pristine_protections  # noqa: F401
 from .junit import JUnitReport, parse_junit  # noqa: F401
+from .records import Outside, Pristine  # noqa: F401
 from .reward import CodeAgentReward, CodeAgentRewardFunction, ENTRY, GIT, PARTS, score_code_agent  # noqa: F401

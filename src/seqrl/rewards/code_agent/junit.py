@@ -7,6 +7,7 @@ import xml.etree.ElementTree as ET
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from .records import Outside, Pristine
 from .rewrite import resolve_test
 
 
@@ -59,11 +60,11 @@ def _checks_ok(observations: list, must, expected: Mapping) -> bool:
     return all(expected[k].holds(v) for k, v in observations)
 
 
-def _outside_ok(outside: dict | None, nodeid: str) -> bool:
+def _outside_ok(outside: Outside | None, nodeid: str) -> bool:
     if not outside:
         return True
-    _ks, must = outside["per_node"].get(nodeid, ([], []))
-    return _checks_ok(outside["by_node"].get(nodeid, []), must, outside["expected"])
+    _ks, must = outside.per_node.get(nodeid, ([], []))
+    return _checks_ok(outside.by_node.get(nodeid, []), must, outside.expected)
 
 
 def _junit_key(nodeid: str) -> tuple[str, str]:
@@ -74,13 +75,13 @@ def _junit_key(nodeid: str) -> tuple[str, str]:
     return bin_xml_escape(".".join(names[:-1])), bin_xml_escape(names[-1])
 
 
-def _open_test_ok(outside: dict | None, prefix: str, classname: str, name: str) -> bool:
+def _open_test_ok(outside: Outside | None, prefix: str, classname: str, name: str) -> bool:
     """A test of a file that did not collect on the snapshot: matched statically to its definition in
     that (pristine, restored) file and checked like the others; a test that cannot be matched while
     the file was rewritten does not count (its checks may be ones nobody judges)."""
-    if not outside or prefix not in outside["open"]:
+    if not outside or prefix not in outside.open:
         return True
-    rel, tree = outside["open"][prefix]
+    rel, tree = outside.open[prefix]
     if tree is None:
         return True
     module = rel[:-3].replace("/", ".")
@@ -89,18 +90,18 @@ def _open_test_ok(outside: dict | None, prefix: str, classname: str, name: str) 
     found = resolve_test(tree, qual)
     if found is None:
         return False
-    ks = outside["tests"].get((rel, found), [])
-    mine = outside["by_junit"].get((classname, name), [])
-    return _checks_ok(mine, [k for k in ks if k in outside["must"]], outside["expected"])
+    ks = outside.tests.get((rel, found), [])
+    mine = outside.by_junit.get((classname, name), [])
+    return _checks_ok(mine, [k for k in ks if k in outside.must], outside.expected)
 
 
-def _tally(run, nonce: str, collected: dict, outside: dict | None = None,
+def _tally(run, nonce: str, collected: Pristine, outside: Outside | None = None,
            void: Mapping[str, str] | None = None) -> tuple[int, int, str, list[str]]:
     """``(passed, total, why no test reward, failing tests)`` from the untrusted run, counted over the
     pristine collection: a pristine test the report lacks has failed; ``void``: node ids that fail
     whatever the report says (doctests whose examples the patch edited)."""
-    expected = collected["items"]
-    open_prefixes = collected["errors"]
+    expected = collected.items
+    open_prefixes = collected.errors
     total = len(expected) + len(open_prefixes)
     tail = (run.stdout.strip().splitlines() or [""])[-1][:200]
     if run.status == "timeout":
@@ -120,9 +121,9 @@ def _tally(run, nonce: str, collected: dict, outside: dict | None = None,
         return 0, total, f"harness integrity check failed: {what}", []
     if (run.returncode == 0) == rep.any_failed:
         return 0, total, f"test report inconsistent with pytest's exit status {run.returncode}", []
-    if outside and outside.get("corrupt"):
+    if outside and outside.corrupt:
         return 0, total, f"{outside['corrupt']}: no test reward", []
-    nodeids = collected.get("nodeids") or [""] * len(expected)
+    nodeids = collected.nodeids or [""] * len(expected)
     void = void or {}
     failing = [f"{c}::{n}" for (c, n), nid in zip(expected, nodeids)
                if not (rep.outcomes.get((c, n), False) and _outside_ok(outside, nid) and nid not in void)]

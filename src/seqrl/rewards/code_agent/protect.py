@@ -9,6 +9,7 @@ import stat
 from collections.abc import Mapping
 from pathlib import Path
 
+from .records import Pristine
 from .tree import _walk_files
 
 
@@ -309,11 +310,11 @@ def pristine_protections(snapshot: Path, rows, errors, data: Mapping, protected)
     return out, doctests
 
 
-def edited_doctests(snapshot: Path, work: Path, collected: dict) -> dict[str, str]:
+def edited_doctests(snapshot: Path, work: Path, collected: Pristine) -> dict[str, str]:
     """``{doctest node id: its module}`` for modules whose pristine doctest docstrings the patch changed
     or removed (adding doctests is fine): those doctests fail whatever the run reports."""
     out = {}
-    for rel, before in (collected.get("doctests") or {}).items():
+    for rel, before in collected.doctests.items():
         now = _doctest_texts(work / rel) if (work / rel).is_file() else []
         remaining = list(now or [])
         ok = True
@@ -324,5 +325,5 @@ def edited_doctests(snapshot: Path, work: Path, collected: dict) -> dict[str, st
                 ok = False
                 break
         if not ok:
-            out.update({n: rel for n in collected.get("doctest_ids", []) if n.split("::", 1)[0] == rel})
+            out.update({n: rel for n in collected.doctest_ids if n.split("::", 1)[0] == rel})
     return out

@@ -34,6 +34,7 @@ from .screens import (
     HARNESS_FILES, TEST_DIRS, TEST_FILE_PATTERNS, _COMPILED, _HARNESS_REF, _SUSPECT, _coding_cookie, _count_actions,
     _screen_diff, is_protected, parse_test_cmd, scan_diff, shadowing_names)
 from .protect import _ident, edited_doctests, pristine_protections
+from .records import Outside, Pristine
 from .junit import _junit_key, _tally
 
 
@@ -131,7 +132,7 @@ class CodeAgentReward:
             raise ValueError(f"code-agent reward: partial_credit must be in [0, 1] (got {self.partial_credit})")
         self.__name__ = "code_agent"
         self._lock = threading.Lock()
-        self._collected: dict[tuple, dict] = {}
+        self._collected: dict[tuple, Pristine | tuple] = {}  # pristine runs; hidden-test overlays
 
     # ------------------------------------------------------------------ reward-function interface
     def __call__(self, problems: list[Problem], completions: list) -> list[RewardResult]:
@@ -236,7 +237,7 @@ class CodeAgentReward:
         return dict(allow_unconfined=self.allow_unconfined)
 
     # ------------------------------------------------------------------ pristine collection (cached)
-    def _pristine_tests(self, snapshot: Path, pytest_args: list[str], python: str, paths) -> dict:
+    def _pristine_tests(self, snapshot: Path, pytest_args: list[str], python: str, paths) -> Pristine:
         """The pristine snapshot's tests (cached per contents and command): run once in ``pristine``
         mode (collection, function identities, where failing assertions were raised, files read); if
         that run does not finish, collected only."""
@@ -281,19 +282,18 @@ class CodeAgentReward:
             raise ValueError(f"code-agent reward: `pytest {shlex.join(pytest_args)}` collects no tests in "
                              f"{snapshot}")
         protect, doctests = pristine_protections(snapshot, rows, errors, data, self._protected)
-        result = {"items": [(c, n) for _, c, n, *_ in rows], "nodeids": [r[0] for r in rows],
-                  "errors": [pfx for _, pfx in errors], "error_ids": [i for i, _ in errors],
-                  "identities": {r[0]: list(r[4]) for r in rows if r[4]},
-                  "defs": {r[0]: r[5] for r in rows if r[5]},
-                  "modules": sorted(str(m) for m in data.get("modules", []) or []),
-                  "module_files": {str(k): str(v) for k, v in (data.get("module_files") or {}).items()
-                                   if isinstance(k, str) and isinstance(v, str)},
-                  "defs_files": sorted({r[5][0] for r in rows if r[5]} | {r[0].split("::", 1)[0] for r in rows}),
-                  "doctests": doctests, "doctest_ids": [r[0] for r in rows if r[3] == "DoctestItem"],
-                  "doctest_digests": {r[0]: r[6] for r in rows if r[6]},
-                  "protect": protect, "ran": bool(data.get("ran")),
-                  "inifile": find_inifile(snapshot), "dataclass_fields": snapshot_dataclasses(snapshot, files),
-                  "conftests": sorted(r for r in files if r.rsplit("/", 1)[-1] == "conftest.py")}
+        result = Pristine(
+            items=[(c, n) for _, c, n, *_ in rows], nodeids=[r[0] for r in rows],
+            errors=[pfx for _, pfx in errors], error_ids=[i for i, _ in errors],
+            identities={r[0]: list(r[4]) for r in rows if r[4]}, defs={r[0]: r[5] for r in rows if r[5]},
+            modules=sorted(str(m) for m in data.get("modules", []) or []),
+            module_files={str(k): str(v) for k, v in (data.get("module_files") or {}).items()
+                          if isinstance(k, str) and isinstance(v, str)},
+            defs_files=sorted({r[5][0] for r in rows if r[5]} | {r[0].split("::", 1)[0] for r in rows}),
+            doctests=doctests, doctest_ids=[r[0] for r in rows if r[3] == "DoctestItem"],
+            doctest_digests={r[0]: r[6] for r in rows if r[6]}, protect=protect, ran=bool(data.get("ran")),
+            inifile=find_inifile(snapshot), dataclass_fields=snapshot_dataclasses(snapshot, files),
+            conftests=sorted(r for r in files if r.rsplit("/", 1)[-1] == "conftest.py"))
         with self._lock:
             self._collected[key] = result
         return result
@@ -346,23 +346,23 @@ class CodeAgentReward:
                            **self._sandbox_kw())
 
     @staticmethod
-    def _watched_modules(collected: dict, protected) -> dict[str, str]:
+    def _watched_modules(collected: Pristine, protected) -> dict[str, str]:
         """Module name → file on the snapshot (relative in the tree, else absolute) of the modules whose
         resolution the run may not change: test-side files and everything outside the tree."""
-        return {name: f for name, f in collected.get("module_files", {}).items()
-                if os.path.isabs(f) or protected(f) or f in collected.get("defs_files", ())}
+        return {name: f for name, f in collected.module_files.items()
+                if os.path.isabs(f) or protected(f) or f in collected.defs_files}
 
     # ------------------------------------------------------------------ outside verdicts
-    def _externalize(self, work: Path, collected: dict, protected=None) -> dict | None:
+    def _externalize(self, work: Path, collected: Pristine, protected=None) -> Outside | None:
         """Rewrite the (restored, pristine) functions the collected items run — found by the pristine
         collection's identity of each, so an inherited or aliased test is checked where it is defined
         — and every test function of the files that did not collect on the snapshot; the checks per
         node id, and per open file the pristine tree to match its tests to their definitions."""
         wanted: dict[str, set[str]] = {}
-        for rel, qual in collected.get("defs", {}).values():
+        for rel, qual in collected.defs.values():
             wanted.setdefault(rel, set()).add(qual)
         open_files = {}
-        for nodeid, prefix in zip(collected.get("error_ids", []), collected.get("errors", [])):
+        for nodeid, prefix in zip(collected.error_ids, collected.errors):
             rel = nodeid.split("::", 1)[0]
             if rel.endswith(".py"):
                 open_files[prefix] = rel
@@ -370,7 +370,7 @@ class CodeAgentReward:
         tests: dict[tuple[str, str], list[int]] = {}
         must: set[int] = set()
         trees: dict[str, ast.Module] = {}
-        helpers = {m for m in collected.get("modules", []) if protected is not None and protected(m)}
+        helpers = {m for m in collected.modules if protected is not None and protected(m)}
         for rel in sorted(set(wanted) | set(open_files.values()) | helpers):  # helpers: tests/helpers.py, conftest
             if not rel.endswith(".py") or not (work / rel).is_file() or (work / rel).is_symlink():
                 continue
@@ -392,8 +392,8 @@ class CodeAgentReward:
             tests.update({(rel, q): ks for q, ks in by_test.items()})
         seal(work)
         per_node: dict[str, tuple[list[int], list[int]]] = {}
-        for nodeid in collected.get("nodeids", []):
-            ident = collected.get("defs", {}).get(nodeid)
+        for nodeid in collected.nodeids:
+            ident = collected.defs.get(nodeid)
             ks = tests.get(tuple(ident), []) if ident else []
             per_node[nodeid] = (ks, [k for k in ks if k in must])
         covered = sum(1 for ks, m in per_node.values() if m)
@@ -408,15 +408,14 @@ class CodeAgentReward:
             own_names[rel] = sorted(_class_qualnames(tree))
             own_trees[rel] = tree
         uses = sorted({tuple(u) for tree in own_trees.values() for u in stdlib_uses(tree)})
-        return {"expected": expected, "per_node": per_node, "tests": tests, "must": must, "open": opened,
-                "own_files": own, "own_names": own_names, "bindings": helper_bindings(own_trees),
-                "stdlib_uses": [list(u) for u in uses],
-                "covered": covered / len(per_node) if per_node else 0.0}
+        return Outside(expected=expected, per_node=per_node, tests=tests, must=must, open=opened, own_files=own,
+                       own_names=own_names, bindings=helper_bindings(own_trees), stdlib_uses=[list(u) for u in uses],
+                       covered=covered / len(per_node) if per_node else 0.0)
 
     # ------------------------------------------------------------------ the patch
-    def _score_patch(self, snapshot: Path, diff: str, pytest_args, python, paths, collected: dict,
+    def _score_patch(self, snapshot: Path, diff: str, pytest_args, python, paths, collected: Pristine,
                      parts: dict, visible: Path | None = None, hidden: Sequence[str] = ()) -> RewardResult:
-        extra = collected.get("protect", {})
+        extra = collected.protect
 
         def protected(rel: str) -> bool:
             return self._protected(rel) or rel in extra
@@ -533,15 +532,15 @@ class CodeAgentReward:
                 outside = self._externalize(work, collected, protected) if self.verdict == "outside" else None
                 obs_file: list = []
                 run = self._pytest(base, work, "run", pytest_args, python, paths, snapshot, nonce,
-                                   collected["conftests"], obs_file if outside else None,
-                                   identities=collected.get("identities"),
-                                   own_files=outside["own_files"] if outside else None,
-                                   own_names=outside["own_names"] if outside else None,
-                                   watch={"bindings": outside["bindings"] if outside else {},
-                                          "stdlib_uses": outside["stdlib_uses"] if outside else [],
+                                   collected.conftests, obs_file if outside else None,
+                                   identities=collected.identities,
+                                   own_files=outside.own_files if outside else None,
+                                   own_names=outside.own_names if outside else None,
+                                   watch={"bindings": outside.bindings if outside else {},
+                                          "stdlib_uses": outside.stdlib_uses if outside else [],
                                           "module_files": self._watched_modules(collected, protected)},
-                                   dataclasses_=collected.get("dataclass_fields"),
-                                   doctests={n: d for n, d in collected.get("doctest_digests", {}).items()
+                                   dataclasses_=collected.dataclass_fields,
+                                   doctests={n: d for n, d in collected.doctest_digests.items()
                                              if n not in void})
                 if outside:
                     cap = 8 * self.max_report_bytes
@@ -550,18 +549,18 @@ class CodeAgentReward:
                         if data is None:
                             raise CorruptObservations(f"the observation file is missing, not a regular file or "
                                                       f"larger than {cap} bytes (8 × max_report_bytes)")
-                        observed = parse_observations(data, outside["expected"], nonce)
+                        observed = parse_observations(data, outside.expected, nonce)
                     except CorruptObservations as e:
                         observed = {}
-                        outside["corrupt"] = f"observations rejected: {e}"
-                    outside["by_node"], outside["by_junit"] = {}, {}
+                        outside.corrupt = f"observations rejected: {e}"
+                    outside.by_node, outside.by_junit = {}, {}
                     for k, pairs in observed.items():
                         for node, value in pairs:
-                            outside["by_node"].setdefault(node, []).append((k, value))
-                    for node, pairs in outside["by_node"].items():
+                            outside.by_node.setdefault(node, []).append((k, value))
+                    for node, pairs in outside.by_node.items():
                         if node:
-                            outside["by_junit"].setdefault(_junit_key(node), []).extend(pairs)
-                    parts["outside"] = outside["covered"]
+                            outside.by_junit.setdefault(_junit_key(node), []).extend(pairs)
+                    parts["outside"] = outside.covered
                     opaque = sum(v is _UNEQUAL for pairs in observed.values() for _, v in pairs)
                     if opaque:
                         reasons.append(f"{opaque} compared value(s) were not plain data and count as unequal "
