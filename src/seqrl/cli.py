@@ -10,7 +10,7 @@
     seqrl eval vla --checkpoint runs/x/checkpoint-2000 [--episodes 100] [--seed 0]   # held-out BabyAI layouts
     seqrl configs ls | show NAME [> mine.yaml]                    # then: --config mine.yaml
     seqrl reward math --pred '<answer>\\frac{1}{2}</answer>' --gold 0.5 [--mode strict|lenient] [--json]
-    seqrl reward code-agent --repo DIR --patch FILE --test-cmd 'pytest -q' [--actions N] [--json]
+    seqrl reward code-agent --repo DIR --patch FILE --test-cmd 'pytest -q' [--hidden-tests DIR] [--actions N] [--json]
     seqrl sandbox run SOLUTION.py --tests TESTS.py | --io CASES.json --entry-point NAME | --stdio CASES.json
                       [--timeout S] [--case-timeout S] [--memory MB] [--tree-memory MB] [--json]
     seqrl data minari hopper medium [--steps N] [--seed S] [--out DIR] [--force]   # LEVEL all: every level
@@ -615,7 +615,7 @@ def _reward_code_agent(args: argparse.Namespace) -> int:
         raise ValueError(f"seqrl reward code-agent: --actions must be >= 0 (got {args.actions})")
     try:
         result = CodeAgentReward(timeout_s=args.timeout, allow_unconfined=args.allow_unconfined).score(
-            args.repo, "", args.actions, diff, args.test_cmd)
+            args.repo, "", args.actions, diff, args.test_cmd, args.hidden_tests)
     except SandboxUnavailable as e:
         print(f"seqrl: error: {e}", file=sys.stderr)
         return 2
@@ -926,6 +926,8 @@ def build_parser() -> argparse.ArgumentParser:
     rw.add_argument("--patch", help="code-agent: the unified diff file")
     rw.add_argument("--test-cmd", help="code-agent: 'pytest ARGS' or 'python -m pytest ARGS'")
     rw.add_argument("--actions", type=int, default=0, help="code-agent: number of agent actions (penalised)")
+    rw.add_argument("--hidden-tests", help="code-agent: a folder of test files the agent never saw, laid over the "
+                                          "patched repository (paths relative to its root)")
     rw.add_argument("--timeout", type=float, default=60.0, help="code-agent: wall-clock limit per pytest run (s)")
     rw.add_argument("--allow-unconfined", action="store_true",
                     help="code-agent: run with rlimits only when the namespaces are unavailable (not isolated)")

@@ -375,6 +375,14 @@ def test_cli_code_agent(tmp_path, capsys):
     assert "2/4 tests passed" in out["reason"]
     assert main(["reward", "code-agent", "--repo", str(REPO), "--patch", str(tmp_path / "nope.diff"),
                  "--test-cmd", CMD]) == 2
+    hidden = tmp_path / "hidden" / "tests"  # one more test the agent never saw (the wrong patch passes it)
+    hidden.mkdir(parents=True)
+    (hidden / "test_more.py").write_text("from shop.pricing import total_price\n\n\ndef test_qty():\n"
+                                         "    assert total_price([(1.0, 3)]) == 3.0\n")
+    rc = main(["reward", "code-agent", "--repo", str(REPO), "--patch", str(p), "--test-cmd", CMD,
+               "--hidden-tests", str(tmp_path / "hidden"), "--json"])
+    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert rc == 0 and out["parts"]["total"] == 5 and out["parts"]["passed"] == 3, out
 
 
 # ----------------------------------------------------------------------------- run_command (the generalised sandbox)
