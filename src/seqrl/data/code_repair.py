@@ -199,7 +199,8 @@ def fetch(name: str, version: str, cache_dir, dest=None) -> Path:
 # ----------------------------------------------------------------------------- mutation
 @dataclass(frozen=True)
 class Mutant:
-    """Replace bytes ``start:end`` (of the UTF-8 file) holding ``old`` by ``new``."""
+    """Replace bytes ``start:end`` (of the UTF-8 file) holding ``old`` by ``new``; ``line``: where the
+    mutated expression or statement starts."""
 
     file: str
     line: int
