@@ -494,3 +494,72 @@ def test_module_constants_stay_outside_and_helper_methods_are_watched(reward, tm
     assert_forgery_fails(forged)
     assert "test_total" in forged.reason and forged.parts["passed"] == 0, forged.reason
     assert_honest(score(reward, repo, {"shop/pricing.py": FIXED}))
+
+
+# ----------------------------------------------------------------------------- a package object against a plain value
+SPAN = '''
+
+from datetime import timedelta
+
+
+class Span:
+    def __init__(self, days):
+        self.days = days
+
+    def __neg__(self):
+        return Span(-self.days)
+
+    def __eq__(self, other):
+        if isinstance(other, Span):
+            return self.days == other.days
+        return timedelta(days=self.days) == other
+
+    def __hash__(self):
+        return hash(self.days)
+
+
+def span(n):
+    return Span(n * STEP)
+'''
+SPAN_TESTS = """
+    from datetime import timedelta
+
+    import pytest
+    from shop.pricing import span
+
+    CASES = {(1, "a"), (2, "b"), (3, "c"), (4, "d"), (5, "e")}  # a set: its order follows the hash seed
+
+
+    @pytest.mark.parametrize("n,label", CASES)
+    def test_span(n, label):
+        assert -span(n) == timedelta(days=-n)
+        assert span(n) != timedelta(days=n + 1)
+"""
+ANY_TIMEDELTA = '''
+
+class Span:
+    def __init__(self, days):
+        self.days = days
+
+    def __neg__(self):
+        return self
+
+    def __eq__(self, other):
+        return isinstance(other, timedelta) and other.days < 0
+
+    def __ne__(self, other):
+        return not isinstance(other, timedelta) or other.days >= 0
+
+    __hash__ = object.__hash__
+'''
+
+
+def test_a_package_object_against_a_plain_value_and_parametrize_ids_from_a_set(reward, tmp_path):
+    """``-span(n) == timedelta(...)``: the object passes the probes and tells the expected value from a
+    nearby one, so pytest's verdict stands (an honest fix keeps 1.2, with parametrize ids drawn from a
+    set the same in both runs); an object equal to every negative timedelta does not tell them apart."""
+    repo = repo_with(tmp_path, SPAN_TESTS, {"shop/pricing.py": BUGGY + "STEP = 2\n" + SPAN})
+    assert_honest(score(reward, repo, {"shop/pricing.py": BUGGY + "STEP = 1\n" + SPAN}))
+    forged = score(reward, repo, {"shop/pricing.py": BUGGY + "STEP = 2\n" + SPAN + ANY_TIMEDELTA})
+    assert_forgery_fails(forged)
+    assert forged.parts["passed"] == 0, forged.reason

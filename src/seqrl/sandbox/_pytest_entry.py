@@ -504,6 +504,7 @@ class Guard:
         self.module_files = {str(k): str(v) for k, v in dict(watch.get("module_files") or {}).items()}
         self.used = stdlib_used(watch.get("stdlib_uses") or [])  # now: before any project code runs
         self.late: list[str] = []  # what the checks after each test found (a change undone later still counts)
+        self.entry = {k: id(v) for k, v in vars(sys.modules[__name__]).items()}  # this script's own names
         self.identities = dict(identities or {})  # node id -> pristine [file, qualname] of item.obj
         self.doctests = dict(doctests or {})  # node id -> digest of its pristine examples
         self.root = root or os.getcwd()
@@ -636,6 +637,9 @@ class Guard:
     def check(self, session) -> list[str]:
         self._watch()
         problems = list(self.late)
+        now = {k: id(v) for k, v in vars(sys.modules[__name__]).items()}
+        problems += [f"the entry's {k} was rebound" for k in sorted(set(now) | set(self.entry))
+                     if now.get(k) != self.entry.get(k) and not k.startswith("pytest_")][:3]
         problems += changed(self.table)
         problems += stdlib_changed(self.stdlib, self.root, getattr(self, "stdlib_names", None)) \
             if getattr(self, "stdlib", None) else []
@@ -988,8 +992,8 @@ _OPS = {"Eq": lambda a, b: a == b, "NotEq": lambda a, b: a != b, "Lt": lambda a,
 MAX_PAIRS = 100_000
 
 
-def _observe(fd, write, plain, rep, current, ops, own, honest, written, k, value, check=None, fallback=None,
-             quant=None):
+def _observe(fd, write, plain, rep, current, ops, own, honest, nearby, written, k, value, check=None,
+             fallback=None, quant=None):
     """One observation line ``K<TAB>NODE<TAB>LEN<TAB>TEXT``: TEXT is the repr of the leaves' plain
     values; ``!`` when one is not plain data; ``~True``/``~False`` — pytest's own verdict, `check`
     evaluated here — only where the parent allowed it (`fallback`: every leaf, or an ``in``'s container,
@@ -1021,9 +1025,12 @@ def _observe(fd, write, plain, rep, current, ops, own, honest, written, k, value
                 opaque.append(False)
             if not any(opaque):
                 text = rep(tuple(leaves))
-            elif check is not None and fallback is not None and (
-                    all(opaque) if fallback == "all" else opaque[fallback] and opaque.count(True) == 1) \
-                    and all(own(v) or (fallback == "all" and honest(v)) for v, o in zip(value, opaque) if o):
+            elif check is not None and isinstance(fallback, str) and fallback.startswith("pair"):
+                sides = _pair_sides(*check(value), plain, own, honest, nearby)  # computed once
+                text = "!" if sides is None else "~True" if bool(sides[0] == sides[1]) == (fallback == "pair==") \
+                    else "~False"
+            elif check is not None and fallback is not None and _verdict_allowed(value, opaque, fallback, own,
+                                                                                  honest, nearby):
                 text = "~True" if check(value) else "~False"
             else:
                 text = "!"
@@ -1057,6 +1064,73 @@ def _honest(value) -> bool:
             continue
     try:
         return (value != probe) is not False
+    except Exception:  # noqa: BLE001
+        return True
+
+
+def _verdict_allowed(value, opaque, fallback, own, honest, nearby) -> bool:
+    """Whether pytest's verdict may stand for a check whose leaves are not all plain data (`fallback`, the
+    parent's policy): ``all`` — every leaf an object of the tests' classes or passing the probes; an
+    index — an ``in``'s container, of the tests' classes only."""
+    if fallback == "all":
+        return all(opaque) and all(own(v) or honest(v) for v, o in zip(value, opaque) if o)
+    return isinstance(fallback, int) and opaque[fallback] and opaque.count(True) == 1 and own(value[fallback])
+
+
+def _pair_sides(a, b, plain, own, honest, nearby):
+    """The two values to compare for ``a == b`` / ``a != b`` computed in the run, or None where pytest's
+    verdict may not stand: an object that is not plain data must be of the tests' classes or pass the
+    probes, and one compared with a plain value must tell it from a nearby one. A plain side is
+    replaced by its plain copy (its class's own ``__eq__`` never runs); a tagged one is not compared."""
+    def copy(v):
+        try:
+            p = plain(v)
+        except Exception:  # noqa: BLE001
+            return _MISSING
+        return _MISSING if isinstance(p, tuple) and p and isinstance(p[0], str) and p[0].startswith("<") else p
+
+    ca, cb = copy(a), copy(b)
+    if ca is _MISSING and cb is _MISSING:
+        return (a, b) if (own(a) or honest(a)) and (own(b) or honest(b)) else None
+    if ca is _MISSING:
+        return (a, cb) if own(a) or (honest(a) and nearby(a, cb)) else None
+    if cb is _MISSING:
+        return (ca, b) if own(b) or (honest(b) and nearby(b, ca)) else None
+    return ca, cb
+
+
+def _nearby(w):
+    """A plain value of ``w``'s exact type next to it (None where there is none): an honest object equal to
+    ``w`` is not equal to it, one that equals every value of the type is."""
+    t = type(w)
+    try:
+        if t is bool:
+            return not w
+        if t in (int, complex, decimal.Decimal, fractions.Fraction) or (t is float and w - w == 0):
+            return w + 1
+        if t in (str, bytes):
+            return w + ("\x00" if t is str else b"\x00")
+        if t in (list, tuple):
+            return w + t([_PROBE()])
+        if t is dict:
+            return {**w, _PROBE(): 0}
+        if t in (set, frozenset):
+            return w | {_PROBE()}
+        if t in (datetime.timedelta, datetime.date, datetime.datetime):
+            return w + datetime.timedelta(days=1) if t is datetime.timedelta or w.year < 9999 \
+                else w - datetime.timedelta(days=1)
+    except Exception:  # noqa: BLE001
+        return None
+    return None
+
+
+def _distinguishes_nearby(value, w) -> bool:
+    """Whether `value` is not equal to the plain value next to `w` (raising counts as not equal)."""
+    near = _nearby(w)
+    if near is None:
+        return False
+    try:
+        return (value == near) is not True
     except Exception:  # noqa: BLE001
         return True
 
@@ -1200,7 +1274,8 @@ def install_observer(path: str, own_files: list[str] = (), own_names: dict | Non
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
     OWN_FILES[:] = list(own_files)
     OWN_NAMES.update({str(k): list(v) for k, v in dict(own_names or {}).items()})
-    obs = functools.partial(_observe, fd, os.write, _plain, repr, CURRENT_TEST, dict(_OPS), _own, _honest, OBSERVED)
+    obs = functools.partial(_observe, fd, os.write, _plain, repr, CURRENT_TEST, dict(_OPS), _own, _honest,
+                            _distinguishes_nearby, OBSERVED)
     st = os.fstat(fd)
     OBSERVE_FILE[:] = [fd, (st.st_dev, st.st_ino)]
     builtins.__seqrl_observe__ = obs

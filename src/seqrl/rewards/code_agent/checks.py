@@ -179,12 +179,14 @@ class Verdict:
 
 
 def _fallback_policy(tree: tuple):
-    """Where the observer may report pytest's own verdict: ``"all"`` for a comparison with no literal
-    whose leaves all turn out not to be plain data, the leaf index of an ``in``'s container, else None."""
+    """Where the observer may report pytest's own verdict: ``"pair"`` for ``a == b`` / ``a != b`` with
+    no literal (its two sides probed in the run: objects of the tests' classes, or passing the probes,
+    one of them possibly plain), ``"all"`` for another comparison with no literal whose leaves all turn
+    out not to be plain data, the leaf index of an ``in``'s container, else None."""
     if tree[0] == "cmp" and tree[1] in ("In", "NotIn") and tree[3][0] == "obs":
         return tree[3][1]
     if tree[0] in ("cmp", "chain") and not _has_literal(tree):
-        return "all"
+        return "pair" if tree[0] == "cmp" and tree[1] in ("Eq", "NotEq") else "all"
     return None
 
 

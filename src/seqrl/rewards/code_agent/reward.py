@@ -335,10 +335,14 @@ class CodeAgentReward:
             os.chmod(secret / "cfg.json", 0o600)
             cfg, writable = f"@{secret / 'cfg.json'}", [secret]
         cfg = cfg if isinstance(cfg, str) else json.dumps(cfg)
-        argv = [python, "-I", "-S", "-B", str(entry), cfg, "-p", "no:cacheprovider",
+        # -s -P -S rather than -I: -I implies -E, which would drop PYTHONHASHSEED (the environment is the
+        # sandbox's scrubbed one plus `env`): a fixed seed keeps parametrize ids drawn from sets the same
+        # in the pristine and the patched run
+        argv = [python, "-s", "-P", "-S", "-B", str(entry), cfg, "-p", "no:cacheprovider",
                 "--continue-on-collection-errors", f"--rootdir={work}", f"--confcutdir={work}", "-c", str(ini_path),
                 "-o", "junit_family=xunit2", "-o", "junit_logging=no", *pytest_args]
-        env = {"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", "PYTHONDONTWRITEBYTECODE": "1", "COLUMNS": "120"}
+        env = {"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", "PYTHONDONTWRITEBYTECODE": "1", "COLUMNS": "120",
+               "PYTHONHASHSEED": "0"}
         return run_command(argv, cwd=work, timeout_s=self.timeout_s, memory_mb=self.memory_mb,
                            max_file_bytes=8 * self.max_report_bytes,  # the observation file of a long check loop
                            max_procs=self.max_procs, env=env, report=True, max_report_bytes=self.max_report_bytes,

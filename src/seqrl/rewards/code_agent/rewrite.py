@@ -159,6 +159,12 @@ class _Externalize(ast.NodeTransformer):
             memo = {id(leaf): ast.Subscript(ast.Name("_v", ast.Load()), ast.Constant(i), ast.Load())
                     for i, leaf in enumerate(observed)}
             body = copy.deepcopy(expr, memo)
+            if fallback == "pair" and isinstance(body, ast.Compare) and len(body.ops) == 1:
+                # the two compared values, each probed on its own in the run (`a == b` evaluated there)
+                fallback = "pair" + ("==" if isinstance(body.ops[0], ast.Eq) else "!=")
+                body = ast.Tuple([body.left, body.comparators[0]], ast.Load())
+            elif fallback == "pair":
+                fallback = "all"
             lam = ast.Lambda(ast.arguments([], [ast.arg("_v")], None, [], [], None, []), body)
             args += [lam, ast.Constant(fallback)]
         keywords = [ast.keyword("quant", ast.Constant(self.quant))] if self.quant else []
