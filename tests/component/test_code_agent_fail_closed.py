@@ -563,3 +563,68 @@ def test_a_package_object_against_a_plain_value_and_parametrize_ids_from_a_set(r
     forged = score(reward, repo, {"shop/pricing.py": BUGGY + "STEP = 2\n" + SPAN + ANY_TIMEDELTA})
     assert_forgery_fails(forged)
     assert forged.parts["passed"] == 0, forged.reason
+
+
+# ----------------------------------------------------------------------------- package containers and lists of objects
+BAG = '''
+
+class Bag:
+    def __init__(self, items):
+        self._items = set(items)
+
+    def __contains__(self, x):
+        return x in self._items
+
+
+class Item:
+    def __init__(self, name):
+        self.name = name
+
+    def __eq__(self, other):
+        return isinstance(other, Item) and other.name == self.name
+
+    __hash__ = object.__hash__
+
+
+def stock(names):
+    return Bag(n.upper() if UPPER else n for n in names)
+
+
+def items(names):
+    return [Item(n.upper() if UPPER else n) for n in names]
+'''
+BAG_TESTS = """
+    from shop.pricing import Item, items, stock
+
+    def test_stock():
+        bag = stock(["a", "b"])
+        assert "A" in bag
+        assert "c" not in bag
+
+    def test_items():
+        assert items(["a", "b"]) == [Item("A"), Item("B")]
+"""
+LIARS = '''
+
+class Bag(Bag):
+    def __contains__(self, x):
+        return True
+
+
+class Item(Item):
+    def __eq__(self, other):
+        return True
+
+    __hash__ = object.__hash__
+'''
+
+
+def test_package_containers_and_lists_of_package_objects(reward, tmp_path):
+    """``x in package_container`` stands when the container holds no fresh unrelated object; a list of
+    package objects compares by elements that pass the probes — an always-true ``__contains__`` and a
+    list of always-equal items do not."""
+    repo = repo_with(tmp_path, BAG_TESTS, {"shop/pricing.py": BUGGY + "UPPER = False\n" + BAG})
+    assert_honest(score(reward, repo, {"shop/pricing.py": BUGGY + "UPPER = True\n" + BAG}))
+    forged = score(reward, repo, {"shop/pricing.py": BUGGY + "UPPER = False\n" + BAG + LIARS})
+    assert_forgery_fails(forged)
+    assert forged.parts["passed"] == 0, forged.reason

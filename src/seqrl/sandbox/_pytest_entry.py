@@ -1045,11 +1045,29 @@ _PROBE = type(f"_{uuid.uuid4().hex}", (), {"__slots__": ()})
 """A class made for this run alone: nothing the code under test wrote can know it."""
 
 
-def _honest(value) -> bool:
+def _honest(value, depth: int = 0) -> bool:
     """Whether a value's comparisons pass the probes a lying ``__eq__`` fails: equal to itself, not
     unequal to itself, and not equal to a fresh object of an unrelated class (raising there counts as
-    not equal). Where they pass, a comparison of such values (``Version("1.0") == parse("1.0")``)
-    is pytest's to decide."""
+    not equal); a built-in container's elements that are not plain data pass them too (a list compares
+    its elements with their own ``__eq__``). Where they pass, a comparison of such values
+    (``Version("1.0") == parse("1.0")``) is pytest's to decide."""
+    t = type(value)
+    items = None
+    if issubclass(t, (list, tuple)):
+        items = list(list.__iter__(value) if issubclass(t, list) else tuple.__iter__(value))
+    elif issubclass(t, (set, frozenset)):
+        items = list(set.__iter__(value) if issubclass(t, set) else frozenset.__iter__(value))
+    elif issubclass(t, dict):
+        items = [x for kv in dict.items(value) for x in kv]
+    if items is not None:
+        if depth > 20 or len(items) > 10_000:
+            return False
+        for x in items:
+            try:
+                _plain(x)
+            except Exception:  # noqa: BLE001
+                if not _honest(x, depth + 1):
+                    return False
     try:
         if (value == value) is not True or (value != value) is not False:
             return False
@@ -1074,7 +1092,21 @@ def _verdict_allowed(value, opaque, fallback, own, honest, nearby) -> bool:
     index — an ``in``'s container, of the tests' classes only."""
     if fallback == "all":
         return all(opaque) and all(own(v) or honest(v) for v, o in zip(value, opaque) if o)
-    return isinstance(fallback, int) and opaque[fallback] and opaque.count(True) == 1 and own(value[fallback])
+    return isinstance(fallback, int) and opaque[fallback] and opaque.count(True) == 1 and (
+        own(value[fallback]) or _contains_honestly(value[fallback]))
+
+
+def _contains_honestly(container) -> bool:
+    """A container whose class defines ``__contains__`` (``in`` then iterates nothing) and that does not
+    contain a fresh object of an unrelated class (raising there counts as not containing it)."""
+    try:
+        type.__getattribute__(type(container), "__contains__")
+    except AttributeError:
+        return False
+    try:
+        return (_PROBE() in container) is False
+    except Exception:  # noqa: BLE001 — a sorted container that cannot order the probe
+        return True
 
 
 def _pair_sides(a, b, plain, own, honest, nearby):
