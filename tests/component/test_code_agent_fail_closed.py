@@ -14,7 +14,6 @@ from pathlib import Path
 
 import pytest
 
-from seqrl.rewards.code_agent import CodeAgentReward
 
 def _sources_module():
     """The repositories and diff helper of test_code_agent_sources.py (one definition, loaded by path)."""
@@ -36,17 +35,7 @@ CMD = "python -m pytest -q"
 WRONG = 0.45  # a wrong patch that leaves the bug: partial credit at most 0.5 · passed fraction + 0.2
 
 
-@pytest.fixture(scope="module")
-def reward():
-    return CodeAgentReward(timeout_s=30.0)
-
-
-def score(reward, repo, changes, cmd=CMD):
-    return reward.score(repo, "", (), make_diff(repo, changes), cmd)
-
-
-def assert_honest(r):
-    assert r.score == pytest.approx(1.2) and r.parts["tests"] == 1.0, r.reason
+reward, score, assert_honest = _src.reward, _src.score, _src.assert_honest  # the same fixture and helpers
 
 
 def assert_forgery_fails(r):

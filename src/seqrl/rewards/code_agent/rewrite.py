@@ -437,16 +437,6 @@ def _must_ids(fn: ast.AST) -> set[int]:
     statement that can ``return`` (a guard such as ``if not HAS_X: return``)."""
     out: set[int] = set()
 
-    def returns(st) -> bool:
-        stack = [st]
-        while stack:
-            n = stack.pop()
-            if isinstance(n, ast.Return):
-                return True
-            if not isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
-                stack.extend(ast.iter_child_nodes(n))
-        return False
-
     def block(body):
         for st in body:
             if isinstance(st, (ast.Assert, ast.Expr, ast.For)) or (isinstance(st, ast.If) and _fails(st)):
@@ -456,7 +446,7 @@ def _must_ids(fn: ast.AST) -> set[int]:
                     for it in st.items):
                 if not block(st.body):
                     return False
-            if returns(st):
+            if _returns([st]):
                 return False
         return True
 
