@@ -158,12 +158,15 @@ _NUM = re.compile(r"\d+(\.\d+)?")
 
 
 def reason_key(reason: str) -> str:
-    """The reason without counts and test names: one key per kind of failure."""
+    """The reason without counts, paths and test names: one key per kind of failure."""
     clauses = []
     for c in reason.split("; "):
         c = re.sub(r"failing: .*", "failing: …", c)
-        c = re.sub(r"(tampered: )?test helper \S+ removed", "test helper … removed", c)
-        clauses.append(_NUM.sub("N", c).strip())
+        c = re.sub(r"test helper \S+( removed)?", "test helper … removed", c)
+        c = re.sub(r"\(restored from the snapshot\): .*", "(restored from the snapshot): …", c)
+        c = _NUM.sub("N", c).strip()
+        if c not in clauses:
+            clauses.append(c)
     return "; ".join(clauses)[:300]
 
 
@@ -266,6 +269,7 @@ def main() -> int:
                     "there when missing; `seqrl data code-repair --out` makes the same)")
     ap.add_argument("--results", default=str(ROOT / "runs" / "bench-code-agent-real"))
     ap.add_argument("--workers", type=int, default=2, help="tasks scored at once")
+    ap.add_argument("--report-only", action="store_true", help="render table.md again from the stored scores")
     ap.add_argument("--attack-every", type=int, default=1, help="attacks on every K-th task of each package "
                     "(honest fixes and wrong patches on all)")
     args = ap.parse_args()
@@ -275,6 +279,16 @@ def main() -> int:
     else:
         packages = args.packages.split(",") if args.packages else list(cr.PACKAGES)
         per, tasks_dir = args.per_package, Path(args.tasks)
+    results = Path(args.results + ("-quick" if args.quick else ""))
+    if args.report_only:
+        rows = [json.loads(ln) for ln in (results / "scores.jsonl").read_text().splitlines() if ln.strip()]
+        ids = {r["id"] for r in rows}
+        meta = json.loads((results / "meta.json").read_text())
+        md, summary = table(rows, [t for t in cr.load_tasks(tasks_dir) if t["id"] in ids], meta)
+        (results / "table.md").write_text(md)
+        print(md)
+        print(json.dumps({**summary, **meta, "results": str(results)}))
+        return 0
     t0 = time.time()
     tasks = cr.build(packages, out=tasks_dir, per_package=per, seed=args.seed)
     tasks = [t for t in cr.load_tasks(tasks_dir) if t["package"] in {cr.resolve(p).name for p in packages}]
@@ -285,7 +299,6 @@ def main() -> int:
         t["attacked"] = nth[t["package"]] % args.attack_every == 0
         nth[t["package"]] += 1
     reward = CodeAgentReward()
-    results = Path(args.results + ("-quick" if args.quick else ""))
     results.mkdir(parents=True, exist_ok=True)
     rows, lock, done = [], threading.Lock(), [0]
     t1 = time.time()
@@ -316,6 +329,7 @@ def main() -> int:
     meta = {"date": datetime.now(timezone.utc).strftime("%Y-%m-%d"), "cpu": cpu,
             "command": "python benchmarks/code_agent_real_packages.py " + " ".join(sys.argv[1:]),
             "wall_min": (time.time() - t0) / 60}
+    (results / "meta.json").write_text(json.dumps(meta))
     md, summary = table(rows, tasks, meta)
     (results / "table.md").write_text(md)
     print(md)
