@@ -617,3 +617,31 @@ def test_package_containers_and_lists_of_package_objects(reward, tmp_path):
     forged = score(reward, repo, {"shop/pricing.py": BUGGY + "UPPER = False\n" + BAG + LIARS})
     assert_forgery_fails(forged)
     assert forged.parts["passed"] == 0, forged.reason
+
+
+def test_the_tests_own_stubs_of_the_stdlib_and_their_helpers_are_not_tampering(reward, tmp_path):
+    """A conftest that stubs ``time.sleep`` for good and a test module that swaps its own helper are the
+    tests' doing (compiled from test-side files), not the package's."""
+    tests = """
+        import time
+        from shop.pricing import total_price
+        from tests.helpers import check_total
+        import tests.helpers as helpers
+
+
+        def _strict(got, want):
+            assert got == want
+
+
+        helpers.check_total = _strict
+
+
+        def test_total():
+            time.sleep(30)
+            check_total(total_price([(2.5, 2), (1.0, 3)]), 8.0)
+            helpers.check_total(total_price([(2.0, 1)]), 2.0)
+    """
+    conftest = "import time\n\n\ndef _no_sleep(s):\n    return None\n\n\ntime.sleep = _no_sleep\n"
+    repo = repo_with(tmp_path, tests, {"tests/__init__.py": "", "tests/helpers.py": HELPER,
+                                       "tests/conftest.py": conftest})
+    assert_honest(score(reward, repo, {"shop/pricing.py": FIXED}))

@@ -260,7 +260,7 @@ def stdlib_changed(table: dict, root: str, before: dict | None = None) -> list[s
         now = ns
         for part in name.split("."):
             now = vars(now).get(part, _MISSING) if hasattr(now, "__dict__") else _MISSING
-        if now is not orig and now is not _MISSING and _work_tree_code(now, root):
+        if now is not orig and now is not _MISSING and _work_tree_code(now, root) and not _test_side_code(now, root):
             out.append(f"{modname}.{name} replaced")
     names = set(getattr(sys, "stdlib_module_names", ()))
     for modname, mod in list(sys.modules.items()):  # modules imported later: no original, but a work-tree
@@ -316,11 +316,27 @@ def stdlib_used(uses) -> dict:
     return out
 
 
-def stdlib_used_changed(table: dict) -> list[str]:
+def _test_side_code(value, root: str) -> bool:
+    """A function compiled from one of the test-side files (`OWN_FILES`, restored from the snapshot): a
+    replacement the tests themselves made (a conftest that stubs ``time.sleep``), not the package."""
+    code = value.__code__ if isinstance(value, types.FunctionType) else None
+    if code is None:
+        return False
+    real = os.path.realpath(code.co_filename)
+    if not (real.startswith(root) and real[len(root):] in OWN_FILES):
+        return False
+    home = value.__globals__  # a file name is only a string: the function must live in that module too
+    f = home.get("__file__") if type(home) is dict else None
+    return isinstance(f, str) and os.path.realpath(f) == real and any(
+        vars(m) is home for m in list(sys.modules.values()) if m is not None)
+
+
+def stdlib_used_changed(table: dict, root: str = "") -> list[str]:
+    root = os.path.realpath(root or os.getcwd()) + os.sep
     out = []
     for (mod, path), (was, code) in table.items():
         now = _resolve(sys.modules.get(mod, _MISSING), path) if sys.modules.get(mod) is not None else _MISSING
-        if now is not was or (code is not None and now.__code__ is not code):
+        if (now is not was or (code is not None and now.__code__ is not code)) and not _test_side_code(now, root):
             out.append(f"{mod}.{path} (read by the tests) replaced")
     return out
 
@@ -348,7 +364,8 @@ def bindings_changed(bindings: dict, root: str) -> list[str]:
             if decorated:
                 continue
             code = getattr(value, "__code__", None) if isinstance(value, types.FunctionType) else None
-            if code is None or os.path.realpath(code.co_filename) != root + src or code.co_qualname != fname:
+            if (code is None or os.path.realpath(code.co_filename) != root + src or code.co_qualname != fname) \
+                    and not _test_side_code(value, root):
                 out.append(f"test helper {rel}:{name} is not the function {src} defines")
     return out
 
@@ -550,7 +567,7 @@ class Guard:
         functions they read, the files their imports resolve to. Checked after collection and after
         every test; a change seen once fails the run."""
         try:
-            found = bindings_changed(self.bindings, self.root) + stdlib_used_changed(self.used) \
+            found = bindings_changed(self.bindings, self.root) + stdlib_used_changed(self.used, self.root) \
                 + modules_moved(self.module_files, self.root)
         except Exception as e:  # noqa: BLE001 — a check that cannot run is a failed one
             found = [f"watch failed: {type(e).__name__}: {e}"]
