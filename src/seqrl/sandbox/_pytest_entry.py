@@ -37,6 +37,7 @@ from __future__ import annotations
 import array
 import builtins
 import collections
+import collections.abc
 import dataclasses
 import datetime
 import decimal
@@ -105,8 +106,12 @@ def snapshot() -> dict:
                 for attr, f in _functions_of(value):
                     table[(modname, f"{name}.{attr}")] = (f, getattr(f, "__code__", None))
     for name, value in list(vars(builtins).items()):
-        table[("builtins", name)] = (value, None)
+        if name not in _MODULE_RECORDS:  # the import system sets those (six's importer sets builtins.__spec__)
+            table[("builtins", name)] = (value, None)
     return table
+
+
+_MODULE_RECORDS = ("__spec__", "__loader__", "__package__", "__doc__", "__name__")
 
 
 def stdlib_functions() -> dict:
@@ -514,8 +519,11 @@ class Guard:
     """The pytest plugin that checks the harness at session finish and stamps the report."""
 
     def __init__(self, nonce: str, conftests: list[str], table: dict, root: str = "",
-                 identities: dict | None = None, doctests: dict | None = None, watch: dict | None = None):
+                 identities: dict | None = None, doctests: dict | None = None, watch: dict | None = None,
+                 baseline=None):
         self.nonce, self.table = nonce, table
+        self.baseline = {str(p) for p in baseline or ()}  # what the pristine run's guard found: the snapshot's own
+        self.found: list[str] = []
         watch = dict(watch or {})
         self.bindings = {str(k): dict(v) for k, v in dict(watch.get("bindings") or {}).items()}
         self.module_files = {str(k): str(v) for k, v in dict(watch.get("module_files") or {}).items()}
@@ -656,7 +664,7 @@ class Guard:
         problems = list(self.late)
         now = {k: id(v) for k, v in vars(sys.modules[__name__]).items()}
         problems += [f"the entry's {k} was rebound" for k in sorted(set(now) | set(self.entry))
-                     if now.get(k) != self.entry.get(k) and not k.startswith("pytest_")][:3]
+                     if now.get(k) != self.entry.get(k) and not k.startswith(("pytest_", "__"))][:3]
         problems += changed(self.table)
         problems += stdlib_changed(self.stdlib, self.root, getattr(self, "stdlib_names", None)) \
             if getattr(self, "stdlib", None) else []
@@ -691,9 +699,10 @@ class Guard:
 
     def pytest_sessionfinish(self, session):  # tryfirst: before junitxml writes the report
         try:
-            problems = self.check(session)
+            problems = [p for p in self.check(session) if p not in self.baseline]
         except Exception as e:  # noqa: BLE001 — a broken harness is a tampered one
             problems = [f"guard failed: {type(e).__name__}: {e}"]
+        self.found = problems
         from _pytest.junitxml import xml_key
 
         xml = session.config.stash.get(xml_key, None)
@@ -946,6 +955,19 @@ def _plain(x, depth: int = 0):
             and str(type.__getattribute__(t, "__module__")).split(".")[0] == "numpy":
         # numpy's own types only (a class registered as a number, or named numpy, converts as it likes)
         return _plain(np.ndarray.tolist(x) if issubclass(t, np.ndarray) else np.generic.item(x), depth + 1)
+    eq = type.__getattribute__(t, "__eq__")
+    if eq is collections.abc.Mapping.__eq__ or eq is collections.abc.Set.__eq__:
+        # equality is the ABC's: the items (a Mapping) or the elements (a Set), whatever the class
+        import itertools
+
+        items = list(itertools.islice(iter(collections.abc.Mapping.items(x) if issubclass(
+            t, collections.abc.Mapping) else x), 100_001))
+        if len(items) > 100_000:
+            raise TypeError("too many items")
+        if issubclass(t, collections.abc.Mapping):
+            return {_plain(k, depth + 1): _plain(v, depth + 1) for k, v in items}
+        if issubclass(t, collections.abc.Set):
+            return ("<set>", tuple(_plain(v, depth + 1) for v in items))
     if _identity_only(t):  # compared by identity (sentinels, exceptions, classes without comparisons)
         return ("<id>", id(x))
     raise TypeError(t.__name__)
@@ -1043,9 +1065,9 @@ def _observe(fd, write, plain, rep, current, ops, own, honest, nearby, written, 
             if not any(opaque):
                 text = rep(tuple(leaves))
             elif check is not None and isinstance(fallback, str) and fallback.startswith("pair"):
-                sides = _pair_sides(*check(value), plain, own, honest, nearby)  # computed once
-                text = "!" if sides is None else "~True" if bool(sides[0] == sides[1]) == (fallback == "pair==") \
-                    else "~False"
+                op, negated = fallback[4:].rstrip("!"), fallback.endswith("!")
+                sides = _pair_sides(*check(value), plain, own, honest, nearby, op)  # computed once
+                text = "!" if sides is None else "~True" if bool(_SYMBOL_OPS[op](*sides)) != negated else "~False"
             elif check is not None and fallback is not None and _verdict_allowed(value, opaque, fallback, own,
                                                                                   honest, nearby):
                 text = "~True" if check(value) else "~False"
@@ -1109,8 +1131,13 @@ def _verdict_allowed(value, opaque, fallback, own, honest, nearby) -> bool:
     index — an ``in``'s container, of the tests' classes only."""
     if fallback == "all":
         return all(opaque) and all(own(v) or honest(v) for v, o in zip(value, opaque) if o)
-    return isinstance(fallback, int) and opaque[fallback] and opaque.count(True) == 1 and (
-        own(value[fallback]) or _contains_honestly(value[fallback]))
+    if not isinstance(fallback, int) or not opaque[fallback]:
+        return False
+    box = value[fallback]  # an `in`'s container: its own class's, or holding no fresh unrelated object
+    if not (own(box) or (_contains_honestly(box) and (type(box) not in (list, tuple, set, frozenset, dict)
+                                                      or honest(box)))):
+        return False
+    return all(own(v) or honest(v) for i, (v, o) in enumerate(zip(value, opaque)) if o and i != fallback)
 
 
 def _contains_honestly(container) -> bool:
@@ -1126,11 +1153,28 @@ def _contains_honestly(container) -> bool:
         return True
 
 
-def _pair_sides(a, b, plain, own, honest, nearby):
-    """The two values to compare for ``a == b`` / ``a != b`` computed in the run, or None where pytest's
-    verdict may not stand: an object that is not plain data must be of the tests' classes or pass the
-    probes, and one compared with a plain value must tell it from a nearby one. A plain side is
-    replaced by its plain copy (its class's own ``__eq__`` never runs); a tagged one is not compared."""
+_SYMBOL_OPS = {"==": lambda a, b: a == b, "!=": lambda a, b: not (a == b), "<": lambda a, b: a < b,
+               "<=": lambda a, b: a <= b, ">": lambda a, b: a > b, ">=": lambda a, b: a >= b}
+
+
+def _trichotomous(a, b) -> bool:
+    """Exactly one of ``a < b``, ``a == b``, ``a > b`` holds (raising counts as not): an order that says
+    yes to everything does not."""
+    got = []
+    for test in (lambda: a < b, lambda: a == b, lambda: a > b):
+        try:
+            got.append(test() is True)
+        except Exception:  # noqa: BLE001
+            return False
+    return got.count(True) == 1
+
+
+def _pair_sides(a, b, plain, own, honest, nearby, op="=="):
+    """The two values to compare for ``a OP b`` computed in the run, or None where pytest's verdict may
+    not stand: an object that is not plain data must be of the tests' classes or pass the probes; one
+    compared for equality with a plain value must tell it from a nearby one; an order comparison must
+    be trichotomous. A plain side is replaced by its plain copy (its class's own methods never run); a
+    tagged one is not compared."""
     def copy(v):
         try:
             p = plain(v)
@@ -1139,13 +1183,17 @@ def _pair_sides(a, b, plain, own, honest, nearby):
         return _MISSING if isinstance(p, tuple) and p and isinstance(p[0], str) and p[0].startswith("<") else p
 
     ca, cb = copy(a), copy(b)
+    if ca is not _MISSING and cb is not _MISSING:
+        return ca, cb
+    order = op not in ("==", "!=")
     if ca is _MISSING and cb is _MISSING:
-        return (a, b) if (own(a) or honest(a)) and (own(b) or honest(b)) else None
-    if ca is _MISSING:
-        return (a, cb) if own(a) or (honest(a) and nearby(a, cb)) else None
-    if cb is _MISSING:
-        return (ca, b) if own(b) or (honest(b) and nearby(b, ca)) else None
-    return ca, cb
+        ok = (own(a) or honest(a)) and (own(b) or honest(b))
+        sides = (a, b)
+    elif ca is _MISSING:
+        ok, sides = own(a) or (honest(a) and (order or nearby(a, cb))), (a, cb)
+    else:
+        ok, sides = own(b) or (honest(b) and (order or nearby(b, ca))), (ca, b)
+    return sides if ok and (not order or _trichotomous(*sides)) else None
 
 
 def _nearby(w):
@@ -1365,27 +1413,27 @@ def main(argv: list[str]) -> int:
         wrap_approx()  # before the guard's snapshot: the wrapper is what it watches
     sys.path.append(os.getcwd())  # the work tree last: it can add modules, never shadow one
 
-    if cfg["mode"] in ("collect", "pristine"):
-        pristine = cfg["mode"] == "pristine"
-        col = Collector(os.getcwd(), record=pristine)
-        if pristine:
-            col.install_read_recorder()
-        rc = pytest.main([*([] if pristine else ["--collect-only"]), "-q", *args], plugins=[col])
-        with open(REPORT, "w", encoding="utf-8") as f:
-            json.dump({"rc": int(rc), "items": col.items, "errors": col.errors, "modules": col.modules(),
-                       "raises": col.raises, "reads": sorted(col.reads), "imports": col.imported(),
-                       "ran": pristine, "module_files": col.module_files()}, f)
-        return int(rc)
     table = snapshot()  # before pytest imports any conftest or test module (and so the code under test)
     Guard.pytest_sessionfinish = pytest.hookimpl(tryfirst=True)(Guard.pytest_sessionfinish)
     Guard.pytest_collection_finish = pytest.hookimpl(tryfirst=True)(Guard.pytest_collection_finish)
     Guard.pytest_runtest_logstart = pytest.hookimpl(tryfirst=True)(Guard.pytest_runtest_logstart)
     Guard.pytest_runtest_logfinish = pytest.hookimpl(tryfirst=True)(Guard.pytest_runtest_logfinish)
     guard = Guard(cfg["nonce"], cfg.get("conftests", []), table, identities=cfg.get("identities"),
-                  doctests=cfg.get("doctests"), watch=cfg.get("watch"))
+                  doctests=cfg.get("doctests"), watch=cfg.get("watch"), baseline=cfg.get("baseline"))
     guard.stdlib = stdlib_functions()  # before the tests' modules (and the code under test) are imported
     guard.stdlib_data = stdlib_data()
     guard.stdlib_names = stdlib_names()
+    if cfg["mode"] in ("collect", "pristine"):  # the guard too: what the snapshot's own code trips is its baseline
+        pristine = cfg["mode"] == "pristine"
+        col = Collector(os.getcwd(), record=pristine)
+        if pristine:
+            col.install_read_recorder()
+        rc = pytest.main([*([] if pristine else ["--collect-only"]), "-q", *args], plugins=[col, guard])
+        with open(REPORT, "w", encoding="utf-8") as f:
+            json.dump({"rc": int(rc), "items": col.items, "errors": col.errors, "modules": col.modules(),
+                       "raises": col.raises, "reads": sorted(col.reads), "imports": col.imported(),
+                       "ran": pristine, "module_files": col.module_files(), "guard": guard.found}, f)
+        return int(rc)
     if observer is not None:
         guard.watch_observer(observer)
     del cfg

@@ -179,14 +179,18 @@ class Verdict:
 
 
 def _fallback_policy(tree: tuple):
-    """Where the observer may report pytest's own verdict: ``"pair"`` for ``a == b`` / ``a != b`` with
-    no literal (its two sides probed in the run: objects of the tests' classes, or passing the probes,
-    one of them possibly plain), ``"all"`` for another comparison with no literal whose leaves all turn
-    out not to be plain data, the leaf index of an ``in``'s container, else None."""
+    """Where the observer may report pytest's own verdict: ``"pair"`` for one comparison (``==`` ``!=``
+    ``<`` ``<=`` ``>`` ``>=``, or ``not`` of one) with no literal — its two sides probed in the run:
+    objects of the tests' classes, or passing the probes, one of them possibly plain — ``"all"`` for a
+    chain with no literal whose leaves all turn out not to be plain data, the leaf index of an ``in``'s
+    container, else None."""
     if tree[0] == "cmp" and tree[1] in ("In", "NotIn") and tree[3][0] == "obs":
         return tree[3][1]
+    inner = tree[2] if tree[0] == "unary" and tree[1] == "Not" else tree
+    if inner[0] == "cmp" and inner[1] in ("Eq", "NotEq", "Lt", "LtE", "Gt", "GtE") and not _has_literal(inner):
+        return "pair"
     if tree[0] in ("cmp", "chain") and not _has_literal(tree):
-        return "pair" if tree[0] == "cmp" and tree[1] in ("Eq", "NotEq") else "all"
+        return "all"
     return None
 
 
@@ -290,8 +294,9 @@ def _untag(v, depth: int = 0):
     return v
 
 
-MAX_VALUE_TEXT = 256_000
-"""An observed value whose text is longer is not parsed (it satisfies no check)."""
+MAX_VALUE_TEXT = 4_000_000
+"""An observed value whose text is longer is not parsed (it satisfies no check): an `all()` over 2,000 sets
+of primes is 3 MB."""
 
 
 MAX_PARSED = 16_000_000

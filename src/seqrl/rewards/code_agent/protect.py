@@ -217,7 +217,8 @@ def pristine_protections(snapshot: Path, rows, errors, data: Mapping, protected)
     - every file that defines a collected test (node files, the functions' defining files, files that
       failed to collect): ``python_files = tests.py``, a base class in ``calc/_base.py`` …;
     - a module where a pristine test's assertion failed, called from the tests, whose failing check
-      tests two or more of the function's parameters (a checking helper);
+      tests two or more of the function's parameters, and that no package source imports (a checking
+      helper, not an internal check of the code under test);
     - a work-tree module loaded by the tests that imports a test framework or is named like test
       support (``_HELPER_NAME``);
     - data files the tests read (opened from a test-side file) and the package itself does not.
@@ -249,6 +250,8 @@ def pristine_protections(snapshot: Path, rows, errors, data: Mapping, protected)
     def test_side(rel):
         return bool(rel) and (protected(rel) or rel in out)
 
+    tree_files = _walk_files(snapshot)
+    parsed: dict[str, set[str]] = {}
     for chain in data.get("raises", []) or []:  # the work-tree frames of a failing test, outermost first
         try:
             frames = [(str(f[0]), int(f[1])) for f in chain]
@@ -266,7 +269,8 @@ def pristine_protections(snapshot: Path, rows, errors, data: Mapping, protected)
             tree = ast.parse((snapshot / rel).read_bytes())
         except (SyntaxError, ValueError, RecursionError, MemoryError):
             continue
-        if any(_checks_its_arguments(tree, line) for _, line in tail):
+        if any(_checks_its_arguments(tree, line) for _, line in tail) \
+                and not _imported_by_package(snapshot, tree_files, rel, test_side, parsed):
             add(rel, "checking helper: a pristine test failed in it, on a comparison of its arguments")
     for rel in data.get("modules", []) or []:
         rel = str(rel)
@@ -280,10 +284,8 @@ def pristine_protections(snapshot: Path, rows, errors, data: Mapping, protected)
             framework = False
         if named or framework:
             add(rel, "test support module" if named else "imports a test framework")
-    files = _walk_files(snapshot)
-    _protect_named_data(snapshot, files, test_side, add)
+    _protect_named_data(snapshot, tree_files, test_side, add)
     importers: dict[str, set[str]] = {}
-    parsed: dict[str, set[str]] = {}
     for pair in data.get("imports", []) or []:
         try:
             importers.setdefault(str(pair[0]), set()).add(str(pair[1]))
@@ -293,7 +295,7 @@ def pristine_protections(snapshot: Path, rows, errors, data: Mapping, protected)
         if test_side(rel) or not rel.endswith(".py") or not is_file(rel) or not who:
             continue
         if all(test_side(o) for o in who) and _is_data_module(snapshot / rel) \
-                and not _imported_by_package(snapshot, files, rel, test_side, parsed):
+                and not _imported_by_package(snapshot, tree_files, rel, test_side, parsed):
             add(rel, "test data module: only values, imported by the tests alone")
     by_target: dict[str, set[str]] = {}
     for pair in data.get("reads", []) or []:

@@ -32,6 +32,9 @@ class Pristine:
     inifile: str | None
     dataclass_fields: dict[str, list[str]]
     conftests: list[str]
+    guard: list[str] = field(default_factory=list)
+    """What the guard found on the pristine run (the snapshot's own code: a package that installs an import
+    hook at import, a test wrapped by a decorator from outside the tree): not held against a patch."""
 
 
 @dataclass

@@ -293,7 +293,8 @@ class CodeAgentReward:
             doctests=doctests, doctest_ids=[r[0] for r in rows if r[3] == "DoctestItem"],
             doctest_digests={r[0]: r[6] for r in rows if r[6]}, protect=protect, ran=bool(data.get("ran")),
             inifile=find_inifile(snapshot), dataclass_fields=snapshot_dataclasses(snapshot, files),
-            conftests=sorted(r for r in files if r.rsplit("/", 1)[-1] == "conftest.py"))
+            conftests=sorted(r for r in files if r.rsplit("/", 1)[-1] == "conftest.py"),
+            guard=[str(p) for p in data.get("guard") or [] if isinstance(p, str)])
         with self._lock:
             self._collected[key] = result
         return result
@@ -301,7 +302,7 @@ class CodeAgentReward:
     def _pytest(self, base: Path, work: Path, mode: str, pytest_args, python, paths, snapshot: Path,
                 nonce: str = "", conftests=(), observe: list | None = None, identities: dict | None = None,
                 doctests: dict | None = None, own_files: list | None = None, own_names: dict | None = None,
-                watch: dict | None = None, dataclasses_: dict | None = None):
+                watch: dict | None = None, dataclasses_: dict | None = None, baseline=()):
         entry = base / "entry.py"
         if not entry.exists():
             shutil.copyfile(ENTRY, entry)
@@ -322,6 +323,8 @@ class CodeAgentReward:
             cfg["own_files"], cfg["own_names"] = own_files, own_names or {}
         if watch:
             cfg["watch"] = watch
+        if baseline:
+            cfg["baseline"] = list(baseline)
         if dataclasses_:
             cfg["dataclass_fields"] = dataclasses_
         writable = []
@@ -543,7 +546,7 @@ class CodeAgentReward:
                                    watch={"bindings": outside.bindings if outside else {},
                                           "stdlib_uses": outside.stdlib_uses if outside else [],
                                           "module_files": self._watched_modules(collected, protected)},
-                                   dataclasses_=collected.dataclass_fields,
+                                   dataclasses_=collected.dataclass_fields, baseline=collected.guard,
                                    doctests={n: d for n, d in collected.doctest_digests.items()
                                              if n not in void})
                 if outside:

@@ -49,13 +49,15 @@ class _Externalize(ast.NodeTransformer):
         self.must_ids: set[int] = set()
         self.must: set[int] = set()
         self.tables = dict(tables or {})  # module-level literals (`literal_tables`): kept here, never observed
+        self.imported: set[str] = set()  # names the module binds by import (modules, classes)
+        self.constants: set[str] = set()  # the module constants the check being built reads
 
     def _tree(self, node, observed: list) -> tuple:
         ok, value = _literal(node)
         if ok:
             return ("lit", value)
-        if isinstance(node, ast.Name) and node.id in self.tables:  # EXPECTED = 8.0 at module level
-            return ("lit", self.tables[node.id])
+        if isinstance(node, ast.Name) and node.id in self.tables:  # EXPECTED = 8.0: observed, and checked
+            self.constants.add(node.id)  # against its literal here (`_replace`), so a rebound one fails
         if isinstance(node, ast.BinOp) and type(node.op).__name__ in _BIN:
             return ("bin", type(node.op).__name__, self._tree(node.left, observed), self._tree(node.right, observed))
         if isinstance(node, ast.UnaryOp) and type(node.op).__name__ in ("USub", "UAdd"):
@@ -136,15 +138,19 @@ class _Externalize(ast.NodeTransformer):
             return ("unary", "Not", self._check(args[0], observed))
         raise _NotRewritable
 
-    def _replace(self, node: ast.stmt, build, expr=None) -> ast.stmt:
+    def _replace(self, node: ast.stmt, build, expr=None, constants: bool = True):
         observed: list = []
-        self.quant = None
+        self.quant, self.constants = None, set()
         try:
             tree = build(observed)
         except _NotRewritable:
             return node
         if not observed:  # nothing the code under test decides
             return node
+        if constants and self.constants:  # module constants the check read: each still its literal right after
+            names = sorted(self.constants)
+            return [self._replace(node, lambda obs: (obs.extend(observed), tree)[1], expr, constants=False),
+                    *self._constant_checks(names, node, id(node) in self.must_ids)]
         k = self.k
         self.k += 1
         self.expected[k] = Expect(tree, len(observed))
@@ -159,10 +165,12 @@ class _Externalize(ast.NodeTransformer):
             memo = {id(leaf): ast.Subscript(ast.Name("_v", ast.Load()), ast.Constant(i), ast.Load())
                     for i, leaf in enumerate(observed)}
             body = copy.deepcopy(expr, memo)
-            if fallback == "pair" and isinstance(body, ast.Compare) and len(body.ops) == 1:
-                # the two compared values, each probed on its own in the run (`a == b` evaluated there)
-                fallback = "pair" + ("==" if isinstance(body.ops[0], ast.Eq) else "!=")
-                body = ast.Tuple([body.left, body.comparators[0]], ast.Load())
+            negated = isinstance(body, ast.UnaryOp) and isinstance(body.op, ast.Not)
+            cmp = body.operand if negated else body
+            if fallback == "pair" and isinstance(cmp, ast.Compare) and len(cmp.ops) == 1:
+                # the two compared values, each probed on its own in the run (the comparison made there)
+                fallback = "pair" + _OP_SYMBOL[type(cmp.ops[0])] + ("!" if negated else "")
+                body = ast.Tuple([cmp.left, cmp.comparators[0]], ast.Load())
             elif fallback == "pair":
                 fallback = "all"
             lam = ast.Lambda(ast.arguments([], [ast.arg("_v")], None, [], [], None, []), body)
@@ -171,6 +179,18 @@ class _Externalize(ast.NodeTransformer):
         call = ast.Call(ast.Name(OBSERVE, ast.Load()), args, keywords)
         return ast.copy_location(ast.Expr(call), node)
 
+    def _constant_checks(self, names, where: ast.AST, must: bool) -> list:
+        """``NAME == <its literal>`` observed for each module-level constant or table: decided here."""
+        out = []
+        for name in names:
+            check = ast.copy_location(ast.Expr(ast.Constant(None)), where)
+            if must:
+                self.must_ids.add(id(check))
+            tree = ("cmp", "Eq", ("obs", 0), ("lit", self.tables[name]))
+            out.append(self._replace(check, lambda obs, tree=tree, name=name: (
+                obs.append(ast.Name(name, ast.Load())), tree)[1], constants=False))
+        return out
+
     def visit_Assert(self, node: ast.Assert):
         if isinstance(node.test, ast.BoolOp) and isinstance(node.test.op, ast.And):
             # `assert a and b == c`: a passing run evaluated every conjunct, so each is its own check
@@ -178,6 +198,12 @@ class _Externalize(ast.NodeTransformer):
             if id(node) in self.must_ids:
                 self.must_ids.update(id(p) for p in parts)
             return [x for p in parts for x in _as_list(self.visit_Assert(p))]
+        t = node.test
+        if isinstance(t, ast.UnaryOp) and isinstance(t.op, ast.Not) and isinstance(t.operand, ast.Compare) \
+                and len(t.operand.ops) == 1 and type(t.operand.ops[0]) in _NEGATE:
+            was, node = node, ast.copy_location(ast.Assert(_negated(t.operand), node.msg), node)  # not (a == b)
+            if id(was) in self.must_ids:
+                self.must_ids.add(id(node))
         return self._replace(node, lambda obs: self._check(node.test, obs), node.test)
 
     def visit_If(self, node: ast.If):
@@ -204,19 +230,15 @@ class _Externalize(ast.NodeTransformer):
                         and isinstance(self.tables[n.id], (list, tuple, dict, set, frozenset))})
         if not names or node.orelse:
             return node
-        before, after = [], []
-        for name in names:
-            for where, out in (("before", before), ("after", after)):
-                check = ast.copy_location(ast.Expr(ast.Constant(None)), node)
-                if id(node) in self.must_ids and (where == "before" or not _returns(node.body)):
-                    self.must_ids.add(id(check))
-                tree = ("cmp", "Eq", ("obs", 0), ("lit", self.tables[name]))
-                out.append(self._replace(check, lambda obs, tree=tree, name=name: (
-                    obs.append(ast.Name(name, ast.Load())), tree)[1]))
-        return [*before, node, *after]
+        must = id(node) in self.must_ids
+        return [*self._constant_checks(names, node, must), node,
+                *self._constant_checks(names, node, must and not _returns(node.body))]
 
     def visit_Expr(self, node: ast.Expr):
         call = node.value
+        receiver = call.func.value if isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) else None
+        if isinstance(receiver, ast.Name) and receiver.id in self.imported:
+            return node  # `six.assertCountEqual(self, a, b)`, `TestCase.assertEqual(self, …)`: no test case's method
         if isinstance(call, ast.Call) and (_func_name(call) or "").startswith("assert"):
             expr = None
             name = _func_name(call)
@@ -243,6 +265,7 @@ def _fails(node: ast.If) -> bool:
     return isinstance(st, ast.Expr) and isinstance(st.value, ast.Call) and _func_name(st.value) == "fail"
 
 
+_OP_SYMBOL = {ast.Eq: "==", ast.NotEq: "!=", ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">="}
 _NEGATE = {ast.Eq: ast.NotEq, ast.NotEq: ast.Eq, ast.In: ast.NotIn, ast.NotIn: ast.In}
 
 
@@ -442,8 +465,8 @@ def _must_ids(fn: ast.AST) -> set[int]:
             if isinstance(st, (ast.Assert, ast.Expr, ast.For)) or (isinstance(st, ast.If) and _fails(st)):
                 out.add(id(st))
             elif isinstance(st, (ast.With, ast.AsyncWith)) and not any(
-                    isinstance(it.context_expr, ast.Call) and _func_name(it.context_expr) in _RAISES_CMS
-                    for it in st.items):
+                    not isinstance(it.context_expr, ast.Call) or _func_name(it.context_expr) in _RAISES_CMS
+                    for it in st.items):  # `with expectation:` may be a pytest.raises held in a variable
                 if not block(st.body):
                     return False
             if _returns([st]):
@@ -473,11 +496,14 @@ def externalize_asserts(source: str, start: int = 0, only=None, helpers: bool = 
         only = {q for q in defs if _conventional_test(q)}
     targets = set(defs) if helpers else {q for q in only if q in defs}
     tr = _Externalize(start, literal_tables(tree))
+    tr.imported = {a.asname or a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom))
+                   for a in n.names}
     by_test: dict[str, list[int]] = {}
     for _, _, qual, fn in sorted((fn.lineno, fn.col_offset, q, fn) for q in targets
                                  for fn in defs[q]):  # in source order
         tr.found = []
-        tr.must_ids = _must_ids(fn) if qual in only else set()
+        # a name defined twice (`if PY3: def test_b` / `else: def test_b`): which runs is not known here
+        tr.must_ids = _must_ids(fn) if qual in only and len(defs[qual]) == 1 else set()
         fn.body = [x for st in fn.body for x in _as_list(tr.visit(st))]
         by_test.setdefault(qual, []).extend(tr.found)
     ast.fix_missing_locations(tree)
@@ -521,8 +547,8 @@ def helper_bindings(trees: Mapping[str, ast.Module]) -> dict[str, dict[str, list
     for rel, tree in trees.items():
         defs[rel] = {n.name: bool(n.decorator_list) for n in tree.body
                      if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
-        for c in tree.body:  # methods of module-level classes: `Base.check_total`
-            if isinstance(c, ast.ClassDef):
+        for c in tree.body:  # methods of module-level classes (`Base.check_total`); a decorated class may be
+            if isinstance(c, ast.ClassDef) and not c.decorator_list and c.name not in _assigned(tree.body):
                 defs[rel].update({f"{c.name}.{n.name}": bool(n.decorator_list) or n.name in _assigned(c.body)
                                   for n in c.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))})
         again = _assigned(tree.body)  # `helper = fixture(helper)`: the name holds something else then
