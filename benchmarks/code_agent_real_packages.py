@@ -269,6 +269,8 @@ def main() -> int:
                     "there when missing; `seqrl data code-repair --out` makes the same)")
     ap.add_argument("--results", default=str(ROOT / "runs" / "bench-code-agent-real"))
     ap.add_argument("--workers", type=int, default=2, help="tasks scored at once")
+    ap.add_argument("--score-per-package", type=int, default=0, help="score the first N tasks of each package "
+                    "only (0: all)")
     ap.add_argument("--report-only", action="store_true", help="render table.md again from the stored scores")
     ap.add_argument("--attack-every", type=int, default=1, help="attacks on every K-th task of each package "
                     "(honest fixes and wrong patches on all)")
@@ -294,6 +296,9 @@ def main() -> int:
     tasks = [t for t in cr.load_tasks(tasks_dir) if t["package"] in {cr.resolve(p).name for p in packages}]
     print(f"{len(tasks)} tasks over {len({t['package'] for t in tasks})} packages ({time.time() - t0:.0f} s)",
           file=sys.stderr, flush=True)
+    if args.score_per_package:
+        seen = Counter()
+        tasks = [t for t in tasks if (seen.update([t["package"]]) or seen[t["package"]]) <= args.score_per_package]
     nth = Counter()
     for t in tasks:  # which tasks get the attacks: every K-th of each package
         t["attacked"] = nth[t["package"]] % args.attack_every == 0
