@@ -822,7 +822,7 @@ class Collector:
         out = {}
         for name, m in list(sys.modules.items()):
             f = getattr(m, "__file__", None)
-            if name == "__main__" or not isinstance(f, str):
+            if name.startswith("__") or not isinstance(f, str):  # __main__, __mp_main__: the entry itself
                 continue
             out[name] = self._rel(f) or os.path.realpath(f)
         return out

@@ -11,6 +11,7 @@ import fractions
 import math
 import operator
 import pathlib
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -162,6 +163,9 @@ def _binop(op: str, a, b):
         return out
     if op == "Add" and type(a) is type(b) and isinstance(a, _SEQ) and len(a) + len(b) <= _MAX_ITEMS:
         return a + b
+    if op == "Mod" and type(a) is str and isinstance(b, (*_ARITH, str, tuple)) and len(a) <= 10_000 \
+            and not re.search(r"%[^a-zA-Z%]*(\d{4,}|\*)", a):  # "0x%x" % n; no huge or starred widths
+        return a % b
     if op == "Mult":
         seq, n = (a, b) if isinstance(a, _SEQ) else (b, a)
         if isinstance(seq, _SEQ) and type(n) is int and len(seq) * max(n, 0) <= _MAX_ITEMS:

@@ -528,6 +528,13 @@ def _module_file(rel: str, module: str, level: int, files) -> str | None:
     return None
 
 
+def _mangled(cls: str, name: str) -> str:
+    """The name a method is stored under in its class: ``__get`` in ``Cached`` is ``_Cached__get``."""
+    if name.startswith("__") and not name.endswith("__") and cls.strip("_"):
+        return f"_{cls.lstrip('_')}{name}"
+    return name
+
+
 def _assigned(body) -> set[str]:
     """Names a statement list binds by assignment (``x = …``, ``x: T = …``, ``x += …``)."""
     out = set()
@@ -539,30 +546,30 @@ def _assigned(body) -> set[str]:
 
 
 def helper_bindings(trees: Mapping[str, ast.Module]) -> dict[str, dict[str, list]]:
-    """``{file: {name: [defining file, qualname, decorated]}}``: the module-level functions (and methods
-    of module-level classes) each test-side file defines, and the functions it imports by name from
-    another test-side file. The run checks
+    """``{file: {path: [defining file, qualname, decorated]}}``: the module-level functions (and methods
+    of module-level classes, by the path they are stored under: ``Cached._Cached__get``) each test-side
+    file defines, and the functions it imports by name from another test-side file. The run checks
     that these names still hold those functions (a helper rebound by package code fails the run)."""
-    defs: dict[str, dict[str, bool]] = {}
+    defs: dict[str, dict[str, tuple[str, bool]]] = {}
     for rel, tree in trees.items():
-        defs[rel] = {n.name: bool(n.decorator_list) for n in tree.body
+        again = _assigned(tree.body)  # `helper = fixture(helper)`: the name holds something else then
+        defs[rel] = {n.name: (n.name, bool(n.decorator_list) or n.name in again) for n in tree.body
                      if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
         for c in tree.body:  # methods of module-level classes (`Base.check_total`); a decorated class may be
-            if isinstance(c, ast.ClassDef) and not c.decorator_list and c.name not in _assigned(tree.body):
-                defs[rel].update({f"{c.name}.{n.name}": bool(n.decorator_list) or n.name in _assigned(c.body)
-                                  for n in c.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))})
-        again = _assigned(tree.body)  # `helper = fixture(helper)`: the name holds something else then
-        defs[rel] = {k: dec or k in again for k, dec in defs[rel].items()}
+            if isinstance(c, ast.ClassDef) and not c.decorator_list and c.name not in again:  # anything
+                defs[rel].update({f"{c.name}.{_mangled(c.name, n.name)}": (
+                    f"{c.name}.{n.name}", bool(n.decorator_list) or n.name in _assigned(c.body))
+                    for n in c.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))})
     out: dict[str, dict[str, list]] = {}
     for rel, tree in trees.items():
-        mine = {name: [rel, name, dec] for name, dec in defs[rel].items()}
+        mine = {path: [rel, qual, dec] for path, (qual, dec) in defs[rel].items()}
         for node in tree.body:
             if isinstance(node, ast.ImportFrom) and node.module is not None or isinstance(node, ast.ImportFrom) \
                     and node.level:
                 src = _module_file(rel, node.module or "", node.level, trees)
                 for a in node.names if src else ():
                     if a.name in defs[src] and (a.asname or a.name) not in mine:
-                        mine[a.asname or a.name] = [src, a.name, defs[src][a.name]]
+                        mine[a.asname or a.name] = [src, *defs[src][a.name]]
         if mine:
             out[rel] = mine
     return out
