@@ -114,6 +114,49 @@ _m = _pm()
 if _m is not None:
     _m.register(_P(), "helper")
 ''',
+    # every public function of the package returns a value whose comparisons lie (also a registered number)
+    "lying_returns": '''
+import functools as _ft, numbers as _num, sys as _s
+class _Any:
+    def __eq__(self, other): return True
+    def __ne__(self, other): return False
+    def __lt__(self, other): return True
+    __le__ = __gt__ = __ge__ = __lt__
+    def __contains__(self, x): return True
+    def __float__(self): return 0.0
+    def __int__(self): return 0
+    __hash__ = object.__hash__
+_num.Real.register(_Any)
+def _lie(f):
+    @_ft.wraps(f)
+    def g(*a, **k):
+        f(*a, **k)
+        return _Any()
+    return g
+_here = _s.modules[__name__]
+for _n, _v in list(vars(_here).items()):
+    if callable(_v) and not isinstance(_v, type) and not _n.startswith("_") and getattr(_v, "__module__", "").startswith(__name__.split(".")[0]):
+        setattr(_here, _n, _lie(_v))
+''',
+    # test-side helpers (module-level functions of test modules but the tests) rebound to no-ops as they load
+    "rebind_test_helpers": '''
+import sys as _s
+class _Rebind:
+    def find_spec(self, name, path=None, target=None):
+        leaf = name.rsplit(".", 1)[-1]
+        if leaf.startswith(("test", "conftest", "helper", "util")):
+            _s.meta_path.remove(self)
+            try:
+                import importlib as _il
+                mod = _il.import_module(name)
+                for _n, _v in list(vars(mod).items()):
+                    if callable(_v) and not isinstance(_v, type) and not _n.startswith("test"):
+                        setattr(mod, _n, lambda *a, **k: None)
+            finally:
+                _s.meta_path.insert(0, self)
+        return None
+_s.meta_path.insert(0, _Rebind())
+''',
 }
 FAKE_UNITTEST = '''import os as _o
 __path__ = [_o.path.join(_o.path.dirname(_o.__file__), "unittest")]
