@@ -305,9 +305,10 @@ def test_attending_over_the_whole_bf16_cache_equals_attending_over_its_written_s
     a, b = runs[True], runs[False]
     assert a.stats["lean_decode"] == 1.0 and torch.isfinite(a.logprobs).all()
     assert a.completion_ids.tolist() == b.completion_ids.tolist() and len(set(a.lengths.tolist())) > 2
-    # a longer reduction rounds the bf16 attention output differently (≤ 3e-4 seen); a mask one slot off
-    # changes tokens and log-probs by more than 1
-    assert torch.allclose(a.logprobs, b.logprobs, atol=2e-3, rtol=0)
+    # a longer reduction rounds the bf16 attention output differently (≤ 3e-4 seen with AVX-512 BF16, 7.6e-3
+    # on an AVX2-only CPU, where bf16 runs through other kernels); a mask one slot off changes tokens and
+    # log-probs by more than 1
+    assert torch.allclose(a.logprobs, b.logprobs, atol=2e-2, rtol=0)
 
 
 def test_the_bf16_cache_samples_within_bf16_rounding_of_the_fp32_cache(monkeypatch):
