@@ -120,6 +120,16 @@ def safe_extract(archive: Path, dest: Path) -> Path:
         if name.startswith(("/", "\\")) or ".." in parts or re.match(r"^[A-Za-z]:", name):
             raise ValueError(f"{archive.name}: unsafe member {name!r}")
 
+    def put(name: str, is_dir: bool, opener) -> Path:
+        target = dest / name
+        if is_dir:
+            target.mkdir(parents=True, exist_ok=True)
+            return target
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with opener() as src, open(target, "wb") as out:
+            shutil.copyfileobj(src, out)
+        return target
+
     if archive.name.endswith((".tar.gz", ".tgz", ".tar.bz2", ".tar")):
         with tarfile.open(archive) as tf:
             members = tf.getmembers()
@@ -128,14 +138,9 @@ def safe_extract(archive: Path, dest: Path) -> Path:
             for m in members:
                 if not (m.isfile() or m.isdir()):
                     continue  # a link could point outside the tree
-                target = dest / m.name
-                if m.isdir():
-                    target.mkdir(parents=True, exist_ok=True)
-                    continue
-                target.parent.mkdir(parents=True, exist_ok=True)
-                with tf.extractfile(m) as src, open(target, "wb") as out:
-                    shutil.copyfileobj(src, out)
-                os.chmod(target, 0o755 if m.mode & 0o111 else 0o644)
+                target = put(m.name, m.isdir(), lambda m=m: tf.extractfile(m))
+                if m.isfile():
+                    os.chmod(target, 0o755 if m.mode & 0o111 else 0o644)
     elif archive.name.endswith(".zip"):
         with zipfile.ZipFile(archive) as zf:
             for info in zf.infolist():
@@ -143,13 +148,7 @@ def safe_extract(archive: Path, dest: Path) -> Path:
             for info in zf.infolist():
                 if (info.external_attr >> 16) & 0o170000 == 0o120000:
                     continue
-                target = dest / info.filename
-                if info.is_dir():
-                    target.mkdir(parents=True, exist_ok=True)
-                    continue
-                target.parent.mkdir(parents=True, exist_ok=True)
-                with zf.open(info) as src, open(target, "wb") as out:
-                    shutil.copyfileobj(src, out)
+                put(info.filename, info.is_dir(), lambda info=info: zf.open(info))
     else:
         raise ValueError(f"{archive.name}: not a .tar.gz or .zip archive")
     tops = [p for p in dest.iterdir()]
