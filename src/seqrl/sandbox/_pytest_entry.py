@@ -37,7 +37,6 @@ from __future__ import annotations
 import array
 import builtins
 import collections
-import collections.abc
 import dataclasses
 import datetime
 import decimal
@@ -955,19 +954,6 @@ def _plain(x, depth: int = 0):
             and str(type.__getattribute__(t, "__module__")).split(".")[0] == "numpy":
         # numpy's own types only (a class registered as a number, or named numpy, converts as it likes)
         return _plain(np.ndarray.tolist(x) if issubclass(t, np.ndarray) else np.generic.item(x), depth + 1)
-    eq = type.__getattribute__(t, "__eq__")
-    if eq is collections.abc.Mapping.__eq__ or eq is collections.abc.Set.__eq__:
-        # equality is the ABC's: the items (a Mapping) or the elements (a Set), whatever the class
-        import itertools
-
-        items = list(itertools.islice(iter(collections.abc.Mapping.items(x) if issubclass(
-            t, collections.abc.Mapping) else x), 100_001))
-        if len(items) > 100_000:
-            raise TypeError("too many items")
-        if issubclass(t, collections.abc.Mapping):
-            return {_plain(k, depth + 1): _plain(v, depth + 1) for k, v in items}
-        if issubclass(t, collections.abc.Set):
-            return ("<set>", tuple(_plain(v, depth + 1) for v in items))
     if _identity_only(t):  # compared by identity (sentinels, exceptions, classes without comparisons)
         return ("<id>", id(x))
     raise TypeError(t.__name__)

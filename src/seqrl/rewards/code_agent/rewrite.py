@@ -244,6 +244,8 @@ class _Externalize(ast.NodeTransformer):
             name = _func_name(call)
             if name in _UNITTEST and len(call.args) >= 2 and not call.keywords:
                 expr = ast.Compare(call.args[0], [_CMP_NODES[_UNITTEST[name]]()], [call.args[1]])
+            elif name in ("assertTrue", "assertFalse") and call.args and not call.keywords:
+                expr = call.args[0] if name == "assertTrue" else ast.UnaryOp(ast.Not(), call.args[0])
             return self._replace(node, lambda obs: self._unittest(call, obs), expr)
         return self.generic_visit(node)
 
