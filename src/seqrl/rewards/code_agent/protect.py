@@ -57,9 +57,20 @@ def _imports_test_framework(tree: ast.Module) -> bool:
     return False
 
 
+def _own_nodes(fn: ast.AST):
+    """The nodes of a function's body, nested functions and classes left out."""
+    stack = list(fn.body)
+    while stack:
+        n = stack.pop()
+        yield n
+        if not isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+            stack.extend(ast.iter_child_nodes(n))
+
+
 def _checks_its_arguments(tree: ast.AST, line: int) -> bool:
     """Whether the statement at ``line`` — an ``assert``, a call, or a ``raise`` under an ``if`` —
-    compares values derived from two or more parameters of the function it is in: a checking helper
+    compares values derived from two or more parameters of the function it is in, a function that returns
+    no value: a checking helper
     (``assert_close(got, want)``, ``got = f(items); assert got == want``), not an invariant of the code
     under test (``assert n >= 0``) nor a precondition of and-ed facts."""
     best = None
@@ -67,8 +78,8 @@ def _checks_its_arguments(tree: ast.AST, line: int) -> bool:
         if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) and fn.lineno <= line <= (fn.end_lineno or 0):
             if best is None or fn.lineno >= best.lineno:
                 best = fn
-    if best is None:
-        return False
+    if best is None or any(isinstance(n, ast.Return) and n.value is not None for n in _own_nodes(best)):
+        return False  # it computes a value: code under test with an internal check, not a checking helper
     a = best.args
     roots: dict[str, set[str]] = {x.arg: {x.arg} for x in [*a.posonlyargs, *a.args, *a.kwonlyargs, a.vararg, a.kwarg]
                                   if x is not None and x.arg not in ("self", "cls")}
