@@ -1,4 +1,5 @@
-"""Imports point down (DESIGN.md §2), read from the source with `ast` (nothing is imported).
+"""Imports point down (types and core at the bottom, algorithms at the top), read from the source with
+`ast` (nothing is imported).
 
 Every import counts, including the lazy ones inside functions: a lazy import still ties two rooms.
 """

@@ -1,4 +1,4 @@
-"""Tasks: problems with verifiers (DESIGN.md §3).
+"""Tasks: problems with verifiers.
 
 Procedural tasks (`ArithmeticTask`, `CountdownTask`, `GSMTask`), any reasoning-gym dataset
 (`ReasoningGymTask`) and question/answer files (`JsonlTask`), built by name with `get_task`.

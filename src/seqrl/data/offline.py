@@ -1,6 +1,6 @@
 """Offline trajectory datasets: the one in-memory form Decision Transformer, ODT, BC and %BC read.
 
-An `Episode` follows Minari's layout (DESIGN.md §8): T+1 observations (the last one is the state
+An `Episode` follows Minari's layout: T+1 observations (the last one is the state
 reached after the final action), T actions, T rewards, T termination and truncation flags. An
 `OfflineDataset` is a list of episodes plus what evaluation needs: the environment id, the action
 space kind and the reference returns of the D4RL normaliser ``100 · (R − R_random) / (R_expert − R_random)``.

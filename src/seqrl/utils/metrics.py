@@ -1,6 +1,6 @@
 """Metrics as JSON lines: ``runs/<name>/metrics.jsonl``, one ``{"step", "time", ...metrics}`` per line.
 
-Keys follow DESIGN.md §5.6 (``loss/policy``, ``reward/<fn>/mean`` …). NaN and ±inf are not valid
+Keys follow one scheme (``loss/policy``, ``reward/<fn>/mean`` …). NaN and ±inf are not valid
 JSON, so they are written as ``null`` with the key kept: a diverged loss stays visible in the file.
 Log from the main process only (``seqrl.utils.dist.is_main``).
 
