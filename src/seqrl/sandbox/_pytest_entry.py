@@ -162,9 +162,7 @@ def stdlib_data() -> dict:
 def stdlib_data_changed(table: dict) -> list[str]:
     out = []
     for (modname, name), was in table.items():
-        now = sys.modules.get(modname)
-        for part in name.split("."):
-            now = vars(now).get(part, _MISSING) if hasattr(now, "__dict__") else _MISSING
+        now = _resolve(sys.modules.get(modname), name)
         if now is _MISSING or type(now) is not type(was) or (now != was and not (now != now and was != was)):
             out.append(f"{modname}.{name} changed")
     return out
@@ -260,10 +258,7 @@ def stdlib_changed(table: dict, root: str, before: dict | None = None) -> list[s
     for (modname, name), orig in table.items():
         if f"{modname}.{name}" in HOOKS:
             continue
-        ns = sys.modules.get(modname)
-        now = ns
-        for part in name.split("."):
-            now = vars(now).get(part, _MISSING) if hasattr(now, "__dict__") else _MISSING
+        now = _resolve(sys.modules.get(modname), name)
         if now is not orig and now is not _MISSING and _work_tree_code(now, root) and not _test_side_code(now, root):
             out.append(f"{modname}.{name} replaced")
     names = set(getattr(sys, "stdlib_module_names", ()))
