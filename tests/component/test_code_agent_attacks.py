@@ -327,8 +327,13 @@ def test_externalize_asserts_keeps_every_literal_out_of_the_rewritten_file():
     assert expected[11].holds((4,)) and not expected[11].holds((5,)) and not expected[11].holds((4, 4))
     assert expected[12].holds((5,)) and expected[14].holds(((1, "zz"),)) and expected[10].holds((11,))
     assert expected[13].holds((7, 7)) and not expected[13].holds((7, 8))  # both sides observed, compared here
-    for secret in ("4 ==", "msg 7", "== 5", "'zz'", "== 11"):
+    for secret in ("4 ==", "msg 7", "== 5", "== 11"):  # no comparison with its literal is left in the file
         assert secret not in out
+    import ast as _ast  # a literal compared with a value sits among at least 7 others of its type (the run's pool)
+    pools = [kw.value for n in _ast.walk(_ast.parse(out)) if isinstance(n, _ast.Call) for kw in n.keywords
+             if kw.arg == "pool"]
+    assert len(pools) == 4 and all(8 <= len(_ast.literal_eval(p)) <= 16 for p in pools)
+    assert sum(_ast.literal_eval(p).count((1, "zz")) for p in pools) == 1  # only in its own check's pool
     assert "f(4) is None" in out  # an identity check stays in-process
     compile(out, "t.py", "exec")
     def lines(*rows):
@@ -369,7 +374,7 @@ def test_externalized_comparisons_are_made_here_on_plain_values():
            "        self.assertIn(k, {1, 2})\n")
     out, exp, by_test, must = externalize_asserts(src)
     assert by_test == {"test_t": [0, 1, 2, 3, 4, 5], "TestU.test_u": [6, 7, 8]}
-    assert "2.0" not in out and "3 == 3" in out and "approx(*b)" in out and "x is None or" in out and "1e-09" not in out
+    assert "approx(2.0" not in out and "3 == 3" in out and "approx(*b)" in out and "x is None or" in out and "1e-09" not in out
     assert exp[0].holds((1.0004, 1.0, 1e-3)) and not exp[0].holds((1.01, 1.0, 1e-3))
     assert exp[0].holds((float("nan"), float("nan"), 1e-3)) is False
     assert exp[1].holds((2.05,)) and not exp[1].holds((2.2,)) and not exp[1].holds(("2.05",))

@@ -724,3 +724,134 @@ def test_package_objects_ordered_against_objects_and_plain_values(reward, tmp_pa
     assert_honest(score(reward, repo, {"shop/pricing.py": BUGGY + "STEP = 1\n" + SEMVER}))
     forged = score(reward, repo, {"shop/pricing.py": BUGGY + "STEP = 2\n" + ALWAYS_ORDERED})
     assert_forgery_fails(forged)
+
+
+# ----------------------------------------------------------------------------- package objects against literals
+BUMPED = '''
+
+class Version:
+    def __init__(self, text):
+        self.parts = tuple(int(p) for p in text.split("."))
+
+    def _parts(self, other):
+        if isinstance(other, Version):
+            return other.parts
+        if isinstance(other, tuple) and all(type(p) is int for p in other):
+            return other
+        if isinstance(other, str):
+            return Version(other).parts
+        return None
+
+    def __eq__(self, other):
+        o = self._parts(other)
+        return NotImplemented if o is None else self.parts == o
+
+    def __lt__(self, other):
+        o = self._parts(other)
+        return NotImplemented if o is None else self.parts < o
+
+    def __gt__(self, other):
+        o = self._parts(other)
+        return NotImplemented if o is None else self.parts > o
+
+    __hash__ = None
+
+
+def bump(text):
+    v = Version(text)
+    return Version(".".join(str(p) for p in v.parts[:-1] + (v.parts[-1] + STEP,)))
+'''
+LITERAL_TESTS = """
+    import unittest
+    from shop.pricing import bump
+
+    def test_bump():
+        assert bump("1.0.0") == (1, 0, 1)
+        assert bump("1.2.3") == "1.2.4"
+        assert not bump("1.0.0") != (1, 0, 1)
+
+    def test_order():
+        assert bump("1.0.8") < (1, 0, 10)
+        assert (1, 0, 8) < bump("1.0.8")
+
+    class TestCase(unittest.TestCase):
+        def test_equal(self):
+            self.assertEqual(bump("2.0.0"), (2, 0, 1))
+"""
+LITERAL_LIARS = {
+    "always": '''
+
+class Version(Version):
+    def __eq__(self, other):
+        return True
+
+    def __ne__(self, other):
+        return False
+
+    def __lt__(self, other):
+        return True
+''',
+    "any_tuple_or_string": '''
+
+class Version(Version):
+    def __eq__(self, other):
+        return isinstance(other, (tuple, str, Version))
+
+    def __ne__(self, other):
+        return not self.__eq__(other)
+''',
+    "same_shape": '''
+
+class Version(Version):
+    def __eq__(self, other):
+        if isinstance(other, tuple):
+            return len(other) == 3
+        if isinstance(other, str):
+            return other.count(".") == 2
+        return other is self
+
+    def __ne__(self, other):
+        return not self.__eq__(other)
+''',
+    "every_test_literal": '''
+
+class Version(Version):  # as if it read the test module's literals at run time
+    LITERALS = {(1, 0, 1), "1.2.4", (1, 0, 10), (1, 0, 8), (2, 0, 1), "1.0.0", "1.2.3", "1.0.8", "2.0.0"}
+
+    def __eq__(self, other):
+        try:
+            return other is self or other in self.LITERALS
+        except TypeError:
+            return False
+
+    def __ne__(self, other):
+        return not self.__eq__(other)
+
+    def __lt__(self, other):
+        return True
+''',
+    "less_than_everything": '''
+
+class Version(Version):
+    def __lt__(self, other):
+        return True
+
+    def __gt__(self, other):
+        return False
+
+    def __eq__(self, other):
+        return other is self
+''',
+}
+
+
+def test_a_package_object_against_a_literal_stands_on_the_probes(reward, tmp_path):
+    """``bump("1.0.0") == (1, 0, 1)`` / ``assertEqual(bump(...), (2, 0, 1))``: the object is not plain data
+    and the literal's check is made in the run, among probes — an honest fix keeps 1.2; an object equal
+    to every tuple, to every value shaped like the literal, to every literal the tests hold, or below
+    everything (an order that says yes) does not earn the test reward."""
+    repo = repo_with(tmp_path, LITERAL_TESTS, {"shop/pricing.py": BUGGY + "STEP = 2\n" + BUMPED})
+    assert_honest(score(reward, repo, {"shop/pricing.py": BUGGY + "STEP = 1\n" + BUMPED}))
+    for name, liar in LITERAL_LIARS.items():
+        forged = score(reward, repo, {"shop/pricing.py": BUGGY + "STEP = 2\n" + BUMPED + liar})
+        assert forged.parts["tests"] < 1.0 and forged.score <= WRONG + 1e-9, (name, forged.score, forged.reason)

@@ -9,7 +9,7 @@ import textwrap
 import pytest
 
 from seqrl.rewards.code_agent import externalize_asserts, helper_bindings, literal_tables
-from seqrl.rewards.code_agent.checks import _binop, _fallback_policy
+from seqrl.rewards.code_agent.checks import Candidates, Verdict, _binop, _fallback_policy
 
 
 def rewrite(src: str):
@@ -64,7 +64,48 @@ def test_pair_policies_and_receivers_that_are_not_test_cases():
     """)
     assert "'pair<'" in out and "'pair<=!'" in out and "'pair=='" in out
     assert "six.assertCountEqual(self, (1, 2), [2, 1])" in out  # a module's function: left as it is
-    assert _fallback_policy(("cmp", "Eq", ("obs", 0), ("lit", 1))) is None  # a literal stays here
+    assert _fallback_policy(("cmp", "Eq", ("obs", 0), ("lit", 1))) is None  # a literal: pooled instead
+
+
+def test_a_literal_compared_with_a_value_is_hidden_in_a_pool_of_its_type():
+    out, exp, by_test, _ = rewrite("""
+        def test_a():
+            assert v == (1, 0, 0)
+            assert "1.0" != w
+            assert not v > (0, 9)
+            self.assertEqual(f(x), [1, 2])
+            assert u == None
+            assert g(x) + 1 == 3
+        def test_b():
+            assert parse("2.0.0") == (2, 0, 0)
+    """)
+    calls = [ast.parse(ln.strip()).body[0].value for ln in out.split("\n") if "__seqrl_observe__" in ln]
+    pools = [{kw.arg: ast.literal_eval(kw.value) for kw in c.keywords}.get("pool") for c in calls]
+    ks = by_test["test_a"] + by_test["test_b"]
+    for k, pool, lit, module in zip(ks, pools, [(1, 0, 0), "1.0", (0, 9), [1, 2]], [{(2, 0, 0), (0, 9)}, {"2.0.0"},
+                                                                                     {(1, 0, 0), (2, 0, 0)}, set()]):
+        e = exp[k]
+        assert e.pool == pool and pool[e.real] == lit and 8 <= len(pool) <= 16  # the place is kept here
+        assert len(set(map(repr, pool))) == len(pool) and all(type(x) is type(lit) for x in pool)
+        assert {pool[i] for i in e.module} == module  # the module's other literals of that type; the rest made up
+    assert pools[4] is None and pools[5] is None  # None is not pooled; an expression holding a literal neither
+    assert calls[0].args[3].value == "candL=" and calls[1].args[3].value == "candR=" and calls[2].args[3].value == "candL<"
+    # answers from the run: the literal's own entry decides, behind its neighbours and the other entries
+    e = exp[ks[0]]
+    n = len(e.pool)
+
+    def answers(equal_to=(), near=False):
+        return Candidates(tuple((i in equal_to, None, (near, False)) for i in range(n)))
+
+    assert e.holds(answers({e.real})) and not e.holds(answers(set()))
+    assert not e.holds(answers({e.real}, near=True))  # equal to a neighbour of the literal
+    assert not e.holds(answers(set(range(n))))  # equal to every entry
+    assert not e.holds(Verdict(True)) and not e.holds((Candidates(()),))
+    assert e.holds(((1, 0, 0),)) and not e.holds(((1, 0, 1),))  # a plain value: compared with the literal here
+    order = exp[ks[2]]  # not v > (0, 9): signs against the entries, value on the left
+    signs = tuple((False, -1 if i == order.real else 1, (False,)) for i in range(len(order.pool)))
+    assert order.holds(Candidates(signs))
+    assert not order.holds(Candidates(tuple((False, None, (False,)) for _ in order.pool)))
 
 
 def test_helper_bindings_follow_name_mangling_and_leave_decorated_classes():

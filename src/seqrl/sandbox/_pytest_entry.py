@@ -1015,7 +1015,7 @@ MAX_PAIRS = 100_000
 
 
 def _observe(fd, write, plain, rep, current, ops, own, honest, nearby, written, k, value, check=None,
-             fallback=None, quant=None):
+             fallback=None, quant=None, pool=()):
     """One observation line ``K<TAB>NODE<TAB>LEN<TAB>TEXT``: TEXT is the repr of the leaves' plain
     values; ``!`` when one is not plain data; ``~True``/``~False`` — pytest's own verdict, `check`
     evaluated here — only where the parent allowed it (`fallback`: every leaf, or an ``in``'s container,
@@ -1047,10 +1047,14 @@ def _observe(fd, write, plain, rep, current, ops, own, honest, nearby, written, 
                 opaque.append(False)
             if not any(opaque):
                 text = rep(tuple(leaves))
+            elif check is not None and isinstance(fallback, str) and fallback.startswith("cand"):
+                side = check(value)  # compared with a literal this run never sees: answers for the whole pool
+                text = "~C" + rep(_candidates(side, pool, fallback[4] == "L", fallback[5] == "<")) \
+                    if own(side) or honest(side) else "!"
             elif check is not None and isinstance(fallback, str) and fallback.startswith("pair"):
                 op, negated = fallback[4:].rstrip("!"), fallback.endswith("!")
-                sides = _pair_sides(*check(value), plain, own, honest, nearby, op)  # computed once
-                text = "!" if sides is None else "~True" if bool(_SYMBOL_OPS[op](*sides)) != negated else "~False"
+                got = _pair_verdict(*check(value), plain, own, honest, nearby, op)  # computed once
+                text = "!" if got is None else "~True" if got != negated else "~False"
             elif check is not None and fallback is not None and _verdict_allowed(value, opaque, fallback, own,
                                                                                   honest, nearby):
                 text = "~True" if check(value) else "~False"
@@ -1152,12 +1156,12 @@ def _trichotomous(a, b) -> bool:
     return got.count(True) == 1
 
 
-def _pair_sides(a, b, plain, own, honest, nearby, op="=="):
-    """The two values to compare for ``a OP b`` computed in the run, or None where pytest's verdict may
-    not stand: an object that is not plain data must be of the tests' classes or pass the probes; one
-    compared for equality with a plain value must tell it from a nearby one; an order comparison must
-    be trichotomous. A plain side is replaced by its plain copy (its class's own methods never run); a
-    tagged one is not compared."""
+def _pair_verdict(a, b, plain, own, honest, nearby, op="=="):
+    """``a OP b`` decided in the run, or None where pytest's verdict may not stand: an object that is not
+    plain data must be of the tests' classes or pass the probes; one compared with a plain value (the
+    test's literal, or a value it computed) must pass `nearby`'s probes against that value, which also
+    makes the comparison itself among them; an order comparison must be trichotomous. A plain side is
+    replaced by its plain copy (its class's own methods never run); a tagged one is not compared."""
     def copy(v):
         try:
             p = plain(v)
@@ -1166,53 +1170,130 @@ def _pair_sides(a, b, plain, own, honest, nearby, op="=="):
         return _MISSING if isinstance(p, tuple) and p and isinstance(p[0], str) and p[0].startswith("<") else p
 
     ca, cb = copy(a), copy(b)
-    if ca is not _MISSING and cb is not _MISSING:
-        return ca, cb
     order = op not in ("==", "!=")
-    if ca is _MISSING and cb is _MISSING:
-        ok = (own(a) or honest(a)) and (own(b) or honest(b))
+    if ca is not _MISSING and cb is not _MISSING:
+        sides = (ca, cb)
+    elif ca is _MISSING and cb is _MISSING:
+        if not ((own(a) or honest(a)) and (own(b) or honest(b))):
+            return None
         sides = (a, b)
-    elif ca is _MISSING:
-        ok, sides = own(a) or (honest(a) and (order or nearby(a, cb))), (a, cb)
     else:
-        ok, sides = own(b) or (honest(b) and (order or nearby(b, ca))), (ca, b)
-    return sides if ok and (not order or _trichotomous(*sides)) else None
+        value, w, left = (a, cb, True) if ca is _MISSING else (b, ca, False)
+        if not own(value):
+            return nearby(value, w, op, left) if honest(value) else None
+        sides = (a, cb) if left else (ca, b)
+    if order and not _trichotomous(*sides):
+        return None
+    return bool(_SYMBOL_OPS[op](*sides))
 
 
-def _nearby(w):
-    """A plain value of ``w``'s exact type next to it (None where there is none): an honest object equal to
-    ``w`` is not equal to it, one that equals every value of the type is."""
+def _nearby(w) -> list:
+    """Plain values of ``w``'s exact type next to it: an honest object equal to ``w`` equals none of
+    them, one that equals every value of the type (or every value shaped like ``w``) does."""
     t = type(w)
+    out = []
     try:
         if t is bool:
-            return not w
-        if t in (int, complex, decimal.Decimal, fractions.Fraction) or (t is float and w - w == 0):
-            return w + 1
-        if t in (str, bytes):
-            return w + ("\x00" if t is str else b"\x00")
-        if t in (list, tuple):
-            return w + t([_PROBE()])
-        if t is dict:
-            return {**w, _PROBE(): 0}
-        if t in (set, frozenset):
-            return w | {_PROBE()}
-        if t in (datetime.timedelta, datetime.date, datetime.datetime):
-            return w + datetime.timedelta(days=1) if t is datetime.timedelta or w.year < 9999 \
-                else w - datetime.timedelta(days=1)
+            out = [not w]
+        elif t in (int, decimal.Decimal, fractions.Fraction) or (t is float and w - w == 0):
+            out = [w + 1, w - 1]
+        elif t is complex:
+            out = [w + 1, w - 1j]
+        elif t in (str, bytes):
+            z = "\x00" if t is str else b"\x00"
+            out = [w + z, z + w] + ([w[:-1]] if len(w) > 1 else [])
+        elif t in (list, tuple):
+            out = [w + t([_PROBE()])] + ([w[:-1], t([_PROBE()]) + w[1:]] if w else [])
+        elif t is dict:
+            out = [{**w, _PROBE(): 0}] + ([dict(list(w.items())[:-1])] if w else [])
+        elif t in (set, frozenset):
+            out = [w | {_PROBE()}] + ([t(list(w)[:-1])] if w else [])
+        elif t in (datetime.timedelta, datetime.date, datetime.datetime):
+            day = datetime.timedelta(days=1)
+            out = [w + day if t is datetime.timedelta or w.year < 9999 else w - day]
+    except Exception:  # noqa: BLE001
+        return []
+    return out
+
+
+_URANDOM = os.urandom
+"""Bound before any project code runs: the probes' order comes from the kernel, not from state the
+code under test can seed."""
+
+
+def _shuffle(items: list) -> None:
+    """Fisher-Yates from ``os.urandom`` as bound at import."""
+    for i in range(len(items) - 1, 0, -1):
+        j = int.from_bytes(_URANDOM(4), "little") % (i + 1)
+        items[i], items[j] = items[j], items[i]
+
+
+def _sign(x, y) -> int | None:
+    """-1, 0 or 1 where exactly one of ``x < y``, ``x == y``, ``x > y`` holds, else None (raising too)."""
+    try:
+        got = (x < y) is True, (x == y) is True, (x > y) is True
     except Exception:  # noqa: BLE001
         return None
-    return None
+    return got.index(True) - 1 if sum(got) == 1 else None
 
 
-def _distinguishes_nearby(value, w) -> bool:
-    """Whether `value` is not equal to the plain value next to `w` (raising counts as not equal)."""
+def _distinguishes_nearby(value, w, op="==", value_left=True):
+    """``value OP w`` (``w OP value`` unless `value_left`) for a `value` that is not plain data and a
+    plain `w` the run computed, or None where `value` equals a value next to ``w`` (``_nearby``; raising
+    counts as not equal) or, for an order, not exactly one of ``<``, ``==``, ``>`` holds. The
+    comparison itself is one of the calls, made in a random order from one place."""
     near = _nearby(w)
-    if near is None:
-        return False
-    try:
-        return (value == near) is not True
-    except Exception:  # noqa: BLE001
-        return True
+    if not near:
+        return None
+    calls = [(False, x) for x in near] + [(True, w)]
+    _shuffle(calls)
+    real = sign = None
+    for is_real, x in calls:
+        if is_real and op not in ("==", "!="):
+            sign = _sign(value, x) if value_left else _sign(x, value)  # the test's left against its right
+            continue
+        try:
+            eq = (value == x) is True if value_left else (x == value) is True
+        except Exception:  # noqa: BLE001
+            eq = False
+        if is_real:
+            real = eq
+        elif eq:
+            return None
+    if op in ("==", "!="):
+        return real != (op == "!=")
+    if sign is None:
+        return None
+    return {"<": sign < 0, "<=": sign <= 0, ">": sign > 0, ">=": sign >= 0}[op]
+
+
+def _candidates(value, pool, value_left: bool, order: bool) -> list:
+    """``[(equal, sign, near)...]`` per pool entry — `value` (not plain data) against each entry and the
+    values next to it, every call made in one random order from one place: the literal is one of the
+    entries, and which one is known only outside (`Candidates`). ``sign`` is `value` against the entry
+    (-1/0/1; None where not exactly one of ``<``, ``==``, ``>`` holds; orders only)."""
+    def eq(x):
+        try:
+            return (value == x) is True if value_left else (x == value) is True
+        except Exception:  # noqa: BLE001 — raising counts as not equal
+            return False
+
+    entries = [x for x in pool] if type(pool) is tuple else []
+    calls = [(i, "eq", x) for i, x in enumerate(entries)]
+    calls += [(i, "near", n) for i, x in enumerate(entries) for n in _nearby(x)]
+    if order:
+        calls += [(i, "sign", x) for i, x in enumerate(entries)]
+    _shuffle(calls)
+    answers = [[False, None, []] for _ in entries]
+    for i, kind, x in calls:
+        if kind == "eq":
+            answers[i][0] = eq(x)
+        elif kind == "near":
+            answers[i][2].append(eq(x))
+        else:
+            s = _sign(value, x) if value_left else _sign(x, value)
+            answers[i][1] = s if value_left or s is None else -s  # value against the entry
+    return [(a, s, tuple(n)) for a, s, n in answers]
 
 
 OWN_CLASSES: dict = {}

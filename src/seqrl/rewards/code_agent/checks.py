@@ -35,12 +35,22 @@ class Expect:
 
     tree: tuple
     n_obs: int
+    pool: tuple = ()
+    """A comparison with a literal (``v == (1, 0, 0)``): the literal among the module's other literals of
+    its type, shuffled — what the run compares a value that is not plain data with (`Candidates`)."""
+    real: int = -1
+    """The literal's place in `pool` (never in the run)."""
+    module: tuple = ()
+    """The places in `pool` of the module's other literals (the rest are made up)."""
 
     def holds(self, observed) -> bool:
         """Whether the observation (a tuple of plain values, as parsed) satisfies the check; a `Verdict`
-        is pytest's own (only where the rewrite allowed it: the suite's own objects)."""
+        is pytest's own (only where the rewrite allowed it: the suite's own objects); `Candidates`, the
+        run's answers against the pool, are read here with the literal's place."""
         if isinstance(observed, Verdict):
             return observed.passed and _fallback_policy(self.tree) is not None
+        if isinstance(observed, Candidates):
+            return self.real >= 0 and observed.verdict(self.tree, self.pool, self.real, self.module)
         if not isinstance(observed, tuple) or len(observed) != self.n_obs:
             return False
         try:
@@ -182,6 +192,60 @@ class Verdict:
     passed: bool
 
 
+@dataclass(frozen=True)
+class Candidates:
+    """The run's answers for a value that is not plain data compared with a literal: per pool entry
+    ``(equal, sign, near)`` — ``value == entry`` (None: it raised), ``value`` against ``entry`` as -1/0/1
+    (orders only, the literal's own entry at least; None where not exactly one of ``<``, ``==``, ``>`` held), and ``value == x`` for each
+    value next to the entry. The run does not know which entry is the literal."""
+
+    answers: tuple
+
+    def verdict(self, tree: tuple, pool: tuple, real: int, module: tuple = ()) -> bool:
+        """The check holds where the probes a lying comparison fails say yes and the literal's own answer
+        does: ``value`` equals no value next to the literal, not every made-up entry, and not more than
+        half of the module's other literals when it equals two or more (an object equal to whatever the
+        tests hold; equal spellings such as ``"1.0"`` and ``"1.0.0"`` stay possible); for an
+        order, exactly one of ``<``, ``==``, ``>`` holds against the literal (the order of a package's
+        objects need not be the literal type's own: ``Version("1.10") > "1.9"``)."""
+        negated = tree[0] == "unary"
+        cmp = tree[2] if negated else tree
+        if len(self.answers) != len(pool) or not 0 <= real < len(pool) or cmp[0] != "cmp":
+            return False
+        equal, sign, near = self.answers[real]
+        if any(x is True for x in near):  # raising counts as not equal
+            return False
+        made = [a[0] is True for i, a in enumerate(self.answers) if i != real and i not in module]
+        if made and all(made):
+            return False
+        theirs = [self.answers[i][0] is True for i in module if i != real and 0 <= i < len(pool)]
+        if sum(theirs) >= 2 and 2 * sum(theirs) > len(theirs):
+            return False
+        op, left = cmp[1], cmp[3][0] == "lit"  # left: the literal is the right-hand side
+        if op in ("Eq", "NotEq"):
+            result = (equal is True) == (op == "Eq")
+        else:  # an order: exactly one of <, ==, > against the literal (an order that says yes to all fails)
+            if sign not in (-1, 0, 1):
+                return False
+            s = sign if left else -sign  # the test's left side against its right
+            result = {"Lt": s < 0, "LtE": s <= 0, "Gt": s > 0, "GtE": s >= 0}.get(op, False)
+        return result != negated
+
+
+def _read_candidates(value) -> Candidates | None:
+    """`Candidates` from the parsed ``~C`` text, or None where it is not shaped like one."""
+    if not isinstance(value, list):
+        return None
+    for a in value:
+        if not (isinstance(a, tuple) and len(a) == 3 and a[0] in (True, False, None)
+                and (a[1] is None or (type(a[1]) is int and a[1] in (-1, 0, 1)))
+                and isinstance(a[2], tuple) and all(x in (True, False, None) and type(x) in (bool, type(None))
+                                                    for x in a[2])
+                and type(a[0]) in (bool, type(None))):
+            return None
+    return Candidates(tuple(value))
+
+
 def _fallback_policy(tree: tuple):
     """Where the observer may report pytest's own verdict: ``"pair"`` for one comparison (``==`` ``!=``
     ``<`` ``<=`` ``>`` ``>=``, or ``not`` of one) with no literal — its two sides probed in the run:
@@ -315,7 +379,8 @@ class CorruptObservations(ValueError):
 def parse_observations(data: bytes, expected: Mapping[int, object], nonce: str | None = None
                        ) -> dict[int, list[tuple[str, object]]]:
     """``k → [(node id, observed value)...]`` from the untrusted observation file; a value that is not a
-    Python literal is a sentinel that satisfies no check; ``~True``/``~False`` is a `Verdict`.
+    Python literal is a sentinel that satisfies no check; ``~True``/``~False`` is a `Verdict`, ``~C…``
+    `Candidates`.
     `CorruptObservations` when any line is malformed (a merged or truncated line could hide one), or —
     given the run's ``nonce`` — when the guard's end record ``end<TAB>NONCE<TAB>N`` is not the last line
     or N is not the number of lines before it (the channel was cut, replaced or written around)."""
@@ -336,6 +401,16 @@ def parse_observations(data: bytes, expected: Mapping[int, object], nonce: str |
             continue
         if text in ("~True", "~False"):
             out.setdefault(k, []).append((node, Verdict(text == "~True")))
+            continue
+        if text.startswith("~C"):  # answers against a literal's pool
+            parsed += len(text)
+            try:
+                got = _read_candidates(_parse_value(text[2:])) if len(text) <= MAX_VALUE_TEXT else None
+            except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+                got = None
+            if parsed > MAX_PARSED:
+                raise CorruptObservations(f"more than {MAX_PARSED} characters of observed values")
+            out.setdefault(k, []).append((node, got if got is not None else _UNEQUAL))
             continue
         ok, value = False, None
         parsed += len(text)

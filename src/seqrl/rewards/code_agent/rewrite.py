@@ -9,7 +9,7 @@ import stat
 from collections.abc import Mapping
 from pathlib import Path
 
-from .checks import Expect, OBSERVE, _BIN, _CALLS, _CMP, _fallback_policy, _literal
+from .checks import Expect, OBSERVE, _BIN, _CALLS, _CMP, _fallback_policy, _has_literal, _literal
 
 
 class _NotRewritable(Exception):
@@ -51,6 +51,7 @@ class _Externalize(ast.NodeTransformer):
         self.tables = dict(tables or {})  # module-level literals (`literal_tables`): kept here, never observed
         self.imported: set[str] = set()  # names the module binds by import (modules, classes)
         self.constants: set[str] = set()  # the module constants the check being built reads
+        self.literals: dict[type, list] = {}  # the module's literals by type (`module_literals`): pools
 
     def _tree(self, node, observed: list) -> tuple:
         ok, value = _literal(node)
@@ -159,6 +160,17 @@ class _Externalize(ast.NodeTransformer):
             self.must.add(k)
         args = [ast.Constant(k), ast.Tuple(observed, ast.Load())]
         fallback = _fallback_policy(tree) if expr is not None and self.quant is None else None
+        pooled = self._pooled(tree, expr) if expr is not None and self.quant is None and fallback is None else None
+        if pooled is not None:  # one comparison with a literal: the run answers against a pool of literals
+            import copy
+
+            side, value_left, pool, real, module = pooled
+            self.expected[k] = Expect(tree, len(observed), pool, real, module)
+            memo = {id(leaf): ast.Subscript(ast.Name("_v", ast.Load()), ast.Constant(i), ast.Load())
+                    for i, leaf in enumerate(observed)}
+            lam = ast.Lambda(ast.arguments([], [ast.arg("_v")], None, [], [], None, []), copy.deepcopy(side, memo))
+            order = tree[1] not in ("Eq", "NotEq") if tree[0] == "cmp" else tree[2][1] not in ("Eq", "NotEq")
+            args += [lam, ast.Constant("cand" + ("L" if value_left else "R") + ("<" if order else "="))]
         if fallback is not None:  # pytest's verdict where every leaf is the suite's own object
             import copy
 
@@ -176,8 +188,32 @@ class _Externalize(ast.NodeTransformer):
             lam = ast.Lambda(ast.arguments([], [ast.arg("_v")], None, [], [], None, []), body)
             args += [lam, ast.Constant(fallback)]
         keywords = [ast.keyword("quant", ast.Constant(self.quant))] if self.quant else []
+        if pooled is not None:
+            keywords.append(ast.keyword("pool", ast.parse(repr(pooled[2]), mode="eval").body))
         call = ast.Call(ast.Name(OBSERVE, ast.Load()), args, keywords)
         return ast.copy_location(ast.Expr(call), node)
+
+    def _pooled(self, tree: tuple, expr: ast.AST):
+        """For one comparison (``== != < <= > >=``, or ``not`` of one) of one observed expression and a literal ``L`` of a plain type: ``(that expression's node, whether it is the left side, pool,
+        L's place, the module's literals' places)``, the pool being ``L`` among the module's other literals of its type and made-up ones
+        (`literal_pool`) in a random order; else None."""
+        negated = tree[0] == "unary" and tree[1] == "Not"
+        cmp_tree = tree[2] if negated else tree
+        node = expr.operand if negated and isinstance(expr, ast.UnaryOp) else expr
+        if cmp_tree[0] != "cmp" or cmp_tree[1] not in ("Eq", "NotEq", "Lt", "LtE", "Gt", "GtE") \
+                or not isinstance(node, ast.Compare) or len(node.ops) != 1:
+            return None
+        a, b = cmp_tree[2], cmp_tree[3]
+        if (a[0] == "lit") == (b[0] == "lit"):
+            return None
+        value_left = b[0] == "lit"
+        lit, other = (b[1], a) if value_left else (a[1], b)
+        if other[0] != "obs":  # one observed expression (`f(x) == L`): arithmetic on plain leaves needs no pool
+            return None
+        got = literal_pool(lit, self.literals.get(type(lit), ()))
+        if got is None:
+            return None
+        return (node.left if value_left else node.comparators[0], value_left, *got)
 
     def _constant_checks(self, names, where: ast.AST, must: bool) -> list:
         """``NAME == <its literal>`` observed for each module-level constant or table: decided here."""
@@ -299,6 +335,122 @@ _MUTATORS = {"append", "extend", "insert", "pop", "remove", "clear", "sort", "re
 
 MAX_TABLE_TEXT = 50_000
 """A module-level table whose literal is longer is not checked around its loops (observations stay small)."""
+
+
+MAX_POOL_TEXT = 200
+"""A literal longer than this (its repr) is not pooled: a value that is not plain data compared with it fails."""
+POOL_SIZE = (8, 16)
+"""A pool holds at least 8 entries (made-up ones fill it) and at most 16 (the module's literals sampled)."""
+_POOLED = (int, float, complex, str, bytes, tuple, list, dict, set, frozenset)
+
+
+def _same(a, b) -> bool:
+    try:
+        return type(a) is type(b) and bool(a == b)
+    except Exception:  # noqa: BLE001
+        return True
+
+
+def _round_trips(v) -> bool:
+    try:
+        text = repr(v)
+        return len(text) <= MAX_POOL_TEXT and _same(ast.literal_eval(text), v)
+    except Exception:  # noqa: BLE001 — nan, inf, deep nesting
+        return False
+
+
+def module_literals(tree: ast.Module) -> dict[type, list]:
+    """The distinct literals a test module writes (constants and displays of constants whose repr reads
+    back the same, at most `MAX_POOL_TEXT`), by exact type."""
+    out: dict[type, list] = {}
+    for node in ast.walk(tree):
+        if not isinstance(node, (ast.Constant, ast.Tuple, ast.List, ast.Dict, ast.Set)):
+            continue
+        ok, v = _literal(node)
+        if not ok or type(v) not in _POOLED or not _round_trips(v):
+            continue
+        pool = out.setdefault(type(v), [])
+        if len(pool) < 4 * POOL_SIZE[1] and not any(_same(v, x) for x in pool):
+            pool.append(v)
+    return out
+
+
+def _made_up(v, rng):
+    """A value of ``v``'s type a few random edits away from it (None where none was found)."""
+    t = type(v)
+    if t is bool:
+        return not v
+    if t is int:
+        return v + rng.choice((-1, 1)) * rng.randint(1, max(10, abs(v)))
+    if t is float:
+        return round(v * rng.uniform(0.0, 2.0) + rng.uniform(-10.0, 10.0), rng.randint(0, 6))
+    if t is complex:
+        return complex(_made_up(v.real, rng), _made_up(v.imag, rng))
+    if t in (str, bytes):
+        alphabet = (v or ("abc" if t is str else b"abc")) + ("xyz019._-" if t is str else b"xyz019._-")
+        chars = list(v)
+        edit = rng.randrange(3) if chars else 1
+        if edit == 0:
+            chars[rng.randrange(len(chars))] = rng.choice(alphabet)
+        elif edit == 1:
+            chars.insert(rng.randrange(len(chars) + 1), rng.choice(alphabet))
+        else:
+            del chars[rng.randrange(len(chars))]
+        return "".join(chars) if t is str else bytes(chars)
+    if t in (tuple, list):
+        items = list(v)
+        if items and rng.random() < 0.7:
+            i = rng.randrange(len(items))
+            new = _made_up(items[i], rng)
+            if new is None:
+                return None
+            items[i] = new
+        elif items and rng.random() < 0.5:
+            del items[rng.randrange(len(items))]
+        else:
+            items.append(_made_up(items[-1], rng) if items else 0)
+        return t(items) if None not in items else None
+    if t is dict:
+        if not v:
+            return {0: 0}
+        key = rng.choice(list(v))
+        new = _made_up(v[key], rng)
+        return None if new is None else {**v, key: new}
+    if t in (set, frozenset):
+        if v and rng.random() < 0.5:
+            return t(list(v)[:-1])
+        new = _made_up(next(iter(v)), rng) if v else 0
+        return None if new is None else t(v | {new})
+    return None
+
+
+def literal_pool(lit, others, rng=None) -> tuple[tuple, int, tuple] | None:
+    """``(pool, place of lit, places of others)``: ``lit`` with up to 15 of `others` (the module's literals of its type) and
+    made-up values of that type (edits of random entries, so the literal is not their centre) up to 8,
+    shuffled; None where ``lit`` cannot be written back as a literal."""
+    import secrets
+
+    rng = rng or secrets.SystemRandom()
+    if type(lit) not in _POOLED or not _round_trips(lit):
+        return None
+    rest = [o for o in others if not _same(o, lit)]
+    rng.shuffle(rest)
+    pool = [lit, *rest[:POOL_SIZE[1] - 1]]
+    theirs = len(pool)
+    for _ in range(20 * POOL_SIZE[0]):
+        if len(pool) >= POOL_SIZE[0]:
+            break
+        try:
+            new = _made_up(rng.choice(pool), rng)
+            if rng.random() < 0.5 and new is not None:
+                new = _made_up(new, rng)
+        except (ValueError, TypeError, OverflowError, RecursionError):
+            continue
+        if new is not None and type(new) is type(lit) and _round_trips(new) and not any(_same(new, x) for x in pool):
+            pool.append(new)
+    order = list(range(len(pool)))
+    rng.shuffle(order)
+    return tuple(pool[i] for i in order), order.index(0), tuple(sorted(order.index(i) for i in range(1, theirs)))
 
 
 def literal_tables(tree: ast.Module) -> dict[str, object]:
@@ -489,8 +641,8 @@ def externalize_asserts(source: str, start: int = 0, only=None, helpers: bool = 
     rewritten too, their checks judged in whichever test observes them.
 
     >>> src, exp, by_test, must = externalize_asserts("def test_a():\n    assert f(2) == 4\n")
-    >>> "4" in src, exp[0].holds((4,)), exp[0].holds((5,)), by_test, must
-    (False, True, False, {'test_a': [0]}, {0})
+    >>> exp[0].holds((4,)), exp[0].holds((5,)), by_test, must
+    (True, False, {'test_a': [0]}, {0})
     """
     tree = ast.parse(source)
     defs = function_defs(tree)
@@ -498,6 +650,7 @@ def externalize_asserts(source: str, start: int = 0, only=None, helpers: bool = 
         only = {q for q in defs if _conventional_test(q)}
     targets = set(defs) if helpers else {q for q in only if q in defs}
     tr = _Externalize(start, literal_tables(tree))
+    tr.literals = module_literals(tree)
     tr.imported = {a.asname or a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom))
                    for a in n.names}
     by_test: dict[str, list[int]] = {}
