@@ -1189,7 +1189,8 @@ def _pair_verdict(a, b, plain, own, honest, nearby, op="=="):
 
 def _nearby(w) -> list:
     """Plain values of ``w``'s exact type next to it: an honest object equal to ``w`` equals none of
-    them, one that equals every value of the type (or every value shaped like ``w``) does."""
+    them, one that equals every value of the type (or every value shaped like ``w``) does. Never a
+    prefix of ``w``: packages let ``Version(1, 0, 0) == (1, 0)``."""
     t = type(w)
     out = []
     try:
@@ -1201,13 +1202,13 @@ def _nearby(w) -> list:
             out = [w + 1, w - 1j]
         elif t in (str, bytes):
             z = "\x00" if t is str else b"\x00"
-            out = [w + z, z + w] + ([w[:-1]] if len(w) > 1 else [])
-        elif t in (list, tuple):
-            out = [w + t([_PROBE()])] + ([w[:-1], t([_PROBE()]) + w[1:]] if w else [])
+            out = [w + z, z + w]
+        elif t in (list, tuple):  # one element more; the first one replaced by an object of no known class
+            out = [w + t([_PROBE()])] + ([t([_PROBE()]) + w[1:]] if w else [])
         elif t is dict:
-            out = [{**w, _PROBE(): 0}] + ([dict(list(w.items())[:-1])] if w else [])
+            out = [{**w, _PROBE(): 0}]  # a key more (a mapping's equality may read keys alone)
         elif t in (set, frozenset):
-            out = [w | {_PROBE()}] + ([t(list(w)[:-1])] if w else [])
+            out = [w | {_PROBE()}]
         elif t in (datetime.timedelta, datetime.date, datetime.datetime):
             day = datetime.timedelta(days=1)
             out = [w + day if t is datetime.timedelta or w.year < 9999 else w - day]
@@ -1239,8 +1240,9 @@ def _sign(x, y) -> int | None:
 
 def _distinguishes_nearby(value, w, op="==", value_left=True):
     """``value OP w`` (``w OP value`` unless `value_left`) for a `value` that is not plain data and a
-    plain `w` the run computed, or None where `value` equals a value next to ``w`` (``_nearby``; raising
-    counts as not equal) or, for an order, not exactly one of ``<``, ``==``, ``>`` holds. The
+    plain `w` the run computed, or None where `value` equals ``w`` and a value next to it too
+    (``_nearby``; raising counts as not equal) or, for an order, not exactly one of ``<``, ``==``,
+    ``>`` holds. The
     comparison itself is one of the calls, made in a random order from one place."""
     near = _nearby(w)
     if not near:
@@ -1248,6 +1250,7 @@ def _distinguishes_nearby(value, w, op="==", value_left=True):
     calls = [(False, x) for x in near] + [(True, w)]
     _shuffle(calls)
     real = sign = None
+    near_equal = False
     for is_real, x in calls:
         if is_real and op not in ("==", "!="):
             sign = _sign(value, x) if value_left else _sign(x, value)  # the test's left against its right
@@ -1258,8 +1261,10 @@ def _distinguishes_nearby(value, w, op="==", value_left=True):
             eq = False
         if is_real:
             real = eq
-        elif eq:
-            return None
+        else:
+            near_equal = near_equal or eq
+    if (real or sign == 0) and near_equal:  # a claim of equality stands on the probes
+        return None
     if op in ("==", "!="):
         return real != (op == "!=")
     if sign is None:

@@ -202,8 +202,8 @@ class Candidates:
     answers: tuple
 
     def verdict(self, tree: tuple, pool: tuple, real: int, module: tuple = ()) -> bool:
-        """The check holds where the probes a lying comparison fails say yes and the literal's own answer
-        does: ``value`` equals no value next to the literal, not every made-up entry, and not more than
+        """The check holds where the literal's own answer says so and, where that answer is "equal", the
+        probes a lying comparison fails say yes: ``value`` equals no value next to the literal, not every made-up entry, and not more than
         half of the module's other literals when it equals two or more (an object equal to whatever the
         tests hold; equal spellings such as ``"1.0"`` and ``"1.0.0"`` stay possible); for an
         order, exactly one of ``<``, ``==``, ``>`` holds against the literal (the order of a package's
@@ -213,14 +213,15 @@ class Candidates:
         if len(self.answers) != len(pool) or not 0 <= real < len(pool) or cmp[0] != "cmp":
             return False
         equal, sign, near = self.answers[real]
-        if any(x is True for x in near):  # raising counts as not equal
-            return False
-        made = [a[0] is True for i, a in enumerate(self.answers) if i != real and i not in module]
-        if made and all(made):
-            return False
-        theirs = [self.answers[i][0] is True for i in module if i != real and 0 <= i < len(pool)]
-        if sum(theirs) >= 2 and 2 * sum(theirs) > len(theirs):
-            return False
+        if equal is True:  # a claim of equality stands on the probes (one of inequality needs none)
+            if any(x is True for x in near):  # raising counts as not equal
+                return False
+            made = [a[0] is True for i, a in enumerate(self.answers) if i != real and i not in module]
+            if made and all(made):
+                return False
+            theirs = [self.answers[i][0] is True for i in module if i != real and 0 <= i < len(pool)]
+            if sum(theirs) >= 2 and 2 * sum(theirs) > len(theirs):
+                return False
         op, left = cmp[1], cmp[3][0] == "lit"  # left: the literal is the right-hand side
         if op in ("Eq", "NotEq"):
             result = (equal is True) == (op == "Eq")

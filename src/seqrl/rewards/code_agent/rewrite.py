@@ -410,12 +410,16 @@ def _made_up(v, rng):
         else:
             items.append(_made_up(items[-1], rng) if items else 0)
         return t(items) if None not in items else None
-    if t is dict:
+    if t is dict:  # a value, a key more or a key less (a mapping's equality may read keys alone)
         if not v:
             return {0: 0}
-        key = rng.choice(list(v))
-        new = _made_up(v[key], rng)
-        return None if new is None else {**v, key: new}
+        key, edit = rng.choice(list(v)), rng.randrange(3)
+        if edit == 2 and len(v) > 1:
+            return {k: x for k, x in v.items() if k != key}
+        new = _made_up(key if edit == 1 else v[key], rng)
+        if new is None:
+            return None
+        return {**v, new: v[key]} if edit == 1 else {**v, key: new}
     if t in (set, frozenset):
         if v and rng.random() < 0.5:
             return t(list(v)[:-1])
