@@ -5,6 +5,7 @@ scored by the code-agent reward, and bad packages skipped with a reason."""
 from __future__ import annotations
 
 import io
+import json
 import os
 import random
 import shlex
@@ -182,6 +183,12 @@ def test_bad_packages_are_skipped_with_a_reason(tmp_path, capsys):
     tasks = cr.build([cr.Package("broken", "1.0", ()), cr.Package("notests", "1.0", ()), "no-such-name"],
                      out=tmp_path / "out", per_package=2, cache_dir=cache, log=lines.append)
     assert tasks == [] and (tmp_path / "out" / "tasks.jsonl").read_text() == ""
+    # building some packages keeps the other packages' tasks (a subset run used to drop them)
+    other = {"id": "other-001", "package": "other", "version": "2.0", "tree": "trees/other-2.0"}
+    (tmp_path / "out" / "tasks.jsonl").write_text(json.dumps(other) + "\n")
+    assert cr.build([cr.Package("broken", "1.0", ())], out=tmp_path / "out", cache_dir=cache, log=lines.append) == []
+    assert cr.load_tasks(tmp_path / "out", absolute=False) == [other]
+    lines = lines[:3]
     assert [ln.split(":")[0] for ln in lines] == ["skip no-such-name", "skip broken 1.0", "skip notests 1.0"], lines
     assert "unknown package" in lines[0] and "tests do not run" in lines[2]
 

@@ -569,9 +569,13 @@ def build(packages=None, out="runs/code_repair", per_package: int = 20, seed: in
             t["tree"] = tree_rel
         tasks += got
         log(f"{pkg.name} {pkg.version}: {len(got)} tasks in {time.time() - t0:.0f} s")
-    with open(out / "tasks.jsonl", "w") as f:
-        for t in tasks:
+    built = {(p.name, p.version) for p in pkgs}
+    kept = [t for key, ts in old.items() if key not in built for t in ts]  # other packages' tasks stay
+    tmp = out / "tasks.jsonl.tmp"
+    with open(tmp, "w") as f:
+        for t in kept + tasks:
             f.write(json.dumps(t) + "\n")
+    os.replace(tmp, out / "tasks.jsonl")
     return tasks
 
 
