@@ -116,7 +116,9 @@ def test_shared_backbone_value_head_trains_head_and_backbone(tmp_path):
     from seqrl.algos.ppo import CriticConfig
     from seqrl.models.heads import ValueHead
 
-    cfg = _cfg(critic=CriticConfig(shared_backbone=True, vf_coef=0.5), num_iterations=1, minibatches=1,
+    # no clip on either group: the spy sees the raw gradients (both groups are clipped before either steps)
+    cfg = _cfg(critic=CriticConfig(shared_backbone=True, vf_coef=0.5, optim=OptimConfig(
+                   lr=1e-4, warmup_steps=0, schedule="constant", grad_clip=0.0)), num_iterations=1, minibatches=1,
                loss=PPOLossConfig(beta=0.0), micro_batch_size=8,
                optim=OptimConfig(lr=1e-3, warmup_steps=0, schedule="constant", grad_clip=0.0))
     torch.manual_seed(0)

@@ -48,8 +48,8 @@ def toy_train(cfg: ToyConfig, nan_at: int | None = None, signal_at: int | None =
         if nan_at == i:
             loss = loss * float("nan")
         loss.backward()
-        grad_norm, lr = loop.update(i, loss.item())
-        return {"loss/mse": loss.item(), "stats/grad_norm": grad_norm, "stats/lr": lr} if log else {}
+        stepped = loop.update(i, loss.item())
+        return {"loss/mse": loss.item(), "stats/grad_norm": stepped.norm, "stats/lr": stepped.lr} if log else {}
 
     def evaluate() -> dict[str, float]:
         if calls is not None:

@@ -2,8 +2,9 @@
 iteration) reached and exits 143 / 130 naming that checkpoint, ``--resume`` repeats the uninterrupted run
 exactly; a second signal stops at once and says what is lost.
 
-Signals are sent to this process from inside the loop (`check_finite`, once per step: the run loop's
-in `seqrl.training.run` for the trainers on it, the trainer's own otherwise; once per STaR fine-tune),
+Signals are sent to this process from inside the loop (`check_finite`, once per optimizer update: the
+run loop's in `seqrl.training.run` for the trainers on it, the sampled learners' in
+`seqrl.training.sampled`; STaR's as each fine-tune starts),
 so the real handlers run. Also `start_run`'s side of it: a one-process trainer refuses torchrun, and under torchrun a signal to one RM process stops every process at the same step.
 """
 
@@ -46,12 +47,12 @@ def _run(name: str, out, **kw) -> RunConfig:
                      **kw)
 
 
-def _interrupted(train, cfg, on_nth_call, module, at: int, *signums: int) -> RunInterrupted:
-    """`train(cfg)` with `signums` sent to this process in the `at`-th call (1-based) of `module.check_finite`."""
+def _interrupted(train, cfg, on_nth_call, module, at: int, *signums: int, name: str = "check_finite") -> RunInterrupted:
+    """`train(cfg)` with `signums` sent to this process in the `at`-th call (1-based) of `module.<name>`."""
     # the handlers the process had before (SIGINT is SIG_IGN, not Python's default, in a background job)
     before = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
     with on_nth_call.monkeypatch.context() as patch:
-        on_nth_call(module, "check_finite", at, lambda: [os.kill(os.getpid(), signum) for signum in signums], patch)
+        on_nth_call(module, name, at, lambda: [os.kill(os.getpid(), signum) for signum in signums], patch)
         with pytest.raises(RunInterrupted) as caught:
             train(cfg)
     assert {s: signal.getsignal(s) for s in before} == before  # handlers restored
@@ -59,12 +60,13 @@ def _interrupted(train, cfg, on_nth_call, module, at: int, *signums: int) -> Run
 
 
 def _check_stop_and_resume(train, make_cfg, on_nth_call, module, tmp_path, loss_key: str, signum: int,
-                           at: int, last: int) -> None:
-    """Whole run vs one stopped by `signum` in step `at` and resumed: same final weights, same losses."""
+                           at: int, last: int, updates: int = 1) -> None:
+    """Whole run vs one stopped by `signum` in step `at` and resumed: same final weights, same losses.
+    `updates`: calls of ``module.check_finite`` per step (one per optimizer update)."""
     whole = make_cfg(tmp_path / "whole")
     train(whole)
     cut = make_cfg(tmp_path / "cut")
-    e = _interrupted(train, cut, on_nth_call, module, at, signum)
+    e = _interrupted(train, cut, on_nth_call, module, (at - 1) * updates + 1, signum)
     run = cut.run.dir
     assert e.exit_code == 128 + signum
     assert (f"stopped by {signal.Signals(signum).name} after step {at}; newest complete checkpoint: "
@@ -145,8 +147,11 @@ def _ppo_cfg(out, resume: bool = False):
 
 def test_ppo_saves_policy_and_critic_at_the_step_reached_and_resume_repeats_the_run(tmp_path, on_nth_call):
     import seqrl.algos.ppo as ppo
+    import seqrl.training.sampled as sampled  # the learner's update checks each optimizer update
 
-    _check_stop_and_resume(ppo.train, _ppo_cfg, on_nth_call, ppo, tmp_path, "loss/value", signal.SIGTERM, at=2, last=3)
+    cfg = _ppo_cfg(tmp_path)
+    _check_stop_and_resume(ppo.train, _ppo_cfg, on_nth_call, sampled, tmp_path, "loss/value", signal.SIGTERM, at=2,
+                           last=3, updates=cfg.num_iterations * cfg.minibatches)
     run = tmp_path / "cut" / "p"
     assert [s for s, _ in list_checkpoints(run / "critic")] == [2, 3]  # the critic saved beside the policy
     assert _same_weights(tmp_path / "whole" / "p" / "critic" / "checkpoint-3", run / "critic" / "checkpoint-3")
@@ -209,7 +214,8 @@ def test_star_stops_after_the_iteration_or_at_once_saying_what_is_lost_and_resum
     whole = _star_cfg(tmp_path / "whole")
     star.train(whole)
     cut = _star_cfg(tmp_path / "cut")
-    e = _interrupted(star.train, cut, on_nth_call, star, 3, *[signal.SIGTERM] * signals)  # the fine-tune of iteration 2
+    e = _interrupted(star.train, cut, on_nth_call, star, 3, *[signal.SIGTERM] * signals,
+                     name="finetune")  # the fine-tune of iteration 2 (the first is the base's)
     run = cut.run.dir
     assert e.exit_code == 143
     if signals == 1:  # iteration 2 finishes and is saved

@@ -143,11 +143,11 @@ def train(cfg: DTConfig, dataset: OfflineDataset | None = None, env=None) -> dic
         if world > 1:
             loss = loss * share
             loss.backward()
-            dist.all_reduce_grads(policy)  # Σ_r share_r · loss_r = the global batch's loss
             loss = dist.all_reduce_sum(loss.detach().reshape(1))[0]
         else:
             loss.backward()
-        grad_norm, lr = loop.update(i, loss.item())
+        stepped = loop.update(i, loss.item())  # gradients Σ over processes: Σ_r share_r · loss_r = the batch's loss
+        grad_norm, lr = stepped.norm, stepped.lr
         window[0] += time.perf_counter() - t0
         window[1] += 1
         live["loss"] = loss.item()

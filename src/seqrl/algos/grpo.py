@@ -57,7 +57,8 @@ from seqrl.rollout.logprobs import pack_micro_batches, shared_prompt_logprobs, u
 from seqrl.training.api import SampledTrainer
 from seqrl.training.loop import RunLoop
 from seqrl.training.sampled import RewardTally, SampledLearner, SampledSteps, build_sampled_run, check_rewards_given
-from seqrl.training.run import check_finite, make_optimizer, releases_run_folder
+from seqrl.training.run import make_optimizer, releases_run_folder
+from seqrl.training.update import OptimGroup
 from seqrl.types import Problem, Task
 from seqrl.utils import dist
 
@@ -106,7 +107,6 @@ class GRPOLearner(SampledLearner):
         self.ref = None
         if cfg.loss.beta > 0 and not is_lora(policy.model):
             self.ref = copy.deepcopy(policy.model).eval().requires_grad_(False)
-        self.skipped_updates = 0  # optimizer updates run.on_nonfinite=skip_step skipped
         self.shared_forward = use_shared_prompt_forward(cfg.shared_prompt_forward, policy.model)
 
     # -- sampling -------------------------------------------------------------------------------
@@ -325,19 +325,13 @@ class GRPOLearner(SampledLearner):
                 for p in model.parameters():
                     if p.requires_grad and p.grad is None:
                         p.grad = torch.zeros_like(p)  # a fully skipped minibatch still steps (momentum, decay) as before
-                dist.all_reduce_grads(model)  # torchrun: Σ over processes (each loss used the global normalisers)
-                grad_norm = torch.nn.utils.clip_grad_norm_(
-                    model.parameters(), cfg.optim.grad_clip if cfg.optim.grad_clip > 0 else float("inf"))
-                add("stats/grad_norm", float(grad_norm), 1.0)
-                add("stats/lr", self.scheduler.get_last_lr()[0], 1.0)
                 mb_loss = float(dist.all_reduce_sum(torch.tensor([mb_loss], dtype=torch.float64))[0])  # every process decides alike
-                step = int(self.scheduler.last_epoch) // (cfg.num_iterations * cfg.minibatches) + 1
-                if check_finite(step, cfg.run.on_nonfinite, loss=mb_loss, grad_norm=grad_norm):
-                    self.optimizer.step()
-                else:
-                    self.skipped_updates += 1
-                self.scheduler.step()
-                self.optimizer.zero_grad(set_to_none=True)
+                step = int(self.scheduler.last_epoch) // (cfg.num_iterations * cfg.minibatches)
+                # gradients Σ over processes (each loss used the global normalisers), clipped, stepped
+                stepped = self.update(step, mb_loss, [OptimGroup("policy", model, self.optimizer, self.scheduler,
+                                                                 cfg.optim.grad_clip)])
+                add("stats/grad_norm", stepped.norm, 1.0)
+                add("stats/lr", stepped.lr, 1.0)
         metrics = {key: sums[key] / max(weights[key], 1e-12) for key in sums}
         # loss/policy: sum over micro-batches is the minibatch loss; report the mean per optimizer step
         metrics["loss/policy"] = sums.get("loss/policy", 0.0) / (cfg.num_iterations * cfg.minibatches)

@@ -68,6 +68,7 @@ from seqrl.models.dt import DTModelConfig
 from seqrl.models.odt import OnlineDecisionTransformer
 from seqrl.training.loop import RunLoop
 from seqrl.training.run import make_optimizer, releases_run_folder
+from seqrl.training.update import OptimGroup
 from seqrl.utils import dist
 from seqrl.utils.checkpoint import CheckpointError
 from seqrl.utils.dist import bf16_autocast
@@ -222,21 +223,14 @@ def build_policy(cfg: ODTConfig, dataset: OfflineDataset, data: Trajectories) ->
 
 
 class _Optimizers:
-    """The policy's optimiser and α's Adam as one object for `save_checkpoint` / `load_checkpoint`."""
+    """The policy's optimiser and α's Adam saved as one optimizer state by `save_checkpoint` /
+    `load_checkpoint` (the update steps them as two groups, `RunLoop.update`)."""
 
     def __init__(self, policy: torch.optim.Optimizer, temperature: torch.optim.Optimizer) -> None:
         self.policy, self.temperature = policy, temperature
 
     def state_dict(self) -> dict:
         return {"policy": self.policy.state_dict(), "temperature": self.temperature.state_dict()}
-
-    def step(self) -> None:
-        self.policy.step()
-        self.temperature.step()
-
-    def zero_grad(self, set_to_none: bool = True) -> None:
-        self.policy.zero_grad(set_to_none=set_to_none)
-        self.temperature.zero_grad(set_to_none=set_to_none)
 
     def load_state_dict(self, state: dict) -> None:
         self.policy.load_state_dict(state["policy"])
@@ -325,6 +319,8 @@ def train(cfg: ODTConfig, dataset: OfflineDataset | None = None, env=None) -> di
     buffer = ReplayBuffer(cfg.online.buffer_size, [ep for ep in dataset.episodes if len(ep) <= cfg.model.max_ep_len])
 
     state = loop.resume(policy, optimizers, scheduler)
+    groups = [OptimGroup("policy", policy, policy_opt, scheduler, cfg.optim.grad_clip),
+              OptimGroup("temperature", None, optimizers.temperature, extra=[log_temperature])]  # α: no clip
     P, updates = cfg.pretrain_steps, cfg.online.updates
     iteration, offline_eval, first_unit = 0, {}, loop.start
     if loop.resume_from is not None:
@@ -355,12 +351,9 @@ def train(cfg: ODTConfig, dataset: OfflineDataset | None = None, env=None) -> di
         b = {k: v.to(device) for k, v in b.items()}
         out = _update(policy, log_temperature, b, cfg, target_entropy, share)
         if world > 1:
-            if log_temperature.grad is None:
-                log_temperature.grad = torch.zeros_like(log_temperature)
-            dist.all_reduce_grads(policy)
-            dist.all_reduce_sum(log_temperature.grad)
             out = {k: dist.all_reduce_sum(v.detach().reshape(1) * share)[0] for k, v in out.items()}
-        grad_norm, lr = loop.update(step, out["loss"].item())  # the policy's and α's optimizers together
+        stepped = loop.update(step, out["loss"].item(), groups)  # both step, or neither
+        grad_norm, lr = stepped.norms["policy"], stepped.lrs["policy"]
         window["s"] += time.perf_counter() - t0
         window["n"] += 1
         done = step + 1

@@ -64,7 +64,8 @@ from seqrl.rollout.logprobs import pack_micro_batches, shared_prompt_logprobs, u
 from seqrl.training.api import SampledTrainer
 from seqrl.training.loop import RunLoop
 from seqrl.training.sampled import RewardTally, SampledLearner, SampledSteps, build_sampled_run, check_rewards_given
-from seqrl.training.run import check_finite, make_optimizer, refuse_skip_step, releases_run_folder
+from seqrl.training.run import make_optimizer, releases_run_folder
+from seqrl.training.update import OptimGroup
 from seqrl.types import Problem, Task
 from seqrl.utils import dist
 from seqrl.utils.dist import bf16_autocast
@@ -264,6 +265,7 @@ class PPOLearner(SampledLearner):
                                                           dtype=torch.float64))
                 num_tokens, num_seqs = float(counts[0].clamp(min=1)), int(counts[1])
                 norm = dict(num_tokens=num_tokens, num_seqs=num_seqs)
+                mb_losses = torch.zeros(2, dtype=torch.float64)  # the minibatch's policy and value loss
                 for rows in self._micro_batches(mb, batch.prompt_ids, batch.mask):
                     prompts = [batch.prompt_ids[i] for i in rows.tolist()]
                     ids, mask = batch.completion_ids[rows], batch.mask[rows]  # (m, T)
@@ -289,24 +291,26 @@ class PPOLearner(SampledLearner):
                     tokens = float(mask.sum())
                     add("loss/policy", loss.item(), 1.0)
                     add("loss/value", vloss.item(), 1.0)
+                    mb_losses += torch.tensor([loss.item(), vloss.item()], dtype=torch.float64)
                     for key in ("clipfrac_low", "clipfrac_high", "ratio_mean"):
                         add(f"stats/{key}", float(stats[key]), tokens)
                     add("stats/value_clipfrac", float(vclip), tokens)
                     add("stats/entropy", float(masked_mean(entropy.detach(), mask)), tokens)
-                for net, opt, sched, clip, tag in (
-                        (model, self.optimizer, self.scheduler, cfg.optim.grad_clip, "policy"),
-                        (critic, self.critic_optimizer, self.critic_scheduler, cfg.critic.optim.grad_clip, "value")):
-                    dist.all_reduce_grads(net)
-                    grad_norm = torch.nn.utils.clip_grad_norm_(net.parameters(), clip if clip > 0 else float("inf"))
-                    add(f"stats/grad_norm_{tag}", float(grad_norm), 1.0)
-                    opt.step()
-                    sched.step()
-                    opt.zero_grad(set_to_none=True)
-                add("stats/lr", self.scheduler.get_last_lr()[0], 1.0)
+                policy_loss, value_loss = (float(x) for x in dist.all_reduce_sum(mb_losses))  # alike everywhere
+                step = int(self.scheduler.last_epoch) // (cfg.num_iterations * cfg.minibatches)
+                # both networks' gradients Σ over processes and clipped; both step, or (skip_step) neither
+                stepped = self.update(step, policy_loss, [
+                    OptimGroup("policy", model, self.optimizer, self.scheduler, cfg.optim.grad_clip),
+                    OptimGroup("value", critic, self.critic_optimizer, self.critic_scheduler,
+                               cfg.critic.optim.grad_clip)], value_loss=value_loss)
+                for tag, grad_norm in stepped.norms.items():
+                    add(f"stats/grad_norm_{tag}", grad_norm, 1.0)
+                add("stats/lr", stepped.lrs["policy"], 1.0)
         metrics = {key: sums[key] / max(weights[key], 1e-12) for key in sums}
         updates = cfg.num_iterations * cfg.minibatches
         metrics["loss/policy"] = sums.get("loss/policy", 0.0) / updates  # summed micro-batches = the minibatch loss
         metrics["loss/value"] = sums.get("loss/value", 0.0) / updates
+        metrics["stats/skipped_updates"] = float(self.skipped_updates)
         metrics["perf/train_s"] = time.perf_counter() - t0
         return metrics
 
@@ -346,7 +350,6 @@ def train(cfg: PPOConfig, rewards: dict | None = None, policy: Policy | None = N
 
     rewards: extra reward functions with no import path, ``{"name": fn}`` or ``{"name": (fn, weight)}``,
     added to the config's `rewards`. policy: a loaded model and tokenizer to train in place."""
-    refuse_skip_step(cfg.run, "ppo")
     cfg.local_prompts_per_step  # noqa: B018 - raises when the prompts do not split over the processes
     check_rewards_given(cfg, rewards, "PPOTrainer")
     check_critic_start(cfg, policy is not None)
@@ -361,13 +364,10 @@ def train(cfg: PPOConfig, rewards: dict | None = None, policy: Policy | None = N
     critic.to(device)
     trainer = PPOLearner(cfg, policy, critic, task, problems, reward_fns)
     loop.add_companion("critic", critic, trainer.critic_optimizer, trainer.critic_scheduler)
-    loop.resume(policy.model, trainer.optimizer, trainer.scheduler, policy.tokenizer)
-
-    def after(i: int, metrics: dict[str, float]) -> None:  # checked after the update: skip_step is refused
-        check_finite(i + 1, cfg.run.on_nonfinite, loss=metrics["loss/policy"], value_loss=metrics["loss/value"],
-                     grad_norm=metrics["stats/grad_norm_policy"])
-
-    steps = SampledSteps(loop, trainer, after)
+    state = loop.resume(policy.model, trainer.optimizer, trainer.scheduler, policy.tokenizer)
+    steps = SampledSteps(loop, trainer)
+    if loop.resume_from is not None:
+        trainer.skipped_updates = state.get("skipped_updates", 0)
 
     def evaluate() -> dict[str, float]:
         out: dict[str, float] = {}
@@ -384,7 +384,7 @@ def train(cfg: PPOConfig, rewards: dict | None = None, policy: Policy | None = N
         first = {"model/parameters": float(num_parameters(policy.model)),
                  "model/critic_parameters": float(num_parameters(critic)), **evaluate()}
         loop.log_start(first)
-    final = steps.run(cfg.steps, evaluate, cfg.eval.every)
+    final = steps.run(cfg.steps, evaluate, cfg.eval.every, state=lambda: {"skipped_updates": trainer.skipped_updates})
     loop.plot(["reward/total/mean", "reward/verifier/mean", "eval/accuracy", "eval/pass@1", "stats/kl", "loss/value",
                "stats/explained_variance", "stats/clipfrac_high", "stats/entropy"], "ppo.png", f"PPO {cfg.run.name}")
     return {**first, **final}

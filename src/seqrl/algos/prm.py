@@ -224,7 +224,8 @@ def train(cfg: PRMConfig) -> dict[str, float]:
         loss, p, y = batch_loss(prm, batch, cfg.run.use_bf16)
         loss.backward()
         loss = float(loss.detach())
-        grad_norm, lr = loop.update(i, loss)
+        stepped = loop.update(i, loss)
+        grad_norm, lr = stepped.norm, stepped.lr
         live["loss"] = loss
         if not log:
             return {}

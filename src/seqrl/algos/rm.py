@@ -182,10 +182,10 @@ def train(cfg: RMConfig) -> dict[str, float]:
             sums += torch.tensor([loss.item() * len(mb), float(stats["accuracy"]) * len(mb),
                                   float(stats["margin"]) * len(mb), len(mb)], dtype=torch.float64)
         if world > 1:
-            dist.all_reduce_grads(model)
             sums = dist.all_reduce_sum(sums)
         n = float(sums[3])
-        grad_norm, lr = loop.update(i, float(sums[0]) / n)
+        stepped = loop.update(i, float(sums[0]) / n)
+        grad_norm, lr = stepped.norm, stepped.lr
         live["loss"] = float(sums[0]) / n
         if not log:
             return {}

@@ -68,9 +68,9 @@ def train(cfg: SFTConfig) -> dict[str, float]:
             [float(sum(int((c["labels"][:, 1:] != IGNORE_INDEX).sum()) for c in chunks))]))[0])
         loss_sum, n_tokens = accumulate_gradients(model, chunks, cfg.run.use_bf16, device.type, n_tokens)
         if world > 1:
-            dist.all_reduce_grads(model)  # Σ over processes: each loss used the global token count
             loss_sum = float(dist.all_reduce_sum(torch.tensor([loss_sum], dtype=torch.float64))[0])
-        grad_norm, lr = loop.update(i, loss_sum / max(n_tokens, 1))
+        stepped = loop.update(i, loss_sum / max(n_tokens, 1))  # gradients Σ over processes: each loss used the
+        grad_norm, lr = stepped.norm, stepped.lr  # global token count
         step_s = time.perf_counter() - t0
         live["loss"] = loss_sum / n_tokens
         return {"loss/sft": loss_sum / n_tokens, "stats/grad_norm": grad_norm, "stats/lr": lr,

@@ -44,7 +44,7 @@ from seqrl.prompts import PromptConfig, check_template
 from seqrl.rollout import SamplingParams, generate
 from seqrl.training.finetune import encode_pairs, finetune
 from seqrl.training.loop import RunLoop
-from seqrl.training.run import check_finite, make_optimizer, refuse_skip_step, releases_run_folder
+from seqrl.training.run import make_optimizer, releases_run_folder
 from seqrl.types import MARKERS, Problem, Task
 from seqrl.utils import dist
 from seqrl.utils.dist import bf16_autocast
@@ -200,9 +200,11 @@ def fine_tune(policy: Policy, kept: list[Kept], cfg: STaRConfig, iteration: int,
     optimizer, scheduler = make_optimizer(policy.model, cfg.optim, steps)
     out = finetune(policy.model, examples, steps=steps, batch_size=cfg.batch_size, optimizer=optimizer,
                    scheduler=scheduler, pad_id=policy.tokenizer.pad_token_id, seed=cfg.run.seed * 1_000 + iteration,
-                   grad_clip=cfg.optim.grad_clip, bf16=cfg.run.use_bf16)
-    check_finite(iteration, cfg.run.on_nonfinite, loss=out["loss/sft"], grad_norm=out["stats/grad_norm"])
-    return {**out, "star/fine_tune_steps": float(steps), "star/fine_tune_skipped": 0.0}
+                   grad_clip=cfg.optim.grad_clip, bf16=cfg.run.use_bf16, on_nonfinite=cfg.run.on_nonfinite,
+                   label=f"STaR iteration {iteration}")
+    skipped = out.pop("stats/skipped_updates")  # this iteration's fine-tune updates run.on_nonfinite skipped
+    return {**out, "star/fine_tune_steps": float(steps), "star/fine_tune_skipped": 0.0,
+            "star/skipped_updates": skipped}
 
 
 def accuracy_by(problems: list[Problem], records: list[dict], key: str) -> dict[str, float]:
@@ -253,8 +255,8 @@ def train_base(policy: Policy, problems: list[Problem], cfg: STaRConfig) -> dict
     optimizer, scheduler = make_optimizer(policy.model, optim, cfg.base.steps)
     out = finetune(policy.model, examples, steps=cfg.base.steps, batch_size=cfg.base.batch_size, optimizer=optimizer,
                    scheduler=scheduler, pad_id=policy.tokenizer.pad_token_id, seed=cfg.run.seed,
-                   grad_clip=cfg.optim.grad_clip, bf16=cfg.run.use_bf16)
-    check_finite(0, cfg.run.on_nonfinite, loss=out["loss/sft"], grad_norm=out["stats/grad_norm"])
+                   grad_clip=cfg.optim.grad_clip, bf16=cfg.run.use_bf16, on_nonfinite=cfg.run.on_nonfinite,
+                   label="STaR base fine-tune")
     return {"base/loss": out["loss/sft_last"], "base/examples": float(len(plain)), "base/hinted": float(len(hinted))}
 
 
@@ -284,7 +286,6 @@ def split_problems(task: Task, cfg: STaRConfig) -> tuple[list[Problem], list[Pro
 @releases_run_folder
 def train(cfg: STaRConfig) -> dict[str, float]:
     """Run STaR; returns the last iteration's metrics (held-out eval/accuracy among them)."""
-    refuse_skip_step(cfg.run, "star")
     if dist.world_size() > 1:
         raise ValueError("seqrl train star runs in one process (its sampling and fine-tunes are not "
                          "distributed); start it without torchrun")

@@ -251,7 +251,8 @@ def train(cfg: VLAConfig, dataset: OfflineDataset | None = None) -> dict[str, fl
         b = data.batch(i, cfg.batch_size, K, cfg.run.seed)
         loss, logits, actions, mask = bc_loss(policy, b, mission_ids, cfg.run.use_bf16)
         loss.backward()
-        grad_norm, lr = loop.update(i, loss.item())
+        stepped = loop.update(i, loss.item())
+        grad_norm, lr = stepped.norm, stepped.lr
         window[0] += time.perf_counter() - t0
         window[1] += 1
         live["loss"] = loss.item()

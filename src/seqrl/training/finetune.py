@@ -16,6 +16,8 @@ import torch
 from seqrl.core.losses import IGNORE_INDEX, token_nll_sum
 from seqrl.models.lm import Policy, check_on_device, model_device
 from seqrl.types import Problem
+from seqrl.training.run import NonFiniteError, check_finite
+from seqrl.training.update import OptimGroup, apply_update
 from seqrl.utils.dist import bf16_autocast
 
 Example = tuple[list[int], list[int]]
@@ -114,19 +116,32 @@ def epoch_order(n: int, seed: int, epoch: int) -> list[int]:
 
 
 def finetune(model, examples: list[Example], *, steps: int, batch_size: int, optimizer, scheduler, pad_id: int,
-             seed: int, grad_clip: float = 1.0, bf16: bool = False) -> dict[str, float]:
+             seed: int, grad_clip: float = 1.0, bf16: bool = False, on_nonfinite: str = "stop",
+             label: str = "fine-tune") -> dict[str, float]:
     """`steps` optimizer steps of token-mean NLL on `examples`, batches drawn in per-epoch
-    permutations (a pure function of `seed`, so a rerun repeats the same batches).
+    permutations (a pure function of `seed`, so a rerun repeats the same batches), each ending with
+    `apply_update` under `on_nonfinite` (``stop`` raises `NonFiniteError` naming `label` and the step;
+    ``skip_step`` skips that update).
 
-    Returns ``loss/sft`` (the mean of the step losses), ``loss/sft_last`` and ``stats/grad_norm``
-    (of the last step); a non-finite value is returned as it is for the caller to judge.
+    Returns ``loss/sft`` (the mean of the finite step losses), ``loss/sft_last``, ``stats/grad_norm``
+    (of the last step) and ``stats/skipped_updates``.
     """
     if not examples:
         raise ValueError("finetune() needs at least one example")
     if steps < 1 or batch_size < 1:
         raise ValueError(f"finetune(): steps and batch_size must be >= 1 (got {steps}, {batch_size})")
     dev = model_device(model)
-    n, losses, grad_norm, orders = len(examples), [], 0.0, {}
+    n, losses, grad_norm, orders, skipped = len(examples), [], 0.0, {}, [0]
+    group = OptimGroup("model", model, optimizer, scheduler, grad_clip)
+
+    def check(step: int, **values: float) -> bool:
+        try:
+            ok = check_finite(step, on_nonfinite, **values)
+        except NonFiniteError as e:
+            raise NonFiniteError(f"{label}: {e}") from None
+        skipped[0] += not ok
+        return ok
+
     model.train()
     for step in range(steps):
         positions = range(step * batch_size, (step + 1) * batch_size)
@@ -135,11 +150,9 @@ def finetune(model, examples: list[Example], *, steps: int, batch_size: int, opt
         idx = [orders[p // n][p % n] for p in positions]
         batch = {k: v.to(dev) for k, v in collate([examples[i] for i in idx], pad_id).items()}
         loss_sum, n_tokens = accumulate_gradients(model, [batch], bf16, dev.type)
-        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip if grad_clip > 0 else float("inf"))
-        optimizer.step()
-        scheduler.step()
-        optimizer.zero_grad(set_to_none=True)
         losses.append(loss_sum / max(n_tokens, 1))
-        grad_norm = float(norm)
-    mean = sum(losses) / len(losses) if all(math.isfinite(x) for x in losses) else float("nan")
-    return {"loss/sft": mean, "loss/sft_last": losses[-1], "stats/grad_norm": grad_norm}
+        grad_norm = apply_update([group], step, check, losses[-1]).norm
+    finite = [x for x in losses if math.isfinite(x)]
+    mean = sum(finite) / len(finite) if finite else float("nan")
+    return {"loss/sft": mean, "loss/sft_last": losses[-1], "stats/grad_norm": grad_norm,
+            "stats/skipped_updates": float(skipped[0])}

@@ -14,19 +14,20 @@ step, its evaluation, what its checkpoint state holds — and the loop does the 
 recorded, every ``run.log_every`` steps and the last), evaluates every ``eval_every`` steps and at the
 end, writes the record, saves a checkpoint every ``run.save_every`` steps, at the end and when a
 signal asks to stop (`RunGuard`), and advances the progress bar. A step ends its update with
-`RunLoop.update` (clip, the non-finite rule of ``run.on_nonfinite``, optimizer and schedule).
+`RunLoop.update` (`seqrl.training.update`: the all-reduce, clip, the non-finite rule of
+``run.on_nonfinite``, optimizers and schedules, for one group of parameters or several).
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from seqrl.training.run import RunGuard, open_run_trackers, resume_and_open_log, start_run
+from seqrl.training.update import OptimGroup, Stepped, apply_update
 from seqrl.utils import dist
 from seqrl.utils.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from seqrl.utils.compiling import compile_failure, compile_seconds
@@ -152,18 +153,17 @@ class RunLoop:
         if self.start == 0:
             self.log(0, {**metrics, **self.placement})
 
-    def update(self, step: int, loss: float, **values: float) -> tuple[float, float]:
-        """End step `step` (0-based): clip the gradient norm to ``optim.grad_clip`` (0: no clip), check
-        the loss, the norm and `values` are finite (``run.on_nonfinite``: stop, or skip this update),
-        step the optimizer and the schedule, zero the gradients. Returns (grad norm, the step's lr)."""
-        clip = self.cfg.optim.grad_clip
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), clip if clip > 0 else math.inf)
-        lr = self.scheduler.get_last_lr()[0]
-        if self.guard.check_finite(step + 1, loss=loss, grad_norm=grad_norm, **values):
-            self.optimizer.step()
-        self.scheduler.step()
-        self.optimizer.zero_grad(set_to_none=True)
-        return float(grad_norm), lr
+    def group(self) -> OptimGroup:
+        """The run's model with its optimizer, schedule and ``optim.grad_clip``, as one `OptimGroup`."""
+        return OptimGroup("model", self.model, self.optimizer, self.scheduler, self.cfg.optim.grad_clip)
+
+    def update(self, step: int, loss: float, groups: Sequence[OptimGroup] | None = None, **values: float) -> Stepped:
+        """End step `step` (0-based) with `apply_update`: the gradients of `groups` (default: the run's
+        model, `group`) summed over processes and clipped, the loss, the norms and `values` checked
+        (``run.on_nonfinite``: stop, or skip this update — counted in the checkpoint's
+        ``skipped_updates``), every optimizer and schedule stepped, the gradients zeroed."""
+        return apply_update(list(groups) if groups is not None else [self.group()], step, self.guard.check_finite,
+                            loss, **values)
 
     def save(self, step: int, state: Mapping[str, Any] | None = None) -> None:
         """A checkpoint of step `step` (main process; the others wait for it): weights, tokenizer,

@@ -443,14 +443,6 @@ def open_run_trackers(cfg: Any, resume_step: int | None) -> list:
     return open_trackers(cfg.run.report_to, cfg.run.dir, cfg.run.name, to_dict(cfg), resume_step)
 
 
-def refuse_skip_step(run: Any, algo: str) -> None:
-    """Trainers whose loop checks the loss after its update cannot skip that update: they refuse
-    ``run.on_nonfinite=skip_step`` by name instead of ignoring it."""
-    if run.on_nonfinite == "skip_step":
-        raise ValueError(f"run.on_nonfinite skip_step is not implemented for {algo} (sft, grpo, rm, prm, dt, odt and vla "
-                         f"have it); use stop")
-
-
 def check_finite(step: int, on_nonfinite: str, **values: float) -> bool:
     """True when every value is finite. Else, with ``stop``, raise `NonFiniteError` naming the step;
     with ``skip_step``, print a warning and return False: the caller skips the optimizer update."""

@@ -19,7 +19,8 @@ from seqrl.models.lm import Policy, model_device
 from seqrl.rewards.combine import RewardFn, ScoredBatch, score_completions
 from seqrl.rollout import Rollouts, SamplingParams, generate
 from seqrl.training.loop import Metrics, RunLoop
-from seqrl.training.run import completion_samples, reduce_rank_metrics, stream_indices
+from seqrl.training.run import check_finite, completion_samples, reduce_rank_metrics, stream_indices
+from seqrl.training.update import OptimGroup, Stepped, apply_update
 from seqrl.types import Problem, Task
 from seqrl.utils import dist
 from seqrl.utils.dist import bf16_autocast
@@ -89,6 +90,17 @@ class SampledLearner:
         # reads the global positions r, r + W, r + 2W, … so the shares never overlap.
         self.prompt_cursor = 0
         self.samples: list[dict] = []  # the last collected step's logged completions (run.log_completions)
+        self.skipped_updates = 0  # optimizer updates run.on_nonfinite=skip_step skipped (in the checkpoint state)
+
+    def update(self, step: int, loss: float, groups: list[OptimGroup], **values: float) -> Stepped:
+        """One optimizer update of `groups` at 0-based step `step` (`apply_update`): `loss` and `values`
+        must be the same on every process (summed over them), so that every process decides alike."""
+        return apply_update(groups, step, self._check, loss, **values)
+
+    def _check(self, step: int, **values: float) -> bool:
+        ok = check_finite(step, self.cfg.run.on_nonfinite, **values)
+        self.skipped_updates += not ok
+        return ok
 
     def _sampling(self, seed: int) -> SamplingParams:
         s = self.cfg.sampling
