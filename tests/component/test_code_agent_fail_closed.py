@@ -855,3 +855,42 @@ def test_a_package_object_against_a_literal_stands_on_the_probes(reward, tmp_pat
     for name, liar in LITERAL_LIARS.items():
         forged = score(reward, repo, {"shop/pricing.py": BUGGY + "STEP = 2\n" + BUMPED + liar})
         assert forged.parts["tests"] < 1.0 and forged.score <= WRONG + 1e-9, (name, forged.score, forged.reason)
+
+
+STRICT_TESTS = """
+    from collections import defaultdict as _defaultdict
+
+    from shop.pricing import total_price, tally
+
+
+    class defaultdict(_defaultdict):  # the suite's own subclass: equal only to a defaultdict alike
+        def __eq__(self, other):
+            return (super().__eq__(other) and isinstance(other, _defaultdict)
+                    and self.default_factory == other.default_factory)
+
+        __hash__ = None
+
+
+    def test_tally():
+        got = tally(["a", "b", "a"], lambda: defaultdict(int))
+        assert got == defaultdict(int, {"a": 2, "b": 1})
+        assert not (got == {"a": 2, "b": 1})  # a plain dict is not equal to it, by the suite's own rule
+        assert total_price([(2.5, 2), (1.0, 3)]) == 8.0
+"""
+TALLY = '''
+
+def tally(items, factory):
+    out = factory()
+    for x in items:
+        out[x] += 1
+    return out
+'''
+
+
+def test_a_suite_subclass_of_dict_with_its_own_equality_is_compared_by_its_rule(reward, tmp_path):
+    """toolz's ``class defaultdict(defaultdict)`` whose ``__eq__`` also wants the same factory: its values
+    are not read as a plain dict (``not (got == {...})`` holds by the suite's rule), so the honest fix keeps
+    1.2 and the wrong patch earns the partial credit only."""
+    repo = repo_with(tmp_path, STRICT_TESTS, {"shop/pricing.py": BUGGY + TALLY})
+    assert_honest(score(reward, repo, {"shop/pricing.py": FIXED + TALLY}))
+    assert score(reward, repo, {"shop/pricing.py": BUGGY + TALLY + "# nothing\n"}).parts["tests"] < 1.0

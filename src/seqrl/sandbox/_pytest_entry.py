@@ -872,6 +872,8 @@ def _plain(x, depth: int = 0):
             raise TypeError("an approx object the tests did not make")
         return ("<approx>", _plain(x.expected, depth + 1), _plain(x.rel, depth + 1), _plain(x.abs, depth + 1),
                 bool(x.nan_ok))
+    if t not in (bool, int, float, complex, str, bytes, list, tuple, dict, set, frozenset) and _own_comparison(t):
+        raise TypeError(f"{t.__qualname__}: a test class with its own comparison")  # the test's to decide
     if issubclass(t, int) and int.bit_length(x) > 12_000:  # past repr's digit limit: hex (linear), tagged
         return ("<bigint>", hex(int.__index__(x)))
     if x is None or t in (bool, int, float, complex, str, bytes):
@@ -1363,8 +1365,9 @@ def _own_class(cls) -> bool:
     module's names, are unchanged since collection (a test class on a package base, a patched
     ``__eq__`` / ``__getattribute__`` / helper, is the package's to decide)."""
     for base in type.__getattribute__(cls, "__mro__"):
-        if base is object:
-            continue
+        if base is object or (base is not cls and _IMMUTABLE_TYPE & type.__getattribute__(base, "__flags__")
+                              and base.__module__ in _BUILTIN_HOMES):
+            continue  # a built-in base nothing can patch (a test's own dict or defaultdict subclass)
         rec = OWN_CLASSES.get(id(base))
         if rec is None or rec[0] is not base or _class_state(base) != rec[1]:
             return False
@@ -1374,10 +1377,30 @@ def _own_class(cls) -> bool:
     return True
 
 
+_IMMUTABLE_TYPE = 1 << 8  # Py_TPFLAGS_IMMUTABLETYPE: a C type whose methods cannot be replaced
+_BUILTIN_HOMES = ("builtins", "collections")
+
+
+def _own_comparison(t) -> bool:
+    """Whether a class the tests define gives itself a comparison (``__eq__`` …) on a built-in base: its
+    values are the test's to compare, not the base type's plain data."""
+    for base in type.__getattribute__(t, "__mro__")[:-1]:
+        if id(base) in OWN_CLASSES and any(n in type.__getattribute__(base, "__dict__") for n in _COMPARING[:6]):
+            return _own_class(t)
+    return False
+
+
 def _own(value, depth: int = 0) -> bool:
-    """A value of a recorded test class whose fields are exact plain values or such values again:
-    pytest's own verdict on it cannot be bent by an always-equal field the package put there."""
+    """A value of a recorded test class whose fields (and, on a built-in container base, whose items)
+    are exact plain values or such values again: pytest's own verdict on it cannot be bent by an
+    always-equal field the package put there."""
     if depth > 20 or not _own_class(type(value)):
+        return False
+    t = type(value)
+    items = list(dict.items(value)) if issubclass(t, dict) else list(list.__iter__(value)) if issubclass(t, list) \
+        else list(tuple.__iter__(value)) if issubclass(t, tuple) else list(set.__iter__(value)) \
+        if issubclass(t, set) else list(frozenset.__iter__(value)) if issubclass(t, frozenset) else []
+    if len(items) > 10_000 or not all(_exact_plain(x, depth + 1) for x in items):
         return False
     try:
         fields = list(dict.values(object.__getattribute__(value, "__dict__")))
