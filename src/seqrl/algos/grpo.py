@@ -52,11 +52,16 @@ from seqrl.evaluation import EvalConfig, run_evaluation
 from seqrl.models.lm import ModelConfig, Policy, num_parameters
 from seqrl.models.lora import LoRAConfig, adapter_disabled, apply_lora, is_lora
 from seqrl.rewards.combine import RewardFn, RewardSpec, build_rewards  # noqa: F401 (re-export)
-from seqrl.rollout import sequence_logprobs
-from seqrl.rollout.logprobs import pack_micro_batches, shared_prompt_logprobs, use_shared_prompt_forward
 from seqrl.training.api import SampledTrainer
 from seqrl.training.loop import RunLoop
-from seqrl.training.sampled import RewardTally, SampledLearner, SampledSteps, build_sampled_run, check_rewards_given
+from seqrl.training.sampled import (
+    RewardTally,
+    SampledLearner,
+    SampledSteps,
+    WeightedMeans,
+    build_sampled_run,
+    check_rewards_given,
+)
 from seqrl.training.run import make_optimizer, releases_run_folder
 from seqrl.training.update import OptimGroup
 from seqrl.types import Problem, Task
@@ -107,7 +112,6 @@ class GRPOLearner(SampledLearner):
         self.ref = None
         if cfg.loss.beta > 0 and not is_lora(policy.model):
             self.ref = copy.deepcopy(policy.model).eval().requires_grad_(False)
-        self.shared_forward = use_shared_prompt_forward(cfg.shared_prompt_forward, policy.model)
 
     # -- sampling -------------------------------------------------------------------------------
     def collect(self, step: int) -> GRPOBatch:
@@ -213,35 +217,18 @@ class GRPOLearner(SampledLearner):
 
     # -- learning -------------------------------------------------------------------------------
     def _logprobs(self, model, batch: GRPOBatch, rows: torch.Tensor, with_entropy: bool = False):
-        prompts = [batch.prompt_ids[i] for i in rows.tolist()]
-        args = (self.policy.tokenizer.pad_token_id, self.cfg.sampling.temperature, self.cfg.run.use_bf16, with_entropy)
-        if self.shared_forward:
-            return shared_prompt_logprobs(model, prompts, batch.completion_ids[rows], batch.completion_mask[rows], *args)
-        return sequence_logprobs(model, prompts, batch.completion_ids[rows], *args)
+        return self.token_logprobs(model, [batch.prompt_ids[i] for i in rows.tolist()], batch.completion_ids[rows],
+                                   batch.completion_mask[rows], with_entropy)
 
     def _micro_batches(self, batch: GRPOBatch, rows: torch.Tensor) -> list[torch.Tensor]:
-        """`rows` in micro-batches: packed by prompt and length for the shared-prompt forward, else in order."""
-        if self.shared_forward:
-            return pack_micro_batches(rows, batch.prompt_ids, batch.completion_mask, self.cfg.micro_batch_size)
-        return list(rows.split(self.cfg.micro_batch_size)) if len(rows) else []
+        return self.micro_batches(rows, batch.prompt_ids, batch.completion_mask)
 
-    @torch.no_grad()
     def _no_grad_logprobs(self, model, batch: GRPOBatch, rows: torch.Tensor | None = None) -> torch.Tensor:
-        """log-probs of `rows` (default: all) without a graph, in eval mode (dropout off: π_old and
-        π_ref are fixed targets, not noisy ones); rows not asked for are left at 0."""
-        n, t = batch.completion_ids.shape
+        """log-probs of `rows` (default: all), no graph, eval mode (`eval_rows`); other rows 0."""
+        n = batch.completion_ids.shape[0]
         rows = torch.arange(n) if rows is None else rows
-        out = torch.zeros((n, t), dtype=torch.float32)  # (N, T)
-        was_training = model.training
-        model.eval()
-        try:
-            for chunk in self._micro_batches(batch, rows):
-                lp = self._logprobs(model, batch, chunk)[0]  # (m, T)
-                out = out.to(lp.dtype)
-                out[chunk] = lp
-        finally:
-            model.train(was_training)
-        return out
+        return self.eval_rows(lambda chunk: self._logprobs(model, batch, chunk)[0], model, rows, n, batch.prompt_ids,
+                              batch.completion_mask)
 
     def _reference_logprobs(self, batch: GRPOBatch, rows: torch.Tensor) -> torch.Tensor | None:
         """log π_ref of the batch when β > 0: the frozen copy, or the LoRA base with the adapter off."""
@@ -275,12 +262,8 @@ class GRPOLearner(SampledLearner):
         old = self._no_grad_logprobs(model, batch, rows_needed) if cfg.num_iterations > 1 or cfg.minibatches > 1 else None  # (N, T)
         ref = self._reference_logprobs(batch, rows_needed)  # (N, T) or None
         max_tokens = cfg.loss.max_tokens or cfg.sampling.max_new_tokens
-        sums: dict[str, float] = {}
-        weights: dict[str, float] = {}
-
-        def add(key: str, value: float, weight: float) -> None:
-            sums[key] = sums.get(key, 0.0) + value * weight
-            weights[key] = weights.get(key, 0.0) + weight
+        means = WeightedMeans()
+        add = means.add
 
         def add_sampler_gap(logp: torch.Tensor, rows: torch.Tensor) -> None:
             """|trainer − sampler| log-prob on the sampler's weights (before any update of this step)."""
@@ -332,9 +315,9 @@ class GRPOLearner(SampledLearner):
                                                                  cfg.optim.grad_clip)])
                 add("stats/grad_norm", stepped.norm, 1.0)
                 add("stats/lr", stepped.lr, 1.0)
-        metrics = {key: sums[key] / max(weights[key], 1e-12) for key in sums}
+        metrics = means.means()
         # loss/policy: sum over micro-batches is the minibatch loss; report the mean per optimizer step
-        metrics["loss/policy"] = sums.get("loss/policy", 0.0) / (cfg.num_iterations * cfg.minibatches)
+        metrics["loss/policy"] = means.total("loss/policy") / (cfg.num_iterations * cfg.minibatches)
         metrics["stats/skipped_rows_frac"] = 1.0 - float(active.float().mean())
         metrics["stats/skipped_updates"] = float(self.skipped_updates)
         metrics["perf/train_s"] = time.perf_counter() - t0

@@ -59,11 +59,16 @@ from seqrl.rewards.combine import (
     build_rewards,
     score_completions,
 )
-from seqrl.rollout import sequence_logprobs
-from seqrl.rollout.logprobs import pack_micro_batches, shared_prompt_logprobs, use_shared_prompt_forward
 from seqrl.training.api import SampledTrainer
 from seqrl.training.loop import RunLoop
-from seqrl.training.sampled import RewardTally, SampledLearner, SampledSteps, build_sampled_run, check_rewards_given
+from seqrl.training.sampled import (
+    RewardTally,
+    SampledLearner,
+    SampledSteps,
+    WeightedMeans,
+    build_sampled_run,
+    check_rewards_given,
+)
 from seqrl.training.run import make_optimizer, releases_run_folder
 from seqrl.training.update import OptimGroup
 from seqrl.types import Problem, Task
@@ -121,21 +126,15 @@ class PPOLearner(SampledLearner):
         self.ref = None
         if cfg.loss.beta > 0:
             self.ref = copy.deepcopy(policy.model).eval().requires_grad_(False)
-        self.shared_forward = use_shared_prompt_forward(cfg.shared_prompt_forward, policy.model)
 
     # -- sampling -------------------------------------------------------------------------------
     def _logprobs(self, model, prompt_ids: list[list[int]], completion_ids: torch.Tensor, entropy_grad: bool = False,
                   mask: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """(log π of each completion token, entropy there) (m, T); the entropy carries a gradient only
-        when `entropy_grad` (the entropy bonus). With the completions' `mask` and the shared-prompt
-        forward on, each prompt is computed once (positions past the longest completion are 0)."""
-        cfg = self.cfg
+        when `entropy_grad` (the entropy bonus, through `_forward`)."""
         if entropy_grad:
             return self._forward(model, prompt_ids, completion_ids)[:2]
-        args = (self.policy.tokenizer.pad_token_id, cfg.sampling.temperature, cfg.run.use_bf16, True)
-        if self.shared_forward and mask is not None:
-            return shared_prompt_logprobs(model, prompt_ids, completion_ids, mask, *args)
-        return sequence_logprobs(model, prompt_ids, completion_ids, *args)
+        return self.token_logprobs(model, prompt_ids, completion_ids, mask, with_entropy=True)
 
     def _forward(self, model, prompt_ids: list[list[int]], completion_ids: torch.Tensor,
                  value_head: torch.nn.Module | None = None
@@ -158,33 +157,6 @@ class PPOLearner(SampledLearner):
             values = values.float().gather(1, pos).to(completion_ids.device)  # (m, T)
         return logp.to(completion_ids.device), entropy_from_logits(picked).to(completion_ids.device), values
 
-    @torch.no_grad()
-    def _no_grad(self, fn, model, prompt_ids, completion_ids, mask: torch.Tensor | None = None) -> torch.Tensor:
-        """`fn` over micro-batches without a graph, in eval mode (no dropout noise in fixed targets);
-        with `mask`, fn(model, prompts, ids, mask) over micro-batches packed for the shared-prompt forward."""
-        was = model.training
-        model.eval()
-        try:
-            if mask is None:
-                outs = [fn(model, prompt_ids[i : i + self.cfg.micro_batch_size],
-                           completion_ids[i : i + self.cfg.micro_batch_size])
-                        for i in range(0, len(prompt_ids), self.cfg.micro_batch_size)]
-                return torch.cat(outs).float()
-            out = None
-            for rows in self._micro_batches(torch.arange(len(prompt_ids)), prompt_ids, mask):
-                part = fn(model, [prompt_ids[i] for i in rows.tolist()], completion_ids[rows], mask[rows]).float()
-                out = part.new_zeros((len(prompt_ids), *part.shape[1:])) if out is None else out
-                out[rows] = part
-            return out
-        finally:
-            model.train(was)
-
-    def _micro_batches(self, rows: torch.Tensor, prompt_ids: list[list[int]], mask: torch.Tensor) -> list[torch.Tensor]:
-        """`rows` in micro-batches: packed by prompt and length for the shared-prompt forward, else in order."""
-        if self.shared_forward:
-            return pack_micro_batches(rows, prompt_ids, mask, self.cfg.micro_batch_size)
-        return list(rows.split(self.cfg.micro_batch_size))
-
     def _values(self, model, prompt_ids, completion_ids) -> torch.Tensor:
         if self.cfg.critic.shared_backbone:  # the head on the policy's backbone (`model` is the policy)
             return self._forward(self.policy.model, prompt_ids, completion_ids, self.critic)[2]
@@ -202,11 +174,17 @@ class PPOLearner(SampledLearner):
         gen_s = time.perf_counter() - t0
         prompt_ids = [ro.prompt_ids[i // g] for i in range(len(ro.texts))]
         ids, mask = ro.completion_ids.cpu(), ro.completion_mask.float().cpu()  # (N, T)
-        logp_fn = lambda m, p, c, k: self._logprobs(m, p, c, mask=k)[0]  # noqa: E731
-        old = self._no_grad(logp_fn, self.policy.model, prompt_ids, ids, mask)  # (N, T)
-        ref = self._no_grad(logp_fn, self.ref, prompt_ids, ids, mask) if self.ref is not None else None  # (N, T)
-        values = self._no_grad(self._values, self.policy.model if cfg.critic.shared_backbone else self.critic,
-                               prompt_ids, ids)  # (N, T); shared: eval mode is the policy's
+        n, every = len(prompt_ids), torch.arange(len(prompt_ids))
+
+        def logp(model):  # no graph, eval mode: π_old and π_ref are fixed targets
+            return self.eval_rows(lambda r: self._logprobs(model, [prompt_ids[i] for i in r.tolist()], ids[r],
+                                                           mask=mask[r])[0].float(), model, every, n, prompt_ids, mask)
+
+        old = logp(self.policy.model)  # (N, T)
+        ref = logp(self.ref) if self.ref is not None else None  # (N, T)
+        critic = self.policy.model if cfg.critic.shared_backbone else self.critic  # shared: eval mode is the policy's
+        values = self.eval_rows(lambda r: self._values(critic, [prompt_ids[i] for i in r.tolist()], ids[r]).float(),
+                                critic, every, n, prompt_ids, mask, packed=False)  # (N, T)
         beta_r = cfg.loss.beta if cfg.loss.kl_in == "reward" else 0.0
         token_rewards, kl = kl_shaped_rewards(scores, old, ref, mask, beta_r)  # (N, T)
         if ref is not None and cfg.loss.kl_in == "loss":
@@ -250,12 +228,8 @@ class PPOLearner(SampledLearner):
         single = cfg.num_iterations == 1 and cfg.minibatches == 1
         shared = cfg.critic.shared_backbone
         beta_l = cfg.loss.beta if cfg.loss.kl_in == "loss" else 0.0
-        sums: dict[str, float] = {}
-        weights: dict[str, float] = {}
-
-        def add(key: str, value: float, weight: float) -> None:
-            sums[key] = sums.get(key, 0.0) + value * weight
-            weights[key] = weights.get(key, 0.0) + weight
+        means = WeightedMeans()
+        add = means.add
 
         gen = torch.Generator().manual_seed(cfg.run.seed + 7919 * int(self.scheduler.last_epoch))
         for _ in range(cfg.num_iterations):
@@ -266,7 +240,7 @@ class PPOLearner(SampledLearner):
                 num_tokens, num_seqs = float(counts[0].clamp(min=1)), int(counts[1])
                 norm = dict(num_tokens=num_tokens, num_seqs=num_seqs)
                 mb_losses = torch.zeros(2, dtype=torch.float64)  # the minibatch's policy and value loss
-                for rows in self._micro_batches(mb, batch.prompt_ids, batch.mask):
+                for rows in self.micro_batches(mb, batch.prompt_ids, batch.mask):
                     prompts = [batch.prompt_ids[i] for i in rows.tolist()]
                     ids, mask = batch.completion_ids[rows], batch.mask[rows]  # (m, T)
                     if shared:
@@ -306,10 +280,10 @@ class PPOLearner(SampledLearner):
                 for tag, grad_norm in stepped.norms.items():
                     add(f"stats/grad_norm_{tag}", grad_norm, 1.0)
                 add("stats/lr", stepped.lrs["policy"], 1.0)
-        metrics = {key: sums[key] / max(weights[key], 1e-12) for key in sums}
+        metrics = means.means()
         updates = cfg.num_iterations * cfg.minibatches
-        metrics["loss/policy"] = sums.get("loss/policy", 0.0) / updates  # summed micro-batches = the minibatch loss
-        metrics["loss/value"] = sums.get("loss/value", 0.0) / updates
+        metrics["loss/policy"] = means.total("loss/policy") / updates  # summed micro-batches = the minibatch loss
+        metrics["loss/value"] = means.total("loss/value") / updates
         metrics["stats/skipped_updates"] = float(self.skipped_updates)
         metrics["perf/train_s"] = time.perf_counter() - t0
         return metrics

@@ -17,7 +17,8 @@ import torch
 
 from seqrl.models.lm import Policy, model_device
 from seqrl.rewards.combine import RewardFn, ScoredBatch, score_completions
-from seqrl.rollout import Rollouts, SamplingParams, generate
+from seqrl.rollout import Rollouts, SamplingParams, generate, sequence_logprobs
+from seqrl.rollout.logprobs import pack_micro_batches, shared_prompt_logprobs, use_shared_prompt_forward
 from seqrl.training.loop import Metrics, RunLoop
 from seqrl.training.run import check_finite, completion_samples, reduce_rank_metrics, stream_indices
 from seqrl.training.update import OptimGroup, Stepped, apply_update
@@ -77,6 +78,25 @@ class RewardTally:
         return out
 
 
+class WeightedMeans:
+    """A step's metrics as weighted means (by tokens, by updates): ``add(key, value, weight)``, then
+    `means`; `total` is a key's plain weighted sum (a loss summed over micro-batches)."""
+
+    def __init__(self) -> None:
+        self.sums: dict[str, float] = {}
+        self.weights: dict[str, float] = {}
+
+    def add(self, key: str, value: float, weight: float) -> None:
+        self.sums[key] = self.sums.get(key, 0.0) + value * weight
+        self.weights[key] = self.weights.get(key, 0.0) + weight
+
+    def total(self, key: str) -> float:
+        return self.sums.get(key, 0.0)
+
+    def means(self) -> dict[str, float]:
+        return {key: self.sums[key] / max(self.weights[key], 1e-12) for key in self.sums}
+
+
 class SampledLearner:
     """The sampling half of a learner that draws its own batches (`GRPOLearner`, `PPOLearner`).
 
@@ -91,6 +111,42 @@ class SampledLearner:
         self.prompt_cursor = 0
         self.samples: list[dict] = []  # the last collected step's logged completions (run.log_completions)
         self.skipped_updates = 0  # optimizer updates run.on_nonfinite=skip_step skipped (in the checkpoint state)
+        self.shared_forward = use_shared_prompt_forward(cfg.shared_prompt_forward, policy.model)
+
+    # -- the forward passes GRPO and PPO share -----------------------------------------------------
+    def micro_batches(self, rows: torch.Tensor, prompt_ids: list[list[int]], mask: torch.Tensor,
+                      packed: bool = True) -> list[torch.Tensor]:
+        """`rows` in micro-batches of ``micro_batch_size``: packed by prompt and length for the
+        shared-prompt forward (when on and `packed`), else in order."""
+        if self.shared_forward and packed:
+            return pack_micro_batches(rows, prompt_ids, mask, self.cfg.micro_batch_size)
+        return list(rows.split(self.cfg.micro_batch_size)) if len(rows) else []
+
+    def token_logprobs(self, model, prompt_ids: list[list[int]], completion_ids: torch.Tensor,
+                       mask: torch.Tensor | None, with_entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """(log π of each completion token under the sampling temperature, its entropy or None), (m, T)
+        each; with the shared-prompt forward and the completions' `mask` each prompt is computed once."""
+        args = (self.policy.tokenizer.pad_token_id, self.cfg.sampling.temperature, self.cfg.run.use_bf16, with_entropy)
+        if self.shared_forward and mask is not None:
+            return shared_prompt_logprobs(model, prompt_ids, completion_ids, mask, *args)
+        return sequence_logprobs(model, prompt_ids, completion_ids, *args)
+
+    @torch.no_grad()
+    def eval_rows(self, fn: Callable[[torch.Tensor], torch.Tensor], model, rows: torch.Tensor, n: int,
+                  prompt_ids: list[list[int]], mask: torch.Tensor, packed: bool = True) -> torch.Tensor:
+        """``fn(chunk)`` over `rows` in micro-batches without a graph, in eval mode (no dropout noise in
+        fixed targets: π_old, π_ref, values), gathered into an (n, …) tensor; rows not asked for stay 0."""
+        was = model.training
+        model.eval()
+        out = None
+        try:
+            for chunk in self.micro_batches(rows, prompt_ids, mask, packed):
+                part = fn(chunk)
+                out = part.new_zeros((n, *part.shape[1:])) if out is None else out
+                out[chunk] = part
+        finally:
+            model.train(was)
+        return out if out is not None else torch.zeros((n, mask.shape[1]), dtype=torch.float32)
 
     def update(self, step: int, loss: float, groups: list[OptimGroup], **values: float) -> Stepped:
         """One optimizer update of `groups` at 0-based step `step` (`apply_update`): `loss` and `values`
