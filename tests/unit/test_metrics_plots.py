@@ -77,10 +77,10 @@ def test_fresh_run_starts_empty_and_resume_drops_later_steps(tmp_path):
 def test_read_metrics_names_a_corrupt_line(tmp_path):
     path = tmp_path / "metrics.jsonl"
     path.write_text('{"step": 1}\nnot json\n{"step": 3}\n')
-    with pytest.raises(ValueError, match=r"metrics\.jsonl:2: invalid JSON"):
+    with pytest.raises(ValueError, match=r"metrics\.jsonl line 2: invalid JSON"):
         read_metrics(path)
     path.write_text('{"step": "one"}\n')
-    with pytest.raises(ValueError, match=r"metrics\.jsonl:1: expected an object with an integer 'step'"):
+    with pytest.raises(ValueError, match=r"metrics\.jsonl line 1: expected an object with an integer 'step'"):
         read_metrics(path)
 
 

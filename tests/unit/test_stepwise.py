@@ -63,7 +63,7 @@ def test_malformed_rows_name_file_line_and_field(tmp_path, row, message):
 def test_invalid_json_line_is_named(tmp_path):
     path = tmp_path / "bad.jsonl"
     path.write_text('{"prompt": "q", "completions": ["a"], "labels": [true]}\n\n{oops\n')
-    with pytest.raises(StepwiseFormatError, match=r"bad.jsonl line 3: not valid JSON"):
+    with pytest.raises(StepwiseFormatError, match=r"bad.jsonl line 3: invalid JSON"):
         read_stepwise(path)
 
 

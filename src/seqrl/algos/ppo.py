@@ -46,7 +46,7 @@ from seqrl.algos.config import OptimConfig, RunConfig, TaskConfig
 from seqrl.algos.ppo_config import CriticConfig, PPOConfig, PPOLossConfig, SamplingConfig  # noqa: F401 (re-exported)
 from seqrl.core.advantages import gae, group_advantages, returns_to_go
 from seqrl.core.masking import masked_mean, masked_whiten
-from seqrl.core.policy_loss import aggregate_loss, entropy_from_logits, grpo_loss
+from seqrl.core.policy_loss import aggregate_loss, grpo_loss
 from seqrl.core.ppo import clipped_value_loss, explained_variance, group_whiten_tokens, kl_shaped_rewards
 from seqrl.evaluation import EvalConfig, run_evaluation
 from seqrl.models.heads import ValueHead, completion_values, load_scalar_model, pad_sequences
@@ -59,6 +59,7 @@ from seqrl.rewards.combine import (
     build_rewards,
     score_completions,
 )
+from seqrl.rollout.logprobs import token_logprobs
 from seqrl.training.api import SampledTrainer
 from seqrl.training.loop import RunLoop
 from seqrl.training.sampled import (
@@ -151,11 +152,11 @@ class PPOLearner(SampledLearner):
             values = value_head(out.hidden_states[-1]) if value_head is not None else None  # (m, L)
         logits = out.logits  # (m, L, V)
         pos = (torch.tensor([len(p) for p in prompt_ids])[:, None] - 1 + torch.arange(t)[None, :]).to(dev)  # (m, T)
-        picked = logits.gather(1, pos[..., None].expand(-1, -1, logits.shape[-1])).float() / cfg.sampling.temperature
-        logp = torch.log_softmax(picked, -1).gather(-1, completion_ids.to(dev)[..., None]).squeeze(-1)  # (m, T)
+        picked = logits.gather(1, pos[..., None].expand(-1, -1, logits.shape[-1])).float()  # (m, T, V)
+        logp, entropy = token_logprobs(picked, completion_ids, cfg.sampling.temperature, True, entropy_grad=True)
         if values is not None:
             values = values.float().gather(1, pos).to(completion_ids.device)  # (m, T)
-        return logp.to(completion_ids.device), entropy_from_logits(picked).to(completion_ids.device), values
+        return logp, entropy, values
 
     def _values(self, model, prompt_ids, completion_ids) -> torch.Tensor:
         if self.cfg.critic.shared_backbone:  # the head on the policy's backbone (`model` is the policy)

@@ -32,6 +32,8 @@ import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from seqrl.utils.jsonl import jsonl_rows
+
 __all__ = ["PACKAGES", "Mutant", "Package", "TestRun", "apply_edit", "build", "build_package", "fetch",
            "load_tasks", "make_diff", "materialize", "mutants", "parses", "prepare_tree", "pytest_args",
            "read_source", "resolve", "run_tests", "safe_extract", "source_files"]
@@ -596,7 +598,7 @@ def resolve(spec: str) -> Package:
 def load_tasks(out, absolute: bool = True) -> list[dict]:
     """The tasks of ``out/tasks.jsonl``; ``absolute``: ``tree`` made an absolute path."""
     out = Path(out)
-    tasks = [json.loads(line) for line in (out / "tasks.jsonl").read_text().splitlines() if line.strip()]
+    tasks = [row for _, row in jsonl_rows((out / "tasks.jsonl").read_text(), str(out / "tasks.jsonl"))]
     if absolute:
         for t in tasks:
             t["tree"] = str((out / t["tree"]).resolve())

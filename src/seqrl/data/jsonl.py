@@ -28,6 +28,7 @@ from pathlib import Path
 from seqrl.answers import FormattedAnswers, check_answer_format, compare_answers, find_answer, verdict
 from seqrl.data.splits import check_split, seeded_rng, split_of
 from seqrl.types import Problem, RewardResult, Task
+from seqrl.utils.jsonl import jsonl_rows
 
 MAX_ANSWER_CHARS = 1000
 LOCAL_SUFFIXES = (".jsonl", ".json", ".parquet", ".csv")
@@ -300,13 +301,7 @@ def _read_local(path: Path):
         for i, row in enumerate(rows, start=1):
             yield i, f"{path} item {i}", row
         return
-    for lineno, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as err:
-            raise DatasetFormatError(f"{path} line {lineno}: invalid JSON ({err.msg})") from None
+    for lineno, row in jsonl_rows(text, str(path), DatasetFormatError):
         yield lineno, f"{path} line {lineno}", row
 
 

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from seqrl.data.jsonl import DatasetFormatError
 from seqrl.types import ANSWER_CLOSE, ANSWER_OPEN, STEP_SEP, THINK_CLOSE, THINK_OPEN, Problem, extract_answer
+from seqrl.utils.jsonl import jsonl_rows
 
 STEPWISE_SUFFIXES = (".jsonl", ".json", ".parquet", ".csv")
 _INT_RE = re.compile(r"[+-]?[0-9]+")
@@ -190,13 +191,7 @@ def _stepwise_rows(path: str | os.PathLike, split_field: str | None) -> list[tup
             except json.JSONDecodeError as e:
                 raise StepwiseFormatError(f"{path}: not valid JSON: {e}") from e
             return [parsed(r, i + 1) for i, r in enumerate(rows)]
-        for i, line in enumerate(text.splitlines(), start=1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise StepwiseFormatError(f"{_where(str(path), i)}: not valid JSON: {e.msg}") from e
+        for i, row in jsonl_rows(text, str(path), StepwiseFormatError):
             out.append(parsed(row, i))
     else:
         import datasets

@@ -60,12 +60,14 @@ def sequence_logprobs(
     # The logits predicting completion token j sit at position len(prompt) − 1 + j.
     pos = (torch.tensor(lengths)[:, None] - 1 + torch.arange(t)[None, :]).to(dev)  # (m, T)
     picked = logits.gather(1, pos[..., None].expand(-1, -1, logits.shape[-1]))  # (m, T, V)
-    return _token_logprobs(picked, completion_ids, temperature, with_entropy)
+    return token_logprobs(picked, completion_ids, temperature, with_entropy)
 
 
-def _token_logprobs(logits: torch.Tensor, completion_ids: torch.Tensor, temperature: float,
-                    with_entropy: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """log_softmax(logits / temperature) at the completion tokens, and the entropy there.
+def token_logprobs(logits: torch.Tensor, completion_ids: torch.Tensor, temperature: float,
+                   with_entropy: bool, entropy_grad: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """log_softmax(logits / temperature) at the completion tokens, and the entropy there (with its
+    graph only when `entropy_grad`: an entropy bonus). The one place logits meet the temperature
+    outside the sampler.
 
     logits (m, t, V) predict completion_ids[:, :t] (t ≤ T); positions t … T−1 are returned as 0.
     Half-precision logits are computed in float32; float32 and float64 keep their precision.
@@ -77,7 +79,9 @@ def _token_logprobs(logits: torch.Tensor, completion_ids: torch.Tensor, temperat
     target = completion_ids[:, :t].to(logits.device)[..., None]  # (m, t, 1)
     logp = torch.log_softmax(picked, dim=-1).gather(-1, target).squeeze(-1)  # (m, t)
     entropy = None
-    if with_entropy:
+    if with_entropy and entropy_grad:
+        entropy = entropy_from_logits(picked)  # (m, t)
+    elif with_entropy:
         with torch.no_grad():
             entropy = entropy_from_logits(picked.detach())  # (m, t)
     if t < width:
@@ -189,7 +193,7 @@ def shared_prompt_logprobs(
             cache.batch_select_indices(which.to(dev))  # (P, …) → (m, …): differentiable indexing
         logits = model(input_ids=row_ids.to(dev), attention_mask=row_mask.to(dev), position_ids=row_pos.to(dev),
                        use_cache=True, **{cache_kw: cache}).logits  # (m, t, V)
-    return _token_logprobs(logits, completion_ids, temperature, with_entropy)
+    return token_logprobs(logits, completion_ids, temperature, with_entropy)
 
 
 def pack_micro_batches(rows: torch.Tensor, prompt_ids: list[list[int]], completion_mask: torch.Tensor,

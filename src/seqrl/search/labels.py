@@ -32,6 +32,7 @@ from seqrl.data.stepwise import arith_step_truth, prefix_text, split_steps
 from seqrl.models.lm import Policy
 from seqrl.rollout import SamplingParams, generate
 from seqrl.types import ANSWER_OPEN, STEP_SEP, THINK_CLOSE, THINK_OPEN, Problem, Task
+from seqrl.utils.jsonl import jsonl_rows
 from seqrl.utils.progress import progress_bar
 
 
@@ -156,13 +157,10 @@ def _read_done(out: Path, problems: list[Problem]) -> tuple[set[int], LabelStats
     stats = LabelStats()
     if not out.exists():
         return done, stats
-    for i, line in enumerate(out.read_text(encoding="utf-8").splitlines(), start=1):
-        if not line.strip():
-            continue
+    for i, row in jsonl_rows(out.read_text(encoding="utf-8"), str(out)):
         try:
-            row = json.loads(line)
             k = int(row["problem"])
-        except (json.JSONDecodeError, KeyError, TypeError, ValueError):
+        except (KeyError, TypeError, ValueError):
             raise ValueError(f"{out} line {i}: not a prm-labels row (resume needs the 'problem' field); "
                              f"write to a new --out") from None
         if k >= len(problems) or problems[k].prompt != row.get("prompt"):

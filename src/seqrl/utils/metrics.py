@@ -29,6 +29,7 @@ import numpy as np
 import torch
 
 from seqrl.config import user_file_mode
+from seqrl.utils.jsonl import jsonl_rows
 
 __all__ = ["MetricsLogger", "read_metrics"]
 
@@ -149,14 +150,8 @@ def read_metrics(path: str | os.PathLike) -> list[dict[str, Any]]:
     text = path.read_text(encoding="utf-8")
     lines = text.split("\n")[:-1]  # the last piece is "" or a torn write
     records = []
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise ValueError(f"{path}:{number}: invalid JSON: {e}") from e
+    for number, record in jsonl_rows(lines, str(path)):
         if not isinstance(record, dict) or not isinstance(record.get("step"), int):
-            raise ValueError(f"{path}:{number}: expected an object with an integer 'step'")
+            raise ValueError(f"{path} line {number}: expected an object with an integer 'step'")
         records.append(record)
     return records
