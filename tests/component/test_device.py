@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from seqrl.algos.config import RunConfig
-from seqrl.algos.grpo import sequence_logprobs
+from seqrl.rollout import sequence_logprobs
 from seqrl.algos.sft import accumulate_gradients, collate, encode_examples
 from seqrl.config import from_dict
 from seqrl.data import get_task

@@ -160,6 +160,23 @@ def choose(answers: Sequence[str | None], scores: Sequence[float] | None, select
                key=lambda i: (scores[i], -i))
 
 
+def scored_solutions(scorer: Scorer, problems: Sequence[Problem], texts: Sequence[str], aggregation: str,
+                     account: Account) -> list[float]:
+    """One score per solution: its per-step scores (`score_safely`: too long for the scorer's context
+    scores 0) aggregated by `aggregation`; a solution with no step scores 0 (counted in
+    ``account.empty_solutions``). Adds the scorer's tokens and time to `account`."""
+    if not texts:
+        return []
+    t = time.perf_counter()
+    before = scorer.tokens_scored
+    per_step, too_long = score_safely(scorer, list(problems), list(texts))
+    account.too_long += too_long
+    account.scorer_tokens += scorer.tokens_scored - before
+    account.score_s += time.perf_counter() - t
+    account.empty_solutions += sum(1 for s in per_step if not s)
+    return [aggregate_step_scores(s, aggregation) if s else 0.0 for s in per_step]
+
+
 def best_of_n(problems: Sequence[Problem], policy: Policy | Sampler, n: int, scorer: Scorer | None = None,
               select: str = "first", aggregation: str = "last", task: Task | None = None,
               params: SamplingParams | None = None) -> BestOfN:
@@ -189,20 +206,9 @@ def best_of_n(problems: Sequence[Problem], policy: Policy | Sampler, n: int, sco
                          f"{len(problems)} problems × {n}")
 
     flat_scores = None
-    if scorer is not None:
-        t = time.perf_counter()
-        before = scorer.tokens_scored
-        flat_problems = [p for p in problems for _ in range(n)]  # problem i's n samples, in order
-        step_scores, account.too_long = score_safely(scorer, flat_problems, [s for c in candidates for s in c])
-        account.scorer_tokens = scorer.tokens_scored - before
-        account.score_s = time.perf_counter() - t
-        flat_scores = []
-        for s in step_scores:
-            if s:
-                flat_scores.append(aggregate_step_scores(s, aggregation))
-            else:
-                flat_scores.append(0.0)
-                account.empty_solutions += 1
+    if scorer is not None:  # problem i's n samples, in order
+        flat_scores = scored_solutions(scorer, [p for p in problems for _ in range(n)],
+                                       [s for c in candidates for s in c], aggregation, account)
 
     extract = task.extract_answer if task is not None else extract_answer
     answers = [[extract(s) for s in c] for c in candidates]

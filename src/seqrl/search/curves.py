@@ -21,8 +21,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from seqrl.config import parse_json_object
-from seqrl.core.search import aggregate_step_scores
-from seqrl.search.best_of_n import Sampler, Scorer, best_of_n, choose, score_safely
+from seqrl.search.best_of_n import Account, Sampler, Scorer, best_of_n, choose, scored_solutions
 from seqrl.types import Problem, Task
 
 
@@ -55,10 +54,10 @@ def _bon_curves(problems, make_sampler, scorers, task, budgets, seeds, aggregati
         t_score = 0.0
         for name, scorer in scorers.items():
             t = time.perf_counter()
-            before = scorer.tokens_scored
-            flat, _ = score_safely(scorer, [p for p in problems for _ in range(n_max)], [s for c in run.candidates for s in c])
-            cost[f"{name}_tokens"].append(scorer.tokens_scored - before)
-            values = [aggregate_step_scores(s, aggregation) if s else 0.0 for s in flat]
+            account = Account()
+            values = scored_solutions(scorer, [p for p in problems for _ in range(n_max)],
+                                      [s for c in run.candidates for s in c], aggregation, account)
+            cost[f"{name}_tokens"].append(account.scorer_tokens)
             scored[name] = [values[i * n_max:(i + 1) * n_max] for i in range(len(problems))]
             t_score += time.perf_counter() - t
         seconds["score_s"] += t_score

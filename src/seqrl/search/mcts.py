@@ -26,9 +26,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from seqrl.core.search import AGGREGATIONS, puct_score, softmax_priors, uct_score
-from seqrl.search.best_of_n import SELECT, Account, Scorer, choose
+from seqrl.search.best_of_n import SELECT, Account, Scorer, choose, scored_solutions
 from seqrl.search.steps import Stepper
-from seqrl.search.tree import Beam, SearchResult, _expand, _score
+from seqrl.search.tree import Beam, SearchResult, _expand
 from seqrl.types import Problem, Task, extract_answer
 
 
@@ -172,7 +172,7 @@ def _evaluate(new, problems, stepper, scorer, value, aggregation, task, oracle, 
             for r, text in zip(open_rows, done):
                 texts[r] = text
     rows = [r for r, (_, n, _) in enumerate(new) if not (oracle and n.terminal)]
-    values = _score(scorer, [problems[new[r][0]] for r in rows], [texts[r] for r in rows], aggregation, account)
+    values = scored_solutions(scorer, [problems[new[r][0]] for r in rows], [texts[r] for r in rows], aggregation, account)
     for r, v in zip(rows, values):
         new[r][1].value0 = v
     if oracle:

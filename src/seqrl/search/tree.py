@@ -30,8 +30,8 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from seqrl.core.search import AGGREGATIONS, aggregate_step_scores
-from seqrl.search.best_of_n import SELECT, Account, Scorer, choose, score_safely
+from seqrl.core.search import AGGREGATIONS
+from seqrl.search.best_of_n import SELECT, Account, Scorer, choose, scored_solutions
 from seqrl.search.steps import Stepper
 from seqrl.types import Problem, Task, extract_answer
 
@@ -64,26 +64,6 @@ class SearchResult:
         if self.correct is None:
             raise ValueError("accuracy needs the task")
         return sum(self.correct) / max(len(self.correct), 1)
-
-
-def _score(scorer: Scorer, problems: Sequence[Problem], texts: Sequence[str], aggregation: str,
-           account: Account) -> list[float]:
-    if not texts:
-        return []
-    t = time.perf_counter()
-    before = scorer.tokens_scored
-    per_step, too_long = score_safely(scorer, list(problems), list(texts))  # too long for its context: 0
-    account.too_long += too_long
-    account.scorer_tokens += scorer.tokens_scored - before
-    account.score_s += time.perf_counter() - t
-    out = []
-    for s in per_step:
-        if s:
-            out.append(aggregate_step_scores(s, aggregation))
-        else:
-            out.append(0.0)
-            account.empty_solutions += 1
-    return out
 
 
 def _expand(stepper: Stepper, problems: Sequence[Problem], prefixes: Sequence[str], n: int, account: Account,
@@ -144,7 +124,7 @@ def tree_search(problems: Sequence[Problem], stepper: Stepper, scorer: Scorer, n
             for r, (step,) in zip(open_rows, ahead):
                 texts[r] += step.text
                 closed[r] = step.terminal
-        scores = _score(scorer, [problems[i] for i, _ in flat], texts, aggregation, account)
+        scores = scored_solutions(scorer, [problems[i] for i, _ in flat], texts, aggregation, account)
         for (_, c), s in zip(flat, scores):
             c.score = s
         for i, cs in enumerate(candidates):
