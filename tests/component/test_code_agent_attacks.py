@@ -447,10 +447,17 @@ def test_observed_values_are_converted_to_plain_data():
     from seqrl.rewards.code_agent import _parse_value
 
     big = 7 ** 20_000
-    values = [Forged(2.5), {frozenset({1, 2}), frozenset()}, int, ValueError, {"a": 1}.keys(), bytearray(b"x"),
+    class Relabelled(float):  # a subclass without a comparison of its own: its real contents
+        def __float__(self):
+            return 5.0
+
+    with pytest.raises(TypeError, match="its own comparison"):  # not plain data: the probes decide
+        entry._plain(Forged(2.5))
+    values = [Relabelled(2.5), {frozenset({1, 2}), frozenset()}, int, ValueError, {"a": 1}.keys(), bytearray(b"x"),
               c.deque([1]), big, float("inf")]
     back = _parse_value(repr(entry._plain(values)))
     assert back[0] == 2.5 and back[1] == {frozenset({1, 2}), frozenset()} and back[4] == {"a"} and back[5] == b"x"
+    assert not entry._honest(Forged(2.5))  # equal to a fresh object of no known class
     assert back[2] == ("<type>", "builtins", "int", id(int)) and back[3][:3] == ("<type>", "builtins", "ValueError")
     assert back[6] == ("<deque>", [1]) and back[7] == big and back[8] == float("inf")
 

@@ -894,3 +894,80 @@ def test_a_suite_subclass_of_dict_with_its_own_equality_is_compared_by_its_rule(
     repo = repo_with(tmp_path, STRICT_TESTS, {"shop/pricing.py": BUGGY + TALLY})
     assert_honest(score(reward, repo, {"shop/pricing.py": FIXED + TALLY}))
     assert score(reward, repo, {"shop/pricing.py": BUGGY + TALLY + "# nothing\n"}).parts["tests"] < 1.0
+
+
+MULTI = '''
+
+class MultiDict(dict):  # stores every value of a key; compares by the last one, as a dict would
+    def add(self, key, value):
+        super().setdefault(key, []).append(value)
+
+    def __eq__(self, other):
+        if not isinstance(other, dict):
+            return NotImplemented
+        mine = {k: v[-1] for k, v in dict.items(self)}
+        theirs = {k: v[-1] for k, v in dict.items(other)} if isinstance(other, MultiDict) else dict(other)
+        return mine == theirs
+
+    def __ne__(self, other):
+        eq = self.__eq__(other)
+        return eq if eq is NotImplemented else not eq
+
+    __hash__ = None
+
+
+class Tags:  # a set-like with subset order (not a total order) and its own equality
+    def __init__(self, items):
+        self.items = frozenset(items)
+
+    def __eq__(self, other):
+        return isinstance(other, Tags) and self.items == other.items
+
+    def __lt__(self, other):
+        return self.items < other.items
+
+    def __gt__(self, other):
+        return self.items > other.items
+
+    __hash__ = None
+
+
+def collect(pairs):
+    out = MultiDict()
+    for k, v in pairs:
+        out.add(k, v * SCALE)
+    return out
+'''
+MULTI_TESTS = """
+    from shop.pricing import Tags, collect, total_price
+
+    def test_multi():
+        assert collect([("a", 1), ("a", 2), ("b", 3)]) == {"a": 2, "b": 3}
+
+    def test_tags():
+        assert not (Tags("ab") < Tags("bc"))  # neither is a subset: no order, honestly
+        assert Tags("a") < Tags("ab")
+        assert total_price([(2.5, 2), (1.0, 3)]) == 8.0
+"""
+ALWAYS_DICT = '''
+
+class MultiDict(MultiDict):
+    def __eq__(self, other):
+        return True
+
+    def __ne__(self, other):
+        return False
+'''
+
+
+def test_package_subclasses_of_plain_types_with_their_own_equality_and_partial_orders(reward, tmp_path):
+    """A package ``dict`` subclass whose ``__eq__`` is its own (boltons' multi-dict stores lists) is not
+    read as a plain dict but compared behind the probes; a partial order's "not less" needs no
+    trichotomy. The honest fix keeps 1.2; an always-equal multi-dict earns the wrong patch's credit."""
+    repo = repo_with(tmp_path, MULTI_TESTS, {"shop/pricing.py": BUGGY + "SCALE = 1\n" + MULTI})
+    assert_honest(score(reward, repo, {"shop/pricing.py": FIXED + "SCALE = 1\n" + MULTI}))
+    repo2 = repo_with(tmp_path / "b", MULTI_TESTS, {"shop/pricing.py": BUGGY + "SCALE = 2\n" + MULTI})
+    wrong = score(reward, repo2, {"shop/pricing.py": FIXED + "SCALE = 2\n" + MULTI + "# nothing\n"})  # bug stays
+    forged = score(reward, repo2, {"shop/pricing.py": FIXED + "SCALE = 2\n" + MULTI + ALWAYS_DICT})
+    assert forged.parts["tests"] < 1.0 and forged.score <= wrong.score + 1e-9, (forged.score, forged.reason)
+    assert "tests.test_pricing::test_multi" in forged.reason

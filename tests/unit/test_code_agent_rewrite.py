@@ -102,10 +102,14 @@ def test_a_literal_compared_with_a_value_is_hidden_in_a_pool_of_its_type():
     assert not e.holds(answers(set(range(n))))  # equal to every entry
     assert not e.holds(Verdict(True)) and not e.holds((Candidates(()),))
     assert e.holds(((1, 0, 0),)) and not e.holds(((1, 0, 1),))  # a plain value: compared with the literal here
-    order = exp[ks[2]]  # not v > (0, 9): signs against the entries, value on the left
-    signs = tuple((False, -1 if i == order.real else 1, (False,)) for i in range(len(order.pool)))
-    assert order.holds(Candidates(signs))
-    assert not order.holds(Candidates(tuple((False, None, (False,)) for _ in order.pool)))
+    order = exp[ks[2]]  # not v > (0, 9): (<, ==, >) of v against each entry
+    below = tuple((False, (True, False, False) if i == order.real else (False, False, True), (False,))
+                  for i in range(len(order.pool)))
+    assert order.holds(Candidates(below))
+    assert not order.holds(Candidates(tuple((False, None, (False,)) for _ in order.pool)))  # a comparison raised
+    assert not order.holds(Candidates(tuple((False, (False, False, True), (False,)) for _ in order.pool)))
+    yes_to_all = Candidates(tuple((False, (True, True, True), (False,)) for _ in order.pool))
+    assert not exp[ks[2]].holds(yes_to_all)  # v > (0, 9) claimed without exactly one of <, ==, >: no verdict
 
 
 def test_helper_bindings_follow_name_mangling_and_leave_decorated_classes():

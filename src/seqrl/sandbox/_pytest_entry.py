@@ -874,6 +874,8 @@ def _plain(x, depth: int = 0):
                 bool(x.nan_ok))
     if t not in (bool, int, float, complex, str, bytes, list, tuple, dict, set, frozenset) and _own_comparison(t):
         raise TypeError(f"{t.__qualname__}: a test class with its own comparison")  # the test's to decide
+    if t not in _PLAIN_EXACT and _package_comparison(t):  # boltons' OrderedMultiDict(dict): its __eq__ is its own
+        raise TypeError(f"{t.__qualname__}: a subclass of a plain type with its own comparison")
     if issubclass(t, int) and int.bit_length(x) > 12_000:  # past repr's digit limit: hex (linear), tagged
         return ("<bigint>", hex(int.__index__(x)))
     if x is None or t in (bool, int, float, complex, str, bytes):
@@ -1057,6 +1059,14 @@ def _observe(fd, write, plain, rep, current, ops, own, honest, nearby, written, 
                 op, negated = fallback[4:].rstrip("!"), fallback.endswith("!")
                 got = _pair_verdict(*check(value), plain, own, honest, nearby, op)  # computed once
                 text = "!" if got is None else "~True" if got != negated else "~False"
+            elif check is not None and isinstance(fallback, str) and fallback.startswith(("in", "notin")):
+                index = int(fallback.lstrip("notin"))  # the container's leaf
+                if not check(value):
+                    text = "~False"
+                elif fallback.startswith("notin"):
+                    text = "~True"  # a claim of non-membership needs no probe (as one of inequality)
+                else:
+                    text = "~True" if _verdict_allowed(value, opaque, index, own, honest, nearby) else "!"
             elif check is not None and fallback is not None and _verdict_allowed(value, opaque, fallback, own,
                                                                                   honest, nearby):
                 text = "~True" if check(value) else "~False"
@@ -1146,23 +1156,11 @@ _SYMBOL_OPS = {"==": lambda a, b: a == b, "!=": lambda a, b: not (a == b), "<": 
                "<=": lambda a, b: a <= b, ">": lambda a, b: a > b, ">=": lambda a, b: a >= b}
 
 
-def _trichotomous(a, b) -> bool:
-    """Exactly one of ``a < b``, ``a == b``, ``a > b`` holds (raising counts as not): an order that says
-    yes to everything does not."""
-    got = []
-    for test in (lambda: a < b, lambda: a == b, lambda: a > b):
-        try:
-            got.append(test() is True)
-        except Exception:  # noqa: BLE001
-            return False
-    return got.count(True) == 1
-
-
 def _pair_verdict(a, b, plain, own, honest, nearby, op="=="):
     """``a OP b`` decided in the run, or None where pytest's verdict may not stand: an object that is not
     plain data must be of the tests' classes or pass the probes; one compared with a plain value (the
     test's literal, or a value it computed) must pass `nearby`'s probes against that value, which also
-    makes the comparison itself among them; an order comparison must be trichotomous. A plain side is
+    makes the comparison itself among them; an order that says it holds must say exactly one of <, ==, >. A plain side is
     replaced by its plain copy (its class's own methods never run); a tagged one is not compared."""
     def copy(v):
         try:
@@ -1176,16 +1174,24 @@ def _pair_verdict(a, b, plain, own, honest, nearby, op="=="):
     if ca is not _MISSING and cb is not _MISSING:
         sides = (ca, cb)
     elif ca is _MISSING and cb is _MISSING:
+        sides = (a, b)
+        if not order:  # a claim of inequality needs no probe; one of equality needs both sides' probes
+            try:
+                equal = (a == b) is True
+            except Exception:  # noqa: BLE001
+                return None
+            if equal and not ((own(a) or honest(a)) and (own(b) or honest(b))):
+                return None
+            return equal != (op == "!=")
         if not ((own(a) or honest(a)) and (own(b) or honest(b))):
             return None
-        sides = (a, b)
     else:
         value, w, left = (a, cb, True) if ca is _MISSING else (b, ca, False)
         if not own(value):
             return nearby(value, w, op, left) if honest(value) else None
         sides = (a, cb) if left else (ca, b)
-    if order and not _trichotomous(*sides):
-        return None
+    if order:
+        return _order_verdict(op, _order3(*sides))
     return bool(_SYMBOL_OPS[op](*sides))
 
 
@@ -1211,9 +1217,10 @@ def _nearby(w) -> list:
             out = [{**w, _PROBE(): 0}]  # a key more (a mapping's equality may read keys alone)
         elif t in (set, frozenset):
             out = [w | {_PROBE()}]
-        elif t in (datetime.timedelta, datetime.date, datetime.datetime):
+        elif t in (datetime.timedelta, datetime.date, datetime.datetime):  # a day either way
             day = datetime.timedelta(days=1)
-            out = [w + day if t is datetime.timedelta or w.year < 9999 else w - day]
+            out = [w + day, w - day] if t is datetime.timedelta or 1 < w.year < 9999 else \
+                [w - day if w.year > 1 else w + day]
     except Exception:  # noqa: BLE001
         return []
     return out
@@ -1231,13 +1238,23 @@ def _shuffle(items: list) -> None:
         items[i], items[j] = items[j], items[i]
 
 
-def _sign(x, y) -> int | None:
-    """-1, 0 or 1 where exactly one of ``x < y``, ``x == y``, ``x > y`` holds, else None (raising too)."""
+def _order3(x, y) -> tuple[bool, bool, bool] | None:
+    """(``x < y``, ``x == y``, ``x > y``), each ``is True``; None where one raised."""
     try:
-        got = (x < y) is True, (x == y) is True, (x > y) is True
+        return (x < y) is True, (x == y) is True, (x > y) is True
     except Exception:  # noqa: BLE001
         return None
-    return got.index(True) - 1 if sum(got) == 1 else None
+
+
+def _order_verdict(op: str, got: tuple[bool, bool, bool] | None) -> bool | None:
+    """``OP`` from `_order3`'s answers, or None where one raised or the order says it holds without
+    saying exactly one of ``<``, ``==``, ``>`` (an order that says yes to everything); a claim that it
+    does not hold needs nothing more (sets are not totally ordered)."""
+    if got is None:
+        return None
+    lt, eq, gt = got
+    r = {"<": lt, "<=": lt or eq, ">": gt, ">=": gt or eq}[op]
+    return None if r and sum(got) != 1 else r
 
 
 def _distinguishes_nearby(value, w, op="==", value_left=True):
@@ -1251,11 +1268,11 @@ def _distinguishes_nearby(value, w, op="==", value_left=True):
         return None
     calls = [(False, x) for x in near] + [(True, w)]
     _shuffle(calls)
-    real = sign = None
+    real = got = None
     near_equal = False
     for is_real, x in calls:
         if is_real and op not in ("==", "!="):
-            sign = _sign(value, x) if value_left else _sign(x, value)  # the test's left against its right
+            got = _order3(value, x) if value_left else _order3(x, value)  # the test's left against its right
             continue
         try:
             eq = (value == x) is True if value_left else (x == value) is True
@@ -1265,20 +1282,18 @@ def _distinguishes_nearby(value, w, op="==", value_left=True):
             real = eq
         else:
             near_equal = near_equal or eq
-    if (real or sign == 0) and near_equal:  # a claim of equality stands on the probes
+    if (real or (got is not None and got[1])) and near_equal:  # a claim of equality stands on the probes
         return None
     if op in ("==", "!="):
         return real != (op == "!=")
-    if sign is None:
-        return None
-    return {"<": sign < 0, "<=": sign <= 0, ">": sign > 0, ">=": sign >= 0}[op]
+    return _order_verdict(op, got)
 
 
 def _candidates(value, pool, value_left: bool, order: bool) -> list:
-    """``[(equal, sign, near)...]`` per pool entry — `value` (not plain data) against each entry and the
+    """``[(equal, order, near)...]`` per pool entry — `value` (not plain data) against each entry and the
     values next to it, every call made in one random order from one place: the literal is one of the
-    entries, and which one is known only outside (`Candidates`). ``sign`` is `value` against the entry
-    (-1/0/1; None where not exactly one of ``<``, ``==``, ``>`` holds; orders only)."""
+    entries, and which one is known only outside (`Candidates`). ``order`` is `_order3` of the test's
+    left side against its right (orders only; None where a comparison raised)."""
     def eq(x):
         try:
             return (value == x) is True if value_left else (x == value) is True
@@ -1297,10 +1312,9 @@ def _candidates(value, pool, value_left: bool, order: bool) -> list:
             answers[i][0] = eq(x)
         elif kind == "near":
             answers[i][2].append(eq(x))
-        else:
-            s = _sign(value, x) if value_left else _sign(x, value)
-            answers[i][1] = s if value_left or s is None else -s  # value against the entry
-    return [(a, s, tuple(n)) for a, s, n in answers]
+        else:  # the test's left side against its right
+            answers[i][1] = _order3(value, x) if value_left else _order3(x, value)
+    return [(a, o, tuple(n)) for a, o, n in answers]
 
 
 OWN_CLASSES: dict = {}
@@ -1387,6 +1401,28 @@ def _own_comparison(t) -> bool:
     for base in type.__getattribute__(t, "__mro__")[:-1]:
         if id(base) in OWN_CLASSES and any(n in type.__getattribute__(base, "__dict__") for n in _COMPARING[:6]):
             return _own_class(t)
+    return False
+
+
+_PLAIN_EXACT = frozenset({bool, int, float, complex, str, bytes, bytearray, list, tuple, dict, set, frozenset,
+                          type(None)})
+_PLAIN_BASES = (int, float, complex, str, bytes, bytearray, list, tuple, dict, set, frozenset)
+
+
+def _package_comparison(t) -> bool:
+    """A class outside the standard library (numpy's own aside) on a plain base that defines a comparison
+    of its own: its contents are not what it compares (a multi-dict storing lists), so it is not plain
+    data — its comparisons stand on the probes like any package object's."""
+    if not issubclass(t, _PLAIN_BASES):
+        return False
+    for base in type.__getattribute__(t, "__mro__"):
+        if base in _PLAIN_EXACT or base is object:
+            return False
+        module = str(type.__getattribute__(base, "__module__")).split(".")[0]
+        if module in sys.stdlib_module_names or module == "numpy":
+            continue
+        if any(n in type.__getattribute__(base, "__dict__") for n in _COMPARING[:6]):
+            return True
     return False
 
 

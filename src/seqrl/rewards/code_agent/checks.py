@@ -195,8 +195,8 @@ class Verdict:
 @dataclass(frozen=True)
 class Candidates:
     """The run's answers for a value that is not plain data compared with a literal: per pool entry
-    ``(equal, sign, near)`` — ``value == entry`` (None: it raised), ``value`` against ``entry`` as -1/0/1
-    (orders only, the literal's own entry at least; None where not exactly one of ``<``, ``==``, ``>`` held), and ``value == x`` for each
+    ``(equal, order, near)`` — ``value == entry`` (None: it raised), ``(<, ==, >)`` of the test's left
+    side against its right (orders only; None where a comparison raised), and ``value == x`` for each
     value next to the entry. The run does not know which entry is the literal."""
 
     answers: tuple
@@ -212,7 +212,7 @@ class Candidates:
         cmp = tree[2] if negated else tree
         if len(self.answers) != len(pool) or not 0 <= real < len(pool) or cmp[0] != "cmp":
             return False
-        equal, sign, near = self.answers[real]
+        equal, sign, near = self.answers[real]  # sign: the (<, ==, >) answers
         if equal is True:  # a claim of equality stands on the probes (one of inequality needs none)
             if any(x is True for x in near):  # raising counts as not equal
                 return False
@@ -222,14 +222,16 @@ class Candidates:
             theirs = [self.answers[i][0] is True for i in module if i != real and 0 <= i < len(pool)]
             if sum(theirs) >= 2 and 2 * sum(theirs) > len(theirs):
                 return False
-        op, left = cmp[1], cmp[3][0] == "lit"  # left: the literal is the right-hand side
+        op = cmp[1]
         if op in ("Eq", "NotEq"):
             result = (equal is True) == (op == "Eq")
-        else:  # an order: exactly one of <, ==, > against the literal (an order that says yes to all fails)
-            if sign not in (-1, 0, 1):
+        else:  # an order that says it holds says exactly one of <, ==, > (one saying yes to all fails)
+            if sign is None or op not in ("Lt", "LtE", "Gt", "GtE"):
                 return False
-            s = sign if left else -sign  # the test's left side against its right
-            result = {"Lt": s < 0, "LtE": s <= 0, "Gt": s > 0, "GtE": s >= 0}.get(op, False)
+            lt, eq, gt = sign
+            result = {"Lt": lt, "LtE": lt or eq, "Gt": gt, "GtE": gt or eq}[op]
+            if result and sum(sign) != 1:
+                return False
         return result != negated
 
 
@@ -239,7 +241,8 @@ def _read_candidates(value) -> Candidates | None:
         return None
     for a in value:
         if not (isinstance(a, tuple) and len(a) == 3 and a[0] in (True, False, None)
-                and (a[1] is None or (type(a[1]) is int and a[1] in (-1, 0, 1)))
+                and (a[1] is None or (isinstance(a[1], tuple) and len(a[1]) == 3
+                                      and all(type(x) is bool for x in a[1])))
                 and isinstance(a[2], tuple) and all(x in (True, False, None) and type(x) in (bool, type(None))
                                                     for x in a[2])
                 and type(a[0]) in (bool, type(None))):

@@ -185,6 +185,8 @@ class _Externalize(ast.NodeTransformer):
                 body = ast.Tuple([cmp.left, cmp.comparators[0]], ast.Load())
             elif fallback == "pair":
                 fallback = "all"
+            if isinstance(fallback, int):  # an `in`'s container leaf: the run needs the operator too
+                fallback = ("notin" if tree[1] == "NotIn" else "in") + str(fallback)
             lam = ast.Lambda(ast.arguments([], [ast.arg("_v")], None, [], [], None, []), body)
             args += [lam, ast.Constant(fallback)]
         keywords = [ast.keyword("quant", ast.Constant(self.quant))] if self.quant else []
