@@ -62,14 +62,8 @@ from seqrl.rewards.combine import (
 from seqrl.rollout.logprobs import token_logprobs
 from seqrl.training.api import SampledTrainer
 from seqrl.training.loop import RunLoop
-from seqrl.training.sampled import (
-    RewardTally,
-    SampledLearner,
-    SampledSteps,
-    WeightedMeans,
-    build_sampled_run,
-    check_rewards_given,
-)
+from seqrl.training.sampled import RewardTally, SampledLearner, SampledSteps, WeightedMeans
+from seqrl.training.sampled import build_sampled_run, check_rewards_given
 from seqrl.training.run import make_optimizer, releases_run_folder
 from seqrl.training.update import OptimGroup
 from seqrl.types import Problem, Task
