@@ -48,7 +48,7 @@ from seqrl.core.advantages import (
 )
 from seqrl.core.policy_loss import grpo_loss
 from seqrl.core.shaping import soft_overlong_penalty
-from seqrl.evaluation import EvalConfig, run_evaluation
+from seqrl.evaluation import EvalConfig  # noqa: F401 (re-exported)
 from seqrl.models.lm import ModelConfig, Policy, num_parameters
 from seqrl.models.lora import LoRAConfig, adapter_disabled, apply_lora, is_lora
 from seqrl.rewards.combine import RewardFn, RewardSpec, build_rewards  # noqa: F401 (re-export)
@@ -343,7 +343,7 @@ def train(cfg: GRPOConfig, rewards: dict | None = None, policy: Policy | None = 
     if cfg.lora.r:
         policy.model = apply_lora(policy.model, cfg.lora)
     trainer = GRPOLearner(cfg, policy, task, problems, reward_fns)
-    state = loop.resume(policy.model, trainer.optimizer, trainer.scheduler, policy.tokenizer)
+    loop.resume(policy.model, trainer.optimizer, trainer.scheduler, policy.tokenizer)
 
     def after(i: int, metrics: dict[str, float]) -> None:
         if cfg.loss.ref_sync_every and (i + 1) % cfg.loss.ref_sync_every == 0:
@@ -351,27 +351,15 @@ def train(cfg: GRPOConfig, rewards: dict | None = None, policy: Policy | None = 
 
     steps = SampledSteps(loop, trainer, after)
     if loop.resume_from is not None:
-        trainer.skipped_updates = state.get("skipped_updates", 0)
         if trainer.ref is not None and cfg.loss.ref_sync_every:
             trainer.sync_reference()  # checkpoints fall on sync steps (checked in the config)
 
-    def evaluate() -> dict[str, float]:
-        out: dict[str, float] = {}
-        if main:
-            out = run_evaluation(policy, task, test_problems, cfg.eval, cfg.run.seed, stop=cfg.sampling.stop)
-            if cfg.eval.samples:
-                s = cfg.sampling
-                same_sampling = (cfg.eval.temperature, cfg.eval.max_new_tokens, s.top_p, s.top_k) == (
-                    s.temperature, s.max_new_tokens, 1.0, 0)
-                if (same_sampling and [(r.name, r.weight) for r in cfg.rewards] == [("task", 1.0)]
-                        and not cfg.dapo.soft_overlong_cache):
-                    # the training reward is the verifier alone: its held-out mean is pass@1, already sampled
-                    out.update({"eval/reward": out["eval/pass@1"], "eval/reward/accuracy": out["eval/pass@1"]})
-                else:
-                    out.update(trainer.heldout_reward(test_problems, cfg.eval.samples, cfg.run.seed + 1))
-            policy.model.train()
-        dist.barrier()
-        return out
+    s = cfg.sampling
+    same_sampling = (cfg.eval.temperature, cfg.eval.max_new_tokens, s.top_p, s.top_k) == (
+        s.temperature, s.max_new_tokens, 1.0, 0)
+    # the training reward is the verifier alone, sampled alike: its held-out mean is pass@1, already sampled
+    evaluate = steps.evaluation(task, test_problems, "pass1" if same_sampling and not cfg.dapo.soft_overlong_cache
+                                and [(r.name, r.weight) for r in cfg.rewards] == [("task", 1.0)] else "sampled")
 
     first: dict[str, float] = {}
     if loop.start == 0:
@@ -383,8 +371,7 @@ def train(cfg: GRPOConfig, rewards: dict | None = None, policy: Policy | None = 
             print(f"note: step {done} is not a reference sync step (loss.ref_sync_every="
                   f"{cfg.loss.ref_sync_every}); a run resumed from it re-syncs the reference there", file=sys.stderr)
 
-    final = steps.run(cfg.steps, evaluate, cfg.eval.every, on_stop=on_stop,
-                      state=lambda: {"skipped_updates": trainer.skipped_updates})
+    final = steps.run(cfg.steps, evaluate, cfg.eval.every, on_stop=on_stop)
     loop.plot(["reward/total/mean", "eval/accuracy", "eval/pass@1", "stats/completion_len_mean", "stats/kl",
                "stats/entropy", "stats/clipfrac_high", "stats/zero_var_groups", "loss/policy"], "grpo.png",
               f"GRPO {cfg.run.name}")

@@ -48,7 +48,7 @@ from seqrl.core.advantages import gae, group_advantages, returns_to_go
 from seqrl.core.masking import masked_mean, masked_whiten
 from seqrl.core.policy_loss import aggregate_loss, grpo_loss
 from seqrl.core.ppo import clipped_value_loss, explained_variance, group_whiten_tokens, kl_shaped_rewards
-from seqrl.evaluation import EvalConfig, run_evaluation
+from seqrl.evaluation import EvalConfig  # noqa: F401 (re-exported)
 from seqrl.models.heads import ValueHead, completion_values, load_scalar_model, pad_sequences
 from seqrl.models.lm import ModelConfig, Policy, model_device, num_parameters
 from seqrl.prompts import PromptConfig  # noqa: F401 (re-export)
@@ -323,7 +323,7 @@ def train(cfg: PPOConfig, rewards: dict | None = None, policy: Policy | None = N
     check_rewards_given(cfg, rewards, "PPOTrainer")
     check_critic_start(cfg, policy is not None)
     loop = RunLoop(cfg, "ppo")
-    device, main = loop.device, loop.main
+    device = loop.device
     task, problems, test_problems, reward_fns, policy = build_sampled_run(cfg, device, rewards, policy)
     if cfg.critic.shared_backbone:
         critic = ValueHead(policy.model.config.hidden_size)
@@ -333,27 +333,19 @@ def train(cfg: PPOConfig, rewards: dict | None = None, policy: Policy | None = N
     critic.to(device)
     trainer = PPOLearner(cfg, policy, critic, task, problems, reward_fns)
     loop.add_companion("critic", critic, trainer.critic_optimizer, trainer.critic_scheduler)
-    state = loop.resume(policy.model, trainer.optimizer, trainer.scheduler, policy.tokenizer)
+    loop.resume(policy.model, trainer.optimizer, trainer.scheduler, policy.tokenizer)
     steps = SampledSteps(loop, trainer)
-    if loop.resume_from is not None:
-        trainer.skipped_updates = state.get("skipped_updates", 0)
 
-    def evaluate() -> dict[str, float]:
-        out: dict[str, float] = {}
-        if main:
-            out = run_evaluation(policy, task, test_problems, cfg.eval, cfg.run.seed, stop=cfg.sampling.stop)
-            if cfg.eval.samples and [(r.name, r.weight) for r in cfg.rewards] != [("task", 1.0)]:
-                out.update(trainer.heldout_reward(test_problems, cfg.eval.samples, cfg.run.seed + 1))
-            policy.model.train()
-        dist.barrier()
-        return out
+    # the held-out reward on fresh samples, unless the training reward is the verifier alone (eval/pass@1)
+    evaluate = steps.evaluation(task, test_problems,
+                                "none" if [(r.name, r.weight) for r in cfg.rewards] == [("task", 1.0)] else "sampled")
 
     first: dict[str, float] = {}
     if loop.start == 0:
         first = {"model/parameters": float(num_parameters(policy.model)),
                  "model/critic_parameters": float(num_parameters(critic)), **evaluate()}
         loop.log_start(first)
-    final = steps.run(cfg.steps, evaluate, cfg.eval.every, state=lambda: {"skipped_updates": trainer.skipped_updates})
+    final = steps.run(cfg.steps, evaluate, cfg.eval.every)
     loop.plot(["reward/total/mean", "reward/verifier/mean", "eval/accuracy", "eval/pass@1", "stats/kl", "loss/value",
                "stats/explained_variance", "stats/clipfrac_high", "stats/entropy"], "ppo.png", f"PPO {cfg.run.name}")
     return {**first, **final}

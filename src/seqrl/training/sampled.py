@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 
+from seqrl.evaluation import run_evaluation
 from seqrl.models.lm import Policy, model_device
 from seqrl.rewards.combine import RewardFn, ScoredBatch, score_completions
 from seqrl.rollout import Rollouts, SamplingParams, generate, sequence_logprobs
@@ -265,6 +266,7 @@ class SampledSteps:
                 raise ValueError(f"{loop.resume_from} was written by {len(cursors)} process(es); resume it with "
                                  f"the same number (got {dist.world_size()})")
             learner.prompt_cursor = cursors[dist.rank()]
+            learner.skipped_updates = state.get("skipped_updates", 0)
 
     def step(self, i: int, log: bool) -> Metrics:
         batch = self.learner.collect(i)
@@ -283,7 +285,29 @@ class SampledSteps:
 
     def state(self) -> dict[str, Any]:
         cursors = dist.all_gather_objects(self.learner.prompt_cursor)
-        return {"prompt_cursor": cursors if len(cursors) > 1 else cursors[0]}
+        return {"prompt_cursor": cursors if len(cursors) > 1 else cursors[0],
+                "skipped_updates": self.learner.skipped_updates}
+
+    def evaluation(self, task: Task, problems: list[Problem], reward: str = "sampled") -> Callable[[], Metrics]:
+        """The held-out evaluation (main process; the others wait): greedy accuracy and pass@k
+        (`run_evaluation`), and with ``eval.samples`` the held-out reward: ``"sampled"`` (the training
+        rewards on fresh samples), ``"pass1"`` (taken from pass@1: the training reward is the verifier
+        alone, sampled alike) or ``"none"``."""
+        learner, cfg = self.learner, self.loop.cfg
+
+        def evaluate() -> Metrics:
+            out: Metrics = {}
+            if self.loop.main:
+                out = run_evaluation(learner.policy, task, problems, cfg.eval, cfg.run.seed, stop=cfg.sampling.stop)
+                if cfg.eval.samples and reward == "pass1":
+                    out.update({"eval/reward": out["eval/pass@1"], "eval/reward/accuracy": out["eval/pass@1"]})
+                elif cfg.eval.samples and reward == "sampled":
+                    out.update(learner.heldout_reward(problems, cfg.eval.samples, cfg.run.seed + 1))
+                learner.policy.model.train()
+            dist.barrier()
+            return out
+
+        return evaluate
 
     def run(self, total: int, evaluate: Callable[[], Metrics], eval_every: int,
             state: Callable[[], Mapping[str, Any]] | None = None, on_stop: Callable[[int], None] | None = None) -> Metrics:

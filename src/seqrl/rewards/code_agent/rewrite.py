@@ -9,7 +9,7 @@ import stat
 from collections.abc import Mapping
 from pathlib import Path
 
-from .checks import Expect, OBSERVE, _BIN, _CALLS, _CMP, _fallback_policy, _has_literal, _literal
+from .checks import Expect, OBSERVE, _BIN, _CALLS, _CMP, _fallback_policy, _literal
 
 
 class _NotRewritable(Exception):
