@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from seqrl.data.minari_data import create_in_place, datasets_root
+from seqrl.data.minari_data import create_in_place, datasets_root, open_minari
 from seqrl.data.offline import DatasetError, Episode, OfflineDataset
 from seqrl.envs.babyai import BOS, N_ACTIONS, BabyAIEpisode, bot_episode, demo_reset_seed, make_babyai, resolve_level
 from seqrl.utils.extras import require
@@ -397,18 +397,10 @@ def read_packed(folder: str | os.PathLike) -> list[BabyAIEpisode] | None:
 def load_babyai(spec: str | os.PathLike) -> OfflineDataset:
     """A BabyAI demonstration dataset (a local Minari id or folder, written by `build_babyai`) as an
     `OfflineDataset` of flat rows (see the module docstring); the network is never used."""
-    MinariDataset = require("minari", "BabyAI demonstrations").MinariDataset
-
     spec = str(spec)
-    path = Path(spec)
-    data = (path / "data" if (path / "data").is_dir() else path) if path.is_dir() else datasets_root() / spec / "data"
-    if not (data / "metadata.json").is_file():
-        raise DatasetError(f"BabyAI dataset {spec!r}: not found (no {data / 'metadata.json'}); build it with "
-                           f"`seqrl data babyai LEVEL --episodes N --seed S`")
-    try:
-        dataset = MinariDataset(str(data))
-    except Exception as e:  # noqa: BLE001 — a broken folder, named
-        raise DatasetError(f"{spec}: cannot open as a Minari dataset: {e}") from e
+    dataset, data = open_minari(spec, lambda s, folder: (
+        f"BabyAI dataset {s!r}: not found (no metadata.json under {s if folder else datasets_root() / s}); "
+        f"build it with `seqrl data babyai LEVEL --episodes N --seed S`"), "BabyAI demonstrations")
     env_spec = dataset.spec.env_spec
     env_id = env_spec.id if env_spec is not None else ""
     demos = read_packed(data.parent)

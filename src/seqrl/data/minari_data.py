@@ -293,6 +293,24 @@ def _how_to_get(spec: str) -> str:
     return f"with internet: minari download {spec}"
 
 
+def open_minari(spec: str | os.PathLike, missing, purpose: str = "Minari datasets"):
+    """``(MinariDataset, its data folder)`` for `spec`, a local dataset id or a folder (the dataset's, or
+    its ``data/``); the network is never used. Absent: `DatasetError` with ``missing(spec, is_folder)``;
+    a folder that does not open: `DatasetError` naming it."""
+    MinariDataset = require("minari", purpose).MinariDataset
+
+    spec = str(spec)
+    path = Path(spec)
+    folder = path.is_dir()
+    data = (path / "data" if (path / "data").is_dir() else path) if folder else datasets_root() / spec / "data"
+    if not (data / "metadata.json").is_file():
+        raise DatasetError(missing(spec, folder))
+    try:
+        return MinariDataset(str(data)), data
+    except Exception as e:  # noqa: BLE001 — a broken folder, named
+        raise DatasetError(f"{spec}: cannot open as a Minari dataset: {e}") from e
+
+
 def load_offline(spec: str | os.PathLike) -> OfflineDataset:
     """A Minari dataset as an `OfflineDataset`: `spec` is a local dataset id or a dataset folder.
 
@@ -301,23 +319,11 @@ def load_offline(spec: str | os.PathLike) -> OfflineDataset:
     Discrete actions are supported; Box, Discrete, Dict and Tuple observations are flattened
     (Discrete to one-hot). Every episode is checked (`Episode.validate`): a bad one is named.
     """
-    MinariDataset = require("minari", "Minari datasets").MinariDataset
-
     spec = str(spec)
-    path = Path(spec)
-    if path.is_dir():
-        data = path / "data" if (path / "data").is_dir() else path
-        if not (data / "metadata.json").is_file():
-            raise DatasetError(f"{spec}: not a Minari dataset folder (no data/metadata.json)")
-    else:
-        data = datasets_root() / spec / "data"
-        if not (data / "metadata.json").is_file():
-            raise DatasetError(f"Minari dataset {spec!r} is not in the local datasets folder {datasets_root()} "
-                               f"(MINARI_DATASETS_PATH); {_how_to_get(spec)}")
-    try:
-        dataset = MinariDataset(str(data))
-    except Exception as e:  # noqa: BLE001 — a broken folder, named
-        raise DatasetError(f"{spec}: cannot open as a Minari dataset: {e}") from e
+    dataset, data = open_minari(spec, lambda s, folder: (
+        f"{s}: not a Minari dataset folder (no data/metadata.json)" if folder else
+        f"Minari dataset {s!r} is not in the local datasets folder {datasets_root()} (MINARI_DATASETS_PATH); "
+        f"{_how_to_get(s)}"))
     obs_space, act_space = dataset.observation_space, dataset.action_space
     if isinstance(act_space, gym.spaces.Box):
         discrete, action_dim = False, int(np.prod(act_space.shape))
