@@ -3,8 +3,8 @@ iteration) reached and exits 143 / 130 naming that checkpoint, ``--resume`` repe
 exactly; a second signal stops at once and says what is lost.
 
 Signals are sent to this process from inside the loop (`check_finite`, once per optimizer update: the
-run loop's in `seqrl.training.run` for the trainers on it, the sampled learners' in
-`seqrl.training.sampled`; STaR's as each fine-tune starts),
+`FiniteCheck`s in `seqrl.training.run`, the run loop's and the sampled learners'; STaR's as each
+fine-tune starts),
 so the real handlers run. Also `start_run`'s side of it: a one-process trainer refuses torchrun, and under torchrun a signal to one RM process stops every process at the same step.
 """
 
@@ -147,10 +147,9 @@ def _ppo_cfg(out, resume: bool = False):
 
 def test_ppo_saves_policy_and_critic_at_the_step_reached_and_resume_repeats_the_run(tmp_path, on_nth_call):
     import seqrl.algos.ppo as ppo
-    import seqrl.training.sampled as sampled  # the learner's update checks each optimizer update
 
-    cfg = _ppo_cfg(tmp_path)
-    _check_stop_and_resume(ppo.train, _ppo_cfg, on_nth_call, sampled, tmp_path, "loss/value", signal.SIGTERM, at=2,
+    cfg = _ppo_cfg(tmp_path)  # the learner's update checks each optimizer update (`FiniteCheck`)
+    _check_stop_and_resume(ppo.train, _ppo_cfg, on_nth_call, plumbing, tmp_path, "loss/value", signal.SIGTERM, at=2,
                            last=3, updates=cfg.num_iterations * cfg.minibatches)
     run = tmp_path / "cut" / "p"
     assert [s for s, _ in list_checkpoints(run / "critic")] == [2, 3]  # the critic saved beside the policy

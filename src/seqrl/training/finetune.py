@@ -16,7 +16,7 @@ import torch
 from seqrl.core.losses import IGNORE_INDEX, token_nll_sum
 from seqrl.models.lm import Policy, check_on_device, model_device
 from seqrl.types import Problem
-from seqrl.training.run import NonFiniteError, check_finite
+from seqrl.training.run import FiniteCheck
 from seqrl.training.update import OptimGroup, apply_update
 from seqrl.utils.dist import bf16_autocast
 
@@ -131,16 +131,8 @@ def finetune(model, examples: list[Example], *, steps: int, batch_size: int, opt
     if steps < 1 or batch_size < 1:
         raise ValueError(f"finetune(): steps and batch_size must be >= 1 (got {steps}, {batch_size})")
     dev = model_device(model)
-    n, losses, grad_norm, orders, skipped = len(examples), [], 0.0, {}, [0]
-    group = OptimGroup("model", model, optimizer, scheduler, grad_clip)
-
-    def check(step: int, **values: float) -> bool:
-        try:
-            ok = check_finite(step, on_nonfinite, **values)
-        except NonFiniteError as e:
-            raise NonFiniteError(f"{label}: {e}") from None
-        skipped[0] += not ok
-        return ok
+    n, losses, grad_norm, orders = len(examples), [], 0.0, {}
+    group, check = OptimGroup("model", model, optimizer, scheduler, grad_clip), FiniteCheck(on_nonfinite, label=label)
 
     model.train()
     for step in range(steps):
@@ -155,4 +147,4 @@ def finetune(model, examples: list[Example], *, steps: int, batch_size: int, opt
     finite = [x for x in losses if math.isfinite(x)]
     mean = sum(finite) / len(finite) if finite else float("nan")
     return {"loss/sft": mean, "loss/sft_last": losses[-1], "stats/grad_norm": grad_norm,
-            "stats/skipped_updates": float(skipped[0])}
+            "stats/skipped_updates": float(check.skipped)}

@@ -458,6 +458,25 @@ def check_finite(step: int, on_nonfinite: str, **values: float) -> bool:
     return False
 
 
+class FiniteCheck:
+    """`check_finite` under one ``run.on_nonfinite`` rule, counting the updates it skipped (`skipped`);
+    `label` (which fine-tune of which iteration) prefixes a `NonFiniteError`. The ``check`` every
+    `apply_update` calls."""
+
+    def __init__(self, on_nonfinite: str, skipped: int = 0, label: str = "") -> None:
+        self.on_nonfinite, self.skipped, self.label = on_nonfinite, int(skipped), label
+
+    def __call__(self, step: int, **values: float) -> bool:
+        try:
+            ok = check_finite(step, self.on_nonfinite, **values)
+        except NonFiniteError as e:
+            if not self.label:
+                raise
+            raise NonFiniteError(f"{self.label}: {e}") from None
+        self.skipped += not ok
+        return ok
+
+
 class RunGuard:
     """What a training loop does on signals and bad steps, around its step loop (every process).
 
@@ -478,7 +497,9 @@ class RunGuard:
 
     def __init__(self, run: Any, model: torch.nn.Module | None = None, skipped: int = 0,
                  unit: str = "step") -> None:
-        self.run, self.dir, self.model, self.skipped, self.unit = run, run.dir, model, int(skipped), unit
+        self.run, self.dir, self.model, self.unit = run, run.dir, model, unit
+        self.check_finite = FiniteCheck(run.on_nonfinite, skipped)
+        """`check_finite` with the run's ``on_nonfinite``, counting what it skipped (`skipped`)."""
         self.signum: int | None = None
         self.current: int | None = None
         self._previous: dict[int, Any] = {}
@@ -529,11 +550,10 @@ class RunGuard:
         raise RunInterrupted(signum, f"stopped by {signal.Signals(signum).name} after {self.unit} {step}; "
                                      f"{newest_checkpoint_text(self.dir)} (resume with --resume)")
 
-    def check_finite(self, step: int, **values: float) -> bool:
-        """`check_finite` with the run's `on_nonfinite`; a skipped update is counted in `skipped`."""
-        ok = check_finite(step, self.run.on_nonfinite, **values)
-        self.skipped += not ok
-        return ok
+    @property
+    def skipped(self) -> int:
+        """The updates ``run.on_nonfinite=skip_step`` skipped so far (resumed from the checkpoint's count)."""
+        return self.check_finite.skipped
 
 
 def set_threads(n: int) -> None:

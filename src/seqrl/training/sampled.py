@@ -21,7 +21,7 @@ from seqrl.rewards.combine import RewardFn, ScoredBatch, score_completions
 from seqrl.rollout import Rollouts, SamplingParams, generate, sequence_logprobs
 from seqrl.rollout.logprobs import pack_micro_batches, shared_prompt_logprobs, use_shared_prompt_forward
 from seqrl.training.loop import Metrics, RunLoop
-from seqrl.training.run import check_finite, completion_samples, reduce_rank_metrics, stream_indices
+from seqrl.training.run import FiniteCheck, completion_samples, reduce_rank_metrics, stream_indices
 from seqrl.training.update import OptimGroup, Stepped, apply_update
 from seqrl.types import Problem, Task
 from seqrl.utils import dist
@@ -111,7 +111,7 @@ class SampledLearner:
         # reads the global positions r, r + W, r + 2W, … so the shares never overlap.
         self.prompt_cursor = 0
         self.samples: list[dict] = []  # the last collected step's logged completions (run.log_completions)
-        self.skipped_updates = 0  # optimizer updates run.on_nonfinite=skip_step skipped (in the checkpoint state)
+        self.finite = FiniteCheck(cfg.run.on_nonfinite)  # counts what run.on_nonfinite=skip_step skipped
         self.shared_forward = use_shared_prompt_forward(cfg.shared_prompt_forward, policy.model)
 
     # -- the forward passes GRPO and PPO share -----------------------------------------------------
@@ -152,12 +152,12 @@ class SampledLearner:
     def update(self, step: int, loss: float, groups: list[OptimGroup], **values: float) -> Stepped:
         """One optimizer update of `groups` at 0-based step `step` (`apply_update`): `loss` and `values`
         must be the same on every process (summed over them), so that every process decides alike."""
-        return apply_update(groups, step, self._check, loss, **values)
+        return apply_update(groups, step, self.finite, loss, **values)
 
-    def _check(self, step: int, **values: float) -> bool:
-        ok = check_finite(step, self.cfg.run.on_nonfinite, **values)
-        self.skipped_updates += not ok
-        return ok
+    @property
+    def skipped_updates(self) -> int:
+        """Optimizer updates ``run.on_nonfinite=skip_step`` skipped (in the checkpoint state)."""
+        return self.finite.skipped
 
     def _sampling(self, seed: int) -> SamplingParams:
         s = self.cfg.sampling
@@ -266,7 +266,7 @@ class SampledSteps:
                 raise ValueError(f"{loop.resume_from} was written by {len(cursors)} process(es); resume it with "
                                  f"the same number (got {dist.world_size()})")
             learner.prompt_cursor = cursors[dist.rank()]
-            learner.skipped_updates = state.get("skipped_updates", 0)
+            learner.finite.skipped = int(state.get("skipped_updates", 0))
 
     def step(self, i: int, log: bool) -> Metrics:
         batch = self.learner.collect(i)

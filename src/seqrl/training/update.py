@@ -79,12 +79,10 @@ def apply_update(groups: Sequence[OptimGroup], step: int, check: Callable[..., b
         raise ValueError("apply_update: no parameter group to update")
     norms: dict[str, float] = {}
     lrs: dict[str, float] = {}
-    tensors = {}
     for g in groups:
         _sum_over_processes(g)
         params = [p for p in g.parameters() if p.requires_grad]
-        tensors[g.name] = torch.nn.utils.clip_grad_norm_(params, g.clip if g.clip > 0 else math.inf)
-        norms[g.name] = float(tensors[g.name])
+        norms[g.name] = float(torch.nn.utils.clip_grad_norm_(params, g.clip if g.clip > 0 else math.inf))
         lrs[g.name] = float(g.scheduler.get_last_lr()[0]) if g.scheduler is not None else \
             float(g.optimizer.param_groups[0]["lr"])
     named = {"grad_norm": norms[groups[0].name]} if len(groups) == 1 else \
