@@ -1060,10 +1060,11 @@ def _observe(fd, write, plain, rep, current, ops, own, honest, nearby, written, 
                 got = _pair_verdict(*check(value), plain, own, honest, nearby, op)  # computed once
                 text = "!" if got is None else "~True" if got != negated else "~False"
             elif check is not None and isinstance(fallback, str) and fallback.startswith(("in", "notin")):
-                index = int(fallback.lstrip("notin"))  # the container's leaf
+                negated = fallback.startswith("notin")
+                index = int(fallback[5 if negated else 2:])  # the container's leaf
                 if not check(value):
                     text = "~False"
-                elif fallback.startswith("notin"):
+                elif negated:
                     text = "~True"  # a claim of non-membership needs no probe (as one of inequality)
                 else:
                     text = "~True" if _verdict_allowed(value, opaque, index, own, honest, nearby) else "!"
@@ -1083,20 +1084,26 @@ _PROBE = type(f"_{uuid.uuid4().hex}", (), {"__slots__": ()})
 """A class made for this run alone: nothing the code under test wrote can know it."""
 
 
+def _base_elements(value) -> list | None:
+    """The elements of a value on a built-in container base, read through the base type's own methods
+    (a dict's keys and values, flat), or None for any other value."""
+    t = type(value)
+    if issubclass(t, (list, tuple)):
+        return list(list.__iter__(value) if issubclass(t, list) else tuple.__iter__(value))
+    if issubclass(t, (set, frozenset)):
+        return list(set.__iter__(value) if issubclass(t, set) else frozenset.__iter__(value))
+    if issubclass(t, dict):
+        return [x for kv in dict.items(value) for x in kv]
+    return None
+
+
 def _honest(value, depth: int = 0) -> bool:
     """Whether a value's comparisons pass the probes a lying ``__eq__`` fails: equal to itself, not
     unequal to itself, and not equal to a fresh object of an unrelated class (raising there counts as
     not equal); a built-in container's elements that are not plain data pass them too (a list compares
     its elements with their own ``__eq__``). Where they pass, a comparison of such values
     (``Version("1.0") == parse("1.0")``) is pytest's to decide."""
-    t = type(value)
-    items = None
-    if issubclass(t, (list, tuple)):
-        items = list(list.__iter__(value) if issubclass(t, list) else tuple.__iter__(value))
-    elif issubclass(t, (set, frozenset)):
-        items = list(set.__iter__(value) if issubclass(t, set) else frozenset.__iter__(value))
-    elif issubclass(t, dict):
-        items = [x for kv in dict.items(value) for x in kv]
+    items = _base_elements(value)
     if items is not None:
         if depth > 20 or len(items) > 10_000:
             return False
@@ -1257,6 +1264,15 @@ def _order_verdict(op: str, got: tuple[bool, bool, bool] | None) -> bool | None:
     return None if r and sum(got) != 1 else r
 
 
+def _equal(value, x, value_left: bool) -> bool:
+    """``value == x`` in the test's own order (``x == value`` unless `value_left`); raising counts as not
+    equal."""
+    try:
+        return (value == x) is True if value_left else (x == value) is True
+    except Exception:  # noqa: BLE001
+        return False
+
+
 def _distinguishes_nearby(value, w, op="==", value_left=True):
     """``value OP w`` (``w OP value`` unless `value_left`) for a `value` that is not plain data and a
     plain `w` the run computed, or None where `value` equals ``w`` and a value next to it too
@@ -1274,10 +1290,7 @@ def _distinguishes_nearby(value, w, op="==", value_left=True):
         if is_real and op not in ("==", "!="):
             got = _order3(value, x) if value_left else _order3(x, value)  # the test's left against its right
             continue
-        try:
-            eq = (value == x) is True if value_left else (x == value) is True
-        except Exception:  # noqa: BLE001
-            eq = False
+        eq = _equal(value, x, value_left)
         if is_real:
             real = eq
         else:
@@ -1294,13 +1307,7 @@ def _candidates(value, pool, value_left: bool, order: bool) -> list:
     values next to it, every call made in one random order from one place: the literal is one of the
     entries, and which one is known only outside (`Candidates`). ``order`` is `_order3` of the test's
     left side against its right (orders only; None where a comparison raised)."""
-    def eq(x):
-        try:
-            return (value == x) is True if value_left else (x == value) is True
-        except Exception:  # noqa: BLE001 — raising counts as not equal
-            return False
-
-    entries = [x for x in pool] if type(pool) is tuple else []
+    entries = list(pool) if type(pool) is tuple else []
     calls = [(i, "eq", x) for i, x in enumerate(entries)]
     calls += [(i, "near", n) for i, x in enumerate(entries) for n in _nearby(x)]
     if order:
@@ -1309,9 +1316,9 @@ def _candidates(value, pool, value_left: bool, order: bool) -> list:
     answers = [[False, None, []] for _ in entries]
     for i, kind, x in calls:
         if kind == "eq":
-            answers[i][0] = eq(x)
+            answers[i][0] = _equal(value, x, value_left)
         elif kind == "near":
-            answers[i][2].append(eq(x))
+            answers[i][2].append(_equal(value, x, value_left))
         else:  # the test's left side against its right
             answers[i][1] = _order3(value, x) if value_left else _order3(x, value)
     return [(a, o, tuple(n)) for a, o, n in answers]
@@ -1432,10 +1439,7 @@ def _own(value, depth: int = 0) -> bool:
     always-equal field the package put there."""
     if depth > 20 or not _own_class(type(value)):
         return False
-    t = type(value)
-    items = list(dict.items(value)) if issubclass(t, dict) else list(list.__iter__(value)) if issubclass(t, list) \
-        else list(tuple.__iter__(value)) if issubclass(t, tuple) else list(set.__iter__(value)) \
-        if issubclass(t, set) else list(frozenset.__iter__(value)) if issubclass(t, frozenset) else []
+    items = _base_elements(value) or []
     if len(items) > 10_000 or not all(_exact_plain(x, depth + 1) for x in items):
         return False
     try:

@@ -162,21 +162,12 @@ class _Externalize(ast.NodeTransformer):
         fallback = _fallback_policy(tree) if expr is not None and self.quant is None else None
         pooled = self._pooled(tree, expr) if expr is not None and self.quant is None and fallback is None else None
         if pooled is not None:  # one comparison with a literal: the run answers against a pool of literals
-            import copy
-
-            side, value_left, pool, real, module = pooled
+            side, value_left, order, pool, real, module = pooled
             self.expected[k] = Expect(tree, len(observed), pool, real, module)
-            memo = {id(leaf): ast.Subscript(ast.Name("_v", ast.Load()), ast.Constant(i), ast.Load())
-                    for i, leaf in enumerate(observed)}
-            lam = ast.Lambda(ast.arguments([], [ast.arg("_v")], None, [], [], None, []), copy.deepcopy(side, memo))
-            order = tree[1] not in ("Eq", "NotEq") if tree[0] == "cmp" else tree[2][1] not in ("Eq", "NotEq")
-            args += [lam, ast.Constant("cand" + ("L" if value_left else "R") + ("<" if order else "="))]
+            args += [_over_leaves(side, observed),
+                     ast.Constant("cand" + ("L" if value_left else "R") + ("<" if order else "="))]
         if fallback is not None:  # pytest's verdict where every leaf is the suite's own object
-            import copy
-
-            memo = {id(leaf): ast.Subscript(ast.Name("_v", ast.Load()), ast.Constant(i), ast.Load())
-                    for i, leaf in enumerate(observed)}
-            body = copy.deepcopy(expr, memo)
+            body = _over_leaves(expr, observed).body
             negated = isinstance(body, ast.UnaryOp) and isinstance(body.op, ast.Not)
             cmp = body.operand if negated else body
             if fallback == "pair" and isinstance(cmp, ast.Compare) and len(cmp.ops) == 1:
@@ -187,18 +178,19 @@ class _Externalize(ast.NodeTransformer):
                 fallback = "all"
             if isinstance(fallback, int):  # an `in`'s container leaf: the run needs the operator too
                 fallback = ("notin" if tree[1] == "NotIn" else "in") + str(fallback)
-            lam = ast.Lambda(ast.arguments([], [ast.arg("_v")], None, [], [], None, []), body)
-            args += [lam, ast.Constant(fallback)]
+            args += [_lambda(body), ast.Constant(fallback)]
         keywords = [ast.keyword("quant", ast.Constant(self.quant))] if self.quant else []
         if pooled is not None:
-            keywords.append(ast.keyword("pool", ast.parse(repr(pooled[2]), mode="eval").body))
+            keywords.append(ast.keyword("pool", ast.parse(repr(pooled[3]), mode="eval").body))
         call = ast.Call(ast.Name(OBSERVE, ast.Load()), args, keywords)
         return ast.copy_location(ast.Expr(call), node)
 
     def _pooled(self, tree: tuple, expr: ast.AST):
-        """For one comparison (``== != < <= > >=``, or ``not`` of one) of one observed expression and a literal ``L`` of a plain type: ``(that expression's node, whether it is the left side, pool,
-        L's place, the module's literals' places)``, the pool being ``L`` among the module's other literals of its type and made-up ones
-        (`literal_pool`) in a random order; else None."""
+        """For one comparison (``== != < <= > >=``, or ``not`` of one) of one observed expression and a
+        literal ``L`` of a plain type: ``(that expression's node, whether it is the left side, whether it
+        is an order, pool, L's place in it, the module's literals' places)``, the pool being ``L`` among
+        the module's other literals of its type and made-up ones (`literal_pool`) in a random order;
+        else None."""
         negated = tree[0] == "unary" and tree[1] == "Not"
         cmp_tree = tree[2] if negated else tree
         node = expr.operand if negated and isinstance(expr, ast.UnaryOp) else expr
@@ -215,7 +207,8 @@ class _Externalize(ast.NodeTransformer):
         got = literal_pool(lit, self.literals.get(type(lit), ()))
         if got is None:
             return None
-        return (node.left if value_left else node.comparators[0], value_left, *got)
+        return (node.left if value_left else node.comparators[0], value_left,
+                cmp_tree[1] not in ("Eq", "NotEq"), *got)
 
     def _constant_checks(self, names, where: ast.AST, must: bool) -> list:
         """``NAME == <its literal>`` observed for each module-level constant or table: decided here."""
@@ -291,6 +284,20 @@ class _Externalize(ast.NodeTransformer):
         return node
 
     visit_AsyncFunctionDef = visit_Lambda = visit_ClassDef = visit_FunctionDef
+
+
+def _lambda(body: ast.expr) -> ast.Lambda:
+    return ast.Lambda(ast.arguments([], [ast.arg("_v")], None, [], [], None, []), body)
+
+
+def _over_leaves(expr: ast.expr, observed: list) -> ast.Lambda:
+    """``lambda _v: EXPR`` with each observed leaf of `expr` read as ``_v[i]``: the check (or one side of
+    it) recomputed in the run from the values it handed out."""
+    import copy
+
+    memo = {id(leaf): ast.Subscript(ast.Name("_v", ast.Load()), ast.Constant(i), ast.Load())
+            for i, leaf in enumerate(observed)}
+    return _lambda(copy.deepcopy(expr, memo))
 
 
 def _fails(node: ast.If) -> bool:
