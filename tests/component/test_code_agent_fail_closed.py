@@ -971,3 +971,127 @@ def test_package_subclasses_of_plain_types_with_their_own_equality_and_partial_o
     forged = score(reward, repo2, {"shop/pricing.py": FIXED + "SCALE = 2\n" + MULTI + ALWAYS_DICT})
     assert forged.parts["tests"] < 1.0 and forged.score <= wrong.score + 1e-9, (forged.score, forged.reason)
     assert "tests.test_pricing::test_multi" in forged.reason
+
+
+# ----------------------------------------------------------------------------- tests the snapshot cannot judge
+UNJUDGED_TESTS = """
+    import pytest
+    from shop.pricing import total_price, everything
+
+    def test_total():
+        assert total_price([(2.5, 2), (1.0, 3)]) == 8.0
+
+    def test_everything():  # a set holding every object: the outside cannot tell it from a lying one
+        box = everything()
+        assert "anything" in box
+        assert box in box
+
+    @pytest.mark.skip(reason="not on this platform")
+    def test_skipped():
+        assert total_price([]) == 1
+
+    @pytest.mark.xfail(reason="a known bug", strict=True)
+    def test_known_bug():
+        assert total_price([(1.0, 1)]) == 2.0
+"""
+EVERYTHING = '''
+
+class _Everything:
+    def __contains__(self, x):
+        return True
+
+
+def everything():
+    return _Everything()
+'''
+TURN_INTO_SKIP = '''
+
+_real = total_price
+
+
+def total_price(items, discount_pct=0):
+    raise __import__("unit" + "test").SkipTest("later")
+'''
+
+
+def test_tests_the_unpatched_snapshot_cannot_judge_count_for_no_patch(reward, tmp_path):
+    """A test pytest alone skips (or xfails) on the unpatched snapshot, or passes there while the outside
+    checks cannot confirm it (a container holding every object), counts for no patch: the honest fix keeps
+    1.2 and says which tests were left out; the wrong patch and a patch that turns the bug's test into a
+    skip earn nothing from them."""
+    repo = repo_with(tmp_path, UNJUDGED_TESTS, {"shop/pricing.py": BUGGY + EVERYTHING})
+    honest = score(reward, repo, {"shop/pricing.py": FIXED + EVERYTHING})
+    assert_honest(honest)
+    assert "3 test(s) not counted" in honest.reason and honest.parts["total"] == 1.0, honest.reason
+    wrong = score(reward, repo, {"shop/pricing.py": BUGGY + EVERYTHING + "# nothing\n"})
+    assert wrong.parts["tests"] == 0.0 and wrong.parts["total"] == 1.0, wrong.reason
+    assert_forgery_fails(score(reward, repo, {"shop/pricing.py": BUGGY + EVERYTHING + TURN_INTO_SKIP}))
+
+
+OBJECT_TESTS = """
+    from shop.pricing import Money, receipt
+
+    def test_receipts():  # two file-like receipts whose __eq__ reads both: not equal to itself
+        assert receipt([(2.5, 2), (1.0, 3)]) == receipt([(8.0, 1)])
+
+    def test_change():  # arithmetic on package objects against a literal
+        assert Money.of([(2.5, 2), (1.0, 3)]) - Money(1.0) == 7.0
+"""
+OBJECTS = '''
+
+import io
+import itertools
+
+
+class Receipt:
+    def __init__(self, total):
+        self._f = io.StringIO(f"total\\n{total:.2f}\\n")
+
+    def __eq__(self, other):  # reads both files line by line: a receipt is not equal to itself
+        if not isinstance(other, Receipt):
+            return NotImplemented
+        self._f.seek(0)
+        other._f.seek(0)
+        return all(a == b for a, b in itertools.zip_longest(self._f, other._f))
+
+    __hash__ = None
+
+
+def receipt(items):
+    return Receipt(total_price(items))
+
+
+class Money:
+    def __init__(self, amount):
+        self.amount = round(amount, 2)
+
+    @classmethod
+    def of(cls, items):
+        return cls(total_price(items))
+
+    def __sub__(self, other):
+        return Money(self.amount - other.amount)
+
+    def __eq__(self, other):
+        if isinstance(other, Money):
+            return self.amount == other.amount
+        if isinstance(other, (int, float)):
+            return self.amount == other
+        return NotImplemented
+
+    __hash__ = None
+'''
+LIARS = '''
+
+Receipt.__eq__ = lambda self, other: True
+Money.__eq__ = lambda self, other: True
+'''
+
+
+def test_an_eq_that_is_not_reflexive_and_arithmetic_on_package_objects_against_a_literal(reward, tmp_path):
+    """A comparison that reads both sides (not equal to itself) passes the probes, and ``a - b == 7.0``
+    on package objects is answered against the literal's pool: the honest fix keeps 1.2; lying
+    comparisons on the same objects earn no more than the wrong patch."""
+    repo = repo_with(tmp_path, OBJECT_TESTS, {"shop/pricing.py": BUGGY + OBJECTS})
+    assert_honest(score(reward, repo, {"shop/pricing.py": FIXED + OBJECTS}))
+    assert_forgery_fails(score(reward, repo, {"shop/pricing.py": BUGGY + OBJECTS + LIARS}))

@@ -722,6 +722,14 @@ class Collector:
         self.raises: list[list] = []
         self.reads: set[tuple[str, str]] = set()
         self.imports: set[tuple[str, str]] = set()
+        self.outcomes: dict[str, str] = {}
+        """node id → ``passed``, ``failed`` (any phase) or ``skipped`` (an xfail too), of a pristine run."""
+
+    def pytest_runtest_logreport(self, report):
+        was = self.outcomes.get(report.nodeid)
+        now = "failed" if report.failed else "skipped" if report.skipped else "passed"
+        if was != "failed" and not (was == "skipped" and now == "passed"):  # teardown passes after a skip
+            self.outcomes[report.nodeid] = now
 
     def _rel(self, path) -> str | None:
         if not isinstance(path, str):
@@ -1098,11 +1106,13 @@ def _base_elements(value) -> list | None:
 
 
 def _honest(value, depth: int = 0) -> bool:
-    """Whether a value's comparisons pass the probes a lying ``__eq__`` fails: equal to itself, not
-    unequal to itself, and not equal to a fresh object of an unrelated class (raising there counts as
-    not equal); a built-in container's elements that are not plain data pass them too (a list compares
-    its elements with their own ``__eq__``). Where they pass, a comparison of such values
-    (``Version("1.0") == parse("1.0")``) is pytest's to decide."""
+    """Whether a value's comparisons pass the probes a lying ``__eq__`` fails: not equal, and not
+    ``!=``-equal, to a fresh object of an unrelated class (raising there counts as not equal); a
+    built-in container's elements that are not plain data pass them too (a list compares its elements
+    with their own ``__eq__``). Where they pass, a comparison of such values (``Version("1.0") ==
+    parse("1.0")``) is pytest's to decide. Equality with itself is not asked: an ``__eq__`` that reads
+    both sides (a file-like comparing its lines) or a tracing proxy is honestly not reflexive, and a
+    claim of inequality needs no probe."""
     items = _base_elements(value)
     if items is not None:
         if depth > 20 or len(items) > 10_000:
@@ -1113,11 +1123,6 @@ def _honest(value, depth: int = 0) -> bool:
             except Exception:  # noqa: BLE001
                 if not _honest(x, depth + 1):
                     return False
-    try:
-        if (value == value) is not True or (value != value) is not False:
-            return False
-    except Exception:  # noqa: BLE001
-        return False
     probe = _PROBE()
     for test in (lambda: value == probe, lambda: probe == value):
         try:
@@ -1159,6 +1164,10 @@ def _contains_honestly(container) -> bool:
         return True
 
 
+_VALUE_TYPES = (datetime.timedelta, datetime.date, datetime.datetime, decimal.Decimal, fractions.Fraction)
+"""Standard-library value types the observer tags (their plain copy is a tagged tuple): compared as
+themselves, with `_nearby`'s values next to them."""
+
 _SYMBOL_OPS = {"==": lambda a, b: a == b, "!=": lambda a, b: not (a == b), "<": lambda a, b: a < b,
                "<=": lambda a, b: a <= b, ">": lambda a, b: a > b, ">=": lambda a, b: a >= b}
 
@@ -1168,13 +1177,17 @@ def _pair_verdict(a, b, plain, own, honest, nearby, op="=="):
     plain data must be of the tests' classes or pass the probes; one compared with a plain value (the
     test's literal, or a value it computed) must pass `nearby`'s probes against that value, which also
     makes the comparison itself among them; an order that says it holds must say exactly one of <, ==, >. A plain side is
-    replaced by its plain copy (its class's own methods never run); a tagged one is not compared."""
+    replaced by its plain copy (its class's own methods never run); a tagged one is itself where its type
+    is exactly a standard-library value type (a ``timedelta``: its methods are the library's), else not
+    compared."""
     def copy(v):
         try:
             p = plain(v)
         except Exception:  # noqa: BLE001
             return _MISSING
-        return _MISSING if isinstance(p, tuple) and p and isinstance(p[0], str) and p[0].startswith("<") else p
+        if isinstance(p, tuple) and p and isinstance(p[0], str) and p[0].startswith("<"):
+            return v if type(v) in _VALUE_TYPES else _MISSING
+        return p
 
     ca, cb = copy(a), copy(b)
     order = op not in ("==", "!=")
@@ -1564,7 +1577,8 @@ def main(argv: list[str]) -> int:
         with open(REPORT, "w", encoding="utf-8") as f:
             json.dump({"rc": int(rc), "items": col.items, "errors": col.errors, "modules": col.modules(),
                        "raises": col.raises, "reads": sorted(col.reads), "imports": col.imported(),
-                       "ran": pristine, "module_files": col.module_files(), "guard": guard.found}, f)
+                       "ran": pristine, "module_files": col.module_files(), "guard": guard.found,
+                       "outcomes": col.outcomes if pristine else {}}, f)
         return int(rc)
     if observer is not None:
         guard.watch_observer(observer)

@@ -95,40 +95,72 @@ def _open_test_ok(outside: Outside | None, prefix: str, classname: str, name: st
     return _checks_ok(mine, [k for k in ks if k in outside.must], outside.expected)
 
 
-def _tally(run, nonce: str, collected: Pristine, outside: Outside | None = None,
-           void: Mapping[str, str] | None = None) -> tuple[int, int, str, list[str]]:
-    """``(passed, total, why no test reward, failing tests)`` from the untrusted run, counted over the
-    pristine collection: a pristine test the report lacks has failed; ``void``: node ids that fail
-    whatever the report says (doctests whose examples the patch edited)."""
-    expected = collected.items
-    open_prefixes = collected.errors
-    total = len(expected) + len(open_prefixes)
+def _report(run, nonce: str, outside: Outside | None) -> tuple[JUnitReport | None, str]:
+    """The untrusted run's report, or None and why it earns no test reward."""
     tail = (run.stdout.strip().splitlines() or [""])[-1][:200]
     if run.status == "timeout":
-        return 0, total, f"tests timed out ({run.reason})", []
+        return None, f"tests timed out ({run.reason})"
     if run.status != "ok":
-        return 0, total, f"test run {run.status}: {run.reason}", []
+        return None, f"test run {run.status}: {run.reason}"
     if run.report_truncated:
-        return 0, total, "test report rejected: larger than max_report_bytes", []
+        return None, "test report rejected: larger than max_report_bytes"
     if run.returncode not in (0, 1):
-        return 0, total, f"pytest exited {run.returncode} (interrupted, internal error or no tests): {tail}", []
+        return None, f"pytest exited {run.returncode} (interrupted, internal error or no tests): {tail}"
     try:
         rep = parse_junit(run.report)
     except ValueError as e:
-        return 0, total, f"{e} (pytest exit {run.returncode}: {tail})", []
+        return None, f"{e} (pytest exit {run.returncode}: {tail})"
     if rep.integrity != [f"ok {nonce}"]:
         what = rep.integrity[0][:200] if rep.integrity else "missing"
-        return 0, total, f"harness integrity check failed: {what}", []
+        return None, f"harness integrity check failed: {what}"
     if (run.returncode == 0) == rep.any_failed:
-        return 0, total, f"test report inconsistent with pytest's exit status {run.returncode}", []
-    if outside and outside.corrupt:
-        return 0, total, f"{outside['corrupt']}: no test reward", []
-    nodeids = collected.nodeids or [""] * len(expected)
+        return None, f"test report inconsistent with pytest's exit status {run.returncode}"
+    if outside is not None and outside.corrupt:
+        return None, f"{outside.corrupt}: no test reward"
+    return rep, ""
+
+
+def uncounted_tests(run, nonce: str, collected: Pristine, outside: Outside | None) -> tuple[dict[str, str], str]:
+    """node id → why, for the tests that count for no patch: those pytest alone skips on the *unpatched*
+    snapshot (`Pristine.outcomes`), and those it passes there that `run` — the same snapshot under the
+    guard and the outside checks — does not confirm (a check the outside cannot judge on the snapshot's
+    own objects: a set holding everything, a recursion error pytest's own comparison raises). A patch
+    changes neither run, so leaving these out gives a forgery nothing and a test the snapshot fails
+    (the bug's) always counts; a regression in them goes unseen. ``({}, why)`` where `run` is not
+    usable (every test counts)."""
+    rep, why = _report(run, nonce, outside)
+    if rep is None:
+        return {}, why
+    out = {}
+    for key, nid in zip(collected.items, collected.nodeids or [""] * len(collected.items)):
+        alone = collected.outcomes.get(nid)
+        if alone == "skipped":
+            out[nid] = "skipped on the unpatched snapshot"
+        elif alone == "passed" and not (rep.outcomes.get(key, False) and _outside_ok(outside, nid)):
+            out[nid] = "passes on the unpatched snapshot, where the outside checks do not confirm it"
+    return out, ""
+
+
+def _tally(run, nonce: str, collected: Pristine, outside: Outside | None = None,
+           void: Mapping[str, str] | None = None,
+           uncounted: Mapping[str, str] | None = None) -> tuple[int, int, str, list[str]]:
+    """``(passed, total, why no test reward, failing tests)`` from the untrusted run, counted over the
+    pristine collection: a pristine test the report lacks has failed; ``void``: node ids that fail
+    whatever the report says (doctests whose examples the patch edited); ``uncounted``: node ids left
+    out of both counts (`uncounted_tests`)."""
+    uncounted = uncounted or {}
+    nodeids = collected.nodeids or [""] * len(collected.items)
+    counted = [(key, nid) for key, nid in zip(collected.items, nodeids) if not (nid and nid in uncounted)]
+    open_prefixes = collected.errors
+    total = len(counted) + len(open_prefixes)
+    rep, why = _report(run, nonce, outside)
+    if rep is None:
+        return 0, total, why, []
     void = void or {}
-    failing = [f"{c}::{n}" for (c, n), nid in zip(expected, nodeids)
+    failing = [f"{c}::{n}" for (c, n), nid in counted
                if not (rep.outcomes.get((c, n), False) and _outside_ok(outside, nid) and nid not in void)]
-    passed = len(expected) - len(failing)
-    total = len(expected)
+    passed = len(counted) - len(failing)
+    total = len(counted)
     for prefix in open_prefixes:  # files that did not collect on the snapshot: their tests as reported now
         mine = [(f"{c}::{n}", v and _open_test_ok(outside, prefix, c, n)) for (c, n), v in rep.outcomes.items()
                 if c == prefix or c.startswith(prefix + ".")]

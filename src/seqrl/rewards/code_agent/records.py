@@ -35,6 +35,12 @@ class Pristine:
     guard: list[str] = field(default_factory=list)
     """What the guard found on the pristine run (the snapshot's own code: a package that installs an import
     hook at import, a test wrapped by a decorator from outside the tree): not held against a patch."""
+    outcomes: dict[str, str] = field(default_factory=dict)
+    """node id → ``passed`` / ``failed`` / ``skipped`` under pytest alone on the snapshot (empty where only
+    collected)."""
+    uncounted: dict[str, str] | None = None
+    """node id → why, of the tests that count for no patch (`junit.uncounted_tests` of the unpatched
+    snapshot's run); None until that run is made."""
 
 
 @dataclass

@@ -35,7 +35,7 @@ from .screens import (
     _screen_diff, is_protected, parse_test_cmd, scan_diff, shadowing_names)
 from .protect import _ident, edited_doctests, pristine_protections
 from .records import Outside, Pristine
-from .junit import _junit_key, _tally
+from .junit import _junit_key, _tally, uncounted_tests
 
 
 ENTRY = Path(_runner.__file__).with_name("_pytest_entry.py")
@@ -294,7 +294,8 @@ class CodeAgentReward:
             doctest_digests={r[0]: r[6] for r in rows if r[6]}, protect=protect, ran=bool(data.get("ran")),
             inifile=find_inifile(snapshot), dataclass_fields=snapshot_dataclasses(snapshot, files),
             conftests=sorted(r for r in files if r.rsplit("/", 1)[-1] == "conftest.py"),
-            guard=[str(p) for p in data.get("guard") or [] if isinstance(p, str)])
+            guard=[str(p) for p in data.get("guard") or [] if isinstance(p, str)],
+            outcomes={str(k): str(v) for k, v in (data.get("outcomes") or {}).items()} if data.get("ran") else {})
         with self._lock:
             self._collected[key] = result
         return result
@@ -419,6 +420,65 @@ class CodeAgentReward:
                        own_names=own_names, bindings=helper_bindings(own_trees), stdlib_uses=[list(u) for u in uses],
                        covered=covered / len(per_node) if per_node else 0.0)
 
+    def _verdict_run(self, base: Path, work: Path, snapshot: Path, collected: Pristine, protected,
+                     pytest_args, python, paths, void: Mapping[str, str]) -> tuple:
+        """The tests on `work` under the guard, with the outside checks where ``verdict='outside'``:
+        ``(run, nonce, outside, how many observed values were not plain data)``, the observations read
+        into ``outside``."""
+        nonce = secrets.token_hex(16)
+        outside = self._externalize(work, collected, protected) if self.verdict == "outside" else None
+        obs_file: list = []
+        run = self._pytest(base, work, "run", pytest_args, python, paths, snapshot, nonce,
+                           collected.conftests, obs_file if outside else None,
+                           identities=collected.identities,
+                           own_files=outside.own_files if outside else None,
+                           own_names=outside.own_names if outside else None,
+                           watch={"bindings": outside.bindings if outside else {},
+                                  "stdlib_uses": outside.stdlib_uses if outside else [],
+                                  "module_files": self._watched_modules(collected, protected)},
+                           dataclasses_=collected.dataclass_fields, baseline=collected.guard,
+                           doctests={n: d for n, d in collected.doctest_digests.items() if n not in void})
+        opaque = 0
+        if outside:
+            cap = 8 * self.max_report_bytes
+            data = _read_capped(obs_file[0], cap) if obs_file else None
+            try:
+                if data is None:
+                    raise CorruptObservations(f"the observation file is missing, not a regular file or "
+                                              f"larger than {cap} bytes (8 × max_report_bytes)")
+                observed = parse_observations(data, outside.expected, nonce)
+            except CorruptObservations as e:
+                observed = {}
+                outside.corrupt = f"observations rejected: {e}"
+            outside.by_node, outside.by_junit = {}, {}
+            for k, pairs in observed.items():
+                for node, value in pairs:
+                    outside.by_node.setdefault(node, []).append((k, value))
+            for node, pairs in outside.by_node.items():
+                if node:
+                    outside.by_junit.setdefault(_junit_key(node), []).extend(pairs)
+            opaque = sum(v is _UNEQUAL for pairs in observed.values() for _, v in pairs)
+        return run, nonce, outside, opaque
+
+    def _uncounted(self, snapshot: Path, collected: Pristine, pytest_args, python, paths) -> dict[str, str]:
+        """`uncounted_tests` of the unpatched snapshot, run once per pristine collection (cached on it)."""
+        with self._lock:
+            if collected.uncounted is not None:
+                return collected.uncounted
+        extra = collected.protect
+        base, work = _fresh_copy(snapshot)
+        try:
+            run, nonce, outside, _ = self._verdict_run(
+                base, work, snapshot, collected, lambda rel: self._protected(rel) or rel in extra,
+                pytest_args, python, paths, {})
+            found, _why = uncounted_tests(run, nonce, collected, outside)
+        finally:
+            shutil.rmtree(base, ignore_errors=True)
+        with self._lock:
+            if collected.uncounted is None:
+                collected.uncounted = found
+            return collected.uncounted
+
     # ------------------------------------------------------------------ the patch
     def _score_patch(self, snapshot: Path, diff: str, pytest_args, python, paths, collected: Pristine,
                      parts: dict, visible: Path | None = None, hidden: Sequence[str] = ()) -> RewardResult:
@@ -534,48 +594,24 @@ class CodeAgentReward:
                 reasons.insert(0, f"no test reward: the patch references the test harness outside tests "
                                   f"({', '.join(refs[:3])})")
             else:
-                nonce = secrets.token_hex(16)
                 void = edited_doctests(snapshot, work, collected)
-                outside = self._externalize(work, collected, protected) if self.verdict == "outside" else None
-                obs_file: list = []
-                run = self._pytest(base, work, "run", pytest_args, python, paths, snapshot, nonce,
-                                   collected.conftests, obs_file if outside else None,
-                                   identities=collected.identities,
-                                   own_files=outside.own_files if outside else None,
-                                   own_names=outside.own_names if outside else None,
-                                   watch={"bindings": outside.bindings if outside else {},
-                                          "stdlib_uses": outside.stdlib_uses if outside else [],
-                                          "module_files": self._watched_modules(collected, protected)},
-                                   dataclasses_=collected.dataclass_fields, baseline=collected.guard,
-                                   doctests={n: d for n, d in collected.doctest_digests.items()
-                                             if n not in void})
+                run, nonce, outside, opaque = self._verdict_run(base, work, snapshot, collected, protected,
+                                                                pytest_args, python, paths, void)
                 if outside:
-                    cap = 8 * self.max_report_bytes
-                    data = _read_capped(obs_file[0], cap) if obs_file else None
-                    try:
-                        if data is None:
-                            raise CorruptObservations(f"the observation file is missing, not a regular file or "
-                                                      f"larger than {cap} bytes (8 × max_report_bytes)")
-                        observed = parse_observations(data, outside.expected, nonce)
-                    except CorruptObservations as e:
-                        observed = {}
-                        outside.corrupt = f"observations rejected: {e}"
-                    outside.by_node, outside.by_junit = {}, {}
-                    for k, pairs in observed.items():
-                        for node, value in pairs:
-                            outside.by_node.setdefault(node, []).append((k, value))
-                    for node, pairs in outside.by_node.items():
-                        if node:
-                            outside.by_junit.setdefault(_junit_key(node), []).extend(pairs)
                     parts["outside"] = outside.covered
-                    opaque = sum(v is _UNEQUAL for pairs in observed.values() for _, v in pairs)
-                    if opaque:
-                        reasons.append(f"{opaque} compared value(s) were not plain data and count as unequal "
-                                       f"(a suite comparing its own objects needs verdict='inside')")
+                if opaque:
+                    reasons.append(f"{opaque} compared value(s) were not plain data and count as unequal "
+                                   f"(a suite comparing its own objects needs verdict='inside')")
                 if void:
                     reasons.append(f"doctest examples edited in {', '.join(sorted(set(void.values()))[:3])}: "
                                    f"those doctests count as failed")
-                passed, total, why, failing = _tally(run, nonce, collected, outside, void)
+                uncounted = self._uncounted(snapshot, collected, pytest_args, python, paths)
+                if uncounted:
+                    first = sorted(uncounted)[0]
+                    reasons.append(f"{len(uncounted)} test(s) not counted (skipped on the unpatched snapshot, or "
+                                   f"passing there without the outside checks confirming it), e.g. {first}: "
+                                   f"{uncounted[first]}")
+                passed, total, why, failing = _tally(run, nonce, collected, outside, void, uncounted)
                 parts["passed"], parts["total"] = float(passed), float(total)
                 parts["pass_frac"] = passed / total if total else 0.0
                 if why:

@@ -9,7 +9,7 @@ import stat
 from collections.abc import Mapping
 from pathlib import Path
 
-from .checks import Expect, OBSERVE, _BIN, _CALLS, _CMP, _fallback_policy, _literal
+from .checks import Expect, OBSERVE, _BIN, _CALLS, _CMP, _fallback_policy, _has_literal, _literal
 
 
 class _NotRewritable(Exception):
@@ -186,9 +186,10 @@ class _Externalize(ast.NodeTransformer):
         return ast.copy_location(ast.Expr(call), node)
 
     def _pooled(self, tree: tuple, expr: ast.AST):
-        """For one comparison (``== != < <= > >=``, or ``not`` of one) of one observed expression and a
-        literal ``L`` of a plain type: ``(that expression's node, whether it is the left side, whether it
-        is an order, pool, L's place in it, the module's literals' places)``, the pool being ``L`` among
+        """For one comparison (``== != < <= > >=``, or ``not`` of one) of a literal ``L`` of a plain type
+        and a side with no literal (``f(x)``, ``a - b``: computed in the run from the observed values):
+        ``(that side's node, whether it is the left side, whether it is an order, pool, L's place in it,
+        the module's literals' places)``, the pool being ``L`` among
         the module's other literals of its type and made-up ones (`literal_pool`) in a random order;
         else None."""
         negated = tree[0] == "unary" and tree[1] == "Not"
@@ -202,8 +203,8 @@ class _Externalize(ast.NodeTransformer):
             return None
         value_left = b[0] == "lit"
         lit, other = (b[1], a) if value_left else (a[1], b)
-        if other[0] != "obs":  # one observed expression (`f(x) == L`): arithmetic on plain leaves needs no pool
-            return None
+        if other[0] not in ("obs", "bin", "unary") or _has_literal(other):  # `f(x) == L`, `a - b == L`: the
+            return None  # literal-free side is computed in the run (the trainer's own calls, abs/round…, are not)
         got = literal_pool(lit, self.literals.get(type(lit), ()))
         if got is None:
             return None
