@@ -106,9 +106,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--shared-prompt-forward", choices=("auto", "on", "off"), default="off",
                    help="seqrl's shared_prompt_forward (on/auto: a pair's shared prompt computed once, the same "
                         "scores up to round-off; off: the padded forward of both sides, TRL's arithmetic)")
-    p.add_argument("--pooled-last-layer", choices=("on", "off"), default="on",
-                   help="seqrl scores with the last decoder layer run on the scored rows only (the default, "
-                        "`seqrl.models.heads.POOLED_LAST_LAYER`) or through the full forward")
     p.add_argument("--cache-dir", default=str(ROOT / "runs" / "bench-cache"), help="warm start, pairs, run details")
     p.add_argument("--retrain", action="store_true", help="build the warm start, pairs and initial RM again")
     p.add_argument("--keep-logs", action="store_true", help="keep each run's stderr (<cache-dir>/rm_vs_trl-logs)")
@@ -217,11 +214,8 @@ def worker_ours(args: argparse.Namespace) -> dict:
     """seqrl's trainer end to end (`seqrl.algos.rm.train`), its step times from its metric records."""
     from seqrl.algos.config import OptimConfig, RunConfig
     from seqrl.algos.rm import PreferenceDataConfig, RMConfig, train
-    from seqrl.models import heads
     from seqrl.models.lm import ModelConfig
     from seqrl.utils.metrics import MetricsLogger, read_metrics
-
-    heads.POOLED_LAST_LAYER = args.pooled_last_layer == "on"
 
     out_dir = tempfile.mkdtemp(prefix="rm_vs_trl-")
     cfg = RMConfig(
@@ -402,7 +396,7 @@ def run_worker(kind: str, seed: int, args: argparse.Namespace, inputs: dict, bar
            "--pairs", inputs["pairs"], "--seed", str(seed), "--steps", str(args.steps),
            "--batch-size", str(args.batch_size), "--lr", repr(args.lr), "--center-coef", repr(args.center_coef),
            "--heldout-frac", repr(args.heldout_frac), "--threads", str(args.threads),
-           "--shared-prompt-forward", args.shared_prompt_forward, "--pooled-last-layer", args.pooled_last_layer]
+           "--shared-prompt-forward", args.shared_prompt_forward]
     log_path = log_dir / f"{kind}-seed{seed}.log"
 
     def on_step(event: dict) -> None:
@@ -524,7 +518,6 @@ def main(argv: list[str] | None = None) -> dict | None:
         "heldout_pairs": n_held, "train_pairs": int(inputs["pair_stats"]["pairs"]) - n_held,
         "repeats": args.repeats, "steps": args.steps, "batch_size": args.batch_size, "lr": args.lr,
         "center_coef": args.center_coef, "threads": args.threads, "shared_prompt_forward": args.shared_prompt_forward,
-        "pooled_last_layer": args.pooled_last_layer,
         "trl_version": trl_info["versions"]["trl"], "transformers_version": trl_info["versions"]["transformers"],
         "torch_version": torch.__version__,
         **machine_info(), "load_avg_start_1_5_15": load_start, "load_avg_end_1_5_15": load_end,

@@ -8,23 +8,14 @@ Scores are read here from the per-token head output rather than through the clas
 the sequence score sits at the last *real* token (`seqrl.core.preference.last_token_index`) whatever
 the padding side or the pad id (the class finds the last non-pad id, which fails when pad = EOS), and
 position ids follow the attention mask, so a left-padded row scores as it does unpadded.
-A sequence score needs the last decoder layer at the scored position only: on Llama/Qwen2 backbones
-`scores_at` runs that layer's query, attention output, MLP and the final norm on those rows alone
-(every position still gives its key and value), the same arithmetic as the full forward up to float
-rounding and ≈ 1/num_layers less work (`pooled_unsupported` names what makes a model fall back).
 """
 
 from __future__ import annotations
 
-import threading
-import weakref
 from pathlib import Path
 
 import torch
-from torch import nn
 from transformers import AutoModelForSequenceClassification, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
-from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaModel
-from transformers.models.qwen2.modeling_qwen2 import Qwen2DecoderLayer, Qwen2Model
 
 from seqrl.core.preference import last_token_index
 from seqrl.models.lm import ModelConfig, build_model, cache_kwarg, dequantised, model_device, pretrained_source
@@ -33,7 +24,6 @@ from seqrl.prompts import PromptConfig, render_prompt
 from seqrl.types import Problem, RewardResult
 from seqrl.utils import hf
 from seqrl.utils.checkpoint import verify_if_recorded
-from seqrl.utils.compiling import is_compiled
 from seqrl.utils.dist import bf16_autocast
 
 
@@ -102,125 +92,11 @@ def token_scores(model: PreTrainedModel, input_ids: torch.Tensor, attention_mask
     return out.squeeze(-1).float()  # (B, L)
 
 
-# Off: `scores_at` always runs the full forward (benchmarks compare the two).
-POOLED_LAST_LAYER = True
-
-
-def _user_hooks(module: nn.Module) -> bool:
-    """Whether `module` has a hook other than transformers' output-capture ones (installed for good by
-    the first ``output_hidden_states`` call; they record only while a caller asks for outputs)."""
-    hooks = (module._forward_hooks, module._forward_pre_hooks, module._backward_hooks, module._backward_pre_hooks)
-    return any(getattr(h, "__module__", "") != "transformers.utils.output_capturing" for d in hooks for h in d.values())
-
-
-def pooled_unsupported(model: PreTrainedModel) -> str | None:
-    """Why `scores_at` cannot run `model`'s last decoder layer on the scored rows alone (None: it can)."""
-    base = getattr(model, "base_model", None)
-    if type(base) not in (LlamaModel, Qwen2Model):
-        return f"backbone {type(base).__name__} (Llama and Qwen2 only)"
-    layer = base.layers[-1] if len(base.layers) else None
-    if type(layer) not in (LlamaDecoderLayer, Qwen2DecoderLayer) or base.config.num_hidden_layers != len(base.layers):
-        return f"last layer {type(layer).__name__}"
-    attn = layer.self_attn
-    if getattr(base.config, "is_causal", True) is False or getattr(attn, "is_causal", True) is False:
-        return "bidirectional attention (config.is_causal = False)"
-    if getattr(attn, "sliding_window", None) is not None:
-        return "sliding-window attention"
-    if attn.training and attn.attention_dropout > 0:
-        return "attention dropout in training"
-    if any(_user_hooks(m) for m in (model, base, layer, attn)):
-        return "a hook on the model, its last layer or that layer's attention"
-    if any(hasattr(m, "_hf_hook") for m in (model, base, layer, attn)):
-        return "an accelerate hook (device_map / offloading)"
-    if nn.modules.module._global_forward_hooks or nn.modules.module._global_forward_pre_hooks:
-        return "a global module hook"
-    if is_compiled(base) or is_compiled(model):
-        return "a compiled model"
-    return None
-
-
-def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotary embedding, rotate-half form (Llama/Qwen2): x (B, heads, T, D), cos/sin (B, T, D)."""
-    cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
-    half = x.shape[-1] // 2
-    return x * cos + torch.cat((-x[..., half:], x[..., :half]), dim=-1) * sin
-
-
-class _LastLayerAt(nn.Module):
-    """Stands in for the backbone's last decoder layer during one forward: keys and values from every
-    position, the rest of the layer for the rows `index` (B, P) only; returns (B, P, H)."""
-
-    def __init__(self, layer: nn.Module, index: torch.Tensor, attention_mask: torch.Tensor):
-        super().__init__()
-        object.__setattr__(self, "layer", layer)  # not registered: the model's parameters stay its own
-        self.index, self.mask = index, attention_mask
-
-    def forward(self, hidden_states: torch.Tensor, position_embeddings=None, **_) -> torch.Tensor:
-        layer, idx = self.layer, self.index
-        attn = layer.self_attn
-        b, length, _ = hidden_states.shape
-        p, hd = idx.shape[1], attn.head_dim
-        rows = torch.arange(b, device=idx.device)[:, None]  # (B, 1)
-        x = layer.input_layernorm(hidden_states)  # (B, L, H)
-        q = attn.q_proj(x[rows, idx]).view(b, p, -1, hd).transpose(1, 2)  # (B, Hq, P, D)
-        k = attn.k_proj(x).view(b, length, -1, hd).transpose(1, 2)  # (B, Hk, L, D)
-        v = attn.v_proj(x).view(b, length, -1, hd).transpose(1, 2)  # (B, Hk, L, D)
-        cos, sin = (t.expand(b, -1, -1) for t in position_embeddings)  # (B, L, D)
-        q, k = _rope(q, cos[rows, idx], sin[rows, idx]), _rope(k, cos, sin)
-        rep = q.shape[1] // k.shape[1]
-        if rep > 1:  # grouped-query attention
-            k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)  # (B, Hq, L, D)
-        w = torch.matmul(q, k.transpose(2, 3)) * attn.scaling  # (B, Hq, P, L)
-        # A query sees the real keys at or before its own index (the causal + padding mask of the full forward).
-        keep = (torch.arange(length, device=idx.device) <= idx[:, :, None]) & (self.mask[:, None, :] != 0)  # (B, P, L)
-        w = w.masked_fill(~keep[:, None], torch.finfo(w.dtype).min)
-        w = w.softmax(dim=-1, dtype=torch.float32).to(q.dtype)
-        o = attn.o_proj(torch.matmul(w, v).transpose(1, 2).reshape(b, p, -1))  # (B, P, H)
-        h = hidden_states[rows, idx] + o
-        return h + layer.mlp(layer.post_attention_layernorm(h))  # (B, P, H)
-
-
-_SWAP_LOCKS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-_SWAP_LOCKS_GUARD = threading.Lock()
-
-
-def cut_lock(model: nn.Module) -> threading.Lock:
-    """The lock `scores_at` and `ProcessRewardModel.logits_at` hold over a whole forward of `model`, the
-    full one included: while `hidden_at` stands in for the last layer no other forward through them may run."""
-    key = getattr(model, "base_model", model)
-    with _SWAP_LOCKS_GUARD:
-        return _SWAP_LOCKS.setdefault(key, threading.Lock())
-
-
-def hidden_at(model: PreTrainedModel, input_ids: torch.Tensor, attention_mask: torch.Tensor, index: torch.Tensor,
-              position_ids: torch.Tensor | None = None) -> torch.Tensor:
-    """The backbone's final hidden states at positions `index` (B, P) of each row: (B, P, H), its last
-    layer run on those rows alone. Needs ``pooled_unsupported(model) is None`` and `cut_lock(model)` held;
-    inputs on the model's device. The last layer is swapped for a stand-in during the call (a forward
-    of the same model from another thread that does not take the lock would run the stand-in)."""
-    base = model.base_model
-    last = base.layers[-1]
-    base.layers[-1] = _LastLayerAt(last, index, attention_mask)
-    try:
-        return base(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                    use_cache=False).last_hidden_state  # (B, P, H)
-    finally:
-        base.layers[-1] = last
-
-
 def scores_at(model: PreTrainedModel, input_ids: torch.Tensor, attention_mask: torch.Tensor, index: torch.Tensor,
               bf16: bool = False) -> torch.Tensor:
-    """The head's output at positions `index` (B, P) of each row: (B, P) float32, as
-    `token_scores(...).gather(1, index)`, with the last layer run on those rows alone where the model
-    allows it (`pooled_unsupported`)."""
-    with cut_lock(model):
-        if not POOLED_LAST_LAYER or pooled_unsupported(model) is not None:
-            scores = token_scores(model, input_ids, attention_mask, bf16)  # (B, L)
-            return scores.gather(1, index.to(scores.device))
-        dev, ids, attn, pos = _on_device(model, input_ids, attention_mask)
-        with bf16_autocast(dev, bf16):
-            out = head_of(model)(hidden_at(model, ids, attn, index.to(dev), pos))  # (B, P, 1)
-    return out.squeeze(-1).float()  # (B, P)
+    """The head's output at positions `index` (B, P) of each row: (B, P) float32, `token_scores` read there."""
+    scores = token_scores(model, input_ids, attention_mask, bf16)  # (B, L)
+    return scores.gather(1, index.to(scores.device))
 
 
 def sequence_scores(model: PreTrainedModel, input_ids: torch.Tensor, attention_mask: torch.Tensor,
@@ -274,7 +150,7 @@ def shared_prefix_pair_scores(model: PreTrainedModel, chosen: list[list[int]], r
 
 def pad_positions(positions: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-row position lists → (index (B, P) long, valid (B, P) bool), P the longest list; a short row's
-    extra slots repeat its first position (0 for an empty row), for `scores_at` / `hidden_at`."""
+    extra slots repeat its first position (0 for an empty row), for `scores_at` / `logits_at`."""
     width = max((len(p) for p in positions), default=0) or 1
     index = torch.zeros((len(positions), width), dtype=torch.long)
     valid = torch.zeros((len(positions), width), dtype=torch.bool)

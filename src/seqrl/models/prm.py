@@ -146,14 +146,8 @@ class ProcessRewardModel:
         return self.model(input_ids=input_ids, attention_mask=attention_mask).logits  # (B, L, C)
 
     def logits_at(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
-        """(B, P, C) head outputs at positions `index` (B, P) (right-padded batches): `logits` read there,
-        the backbone's last layer run on those rows alone where it allows (`heads.pooled_unsupported`)."""
-        with heads.cut_lock(self.model):
-            if heads.POOLED_LAST_LAYER and heads.pooled_unsupported(self.model) is None:
-                hidden = heads.hidden_at(self.model, input_ids, attention_mask, index)  # (B, P, H)
-                drop = getattr(self.model, "dropout", None)  # token classification: dropout before the head
-                return heads.head_of(self.model)(drop(hidden) if isinstance(drop, torch.nn.Dropout) else hidden)
-            logits = self.logits(input_ids, attention_mask)  # (B, L, C)
+        """(B, P, C) head outputs at positions `index` (B, P) (right-padded batches): `logits` read there."""
+        logits = self.logits(input_ids, attention_mask)  # (B, L, C)
         return logits.gather(1, index[..., None].expand(-1, -1, logits.shape[-1]))  # (B, P, C)
 
     def probs(self, logits: torch.Tensor) -> torch.Tensor:
