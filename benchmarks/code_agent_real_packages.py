@@ -213,16 +213,19 @@ def reason_key(reason: str) -> str:
     return "; ".join(clauses)[:300]
 
 
-def score_task(reward: CodeAgentReward, task: dict, kinds) -> list[dict]:
+def score_task(reward: CodeAgentReward, task: dict, kinds, hidden: bool = False) -> list[dict]:
+    """Each patch of `kinds` scored on the task's buggy snapshot; ``hidden``: the fail-to-pass tests' files
+    kept from the snapshot and laid over the patched tree by the reward (``hidden_tests=``)."""
     rows = []
     with tempfile.TemporaryDirectory(prefix="seqrl-bench-") as tmp:
-        snap = cr.materialize(task, Path(tmp) / "snap")
+        kept = Path(tmp) / "hidden" if hidden else None
+        snap = cr.materialize(task, Path(tmp) / "snap", hidden=kept)
         for kind, diff in patches(task, snap).items():
             if kind not in kinds:
                 continue
             t0 = time.time()
             try:
-                r = reward.score(snap, "", (), diff, task["test_cmd"])
+                r = reward.score(snap, "", (), diff, task["test_cmd"], hidden_tests=kept)
                 row = {"score": r.score, "reason": r.reason, "parts": r.parts}
             except Exception as e:  # noqa: BLE001 — a bad task is reported, not fatal
                 row = {"score": None, "reason": f"task error: {type(e).__name__}: {str(e)[:300]}", "parts": {}}
@@ -314,6 +317,8 @@ def main() -> int:
     ap.add_argument("--workers", type=int, default=2, help="tasks scored at once")
     ap.add_argument("--score-per-package", type=int, default=0, help="score the first N tasks of each package "
                     "only (0: all)")
+    ap.add_argument("--hidden", action="store_true", help="the fail-to-pass tests' files hidden from the snapshot "
+                    "and laid over the patched tree by the reward (as SWE-bench judges)")
     ap.add_argument("--report-only", action="store_true", help="render table.md again from the stored scores")
     ap.add_argument("--attack-every", type=int, default=1, help="attacks on every K-th task of each package "
                     "(honest fixes and wrong patches on all)")
@@ -352,7 +357,7 @@ def main() -> int:
     t1 = time.time()
     with open(results / "scores.jsonl", "w") as f:
         def one(task):
-            got = score_task(reward, task, {"fix", "wrong", *(ATTACKS if task["attacked"] else ())})
+            got = score_task(reward, task, {"fix", "wrong", *(ATTACKS if task["attacked"] else ())}, args.hidden)
             with lock:
                 rows.extend(got)
                 for r in got:

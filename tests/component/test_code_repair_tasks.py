@@ -170,6 +170,33 @@ def test_honest_fix_scores_full_and_an_unrelated_patch_does_not(trees, built, tm
 
 
 @needs_root
+def test_hidden_fail_to_pass_tests_judge_a_snapshot_that_lacks_them(trees, built, tmp_path):
+    """``materialize(..., hidden=)`` keeps the fail-to-pass tests' files from the snapshot the policy sees;
+    the reward lays them over the patched tree: the honest fix keeps 1.2, the wrong patch does not, and a
+    patch that writes its own file at the hidden path gets the hidden one instead."""
+    from seqrl.rewards.code_agent import CodeAgentReward
+
+    tasks, _, _ = built
+    t = {**tasks[0], "tree": str(trees["inflection"])}
+    assert cr.hidden_test_files(t) == ["test_inflection.py"]
+    snap = cr.materialize(t, tmp_path / "snap", hidden=tmp_path / "hidden")
+    assert not (snap / "test_inflection.py").exists() and (tmp_path / "hidden" / "test_inflection.py").is_file()
+    reward = CodeAgentReward(timeout_s=30.0)
+
+    def score(diff):
+        return reward.score(snap, "", (), diff, t["test_cmd"], hidden_tests=tmp_path / "hidden")
+
+    assert score(t["fix_diff"]).score == pytest.approx(1.2)
+    buggy = cr.read_source(snap / t["file"])
+    wrong = score(cr.make_diff(t["file"], buggy, "# unrelated\n" + buggy))
+    assert wrong.parts["tests"] < 1.0, wrong.reason
+    own_tests = ("diff --git a/test_inflection.py b/test_inflection.py\nnew file mode 100644\n--- /dev/null\n"
+                 "+++ b/test_inflection.py\n@@ -0,0 +1,2 @@\n+def test_ok():\n+    assert True\n")
+    forged = score(own_tests + cr.make_diff(t["file"], buggy, "# unrelated\n" + buggy))
+    assert forged.parts["tests"] < 1.0 and forged.score <= wrong.score + 1e-9, forged.reason
+
+
+@needs_root
 def test_bad_packages_are_skipped_with_a_reason(tmp_path, capsys):
     cache = tmp_path / "cache"
     cache.mkdir()

@@ -3,6 +3,7 @@ its source that makes some of its own tests fail, and the reverse edit as the ho
 
     seqrl data code-repair --packages inflection,six --per-package 20 --seed 0 --out runs/code_repair
     tasks = load_tasks("runs/code_repair"); materialize(tasks[0], "/tmp/snap")   # the buggy snapshot
+    materialize(tasks[0], "/tmp/snap", hidden="/tmp/hidden")   # its fail-to-pass test files kept apart
 
 A task (one line of ``tasks.jsonl``): ``id``, ``package``, ``version``, ``file``, ``line``, ``operator``,
 ``edit`` (byte span of the pristine file and its old/new text), ``test_cmd``, ``bug_diff`` (pristine →
@@ -35,8 +36,8 @@ from pathlib import Path
 from seqrl.utils.jsonl import jsonl_rows
 
 __all__ = ["PACKAGES", "Mutant", "Package", "TestRun", "apply_edit", "build", "build_package", "fetch",
-           "load_tasks", "make_diff", "materialize", "mutants", "parses", "prepare_tree", "pytest_args",
-           "read_source", "resolve", "run_tests", "safe_extract", "source_files"]
+           "hidden_test_files", "load_tasks", "make_diff", "materialize", "mutants", "parses", "prepare_tree",
+           "pytest_args", "read_source", "resolve", "run_tests", "safe_extract", "source_files"]
 
 
 @dataclass(frozen=True)
@@ -605,8 +606,17 @@ def load_tasks(out, absolute: bool = True) -> list[dict]:
     return tasks
 
 
-def materialize(task: dict, dest, root=None) -> Path:
-    """Write the buggy snapshot of ``task`` (its pristine tree with the bug applied) to ``dest`` (new)."""
+def hidden_test_files(task: dict) -> list[str]:
+    """The test files holding ``task``'s fail-to-pass tests (relative paths): what a task judged as
+    SWE-bench judges keeps from the policy."""
+    return sorted({n.split("::", 1)[0] for n in task["fail_to_pass"]})
+
+
+def materialize(task: dict, dest, root=None, hidden=None) -> Path:
+    """Write the buggy snapshot of ``task`` (its pristine tree with the bug applied) to ``dest`` (new).
+    ``hidden``: a new folder that receives the files of `hidden_test_files` (same relative paths),
+    which the snapshot then lacks — the policy works on ``dest``, the reward lays ``hidden`` over the
+    patched tree (`CodeAgentReward.score(..., hidden_tests=hidden)`)."""
     tree = Path(task["tree"]) if root is None else Path(root) / task["tree"]
     dest = Path(dest)
     shutil.copytree(tree, dest)
@@ -615,4 +625,14 @@ def materialize(task: dict, dest, root=None) -> Path:
                task["operator"])
     path = dest / task["file"]
     path.write_bytes(apply_edit(read_source(path), m).encode("utf-8"))
+    if hidden is not None:
+        hidden = Path(hidden)
+        hidden.mkdir(parents=True)
+        for rel in hidden_test_files(task):
+            src = dest / rel
+            if not src.is_file() or src.is_symlink() or rel == task["file"]:
+                raise ValueError(f"code-repair task {task.get('id')!r}: fail-to-pass test file {rel!r} is not a "
+                                 f"regular test file of the snapshot")
+            (hidden / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.move(str(src), hidden / rel)
     return dest
