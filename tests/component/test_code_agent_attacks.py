@@ -459,7 +459,7 @@ def test_observed_values_are_converted_to_plain_data():
     assert back[0] == 2.5 and back[1] == {frozenset({1, 2}), frozenset()} and back[4] == {"a"} and back[5] == b"x"
     assert not entry._honest(Forged(2.5))  # equal to a fresh object of no known class
     assert back[2] == ("<type>", "builtins", "int", id(int)) and back[3][:3] == ("<type>", "builtins", "ValueError")
-    assert back[6] == ("<deque>", [1]) and back[7] == big and back[8] == float("inf")
+    assert back[6] == c.deque([1]) and type(back[6]) is c.deque and back[7] == big and back[8] == float("inf")
 
 
 def test_guard_allows_pytest_plugins_registered_as_classes_and_nothing_new():

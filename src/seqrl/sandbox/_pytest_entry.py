@@ -45,11 +45,26 @@ import fractions
 import importlib
 import json
 import os
-import pathlib
 import sys
 import types
 import unittest.mock as _mock
 import uuid
+
+
+def _load_codec():
+    """`seqrl.sandbox.value_codec`, loaded by path from beside this file (the run has no seqrl to import;
+    the reward copies both files) and kept out of ``sys.modules``."""
+    import importlib.util
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    spec = importlib.util.spec_from_file_location("_seqrl_value_codec", os.path.join(here, "value_codec.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+_codec = _load_codec()
+_encode_stdlib, _bigint, _escape_tuple = _codec.encode_stdlib, _codec.bigint, _codec.escape_tuple
 
 REPORT = "/dev/fd/3"
 _APPROX = None  # pytest's ApproxBase, set in main() once the staged pytest is importable
@@ -884,8 +899,8 @@ def _plain(x, depth: int = 0):
         raise TypeError(f"{t.__qualname__}: a test class with its own comparison")  # the test's to decide
     if t not in _PLAIN_EXACT and _package_comparison(t):  # boltons' OrderedMultiDict(dict): its __eq__ is its own
         raise TypeError(f"{t.__qualname__}: a subclass of a plain type with its own comparison")
-    if issubclass(t, int) and int.bit_length(x) > 12_000:  # past repr's digit limit: hex (linear), tagged
-        return ("<bigint>", hex(int.__index__(x)))
+    if issubclass(t, int) and (big := _bigint(x)) is not None:  # past repr's digit limit: hex (linear), tagged
+        return big
     if x is None or t in (bool, int, float, complex, str, bytes):
         return x
     if issubclass(t, int):  # bool cannot be subclassed; IntEnum, IntFlag …
@@ -905,59 +920,24 @@ def _plain(x, depth: int = 0):
         return ("<enum>", t.__module__, t.__qualname__, id(x))  # members are singletons: identity is equality
     if issubclass(t, (list, tuple)):
         items = [_plain(v, depth + 1) for v in (list.__iter__(x) if issubclass(t, list) else tuple.__iter__(x))]
-        if issubclass(t, list):
-            return items
-        if items and isinstance(items[0], str) and items[0].startswith("<"):  # only _plain writes tags
-            return ("<tuple>", tuple(items))
-        return tuple(items)
-    if issubclass(t, (set, frozenset)):  # tagged: the parent rebuilds a frozenset (hashable, == a set)
-        return ("<set>", tuple(_plain(v, depth + 1)
-                               for v in (set.__iter__(x) if issubclass(t, set) else frozenset.__iter__(x))))
-    if issubclass(t, collections.OrderedDict):  # equality sees the order
-        return ("<odict>", [(_plain(k, depth + 1), _plain(v, depth + 1)) for k, v in dict.items(x)])
-    if issubclass(t, collections.Counter):  # a zero count equals a missing key
-        return ("<counter>", {_plain(k, depth + 1): _plain(v, depth + 1) for k, v in dict.items(x) if v})
-    if issubclass(t, dict):
-        return {_plain(k, depth + 1): _plain(v, depth + 1) for k, v in dict.items(x)}
-    if t in (type({}.keys()), type({}.items())):  # set-like views (`d.keys() == {"a"}`)
-        return ("<set>", tuple(_plain(v, depth + 1) for v in x))
-    if t.__module__ == "collections" and t.__name__ == "deque":  # equals only a deque
-        return ("<deque>", [_plain(v, depth + 1) for v in list(x)])
+        return items if issubclass(t, list) else _escape_tuple(items)
     if dataclasses.is_dataclass(t) and type.__getattribute__(t, "__eq__") is not object.__eq__:
         fields = _dataclass_fields(t)
         if fields is None:
             raise TypeError(f"dataclass {t.__qualname__}: its field table differs from its source")
         return ("<dataclass>", t.__module__, t.__qualname__,
                 tuple((n, _plain(object.__getattribute__(x, n), depth + 1)) for n in fields))
-    if issubclass(t, datetime.datetime):
-        return ("<datetime>", datetime.datetime.isoformat(x))
-    if issubclass(t, datetime.date):
-        return ("<date>", datetime.date.isoformat(x))
-    if issubclass(t, datetime.time):
-        return ("<time>", datetime.time.isoformat(x))
-    if issubclass(t, datetime.timedelta):
-        return ("<timedelta>", int(datetime.timedelta.__getattribute__(x, "days")),
-                int(datetime.timedelta.__getattribute__(x, "seconds")),
-                int(datetime.timedelta.__getattribute__(x, "microseconds")))
-    if issubclass(t, decimal.Decimal):  # rebuilt as a Decimal by the parent: exact, as == and < would be here
-        return ("<decimal>", decimal.Decimal.__str__(x))
-    if issubclass(t, fractions.Fraction):
-        return ("<fraction>", int(x.numerator), int(x.denominator))
-    if issubclass(t, range):
-        return ("<range>", range.start.__get__(x), range.stop.__get__(x), range.step.__get__(x))
+    got = _encode_stdlib(x, t, lambda v: _plain(v, depth + 1))  # sets, ordered dicts, dates, decimals …
+    if got is not None:
+        return got
+    if issubclass(t, dict):
+        return {_plain(k, depth + 1): _plain(v, depth + 1) for k, v in dict.items(x)}
     if t in (type({}.values()), array.array, collections.UserList) or issubclass(t, collections.UserList):
         return [_plain(v, depth + 1) for v in list(x)]
     if issubclass(t, (collections.UserDict, collections.ChainMap)):
         return {_plain(k, depth + 1): _plain(v, depth + 1) for k, v in dict(x).items()}
     if issubclass(t, memoryview):
         return bytes(x)
-    if t is types.SimpleNamespace:
-        return ("<namespace>", {str(k): _plain(v, depth + 1) for k, v in vars(x).items()})
-
-    if issubclass(t, pathlib.PurePath):
-        return ("<path>", str(pathlib.PurePath.__str__(x)))
-    if issubclass(t, uuid.UUID):
-        return ("<uuid>", str(uuid.UUID.__str__(x)))
     np = sys.modules.get("numpy")
     if np is not None and not _from_work_tree(np.ndarray, os.getcwd()) and issubclass(t, (np.ndarray, np.generic)) \
             and str(type.__getattribute__(t, "__module__")).split(".")[0] == "numpy":

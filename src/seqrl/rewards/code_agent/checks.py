@@ -1,6 +1,6 @@
-"""The checks decided in the trainer: `Expect` trees evaluated on plain values, and the parent's half of the
-value codec — observation lines parsed as untrusted data and tagged values rebuilt (`_untag`); the
-sandbox's half, `_plain`, is in `seqrl/sandbox/_pytest_entry.py`."""
+"""The checks decided in the trainer: `Expect` trees evaluated on plain values, observation lines parsed as
+untrusted data and tagged values rebuilt (`_untag`: `seqrl.sandbox.value_codec`, whose encoding half the
+sandbox's `_plain` in `seqrl/sandbox/_pytest_entry.py` uses)."""
 
 from __future__ import annotations
 
@@ -14,6 +14,8 @@ import pathlib
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+
+from seqrl.sandbox import value_codec
 
 
 OBSERVE = "__seqrl_observe__"
@@ -130,7 +132,7 @@ def _evaluate(node: tuple, observed: tuple):
     if kind == "mockcall":
         args = tuple(_evaluate(a, observed) for a in node[2])
         kwargs = {k: _evaluate(v, observed) for k, v in node[3]}
-        return _call(node[1], args, kwargs)
+        return value_codec.mock_call(node[1], args, kwargs)
     if kind == "quant":  # all()/any() of a comparison: the pairs the observer consumed, and whether it ran out
         pairs, done = _evaluate(node[3], observed)
         if not isinstance(pairs, list) or not all(isinstance(x, tuple) and len(x) == 2 for x in pairs):
@@ -299,71 +301,13 @@ def _approx(expected, rel, abs_, nan_ok):
     return approx(expected, rel=rel, abs=abs_, nan_ok=nan_ok)
 
 
-def _call(name, args, kwargs):
-    from unittest import mock
-
-    return mock._Call((_checked(str, name), tuple(_checked(tuple, args)), dict(_checked(dict, kwargs))))
+_EXTRA = {"<approx>": (5, _approx)}  # the tag only the trainer (with pytest) rebuilds
 
 
-def _bounded_range(a, b, c):
-    r = range(_checked(int, a), _checked(int, b), _checked(int, c))
-    if len(r) > _MAX_ITEMS:
-        raise ValueError("range too long to evaluate here")
-    return r
-
-
-def _checked(kind, value):
-    if not isinstance(value, kind):
-        raise TypeError(kind.__name__)
-    return value
-
-
-_REBUILD = {  # tag → (tuple length, constructor from the tag's fields): values compare as they did there
-    "<decimal>": (2, lambda t: decimal.Decimal(_checked(str, t))),
-    "<fraction>": (3, lambda n, d: fractions.Fraction(_checked(int, n), _checked(int, d))),
-    "<range>": (4, _bounded_range),
-    "<call>": (4, _call),
-    "<calllist>": (2, lambda calls: __import__("unittest.mock", fromlist=["_CallList"])._CallList(
-        _checked(list, calls))),
-    "<timedelta>": (4, lambda d, sec, us: datetime.timedelta(days=d, seconds=sec, microseconds=us)),
-    "<datetime>": (2, lambda t: datetime.datetime.fromisoformat(_checked(str, t))),
-    "<date>": (2, lambda t: datetime.date.fromisoformat(_checked(str, t))),
-    "<time>": (2, lambda t: datetime.time.fromisoformat(_checked(str, t))),
-    "<path>": (2, lambda t: pathlib.PurePosixPath(_checked(str, t))),
-    "<namespace>": (2, lambda d: __import__("types").SimpleNamespace(**_checked(dict, d))),
-    "<approx>": (5, _approx),
-    "<odict>": (2, lambda pairs: __import__("collections").OrderedDict(_checked(list, pairs))),
-    "<counter>": (2, lambda d: __import__("collections").Counter(_checked(dict, d))),
-}
-
-
-def _untag(v, depth: int = 0):
-    """The observer's tagged values back as Python values: ``("<set>", items)`` → a frozenset (equal to
-    the set it was), ``("<bigint>", hex)`` → the integer (hex: linear to parse, no digit limit)."""
-    if depth > 200:
-        raise ValueError("too deep")
-    if isinstance(v, tuple):
-        tag = v[0] if v and isinstance(v[0], str) and v[0].startswith("<") else None
-        if tag == "<tuple>" and len(v) == 2 and isinstance(v[1], tuple):  # a value's own tuple, not a tag
-            return tuple(_untag(x, depth + 1) for x in v[1])
-        if tag == "<set>" and len(v) == 2 and isinstance(v[1], tuple):
-            return frozenset(_untag(x, depth + 1) for x in v[1])
-        if tag == "<bigint>" and len(v) == 2 and isinstance(v[1], str) and len(v[1]) < 1_000_000:
-            return int(v[1], 16)
-        rebuilt = _REBUILD.get(tag)
-        if rebuilt is not None and len(v) == rebuilt[0]:
-            try:
-                return rebuilt[1](*[_untag(x, depth + 1) for x in v[1:]])
-            except Exception as e:  # noqa: BLE001 — a malformed tag is no value
-                raise ValueError(f"bad {tag}") from e
-        return tuple(_untag(x, depth + 1) for x in v)
-    if isinstance(v, list):
-        return [_untag(x, depth + 1) for x in v]
-    if isinstance(v, dict):
-        return {_untag(k, depth + 1): _untag(x, depth + 1) for k, x in v.items()}
-    if isinstance(v, (set, frozenset)):
-        return type(v)(_untag(x, depth + 1) for x in v)
-    return v
+def _untag(v):
+    """The observer's tagged values back as Python values (`seqrl.sandbox.value_codec.decode`, with
+    ``pytest.approx`` rebuilt here)."""
+    return value_codec.decode(v, _EXTRA)
 
 
 MAX_VALUE_TEXT = 4_000_000

@@ -39,6 +39,7 @@ from .junit import _junit_key, _tally, uncounted_tests
 
 
 ENTRY = Path(_runner.__file__).with_name("_pytest_entry.py")
+CODEC = Path(_runner.__file__).with_name("value_codec.py")
 
 
 GIT = "/usr/bin/git"
@@ -306,8 +307,9 @@ class CodeAgentReward:
                 watch: dict | None = None, dataclasses_: dict | None = None, baseline=()):
         entry = base / "entry.py"
         if not entry.exists():
-            shutil.copyfile(ENTRY, entry)
-            os.chmod(entry, 0o644)
+            for src, dst in ((ENTRY, entry), (CODEC, base / "value_codec.py")):  # the entry loads the codec beside it
+                shutil.copyfile(src, dst)
+                os.chmod(dst, 0o644)
         ini = find_inifile(snapshot)
         if ini is None:
             ini_path = base / "empty-pytest.ini"
