@@ -305,21 +305,18 @@ def _cpu_cgroup_base() -> Path | None:
     return _own_cgroup_base(CPU_CGROUP_ROOT, "cpu", "cpu.cfs_quota_us", str(CPU_PERIOD_US))
 
 
-def _make_cpu_cgroup(cpus: float | None) -> Path | None:
-    """A cgroup-v1 ``cpu`` group whose CFS quota is ``cpus`` CPUs (``cpus * period`` per period;
-    None: no quota yet, see :func:`_set_cpu_quota`)."""
-    base = _cpu_cgroup_base()
+def _new_cgroup(base: Path | None) -> Path | None:
+    """A fresh per-run cgroup-v1 group under `base` (None where the controller is unavailable), no limit
+    yet (`_set_limits`)."""
     if base is None:
         return None
     cg = base / f"seqrl-{os.getpid()}-{secrets.token_hex(6)}"
     cg.mkdir()
-    if cpus is not None:
-        try:
-            _set_cpu_quota(cg, cpus)
-        except OSError:
-            cg.rmdir()
-            raise
     return cg
+
+
+def _make_cpu_cgroup() -> Path | None:
+    return _new_cgroup(_cpu_cgroup_base())
 
 
 def _set_cpu_quota(cg: Path, cpus: float) -> None:
@@ -327,19 +324,8 @@ def _set_cpu_quota(cg: Path, cpus: float) -> None:
     (cg / "cpu.cfs_quota_us").write_text(str(max(1000, int(round(cpus * CPU_PERIOD_US)))))
 
 
-def _make_memory_cgroup(limit_bytes: int | None) -> Path | None:
-    base = _memory_cgroup_base()
-    if base is None:
-        return None
-    cg = base / f"seqrl-{os.getpid()}-{secrets.token_hex(6)}"
-    cg.mkdir()
-    if limit_bytes is not None:
-        try:
-            _set_memory_limit(cg, limit_bytes)
-        except OSError:
-            cg.rmdir()
-            raise
-    return cg
+def _make_memory_cgroup() -> Path | None:
+    return _new_cgroup(_memory_cgroup_base())
 
 
 def _set_memory_limit(cg: Path, limit_bytes: int) -> None:
@@ -615,14 +601,19 @@ def _scrubbed_env(home: str) -> dict[str, str]:
     return {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "PYTHONHASHSEED": "0", "HOME": home}
 
 
-def _make_cgroup(max_tasks: int | None) -> Path | None:
-    if not _pids_cgroup_ok():
-        return None
-    cg = PIDS_CGROUP_ROOT / f"seqrl-{os.getpid()}-{secrets.token_hex(6)}"
-    cg.mkdir()
-    if max_tasks is not None:
-        (cg / "pids.max").write_text(str(max_tasks))
-    return cg
+def _set_limits(pids: Path | None, memory: Path | None, cpu: Path | None, max_tasks: int, memory_bytes: int,
+                cpus: float) -> None:
+    """One run's limits on its (pids, memory, cpu) groups, each None where the controller is unavailable."""
+    if pids is not None:
+        (pids / "pids.max").write_text(str(max_tasks))
+    if memory is not None:
+        _set_memory_limit(memory, memory_bytes)
+    if cpu is not None:
+        _set_cpu_quota(cpu, cpus)
+
+
+def _make_cgroup() -> Path | None:
+    return _new_cgroup(PIDS_CGROUP_ROOT if _pids_cgroup_ok() else None)
 
 
 def _destroy_cgroup(cg: Path) -> None:
@@ -901,19 +892,15 @@ def _launch(boot: dict, job: dict, lim: Limits, *, cwd: str | None, env: dict | 
         # The whole tree's resident memory (RLIMIT_AS bounds each process, not their sum)
         tree_mb = lim.tree_memory_mb if lim.tree_memory_mb is not None else memory_mb + TREE_MEMORY_SLACK_MB
         prepared = zyg.take_prepared() if zyg is not None else None
-        if prepared is not None:  # fresh groups made for this run, its leader already in them: set the limits
+        if prepared is not None:  # fresh groups made for this run, its leader already in them
             cg, mcg, ccg = prepared
-            if cg is not None:
-                (cg / "pids.max").write_text(str(max_procs + 3))
-            if mcg is not None:
-                _set_memory_limit(mcg, int(tree_mb) << 20)
-            if ccg is not None:
-                _set_cpu_quota(ccg, float(lim.cpus))
-        else:
-            cg = _make_cgroup(max_procs + 3) if unshare else None  # + unshare (leader), driver, solution process
-            mcg = _make_memory_cgroup(int(tree_mb) << 20) if unshare else None
-            # A CPU quota for the whole tree: GIL-free busy threads cannot take the trainer's cores
-            ccg = _make_cpu_cgroup(float(lim.cpus)) if unshare else None
+        elif unshare:  # one at a time: each is removed in `finally` once made
+            cg = _make_cgroup()
+            mcg = _make_memory_cgroup()
+            ccg = _make_cpu_cgroup()
+        # tasks: + unshare (leader), driver, solution process; a CPU quota for the whole tree: GIL-free
+        # busy threads cannot take the trainer's cores
+        _set_limits(cg, mcg, ccg, max_procs + 3, int(tree_mb) << 20, float(lim.cpus))
         layers += [name for name, g in (("pids_cgroup", cg), ("memory_cgroup", mcg), ("cpu_cgroup", ccg))
                    if g is not None]
         cg_procs = ",".join(str(g / "cgroup.procs") for g in (cg, mcg, ccg) if g is not None) or None
@@ -1100,9 +1087,9 @@ class _Zygote:
         self._drop_prepared()
         groups: list[Path | None] = []
         try:
-            groups = [_make_cgroup(None)]
-            groups.append(_make_memory_cgroup(None))
-            groups.append(_make_cpu_cgroup(None))
+            groups = [_make_cgroup()]
+            groups.append(_make_memory_cgroup())
+            groups.append(_make_cpu_cgroup())
             procs = ",".join(str(g / "cgroup.procs") for g in groups if g is not None) or "-"
             self.sock.send(json.dumps({"prepare": procs}).encode())
         except OSError:
