@@ -2,6 +2,7 @@
 """Reward model: seqrl's `seqrl train rm` (`seqrl.algos.rm.train`) against TRL's `RewardTrainer` on the same work.
 
     python benchmarks/rm_vs_trl.py --quick      # 2 rounds × 40 steps: 3–8 min at load 6–10 on 2 cores, inputs cached
+    python benchmarks/rm_vs_trl.py --model smollm2 --batch-size 8 --steps 10 --repeats 2   # SmolLM2-135M backbone
     python benchmarks/rm_vs_trl.py              # full run: 3 repeats × 150 steps per trainer
 
 Both trainers get the same things:
@@ -58,7 +59,7 @@ The last printed line is one JSON object: ``rm_step_time_ratio`` (seqrl median s
 < 1: seqrl faster), ``rm_cpu_time_ratio`` (the same for CPU seconds), ``rm_pairwise_acc_delta``,
 ``rm_peak_rss_ratio``, the raw figures and the machine
 (CPU model, ``avx512_bf16`` / ``amx_bf16``, load average). Every step of every run goes to
-``runs/bench-cache/rm_vs_trl-runs[-quick].json``.
+``runs/bench-cache/rm_vs_trl-runs[-smollm2][-quick].json``.
 """
 
 from __future__ import annotations
@@ -106,6 +107,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--shared-prompt-forward", choices=("auto", "on", "off"), default="off",
                    help="seqrl's shared_prompt_forward (on/auto: a pair's shared prompt computed once, the same "
                         "scores up to round-off; off: the padded forward of both sides, TRL's arithmetic)")
+    p.add_argument("--model", choices=("tiny", "smollm2"), default="tiny",
+                   help="the reward model's backbone: the tiny preset's warm start, or SmolLM2-135M-Instruct as "
+                        "`seqrl models get smollm2-135m-instruct` ships it (fresh score head; pad <|endoftext|>, "
+                        "not EOS, for both trainers); the pairs are the same texts either way")
     p.add_argument("--cache-dir", default=str(ROOT / "runs" / "bench-cache"), help="warm start, pairs, run details")
     p.add_argument("--retrain", action="store_true", help="build the warm start, pairs and initial RM again")
     p.add_argument("--keep-logs", action="store_true", help="keep each run's stderr (<cache-dir>/rm_vs_trl-logs)")
@@ -161,13 +166,20 @@ class Data:
                       for i in batch_indices(step, args.batch_size, len(self.train), args.seed)]
 
 
+def processed(enc) -> dict:
+    """A TRL row already tokenized as seqrl tokenizes it (templated prompt + completion + EOS): a BPE
+    tokenizer can merge across the prompt/answer boundary when TRL tokenizes the joined text."""
+    return {"chosen_ids": list(enc.chosen), "rejected_ids": list(enc.rejected)}
+
+
 def trl_trainer(args: argparse.Namespace, model, tokenizer, data: Data, on_step=None):
     """TRL's RewardTrainer with the benchmark's settings on seqrl's train rows in seqrl's order."""
     from datasets import Dataset
     from transformers import TrainerCallback
     from trl import RewardConfig, RewardTrainer
 
-    rows = [{"prompt": data.train[i].prompt, "chosen": data.train[i].chosen, "rejected": data.train[i].rejected}
+    rows = [processed(data.train_enc[i]) if args.model == "smollm2" else
+            {"prompt": data.train[i].prompt, "chosen": data.train[i].chosen, "rejected": data.train[i].rejected}
             for i in data.order]
     out_dir = tempfile.mkdtemp(prefix="rm_vs_trl-")
     config = RewardConfig(
@@ -271,7 +283,8 @@ def worker_trl(args: argparse.Namespace) -> dict:
     ev = evaluate_pairs(model, data.held_enc, tok.pad_token_id, args.batch_size, args.center_coef)
     from datasets import Dataset
 
-    held_rows = [{"prompt": p.prompt, "chosen": p.chosen, "rejected": p.rejected} for p in data.held]
+    held_rows = [processed(e) for e in data.held_enc] if args.model == "smollm2" else \
+        [{"prompt": p.prompt, "chosen": p.chosen, "rejected": p.rejected} for p in data.held]
     native = trainer.evaluate(eval_dataset=Dataset.from_list(held_rows))
     shutil.rmtree(out_dir, ignore_errors=True)
     import transformers
@@ -380,11 +393,19 @@ def prepare_inputs(args: argparse.Namespace, console) -> dict:
         (cache / f"rm-prefs-tiny-{args.prompts}.stats.json").write_text(json.dumps(
             {**stats, "build_s": round(time.perf_counter() - t0, 1)}))
     info["pair_stats"] = json.loads((cache / f"rm-prefs-tiny-{args.prompts}.stats.json").read_text())
-    init_dir = cache / "rm-init-tiny"
+    init_dir = cache / f"rm-init-{args.model}"
     if args.retrain or not warm["cached"] or not (init_dir / "config.json").exists():
         shutil.rmtree(init_dir, ignore_errors=True)
         torch.manual_seed(0)  # the fresh score head
-        model, tok = load_scalar_model(ModelConfig(path=warm["checkpoint"]))
+        if args.model == "smollm2":
+            from seqrl.models.catalog import fetch
+
+            model, tok = load_scalar_model(ModelConfig(path=str(fetch("smollm2-135m-instruct"))))
+            if tok.pad_token_id == tok.eos_token_id:  # pooling at the last non-pad token needs pad != EOS
+                tok.pad_token = "<|endoftext|>"
+                model.config.pad_token_id = tok.pad_token_id
+        else:
+            model, tok = load_scalar_model(ModelConfig(path=warm["checkpoint"]))
         model.save_pretrained(init_dir)
         tok.save_pretrained(init_dir)
     info["init"] = str(init_dir)
@@ -396,7 +417,7 @@ def run_worker(kind: str, seed: int, args: argparse.Namespace, inputs: dict, bar
            "--pairs", inputs["pairs"], "--seed", str(seed), "--steps", str(args.steps),
            "--batch-size", str(args.batch_size), "--lr", repr(args.lr), "--center-coef", repr(args.center_coef),
            "--heldout-frac", repr(args.heldout_frac), "--threads", str(args.threads),
-           "--shared-prompt-forward", args.shared_prompt_forward]
+           "--shared-prompt-forward", args.shared_prompt_forward, "--model", args.model]
     log_path = log_dir / f"{kind}-seed{seed}.log"
 
     def on_step(event: dict) -> None:
@@ -444,7 +465,8 @@ def main(argv: list[str] | None = None) -> dict | None:
             runs.append(run_worker(kind, seed, args, inputs, bar, log_dir))
     if not args.keep_logs:
         shutil.rmtree(log_dir, ignore_errors=True)
-    detail = Path(args.cache_dir) / f"rm_vs_trl-runs{'-quick' if args.quick else ''}.json"
+    tag = ("" if args.model == "tiny" else f"-{args.model}") + ("-quick" if args.quick else "")
+    detail = Path(args.cache_dir) / f"rm_vs_trl-runs{tag}.json"
     internal = ("worker", "init", "pairs", "seed")
     detail.write_text(json.dumps({"args": {k: v for k, v in vars(args).items() if k not in internal},
                                   "inputs": inputs, "runs": runs}, indent=1))
@@ -518,6 +540,7 @@ def main(argv: list[str] | None = None) -> dict | None:
         "heldout_pairs": n_held, "train_pairs": int(inputs["pair_stats"]["pairs"]) - n_held,
         "repeats": args.repeats, "steps": args.steps, "batch_size": args.batch_size, "lr": args.lr,
         "center_coef": args.center_coef, "threads": args.threads, "shared_prompt_forward": args.shared_prompt_forward,
+        "model": args.model,
         "trl_version": trl_info["versions"]["trl"], "transformers_version": trl_info["versions"]["transformers"],
         "torch_version": torch.__version__,
         **machine_info(), "load_avg_start_1_5_15": load_start, "load_avg_end_1_5_15": load_end,

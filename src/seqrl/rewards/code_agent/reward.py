@@ -467,6 +467,9 @@ class CodeAgentReward:
         with self._lock:
             if collected.uncounted is not None:
                 return collected.uncounted
+            if not collected.outcomes:  # collected only (the pristine run did not finish): every test counts
+                collected.uncounted = {}
+                return collected.uncounted
         extra = collected.protect
         base, work = _fresh_copy(snapshot)
         try:
