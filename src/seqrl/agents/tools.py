@@ -1,0 +1,237 @@
+"""Tools an agent calls in a multi-turn rollout, in TRL's shape: plain Python functions with type hints
+and a Google-style docstring, their JSON schema read by transformers' `get_json_schema` (what a chat
+template's ``tools=`` takes).
+
+The model writes a call as ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>`` (the Hermes
+convention; `Toolbox.system_prompt` describes the tools for templates that render no ``tools``, such as
+SmolLM2-135M-Instruct's). Whatever a call does — raise, hang past ``timeout_s``, return something that
+is not text or is huge, name no tool, pass arguments the schema refuses, or is not JSON — comes back
+as that call's `ToolResult` with its ``error`` kind, the text the model reads next, and is never raised
+in the trainer.
+
+A tool runs in a thread of the trainer's process: a call past its timeout is abandoned, not stopped
+(Python cannot kill a thread), so a tool that runs model-written code must run it in the sandbox
+(`seqrl.sandbox.run_python`), which confines and kills it.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import re
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+CALL_OPEN, CALL_CLOSE = "<tool_call>", "</tool_call>"
+_CALL = re.compile(re.escape(CALL_OPEN) + r"(.*?)" + re.escape(CALL_CLOSE), re.S)
+
+ERRORS = ("malformed", "unknown_tool", "bad_arguments", "raised", "timeout")
+"""The kinds of failed call a `ToolResult.error` names (counted per kind in a rollout's metrics)."""
+
+_JSON_TYPES = {"string": (str,), "integer": (int,), "number": (int, float), "boolean": (bool,),
+               "array": (list,), "object": (dict,), "null": (type(None),)}
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """One call as the model wrote it: the tool's name and its arguments."""
+
+    name: str
+    arguments: dict = field(default_factory=dict)
+
+
+@dataclass
+class ToolResult:
+    """What the model reads back for one call: ``content`` (the tool's text, or the error said in a
+    line), ``error`` (one of `ERRORS`, "" when the call ran), whether the text was cut to
+    ``max_result_chars``, and the call's wall time."""
+
+    name: str
+    content: str
+    error: str = ""
+    truncated: bool = False
+    seconds: float = 0.0
+
+
+def tool_schema(fn: Callable) -> dict:
+    """The JSON schema of `fn` (``{"type": "function", "function": {...}}``), from its type hints and
+    Google-style docstring; ValueError naming the function where they do not give one."""
+    from transformers.utils import get_json_schema
+
+    try:
+        return get_json_schema(fn)
+    except Exception as e:  # noqa: BLE001 — transformers' own errors name what is missing
+        name = getattr(fn, "__name__", repr(fn))
+        raise ValueError(f"tool {name!r}: no JSON schema from its signature and docstring ({e}); give every "
+                         f"argument a type hint and an 'Args:' line, and the function a description") from e
+
+
+def _type_ok(value, spec: dict) -> bool:
+    kinds = spec.get("type")
+    if kinds is None:
+        return True
+    for kind in kinds if isinstance(kinds, list) else [kinds]:
+        types = _JSON_TYPES.get(kind)
+        if types is None:
+            return True  # a type this check does not know: the tool decides
+        if isinstance(value, types) and not (kind in ("integer", "number") and isinstance(value, bool)):
+            return True
+    return False
+
+
+def check_arguments(schema: dict, arguments) -> str:
+    """Why `arguments` do not fit the tool's `schema` ("" when they do): a mapping, every required
+    argument present, no argument the tool does not take, each of its JSON type (and in its ``enum``)."""
+    if not isinstance(arguments, dict):
+        return f"arguments must be a JSON object, got {type(arguments).__name__}"
+    params = schema.get("function", {}).get("parameters", {})
+    props = params.get("properties", {})
+    missing = [k for k in params.get("required", []) if k not in arguments]
+    if missing:
+        return f"missing required argument(s): {', '.join(missing)}"
+    extra = [k for k in arguments if k not in props]
+    if extra:
+        return f"unknown argument(s): {', '.join(map(str, extra))} (takes: {', '.join(props) or 'none'})"
+    for k, v in arguments.items():
+        spec = props[k]
+        if not _type_ok(v, spec):
+            return f"argument {k!r} must be of type {spec.get('type')}, got {type(v).__name__}"
+        if "enum" in spec and v not in spec["enum"]:
+            return f"argument {k!r} must be one of {spec['enum']}, got {v!r}"
+    return ""
+
+
+def as_text(value, limit: int) -> tuple[str, bool]:
+    """A tool's return value as the text the model reads: a string as it is, other JSON-able values as
+    JSON, anything else as ``str``; cut to `limit` characters with the cut said. ``(text, truncated)``."""
+    if isinstance(value, str):
+        text = value
+    else:
+        try:
+            text = json.dumps(value, ensure_ascii=False)
+        except (TypeError, ValueError):
+            try:
+                text = str(value)
+            except Exception as e:  # noqa: BLE001 — a __str__ that raises
+                text = f"<{type(value).__name__} that cannot be shown: {type(e).__name__}>"
+    if len(text) <= limit:
+        return text, False
+    return text[:limit] + f"\n[… {len(text) - limit} more characters cut]", True
+
+
+class Toolbox:
+    """The tools of one rollout: their schemas, the parsing of the model's calls and running them.
+
+    tools: plain functions (their ``__name__`` is the tool's name; two with one name are an error).
+    timeout_s: each call's wall-clock limit. max_result_chars: a result's text is cut there.
+    max_workers: calls run at once by `run` (a batch's calls from every episode together).
+    """
+
+    def __init__(self, tools: Sequence[Callable] = (), timeout_s: float = 10.0, max_result_chars: int = 4000,
+                 max_workers: int = 8):
+        if timeout_s <= 0 or max_result_chars < 1 or max_workers < 1:
+            raise ValueError(f"Toolbox: timeout_s must be > 0, max_result_chars and max_workers >= 1 (got "
+                             f"{timeout_s}, {max_result_chars}, {max_workers})")
+        self.tools: dict[str, Callable] = {}
+        self.schemas: list[dict] = []
+        for fn in tools:
+            if not callable(fn):
+                raise ValueError(f"Toolbox: {fn!r} is not callable")
+            schema = tool_schema(fn)
+            name = schema["function"]["name"]
+            if name in self.tools:
+                raise ValueError(f"Toolbox: two tools named {name!r}")
+            self.tools[name] = fn
+            self.schemas.append(schema)
+        self._schema = {s["function"]["name"]: s for s in self.schemas}
+        self.timeout_s, self.max_result_chars, self.max_workers = timeout_s, max_result_chars, max_workers
+
+    def system_prompt(self) -> str:
+        """The tools and the call syntax in words, for a system message where the chat template renders
+        no ``tools`` (SmolLM2-135M-Instruct's): one JSON schema a line."""
+        lines = "\n".join(json.dumps(s, ensure_ascii=False) for s in self.schemas)
+        return ("You can use tools. Their JSON schemas, one a line, are between <tools> and </tools>:\n"
+                f"<tools>\n{lines}\n</tools>\n"
+                "To call one, write a JSON object with its name and arguments between tool-call tags, "
+                f'for example {CALL_OPEN}{{"name": "NAME", "arguments": {{"ARG": VALUE}}}}{CALL_CLOSE}. '
+                "The result comes back in a tool turn. Answer without a call when you are done.")
+
+    def parse(self, text: str) -> tuple[list[ToolCall | ToolResult], bool]:
+        """The calls in one model turn, in order: a `ToolCall` for each well-formed one, a `ToolResult`
+        with ``error="malformed"`` for one that is not a JSON object with a string ``name`` and object
+        ``arguments`` (a JSON-encoded object string is read too); and whether the turn holds any call
+        (an opened tag never closed counts as a malformed call)."""
+        out: list[ToolCall | ToolResult] = []
+        for m in _CALL.finditer(text):
+            body = m.group(1).strip()
+            try:
+                obj = json.loads(body)
+                if not isinstance(obj, dict) or not isinstance(obj.get("name"), str):
+                    raise ValueError('a JSON object with a string "name" is needed')
+                args = obj.get("arguments", obj.get("parameters", {}))
+                if isinstance(args, str):
+                    args = json.loads(args) if args.strip() else {}
+                if not isinstance(args, dict):
+                    raise ValueError('"arguments" must be a JSON object')
+                out.append(ToolCall(obj["name"], args))
+            except (ValueError, RecursionError) as e:
+                out.append(ToolResult("?", f"error: malformed tool call ({str(e)[:200]}): {body[:200]}",
+                                      error="malformed"))
+        tail = text[text.rfind(CALL_CLOSE) + len(CALL_CLOSE):] if out else text
+        if CALL_OPEN in tail:
+            out.append(ToolResult("?", f"error: a {CALL_OPEN} tag was never closed with {CALL_CLOSE}",
+                                  error="malformed"))
+        return out, bool(out)
+
+    def call(self, call: ToolCall) -> ToolResult:
+        """Run one call with the limits; every failure is a result (see the module docstring)."""
+        fn = self.tools.get(call.name)
+        if fn is None:
+            return ToolResult(call.name, f"error: unknown tool {call.name!r} (tools: {', '.join(self.tools) or 'none'})",
+                              error="unknown_tool")
+        why = check_arguments(self._schema[call.name], call.arguments)
+        if why:
+            return ToolResult(call.name, f"error: {why}", error="bad_arguments")
+        box: dict = {}
+
+        def work():
+            try:
+                box["value"] = fn(**call.arguments)
+            except BaseException as e:  # noqa: BLE001 — SystemExit too: the tool's failure, the model's to read
+                box["error"] = e
+
+        t0 = time.perf_counter()
+        worker = threading.Thread(target=work, name=f"seqrl-tool-{call.name}", daemon=True)
+        worker.start()
+        worker.join(self.timeout_s)
+        seconds = time.perf_counter() - t0
+        if worker.is_alive():
+            return ToolResult(call.name, f"error: {call.name} did not return within {self.timeout_s:g} s",
+                              error="timeout", seconds=seconds)
+        if "error" in box:
+            e = box["error"]
+            return ToolResult(call.name, f"error: {type(e).__name__}: {str(e)[:500]}", error="raised",
+                              seconds=seconds)
+        value = box.get("value")
+        if inspect.isawaitable(value):
+            if hasattr(value, "close"):
+                value.close()
+            return ToolResult(call.name, f"error: {call.name} is async; give a plain function", error="raised",
+                              seconds=seconds)
+        text, cut = as_text(value, self.max_result_chars)
+        return ToolResult(call.name, text, truncated=cut, seconds=seconds)
+
+    def run(self, calls: Sequence[ToolCall | ToolResult]) -> list[ToolResult]:
+        """Every call of a batch, `max_workers` at a time, results in the calls' order (a `ToolResult`
+        already, such as a malformed call's, passes through)."""
+        todo = [c for c in calls if isinstance(c, ToolCall)]
+        if len(todo) <= 1 or self.max_workers == 1:
+            done = [self.call(c) for c in todo]
+        else:
+            with ThreadPoolExecutor(max_workers=min(self.max_workers, len(todo))) as ex:
+                done = list(ex.map(self.call, todo))
+        it = iter(done)
+        return [next(it) if isinstance(c, ToolCall) else c for c in calls]
