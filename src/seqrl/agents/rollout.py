@@ -1,0 +1,208 @@
+"""The multi-turn rollout: the policy writes a turn, its tool calls run, their results join the episode,
+and the policy goes on from there — until a turn with no call, ``max_turns``, ``max_tool_calls`` or the
+token budget.
+
+An episode is one token sequence after its prompt: the policy's tokens (``mask`` 1, with the sampler's
+log-probs) and the tool turns' tokens (``mask`` 0: the template's end of the assistant turn, the tool
+turn with the result, the next generation prompt). Every turn is sampled from exactly the tokens of the
+episode so far, so the sampler's log-probs at the policy's tokens are what the trainer recomputes on the
+whole episode (tested); the loss, KL and entropy read the policy's tokens only.
+
+Where the chat template renders a ``tool`` turn, the results go back in it (one per call); where it
+renders none (the tiny presets' template), they go inline in the policy's own turn:
+``<tool_response>RESULT</tool_response>`` after the call, and the policy continues its turn.
+
+Each turn re-feeds the episode to the sampler (this slice): the prompt and every earlier turn are
+prefilled again at each turn.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+
+from seqrl.agents.tools import CALL_CLOSE, Toolbox, ToolCall, ToolResult
+from seqrl.rollout.engine import SamplingParams, generate
+
+INLINE_OPEN, INLINE_CLOSE = "<tool_response>", "</tool_response>"
+ENDS = ("answer", "length", "max_turns", "max_tool_calls", "max_tokens")
+"""How an episode ended: a turn without a call (``answer``), a turn cut by the sampler's
+``max_new_tokens`` without a call (``length``), or a limit of the rollout."""
+
+
+@dataclass
+class Episode:
+    """One prompt's multi-turn trajectory."""
+
+    prompt_ids: list[int]
+    ids: list[int] = field(default_factory=list)
+    """Every token after the prompt: the policy's turns and the tool turns, in order."""
+    mask: list[int] = field(default_factory=list)
+    """Per token of `ids`: 1 where the policy sampled it (the loss reads these), 0 for tool tokens."""
+    logprobs: list[float] = field(default_factory=list)
+    """Per token of `ids`: the sampler's log-prob (under ``log_softmax(logits / temperature)``); 0 where mask is 0."""
+    messages: list[dict] = field(default_factory=list)
+    """The turns as chat messages: ``assistant`` (its text, ``tool_calls``), then one ``tool`` per call."""
+    calls: Counter = field(default_factory=Counter)
+    """Calls run, by tool name."""
+    errors: Counter = field(default_factory=Counter)
+    """Failed calls, by kind (`seqrl.agents.tools.ERRORS`)."""
+    turns: int = 0
+    end: str = ""
+
+    @property
+    def tool_calls(self) -> int:
+        return sum(self.calls.values())
+
+    def _add(self, tokens: Sequence[int], logprobs: Sequence[float] | None) -> None:
+        self.ids += list(tokens)
+        self.mask += [1 if logprobs is not None else 0] * len(tokens)
+        self.logprobs += list(logprobs) if logprobs is not None else [0.0] * len(tokens)
+
+
+def _render_after(tokenizer, mark: str, tools: list[str]) -> str | None:
+    """What the chat template renders after an assistant turn `mark` followed by tool turns `tools` and
+    the generation prompt; None where it refuses or does not show each tool text once."""
+    messages = [{"role": "user", "content": "?"}, {"role": "assistant", "content": mark}]
+    messages += [{"role": "tool", "content": t} for t in tools]
+    try:
+        full = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    except Exception:  # noqa: BLE001 — a template that refuses tool turns
+        return None
+    if not isinstance(full, str) or full.count(mark) != 1 or any(full.count(t) != 1 for t in tools):
+        return None
+    return full[full.index(mark) + len(mark):]
+
+
+def tool_turn_text(tokenizer, results: Sequence[ToolResult]) -> tuple[str, bool]:
+    """The text that follows a policy turn whose calls gave `results`: ``(text, inline)``. With a chat
+    template that renders ``tool`` turns: the end of the assistant turn, the results as the template
+    frames them (one turn each, or grouped as it groups them) and the next generation prompt, read off
+    the template around probe texts; otherwise the results inline in the policy's own turn."""
+    if getattr(tokenizer, "chat_template", None):
+        mark, a, b = "\x00turn\x00", "\x00first\x00", "\x00second\x00"
+        one, two = _render_after(tokenizer, mark, [a]), _render_after(tokenizer, mark, [a, b])
+        if one is not None and two is not None:
+            head, tail = one.split(a)
+            middle = two[len(head) + len(a):two.index(b)]
+            if two == head + a + middle + b + tail:
+                return head + middle.join(r.content for r in results) + tail, False
+    return "".join(f"\n{INLINE_OPEN}{r.content}{INLINE_CLOSE}" for r in results) + "\n", True
+
+
+@dataclass
+class Sampled:
+    """One turn as the sampler gave it: its tokens, their log-probs and how it ended (``eos``,
+    ``stop_string`` or ``length``)."""
+
+    tokens: list[int]
+    logprobs: list[float]
+    ended_by: str
+
+
+def engine_sampler(policy, params: SamplingParams) -> Callable[[list[list[int]], int, int | None], list[Sampled]]:
+    """The lean engine as the rollout's sampler: ``(contexts, max_new_tokens, seed) → [Sampled]``, each
+    context sampled once, stopping at EOS, a stop string of `params` or a closed tool call."""
+    stops = tuple(dict.fromkeys((*params.stop, CALL_CLOSE)))
+
+    def sample(contexts: list[list[int]], max_new: int, seed: int | None) -> list[Sampled]:
+        r = generate(policy, contexts, n=1, params=replace(params, stop=stops, max_new_tokens=max_new, seed=seed))
+        out = []
+        for i in range(len(contexts)):
+            k = int(r.completion_mask[i].sum())
+            out.append(Sampled(r.completion_ids[i, :k].tolist(), r.logprobs[i, :k].tolist(), r.ended_by[i]))
+        return out
+
+    return sample
+
+
+def multi_turn_rollout(policy, prompt_ids: Sequence[Sequence[int]], toolbox: Toolbox, params: SamplingParams,
+                       n: int = 1, max_turns: int = 4, max_tool_calls: int = 8, max_episode_tokens: int = 1024,
+                       sampler: Callable | None = None) -> list[Episode]:
+    """`n` episodes per prompt (episode i belongs to prompt i // n), each turn of all the live episodes
+    sampled together and their calls run together (`Toolbox.run`).
+
+    A turn's text is parsed for calls (`Toolbox.parse`); without one the episode ends (``answer``, or
+    ``length`` where the sampler's ``max_new_tokens`` cut it). Calls past ``max_tool_calls`` are not run
+    and end the episode; ``max_turns`` policy turns end it; ``max_episode_tokens`` (and the model's
+    context) bound ``len(ids)``: a turn or a tool turn that would pass it is cut there and the episode
+    ends (``max_tokens``). `sampler`: ``(contexts, max_new_tokens, seed) → [Sampled]`` (default: the
+    engine, `engine_sampler`); turn t samples with seed ``params.seed + t`` where a seed is given."""
+    for name, v in (("n", n), ("max_turns", max_turns), ("max_episode_tokens", max_episode_tokens)):
+        if v < 1:
+            raise ValueError(f"multi_turn_rollout: {name} must be >= 1 (got {v})")
+    if max_tool_calls < 0:
+        raise ValueError(f"multi_turn_rollout: max_tool_calls must be >= 0 (got {max_tool_calls})")
+    tok = policy.tokenizer
+    sample = sampler or engine_sampler(policy, params)
+    episodes = [Episode(list(p)) for p in prompt_ids for _ in range(n)]
+    context = policy.max_seq_len
+    live = list(episodes)
+    for turn in range(max_turns):
+        if not live:
+            break
+        room = {id(e): min(max_episode_tokens - len(e.ids), context - 1 - len(e.prompt_ids) - len(e.ids)) for e in live}
+        for e in [e for e in live if room[id(e)] < 1]:
+            e.end = "max_tokens"
+        live = [e for e in live if not e.end]
+        if not live:
+            break
+        widest = max(room[id(e)] for e in live)
+        got = sample([e.prompt_ids + e.ids for e in live], min(params.max_new_tokens, widest),
+                     None if params.seed is None else params.seed + turn)
+        pending: list[tuple[Episode, list]] = []
+        for e, s in zip(live, got):
+            cut = len(s.tokens) > room[id(e)] or (s.ended_by == "length" and len(s.tokens) >= room[id(e)])
+            tokens, lps = s.tokens[: room[id(e)]], s.logprobs[: room[id(e)]]
+            e._add(tokens, lps)
+            e.turns += 1
+            text = tok.decode(tokens, skip_special_tokens=True)
+            parsed, any_call = toolbox.parse(text) if s.ended_by != "eos" else ([], False)  # EOS: its final turn
+            calls = [c for c in parsed if isinstance(c, ToolCall)]
+            e.messages.append({"role": "assistant", "content": text,
+                               "tool_calls": [{"name": c.name, "arguments": c.arguments} for c in calls]})
+            if cut:
+                e.end = "max_tokens"
+            elif not any_call:
+                e.end = "answer" if s.ended_by != "length" else "length"
+            elif e.tool_calls + len(parsed) > max_tool_calls:
+                e.end = "max_tool_calls"
+            else:
+                pending.append((e, parsed))
+        results = toolbox.run([c for _, parsed in pending for c in parsed])
+        it = iter(results)
+        for e, parsed in pending:
+            mine = [next(it) for _ in parsed]
+            for r in mine:
+                e.calls[r.name] += 1
+                if r.error:
+                    e.errors[r.error] += 1
+                e.messages.append({"role": "tool", "name": r.name, "content": r.content, "error": r.error})
+            text, _inline = tool_turn_text(tok, mine)
+            ids = tok.encode(text, add_special_tokens=False)
+            left = min(max_episode_tokens - len(e.ids), context - 1 - len(e.prompt_ids) - len(e.ids))
+            e._add(ids[: max(left, 0)], None)
+            if len(ids) >= left:  # the next turn would have no room
+                e.end = "max_tokens"
+        live = [e for e in live if not e.end]
+    for e in live:
+        e.end = e.end or "max_turns"
+    return episodes
+
+
+def episode_metrics(episodes: Sequence[Episode]) -> dict[str, float]:
+    """Means per episode — turns, tool calls (all and by tool), failed calls by kind, policy and tool
+    tokens — and the share of episodes per end (`ENDS`)."""
+    m = max(len(episodes), 1)
+    out = {"agent/turns": sum(e.turns for e in episodes) / m,
+           "agent/tool_calls": sum(e.tool_calls for e in episodes) / m,
+           "agent/policy_tokens": sum(sum(e.mask) for e in episodes) / m,
+           "agent/tool_tokens": sum(len(e.mask) - sum(e.mask) for e in episodes) / m}
+    for name in sorted({k for e in episodes for k in e.calls}):
+        out[f"agent/calls/{name}"] = sum(e.calls[name] for e in episodes) / m
+    for kind in sorted({k for e in episodes for k in e.errors}):
+        out[f"agent/errors/{kind}"] = sum(e.errors[kind] for e in episodes) / m
+    for end in ENDS:
+        out[f"agent/end/{end}"] = sum(e.end == end for e in episodes) / m
+    return out
