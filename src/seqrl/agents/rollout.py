@@ -22,8 +22,11 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
+import torch
+
 from seqrl.agents.tools import CALL_CLOSE, Toolbox, ToolCall, ToolResult
-from seqrl.rollout.engine import SamplingParams, generate
+from seqrl.prompts import build_messages, render
+from seqrl.rollout.engine import Rollouts, SamplingParams, generate
 
 INLINE_OPEN, INLINE_CLOSE = "<tool_response>", "</tool_response>"
 ENDS = ("answer", "length", "max_turns", "max_tool_calls", "max_tokens")
@@ -206,3 +209,69 @@ def episode_metrics(episodes: Sequence[Episode]) -> dict[str, float]:
     for end in ENDS:
         out[f"agent/end/{end}"] = sum(e.end == end for e in episodes) / m
     return out
+
+
+def template_renders_tools(tokenizer, toolbox: Toolbox) -> bool:
+    """Whether the chat template writes the tools' schemas into the prompt (``tools=``)."""
+    if not getattr(tokenizer, "chat_template", None) or not toolbox.schemas:
+        return False
+    probe = [{"role": "user", "content": "?"}]
+    try:
+        with_tools = tokenizer.apply_chat_template(probe, tools=toolbox.schemas, tokenize=False,
+                                                   add_generation_prompt=True)
+        plain = tokenizer.apply_chat_template(probe, tokenize=False, add_generation_prompt=True)
+    except Exception:  # noqa: BLE001 — a template that refuses tools
+        return False
+    name = toolbox.schemas[0]["function"]["name"]
+    return name in with_tools and name not in plain
+
+
+def encode_prompts(policy, problems, toolbox: Toolbox, mode: str = "auto") -> list[list[int]]:
+    """Token ids of each problem's prompt with the tools told (`AgentConfig.tool_prompt`): the chat
+    template's ``tools`` (auto, where it renders them), else the tools in the system message (full: the
+    schemas; compact: a line each), or not at all (none)."""
+    tok = policy.tokenizer
+    if mode == "auto":
+        mode = "template" if template_renders_tools(tok, toolbox) else "full"
+    out = []
+    for problem in problems:
+        messages = build_messages(problem, policy.prompt)
+        if mode == "template":
+            text = tok.apply_chat_template(messages, tools=toolbox.schemas, tokenize=False, add_generation_prompt=True)
+        else:
+            if mode in ("full", "compact"):
+                told = toolbox.system_prompt() if mode == "full" else toolbox.compact_prompt()
+                if messages and messages[0]["role"] == "system":
+                    messages[0] = {"role": "system", "content": f"{messages[0]['content']}\n\n{told}"}
+                else:
+                    messages.insert(0, {"role": "system", "content": told})
+            text = render(tok, messages)
+        out.append(tok.encode(text, add_special_tokens=not tok.chat_template))
+    return out
+
+
+def policy_text(episode: Episode) -> str:
+    """The policy's own turns of an episode, joined by newlines: what a text reward reads (a tool's
+    result is not the policy's answer)."""
+    return "\n".join(m["content"] for m in episode.messages if m["role"] == "assistant")
+
+
+def as_rollouts(episodes: Sequence[Episode], n: int, pad_id: int) -> Rollouts:
+    """Episodes (n per prompt, in order) as the sampled batch the trainers read: ``completion_ids`` the
+    episode's tokens, ``completion_mask`` its policy mask (tool tokens 0: no loss, KL or entropy there),
+    the sampler's log-probs, ``texts`` the policy's turns (`policy_text`), ``finish_reasons`` "length" for
+    an episode a token budget ended, ``ended_by`` its end."""
+    width = max((len(e.ids) for e in episodes), default=0)
+    ids = torch.full((len(episodes), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(episodes), width), dtype=torch.float32)
+    lps = torch.zeros((len(episodes), width), dtype=torch.float32)
+    for i, e in enumerate(episodes):
+        k = len(e.ids)
+        ids[i, :k] = torch.tensor(e.ids, dtype=torch.long)
+        mask[i, :k] = torch.tensor(e.mask, dtype=torch.float32)
+        lps[i, :k] = torch.tensor(e.logprobs, dtype=torch.float32)
+    prompts = [episodes[i].prompt_ids for i in range(0, len(episodes), n)]
+    return Rollouts(prompt_ids=prompts, n=n, completion_ids=ids, completion_mask=mask, logprobs=lps,
+                    finish_reasons=["length" if e.end in ("length", "max_tokens") else "stop" for e in episodes],
+                    texts=[policy_text(e) for e in episodes], ended_by=[e.end for e in episodes],
+                    num_prompt_tokens=sum(len(p) for p in prompts))

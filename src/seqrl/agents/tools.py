@@ -159,6 +159,16 @@ class Toolbox:
                 f'for example {CALL_OPEN}{{"name": "NAME", "arguments": {{"ARG": VALUE}}}}{CALL_CLOSE}. '
                 "The result comes back in a tool turn. Answer without a call when you are done.")
 
+    def compact_prompt(self) -> str:
+        """The tools in one line each (``add(a: integer, b: integer): Add two integers.``) and the call
+        syntax: for a short context (the tiny presets)."""
+        lines = []
+        for sch in self.schemas:
+            f = sch["function"]
+            args = ", ".join(f"{k}: {v.get('type', 'any')}" for k, v in f.get("parameters", {}).get("properties", {}).items())
+            lines.append(f"{f['name']}({args}): {f.get('description', '')}".rstrip(": "))
+        return "Tools: " + "; ".join(lines) + f'. Call: {CALL_OPEN}{{"name": ..., "arguments": {{...}}}}{CALL_CLOSE}'
+
     def parse(self, text: str) -> tuple[list[ToolCall | ToolResult], bool]:
         """The calls in one model turn, in order: a `ToolCall` for each well-formed one, a `ToolResult`
         with ``error="malformed"`` for one that is not a JSON object with a string ``name`` and object

@@ -257,6 +257,45 @@ class SamplingConfig:
             raise ValueError(f"sampling.stop must be a list of non-empty strings (got {self.stop!r})")
 
 
+@dataclass
+class AgentConfig:
+    """Multi-turn rollouts with tools (`seqrl.agents`): off while `tools` is empty and no tool is passed in
+    Python (`GRPOTrainer(tools=[...])`)."""
+
+    tools: list[str] = field(default_factory=list)
+    """Tools as import paths ``pkg.module:function`` (plain functions with type hints and a Google-style
+    docstring, as TRL's ``tools=``)."""
+    max_turns: int = 4
+    """Policy turns per episode at most."""
+    max_tool_calls: int = 8
+    """Tool calls per episode at most: a turn whose calls would pass it ends the episode unrun."""
+    max_episode_tokens: int = 1024
+    """Tokens after the prompt (the policy's and the tool turns') per episode at most; each turn samples
+    at most ``sampling.max_new_tokens``."""
+    tool_timeout_s: float = 10.0
+    """Wall-clock limit of one tool call (its result is then a timeout error the policy reads)."""
+    max_result_chars: int = 4000
+    """A tool result's text is cut there (and the cut said)."""
+    tool_prompt: Literal["auto", "full", "compact", "none"] = "auto"
+    """How the prompt tells the tools: auto = the chat template's ``tools`` where it renders them, else
+    full; full = each tool's JSON schema and the call syntax in the system message; compact = one line
+    (``add(a: integer, b: integer)``, for the tiny presets' short context); none = not at all (a policy
+    taught the tools by demonstrations)."""
+
+    def __post_init__(self) -> None:
+        for name in ("max_turns", "max_episode_tokens", "max_result_chars"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"agent.{name} must be >= 1 (got {getattr(self, name)})")
+        if self.max_tool_calls < 0 or self.tool_timeout_s <= 0:
+            raise ValueError(f"agent.max_tool_calls must be >= 0 and agent.tool_timeout_s > 0 (got "
+                             f"{self.max_tool_calls}, {self.tool_timeout_s})")
+        if self.tool_prompt not in ("auto", "full", "compact", "none"):
+            raise ValueError(f"agent.tool_prompt must be one of auto, full, compact, none (got {self.tool_prompt!r})")
+        bad = [t for t in self.tools if not isinstance(t, str) or ":" not in t]
+        if bad:
+            raise ValueError(f"agent.tools: each an import path 'pkg.module:function' (got {bad!r})")
+
+
 MAX_LR = 1e10
 """Largest `OptimConfig.lr` accepted: far above any learning rate that trains (a run diverging at 1e6 is
 stopped by the NaN guard, with its last finite checkpoint kept), far below float32's overflow (3.4e38)."""

@@ -55,7 +55,7 @@ from seqrl.rewards.combine import RewardFn, RewardSpec, build_rewards  # noqa: F
 from seqrl.training.api import SampledTrainer
 from seqrl.training.loop import RunLoop
 from seqrl.training.sampled import RewardTally, SampledLearner, SampledSteps, WeightedMeans
-from seqrl.training.sampled import build_sampled_run, check_rewards_given
+from seqrl.training.sampled import build_sampled_run, build_toolbox, check_rewards_given
 from seqrl.training.run import make_optimizer, releases_run_folder
 from seqrl.training.update import OptimGroup
 from seqrl.types import Problem, Task
@@ -96,8 +96,9 @@ class GRPOLearner(SampledLearner):
     """Holds the policy, reference model and optimizer; `collect` samples a batch, `train_step` learns from it."""
 
     def __init__(self, cfg: GRPOConfig, policy: Policy, task: Task, problems: list[Problem],
-                 reward_fns: dict[str, tuple[RewardFn, float]] | None = None) -> None:
-        super().__init__(cfg, policy, problems, reward_fns if reward_fns is not None else build_rewards(cfg.rewards, task))
+                 reward_fns: dict[str, tuple[RewardFn, float]] | None = None, toolbox=None) -> None:
+        super().__init__(cfg, policy, problems, reward_fns if reward_fns is not None else build_rewards(cfg.rewards, task),
+                         toolbox)
         self.task = task
         self.optimizer, self.scheduler = make_optimizer(policy.model, cfg.optim, cfg.steps * cfg.num_iterations * cfg.minibatches,
                                                        updates_per_step=cfg.num_iterations * cfg.minibatches)
@@ -106,6 +107,12 @@ class GRPOLearner(SampledLearner):
         self.ref = None
         if cfg.loss.beta > 0 and not is_lora(policy.model):
             self.ref = copy.deepcopy(policy.model).eval().requires_grad_(False)
+
+    @property
+    def max_completion_tokens(self) -> int:
+        """L_max of a sample's trained tokens: ``sampling.max_new_tokens``, or with tools the episode's
+        ``agent.max_episode_tokens`` (its policy tokens span several turns)."""
+        return self.cfg.agent.max_episode_tokens if self.toolbox is not None else self.cfg.sampling.max_new_tokens
 
     # -- sampling -------------------------------------------------------------------------------
     def collect(self, step: int) -> GRPOBatch:
@@ -116,6 +123,7 @@ class GRPOLearner(SampledLearner):
         n_groups = n_flat = rounds = generated = 0
         tally = RewardTally(self.reward_fns)
         lengths_all, truncated_all, overlong_all = [], [], []
+        agent = WeightedMeans()  # multi-turn episodes: their metrics over the step's rounds
         want = cfg.local_prompts_per_step
         while len(kept) < want and (rounds == 0 or (cfg.dapo.dynamic_sampling and rounds < cfg.dapo.max_sampling_rounds)):
             need = want - len(kept)
@@ -125,10 +133,12 @@ class GRPOLearner(SampledLearner):
             generated += ro.num_generated_tokens
             lengths = ro.lengths  # (n·G,)
             if cfg.dapo.soft_overlong_cache:
-                overlong = soft_overlong_penalty(lengths, cfg.sampling.max_new_tokens, cfg.dapo.soft_overlong_cache)
+                overlong = soft_overlong_penalty(lengths, self.max_completion_tokens, cfg.dapo.soft_overlong_cache)
                 total = total + overlong
                 overlong_all.append(overlong)
             tally.add(scored)
+            for k, v in rnd.agent.items():
+                agent.add(k, v, len(ro.texts))
             if rounds == 1:  # run.log_completions: a sample of the step's first round
                 self.keep_samples(rnd, total.tolist())
             lengths_all.append(lengths.float())
@@ -196,6 +206,7 @@ class GRPOLearner(SampledLearner):
             "perf/gen_tokens": float(generated),
         }
         metrics.update(tally.metrics())
+        metrics.update(agent.means())
         if overlong_all:
             metrics["reward/overlong/mean"] = float(torch.cat(overlong_all).mean())
         return GRPOBatch(
@@ -255,7 +266,7 @@ class GRPOLearner(SampledLearner):
         # the current policy and logp.detach() is it.
         old = self._no_grad_logprobs(model, batch, rows_needed) if cfg.num_iterations > 1 or cfg.minibatches > 1 else None  # (N, T)
         ref = self._reference_logprobs(batch, rows_needed)  # (N, T) or None
-        max_tokens = cfg.loss.max_tokens or cfg.sampling.max_new_tokens
+        max_tokens = cfg.loss.max_tokens or self.max_completion_tokens
         means = WeightedMeans()
         add = means.add
 
@@ -324,12 +335,15 @@ class GRPOLearner(SampledLearner):
 
 
 @releases_run_folder
-def train(cfg: GRPOConfig, rewards: dict | None = None, policy: Policy | None = None) -> dict[str, float]:
+def train(cfg: GRPOConfig, rewards: dict | None = None, policy: Policy | None = None,
+          tools: list | None = None) -> dict[str, float]:
     """Run GRPO-family training; returns the last logged metrics (held-out accuracy among them).
 
     rewards: extra reward functions with no import path, ``{"name": fn}`` or ``{"name": (fn, weight)}``
     (seqrl's or TRL's signature, `seqrl.rewards.user`), added to the config's `rewards`.
     policy: a loaded model and tokenizer to train in place instead of loading `cfg.model`.
+    tools: functions the policy may call (TRL's ``tools=``), added to the config's ``agent.tools``: with
+    any, each sample is a multi-turn episode (`seqrl.agents`), its tool tokens out of the loss.
 
     Under torchrun (`WORLD_SIZE` > 1) every process samples its share of the step's prompts,
     the loss normalisers and the gradients are summed over processes, and rank 0 evaluates, logs
@@ -342,7 +356,7 @@ def train(cfg: GRPOConfig, rewards: dict | None = None, policy: Policy | None = 
     task, problems, test_problems, reward_fns, policy = build_sampled_run(cfg, loop.device, rewards, policy)
     if cfg.lora.r:
         policy.model = apply_lora(policy.model, cfg.lora)
-    trainer = GRPOLearner(cfg, policy, task, problems, reward_fns)
+    trainer = GRPOLearner(cfg, policy, task, problems, reward_fns, build_toolbox(cfg.agent, tools))
     loop.resume(policy.model, trainer.optimizer, trainer.scheduler, policy.tokenizer)
 
     def after(i: int, metrics: dict[str, float]) -> None:
@@ -399,6 +413,9 @@ class GRPOTrainer(SampledTrainer):
         config.yaml, so the folder records what was trained on and ``seqrl train grpo --resume`` can
         continue it. Without eval_dataset ≈ 10% of the prompts are held out by a stable hash (said on
         stderr; ``task.kwargs.test_fraction`` sets the share). Without train_dataset: `args.task`.
+    tools: functions the model may call, as TRL's ``tools=`` (type hints and a Google-style docstring):
+        each sample is then a multi-turn episode (`args.agent`'s limits; `seqrl.agents`), the tool tokens
+        out of the loss.
 
     After `train`, `model` is the trained model (read back from the run's last checkpoint when the
     trainer loaded it) and `save_model` writes it with its tokenizer.

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal, get_args
 
-from seqrl.algos.config import OptimConfig, RunConfig, SamplingConfig, TaskConfig, accepts_trl_names
+from seqrl.algos.config import AgentConfig, OptimConfig, RunConfig, SamplingConfig, TaskConfig, accepts_trl_names
 from seqrl.evaluation import EvalConfig
 from seqrl.models.config import LoRAConfig, ModelConfig
 from seqrl.prompts import PromptConfig
@@ -51,7 +51,7 @@ class LossConfig:
     agg: Agg = "seq_mean_token_mean"
     """Loss aggregation: GRPO paper, DAPO token-level, Dr. GRPO constant normaliser, plain sum."""
     max_tokens: int = 0
-    """Dr. GRPO's constant normaliser (0: sampling.max_new_tokens)."""
+    """Dr. GRPO's constant normaliser (0: sampling.max_new_tokens; with tools agent.max_episode_tokens)."""
     ref_sync_every: int = 0
     """Copy the policy into the reference model every N steps (0: never)."""
 
@@ -127,6 +127,8 @@ class GRPOConfig:
     `stats/entropy` and `stats/sampler_logprob_gap` then cover the completions trained on."""
     lora: LoRAConfig = field(default_factory=LoRAConfig)
     """LoRA adapters (`lora.r` > 0) instead of full fine-tuning; needs `model.path` (a trained base)."""
+    agent: AgentConfig = field(default_factory=AgentConfig)
+    """Multi-turn episodes with tools (`agent.tools`, or `GRPOTrainer(tools=[...])`); off without tools."""
     shared_prompt_forward: Literal["auto", "on", "off"] = "auto"
     """Training-time log-probs (the update, π_old, π_ref) computing each prompt once per micro-batch,
     its KV cache shared by the group's completions, with micro-batches packed by completion length

@@ -312,13 +312,19 @@ def critic_model_config(cfg: PPOConfig) -> ModelConfig:
 
 
 @releases_run_folder
-def train(cfg: PPOConfig, rewards: dict | None = None, policy: Policy | None = None) -> dict[str, float]:
+def train(cfg: PPOConfig, rewards: dict | None = None, policy: Policy | None = None,
+          tools: list | None = None) -> dict[str, float]:
     """Run PPO; returns the last logged metrics (held-out accuracy among them). torchrun as the GRPO loop:
     each process samples its share of the prompts, gradients are summed, rank 0 evaluates and saves
     (advantage whitening uses each process's own share).
 
     rewards: extra reward functions with no import path, ``{"name": fn}`` or ``{"name": (fn, weight)}``,
-    added to the config's `rewards`. policy: a loaded model and tokenizer to train in place."""
+    added to the config's `rewards`. policy: a loaded model and tokenizer to train in place.
+    tools: not yet for PPO (its critic's values and GAE over the policy's tokens of a multi-turn episode
+    are the agents issue's next slice): a ValueError that says so; GRPO takes them."""
+    if tools:
+        raise ValueError("PPOTrainer(tools=...): multi-turn episodes train with GRPO for now (PPO's values and "
+                         "GAE over the policy's tokens of an episode are not built yet); use GRPOTrainer(tools=...)")
     cfg.local_prompts_per_step  # noqa: B018 - raises when the prompts do not split over the processes
     check_rewards_given(cfg, rewards, "PPOTrainer")
     check_critic_start(cfg, policy is not None)
@@ -362,14 +368,16 @@ class PPOTrainer(SampledTrainer):
         reward model given as its folder is TRL's ``reward_model``; functions and verifiers mix with it).
     value_model: the critic's starting point, a folder with the policy's tokenizer (TRL's
         ``value_model``; sets ``critic.path``). Default: ``args.critic.path``, else the policy's weights.
+    tools: refused at `train` for now (multi-turn episodes train with `GRPOTrainer(tools=...)`).
     """
 
     config_cls = PPOConfig
     train_fn = train
 
     def __init__(self, model: Any, reward_funcs: Any = None, args: PPOConfig | None = None, train_dataset: Any = None,
-                 eval_dataset: Any = None, processing_class: Any = None, value_model: Any = None) -> None:
-        super().__init__(model, reward_funcs, args, train_dataset, eval_dataset, processing_class)
+                 eval_dataset: Any = None, processing_class: Any = None, value_model: Any = None,
+                 tools: Any = None) -> None:
+        super().__init__(model, reward_funcs, args, train_dataset, eval_dataset, processing_class, tools)
         if value_model is not None:
             if not isinstance(value_model, (str, os.PathLike)):
                 raise TypeError(f"PPOTrainer(value_model=...): expected the folder of a model with the policy's "

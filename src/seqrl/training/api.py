@@ -148,7 +148,8 @@ class RowsTrainer(RunTrainer):
 class SampledTrainer(RunTrainer):
     """A `RunTrainer` for a trainer that samples from its policy and scores the samples (`GRPOTrainer`,
     `PPOTrainer`): `model` a string (folder, hub id, catalogue name, preset) or a loaded causal LM
-    trained in place; `reward_funcs` functions, import paths or reward-model folders; the rows of
+    trained in place; `reward_funcs` functions, import paths or reward-model folders; `tools` functions
+    the model may call (multi-turn episodes); the rows of
     `train_dataset` / `eval_dataset` read as a task (`jsonl_task`). A subclass sets `config_cls` and
     `train_fn` (``train_fn(cfg, rewards, policy)``)."""
 
@@ -156,7 +157,7 @@ class SampledTrainer(RunTrainer):
     train_fn: Any
 
     def __init__(self, model: Any, reward_funcs: Any = None, args: Any = None, train_dataset: Any = None,
-                 eval_dataset: Any = None, processing_class: Any = None) -> None:
+                 eval_dataset: Any = None, processing_class: Any = None, tools: Any = None) -> None:
         import copy
 
         from seqrl.models.config import looks_local
@@ -188,6 +189,9 @@ class SampledTrainer(RunTrainer):
         if train_dataset is None and eval_dataset is not None:
             raise ValueError(f"{name}(eval_dataset=...) needs a train_dataset too")
         self.args, self._data, self.metrics = cfg, (train_dataset, eval_dataset), {}
+        if tools is not None and (not isinstance(tools, (list, tuple)) or not all(callable(t) for t in tools)):
+            raise TypeError(f"{name}(tools=...): a list of functions (got {type(tools).__name__})")
+        self._tools = list(tools or [])
 
     def _reward_specs(self, reward_funcs: Any) -> list:
         """The config's reward specs for the strings of `reward_funcs` (an import path ``pkg.module:fn``,
@@ -220,7 +224,8 @@ class SampledTrainer(RunTrainer):
                                       cfg.task.kwargs, ("prompt_field", "answer_field", "answer_format", "test_fraction",
                                                         "config_name"))
             cfg.task = replace(cfg.task, name=name, kwargs=kwargs, n_train=-1, n_test=-1)
-        return type(self).train_fn(cfg, self._rewards or None, self._trained)
+        extra = {"tools": self._tools} if self._tools else {}
+        return type(self).train_fn(cfg, self._rewards or None, self._trained, **extra)
 
 
 def jsonl_task(who: str, run_dir: Path, resume: bool, train: Any, test: Any, task_kwargs: dict,

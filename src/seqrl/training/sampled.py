@@ -10,7 +10,7 @@ such a trainer on the `RunLoop`: the learner's ``collect(i)`` then ``train_step(
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
@@ -37,6 +37,7 @@ class SampledRound:
     scored: ScoredBatch
     total: torch.Tensor  # (n·G,) weighted reward
     cut_off: torch.Tensor  # (n·G,) bool: stopped by the token budget, no EOS or stop string
+    agent: dict = field(default_factory=dict)  # multi-turn episodes: `seqrl.agents.episode_metrics`
 
     @property
     def row_problems(self) -> list[Problem]:
@@ -105,8 +106,9 @@ class SampledLearner:
     ``run`` (seed, use_bf16, log_completions), ``reward_budget_s`` and ``reward_failures``."""
 
     def __init__(self, cfg: Any, policy: Policy, problems: list[Problem],
-                 reward_fns: dict[str, tuple[RewardFn, float]]) -> None:
+                 reward_fns: dict[str, tuple[RewardFn, float]], toolbox: Any = None) -> None:
         self.cfg, self.policy, self.problems, self.reward_fns = cfg, policy, problems, reward_fns
+        self.toolbox = toolbox  # a `seqrl.agents.Toolbox`: multi-turn episodes with tools (``cfg.agent``)
         # Position in this process's share of the endless prompt stream: with W processes, process r
         # reads the global positions r, r + W, r + 2W, … so the shares never overlap.
         self.prompt_cursor = 0
@@ -182,16 +184,31 @@ class SampledLearner:
         return score_completions(self.reward_fns, problems, texts, self.cfg.reward_budget_s,
                                  self.cfg.reward_failures == "stop")
 
-    def sample(self, step: int, count: int, round_: int = 0) -> SampledRound:
-        """The next `count` prompts of the stream, G completions each (under ``run.bf16``), scored."""
-        probs = self._next_prompts(count)
+    def _rollout(self, problems: list[Problem], n: int, params: SamplingParams) -> tuple[Rollouts, dict]:
+        """`n` samples of each problem: single completions, or with a toolbox multi-turn episodes (their
+        policy tokens masked in, `seqrl.agents.as_rollouts`) and their metrics."""
         with bf16_autocast(model_device(self.policy.model), self.cfg.run.use_bf16):
-            ro = generate(self.policy, self.policy.encode_prompts(probs), self.cfg.group_size,
-                          self._params(step, round_))
+            if self.toolbox is None:
+                return generate(self.policy, self.policy.encode_prompts(problems), n, params), {}
+            from seqrl.agents.rollout import as_rollouts, encode_prompts, episode_metrics, multi_turn_rollout
+
+            a = self.cfg.agent
+            episodes = multi_turn_rollout(
+                self.policy, encode_prompts(self.policy, problems, self.toolbox, a.tool_prompt), self.toolbox,
+                params, n=n, max_turns=a.max_turns, max_tool_calls=a.max_tool_calls,
+                max_episode_tokens=a.max_episode_tokens)
+        pad = self.policy.tokenizer.pad_token_id
+        return as_rollouts(episodes, n, pad if pad is not None else 0), episode_metrics(episodes)
+
+    def sample(self, step: int, count: int, round_: int = 0) -> SampledRound:
+        """The next `count` prompts of the stream, G completions (or episodes) each (under ``run.bf16``),
+        scored."""
+        probs = self._next_prompts(count)
+        ro, agent = self._rollout(probs, self.cfg.group_size, self._params(step, round_))
         g = self.cfg.group_size
         scored = self._score([probs[i // g] for i in range(len(ro.texts))], ro.texts)
         return SampledRound(probs, ro, scored, torch.tensor(scored.total, dtype=torch.float32),
-                            torch.tensor([r == "length" for r in ro.finish_reasons], dtype=torch.bool))
+                            torch.tensor([r == "length" for r in ro.finish_reasons], dtype=torch.bool), agent)
 
     def keep_samples(self, rnd: SampledRound, totals: list[float]) -> None:
         """``run.log_completions``: a sample of `rnd`'s completions with their rewards and reasons."""
@@ -199,15 +216,41 @@ class SampledLearner:
                                           rnd.scored.scores, rnd.scored.reasons)
 
     @torch.no_grad()
+    def agent_evaluation(self, task: Task, problems: list[Problem]) -> dict[str, float]:
+        """Held-out episodes, greedy (one per problem, ``eval.max_new_tokens`` a turn): the task's
+        verifier on the policy's turns (``eval/accuracy``) and the episodes' metrics (``eval/agent/…``)."""
+        cfg = self.cfg
+        params = replace(self._sampling(cfg.run.seed), temperature=0.0, max_new_tokens=cfg.eval.max_new_tokens)
+        ro, agent = self._rollout(problems, 1, params)
+        correct = [task.verify(p, t).score >= 1.0 for p, t in zip(problems, ro.texts)]
+        return {"eval/accuracy": sum(correct) / max(len(correct), 1),
+                **{f"eval/{k}": v for k, v in agent.items()}}
+
+    @torch.no_grad()
     def heldout_reward(self, problems: list[Problem], samples: int, seed: int) -> dict[str, float]:
         """Mean training reward (every function, weighted) of `samples` completions per held-out problem."""
-        ro = generate(self.policy, self.policy.encode_prompts(problems), samples, self._sampling(seed))
+        ro, _ = self._rollout(problems, samples, self._sampling(seed))
         scored = self._score([problems[i // samples] for i in range(len(ro.texts))], ro.texts)
         out = {"eval/reward": sum(scored.total) / len(scored.total)}
         for name, v in scored.scores.items():
             applied = [x for x in v if x == x]  # NaN: the function did not apply
             out[f"eval/reward/{name}"] = sum(applied) / len(applied) if applied else 0.0
         return out
+
+
+def build_toolbox(agent: Any, tools: list | None = None) -> Any:
+    """The `seqrl.agents.Toolbox` of `agent.tools` (import paths) and `tools` (functions), with the
+    agent config's limits; None when there are none (single-turn sampling)."""
+    fns = list(tools or [])
+    if agent is not None and agent.tools:
+        from seqrl.utils.imports import import_object
+
+        fns = [import_object(t, "agent.tools") for t in agent.tools] + fns
+    if not fns:
+        return None
+    from seqrl.agents import Toolbox
+
+    return Toolbox(fns, timeout_s=agent.tool_timeout_s, max_result_chars=agent.max_result_chars)
 
 
 def check_rewards_given(cfg: Any, rewards: dict | None, trainer: str) -> None:
@@ -298,7 +341,8 @@ class SampledSteps:
         def evaluate() -> Metrics:
             out: Metrics = {}
             if self.loop.main:
-                out = run_evaluation(learner.policy, task, problems, cfg.eval, cfg.run.seed, stop=cfg.sampling.stop)
+                out = (run_evaluation(learner.policy, task, problems, cfg.eval, cfg.run.seed, stop=cfg.sampling.stop)
+                       if learner.toolbox is None else learner.agent_evaluation(task, problems))
                 if cfg.eval.samples and reward == "pass1":
                     out.update({"eval/reward": out["eval/pass@1"], "eval/reward/accuracy": out["eval/pass@1"]})
                 elif cfg.eval.samples and reward == "sampled":

@@ -1,0 +1,107 @@
+"""GRPO with tools: each sample a multi-turn episode, its tool tokens out of the loss, the policy's turns
+scored, the episode metrics logged; `GRPOTrainer(tools=[...])` as TRL takes them."""
+
+from __future__ import annotations
+
+import importlib
+
+import pytest
+import torch
+
+from seqrl.agents import Toolbox
+from seqrl.agents.rollout import Sampled
+from seqrl.algos.config import AgentConfig, OptimConfig, RunConfig, TaskConfig
+from seqrl.algos.grpo import GRPOConfig, GRPOLearner, GRPOTrainer, SamplingConfig
+from seqrl.evaluation import EvalConfig
+from seqrl.models import ModelConfig, load_policy
+from seqrl.rewards import RewardResult
+from seqrl.rollout import sequence_logprobs
+
+
+def add(a: int, b: int) -> int:
+    """Add two integers.
+
+    Args:
+        a: The first integer.
+        b: The second integer.
+    """
+    return a + b
+
+
+def _cfg(tmp_path, **kw) -> GRPOConfig:
+    base = dict(run=RunConfig(name="agent", out_dir=str(tmp_path), seed=1, log_every=1, progress=False),
+                model=ModelConfig(preset="tiny", max_seq_len=256), task=TaskConfig(name="arith", n_train=32, n_test=4),
+                optim=OptimConfig(lr=1e-3, warmup_steps=0, schedule="constant"), eval=EvalConfig(max_new_tokens=12),
+                sampling=SamplingConfig(max_new_tokens=40), steps=2, batch_size=8, group_size=4,
+                agent=AgentConfig(tool_prompt="none", max_turns=3, max_episode_tokens=120))
+    base.update(kw)
+    return GRPOConfig(**base)
+
+
+def test_episodes_train_on_the_policys_tokens_only(tmp_path, monkeypatch):
+    """A sampler that calls the tool once and then answers: the batch's mask is 0 exactly on the tool
+    tokens, π_old equals the sampler's log-probs there where it is 1, and the reward reads the policy's
+    turns (the answer after the call)."""
+    rollout = importlib.import_module("seqrl.agents.rollout")
+    cfg = _cfg(tmp_path)
+    torch.manual_seed(0)
+    policy = load_policy(cfg.model)
+    task = cfg.task.build()
+    tok = policy.tokenizer
+    call = '<tool_call>{"name": "add", "arguments": {"a": 1, "b": 2}}</tool_call>'
+
+    def scripted(policy_, params):
+        def sample(contexts, max_new, seed):
+            out = []
+            for ctx in contexts:
+                text = call if "<tool_response>" not in tok.decode(ctx) else "<answer>3</answer>"
+                ids = tok.encode(text, add_special_tokens=False) + ([tok.eos_token_id] if "answer" in text else [])
+                with torch.no_grad():
+                    lp, _ = sequence_logprobs(policy.model, [ctx], torch.tensor([ids]), tok.pad_token_id)
+                out.append(Sampled(ids, lp[0].tolist(), "stop_string" if text == call else "eos"))
+            return out
+        return sample
+
+    monkeypatch.setattr(rollout, "engine_sampler", scripted)
+    seen: list[str] = []
+
+    def capture(problems, completions):  # a reward function: what text does it read?
+        seen.extend(completions)
+        return [RewardResult(float(i % 2)) for i in range(len(completions))]
+
+    learner = GRPOLearner(cfg, policy, task, task.problems("train", 32, 0), {"capture": (capture, 1.0)},
+                          toolbox=Toolbox([add]))
+    batch = learner.collect(0)
+    tool = tok.encode("\n<tool_response>3</tool_response>\n", add_special_tokens=False)
+    for row, mask in zip(batch.completion_ids, batch.completion_mask):
+        ids = row.tolist()
+        assert mask.tolist()[len(tok.encode(call, add_special_tokens=False)):][: len(tool)] == [0.0] * len(tool)
+        assert ids[len(tok.encode(call, add_special_tokens=False)):][: len(tool)] == tool
+        assert 0 < mask.sum() < len([t for t in ids if t != tok.pad_token_id])
+    assert batch.metrics["agent/calls/add"] == 1.0 and batch.metrics["agent/end/answer"] == 1.0
+    with torch.no_grad():  # π_old over the whole episode = the sampler's log-probs at the policy's tokens
+        logp, _ = learner.token_logprobs(policy.model, batch.prompt_ids, batch.completion_ids, batch.completion_mask)
+    assert float(((logp - batch.sampler_logprobs).abs() * batch.completion_mask).max()) < 1e-4
+    metrics = learner.train_step(batch)
+    assert all(torch.isfinite(torch.tensor(v)) for v in metrics.values())
+    assert seen and set(seen) == {call + "\n<answer>3</answer>"}  # the policy's turns, not the tool's result
+
+
+def test_grpo_trainer_takes_tools_as_trl_does(tmp_path):
+    cfg = _cfg(tmp_path)
+    trainer = GRPOTrainer(model="tiny", args=cfg, tools=[add])
+    final = trainer.train()
+    for key in ("agent/turns", "agent/tool_calls", "agent/policy_tokens", "agent/end/answer", "eval/agent/turns"):
+        assert key in final, sorted(final)
+    with pytest.raises(TypeError, match=r"tools=\.\.\.\): a list of functions"):
+        GRPOTrainer(model="tiny", args=cfg, tools="add")
+    from seqrl.algos.ppo import PPOConfig, PPOTrainer
+    with pytest.raises(ValueError, match="multi-turn episodes train with GRPO"):
+        PPOTrainer(model="tiny", args=PPOConfig(run=RunConfig(name="p", out_dir=str(tmp_path))), tools=[add]).train()
+
+
+def test_agent_tools_in_the_config_are_import_paths():
+    with pytest.raises(ValueError, match=r"agent.tools: each an import path"):
+        AgentConfig(tools=["add"])
+    with pytest.raises(ValueError, match=r"agent.max_turns must be >= 1"):
+        AgentConfig(max_turns=0)
