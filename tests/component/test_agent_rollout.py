@@ -134,3 +134,15 @@ def test_the_engine_samples_each_turn_and_its_logprobs_equal_the_recomputation()
         assert e.end in ("answer", "max_tokens") and 0 < len(e.ids) <= 16 and all(e.mask)
         assert _recomputed_gap(policy, e) < 1e-4
     assert any(e.end == "max_tokens" for e in episodes)  # the episode budget (16) cut the sampler's 24
+
+
+def test_the_prompt_tells_the_tools_as_the_config_says():
+    from seqrl.agents.rollout import encode_prompts, template_renders_tools
+
+    policy = _policy()
+    box, tok = Toolbox([add]), policy.tokenizer
+    text = {mode: tok.decode(encode_prompts(policy, ["3+4="], box, mode)[0]) for mode in ("auto", "full", "compact", "none")}
+    assert not template_renders_tools(tok, box)  # the tiny template has no tools: auto is full
+    assert text["auto"] == text["full"] and "<tools>" in text["full"] and '"name": "add"' in text["full"]
+    assert "Tools: add(a: integer, b: integer): Add two integers. Call: <tool_call>" in text["compact"]
+    assert "Tools" not in text["none"] and "<tools>" not in text["none"] and text["none"].endswith("3+4=<|assistant|>")

@@ -167,7 +167,8 @@ class Toolbox:
             f = sch["function"]
             args = ", ".join(f"{k}: {v.get('type', 'any')}" for k, v in f.get("parameters", {}).get("properties", {}).items())
             lines.append(f"{f['name']}({args}): {f.get('description', '')}".rstrip(": "))
-        return "Tools: " + "; ".join(lines) + f'. Call: {CALL_OPEN}{{"name": ..., "arguments": {{...}}}}{CALL_CLOSE}'
+        return ("Tools: " + "; ".join(x.rstrip(".") for x in lines)
+                + f'. Call: {CALL_OPEN}{{"name": ..., "arguments": {{...}}}}{CALL_CLOSE}')
 
     def parse(self, text: str) -> tuple[list[ToolCall | ToolResult], bool]:
         """The calls in one model turn, in order: a `ToolCall` for each well-formed one, a `ToolResult`
