@@ -1095,3 +1095,57 @@ def test_an_eq_that_is_not_reflexive_and_arithmetic_on_package_objects_against_a
     repo = repo_with(tmp_path, OBJECT_TESTS, {"shop/pricing.py": BUGGY + OBJECTS})
     assert_honest(score(reward, repo, {"shop/pricing.py": FIXED + OBJECTS}))
     assert_forgery_fails(score(reward, repo, {"shop/pricing.py": BUGGY + OBJECTS + LIARS}))
+
+
+SELFREF_TESTS = """
+    import pytest
+    from shop.pricing import total_price, clone
+
+    def test_total():
+        assert total_price([(2.5, 2), (1.0, 3)]) == 8.0
+
+    def test_clone_keeps_a_cycle():
+        data = [0, 1]
+        data.append(data)
+        with pytest.raises(RuntimeError):  # comparing two lists that hold themselves recurses without end
+            assert data == clone(data)
+"""
+CLONE_BUGGY = '''
+
+def clone(items):
+    return [x if x is not items else [] for x in items]  # the bug: the cycle is dropped
+'''
+CLONE_FIXED = '''
+
+def clone(items):
+    out = []
+    for x in items:
+        out.append(out if x is items else x)
+    return out
+'''
+FAKE_RECURSION = '''
+
+class _Deep:
+    def __eq__(self, other):
+        raise RecursionError("pretend")
+
+    __hash__ = None
+
+
+def clone(items):
+    out = [_Deep(), 1]
+    out.append(out)  # a cycle too, but its first element raises the recursion error itself
+    return out
+'''
+
+
+def test_a_comparison_of_self_referential_lists_raises_into_the_test_as_pytests_would(reward, tmp_path):
+    """``with pytest.raises(RuntimeError): assert data == clone(data)`` (boltons' remap tests): the
+    comparison of two lists that hold themselves raises RecursionError in the run too, so the honest
+    clone keeps 1.2; the buggy one fails; an object whose ``__eq__`` raises RecursionError, in a list that
+    holds itself too, does not pass the check."""
+    repo = repo_with(tmp_path, SELFREF_TESTS, {"shop/pricing.py": FIXED + CLONE_BUGGY})
+    assert_honest(score(reward, repo, {"shop/pricing.py": FIXED + CLONE_FIXED}))
+    assert score(reward, repo, {"shop/pricing.py": FIXED + CLONE_BUGGY + "# nothing\n"}).parts["tests"] < 1.0
+    forged = score(reward, repo, {"shop/pricing.py": FIXED + FAKE_RECURSION})
+    assert forged.parts["tests"] < 1.0, forged.reason

@@ -327,7 +327,7 @@ class CorruptObservations(ValueError):
 def parse_observations(data: bytes, expected: Mapping[int, object], nonce: str | None = None
                        ) -> dict[int, list[tuple[str, object]]]:
     """``k → [(node id, observed value)...]`` from the untrusted observation file; a value that is not a
-    Python literal is a sentinel that satisfies no check; ``~True``/``~False`` is a `Verdict`, ``~C…``
+    Python literal is a sentinel that satisfies no check; ``~True``/``~False``/``~R`` is a `Verdict`, ``~C…``
     `Candidates`.
     `CorruptObservations` when any line is malformed (a merged or truncated line could hide one), or —
     given the run's ``nonce`` — when the guard's end record ``end<TAB>NONCE<TAB>N`` is not the last line
@@ -347,8 +347,8 @@ def parse_observations(data: bytes, expected: Mapping[int, object], nonce: str |
         k, node, text = int(fields[0]), fields[1], fields[3]
         if k not in expected:
             continue
-        if text in ("~True", "~False"):
-            out.setdefault(k, []).append((node, Verdict(text == "~True")))
+        if text in ("~True", "~False", "~R"):  # ~R: the comparison raised into the test, whose outcome decides
+            out.setdefault(k, []).append((node, Verdict(text != "~False")))
             continue
         if text.startswith("~C"):  # answers against a literal's pool
             parsed += len(text)
