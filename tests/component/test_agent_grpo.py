@@ -88,10 +88,11 @@ def test_episodes_train_on_the_policys_tokens_only(tmp_path, monkeypatch):
 
 
 def test_grpo_trainer_takes_tools_as_trl_does(tmp_path):
-    cfg = _cfg(tmp_path)
+    cfg = _cfg(tmp_path, eval=EvalConfig(max_new_tokens=40, samples=2, temperature=1.0))  # as sampled: the pass@1 path
     trainer = GRPOTrainer(model="tiny", args=cfg, tools=[add])
     final = trainer.train()
-    for key in ("agent/turns", "agent/tool_calls", "agent/policy_tokens", "agent/end/answer", "eval/agent/turns"):
+    for key in ("agent/turns", "agent/tool_calls", "agent/policy_tokens", "agent/end/answer", "eval/agent/turns",
+                "eval/reward"):
         assert key in final, sorted(final)
     with pytest.raises(TypeError, match=r"tools=\.\.\.\): a list of functions"):
         GRPOTrainer(model="tiny", args=cfg, tools="add")

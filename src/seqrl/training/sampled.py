@@ -250,7 +250,8 @@ def build_toolbox(agent: Any, tools: list | None = None) -> Any:
         return None
     from seqrl.agents import Toolbox
 
-    return Toolbox(fns, timeout_s=agent.tool_timeout_s, max_result_chars=agent.max_result_chars)
+    limits = {"timeout_s": agent.tool_timeout_s, "max_result_chars": agent.max_result_chars} if agent is not None else {}
+    return Toolbox(fns, **limits)
 
 
 def check_rewards_given(cfg: Any, rewards: dict | None, trainer: str) -> None:
@@ -337,6 +338,8 @@ class SampledSteps:
         rewards on fresh samples), ``"pass1"`` (taken from pass@1: the training reward is the verifier
         alone, sampled alike) or ``"none"``."""
         learner, cfg = self.learner, self.loop.cfg
+        if reward == "pass1" and learner.toolbox is not None:
+            reward = "sampled"  # episodes have no single-turn pass@1 to read it from
 
         def evaluate() -> Metrics:
             out: Metrics = {}
