@@ -104,3 +104,9 @@ def test_no_algorithm_imports_another():
 
     assert not (v := violations("algos", allowed)), "\n".join(v)
 
+
+
+def test_agents_import_only_what_runs_an_episode():
+    # tools, prompts, sampling and the sandbox; never a trainer, a reward or a dataset
+    rooms = ("agents", "prompts", "rollout", "sandbox", "types")
+    assert not (v := violations("agents", lambda f, m: any(in_room(m, r) for r in rooms))), "\n".join(v)
