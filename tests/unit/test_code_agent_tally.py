@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from seqrl.rewards.code_agent.junit import _tally, uncounted_tests
+from seqrl.rewards.code_agent.junit import tally, uncounted_tests
 from seqrl.rewards.code_agent.records import Outside, Pristine
 
 NONCE = "n0nce"
@@ -56,7 +56,7 @@ def test_uncounted_are_the_snapshots_skips_and_passes_the_outside_does_not_confi
     assert sorted(found) == [IDS[3]]
     # a patched run: 2 counted tests (the bug's and the kept one), the report's skip of test_skip is moot
     patched = _run({"test_bug": True, "test_kept": False, "test_opaque": False, "test_skip": False})
-    passed, total, why, failing = _tally(patched, NONCE, collected, _outside(), None, {IDS[2]: "", IDS[3]: ""})
+    passed, total, why, failing = tally(patched, NONCE, collected, _outside(), None, {IDS[2]: "", IDS[3]: ""})
     assert (passed, total, why, failing) == (1, 2, "", ["tests.test_a::test_kept"])
     # an unusable snapshot run leaves every test counted
     timed_out = SimpleNamespace(**{**vars(base), "status": "timeout", "reason": "5 s"})
@@ -69,5 +69,5 @@ def test_rejected_observations_earn_no_test_reward_with_the_reason():
     outside = _outside()
     outside.corrupt = "observations rejected: a line without the run's nonce"
     run = _run({"test_bug": True, "test_kept": True, "test_opaque": True, "test_skip": True})
-    passed, total, why, failing = _tally(run, NONCE, collected, outside)
+    passed, total, why, failing = tally(run, NONCE, collected, outside)
     assert (passed, total, failing) == (0, 4, []) and why == f"{outside.corrupt}: no test reward"

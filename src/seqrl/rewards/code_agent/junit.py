@@ -141,7 +141,7 @@ def uncounted_tests(run, nonce: str, collected: Pristine, outside: Outside | Non
     return out, ""
 
 
-def _tally(run, nonce: str, collected: Pristine, outside: Outside | None = None,
+def tally(run, nonce: str, collected: Pristine, outside: Outside | None = None,
            void: Mapping[str, str] | None = None,
            uncounted: Mapping[str, str] | None = None) -> tuple[int, int, str, list[str]]:
     """``(passed, total, why no test reward, failing tests)`` from the untrusted run, counted over the

@@ -35,7 +35,7 @@ from .screens import (
     _screen_diff, is_protected, parse_test_cmd, scan_diff, shadowing_names)
 from .protect import _ident, edited_doctests, pristine_protections
 from .records import Outside, Pristine
-from .junit import _junit_key, _tally, uncounted_tests
+from .junit import _junit_key, tally, uncounted_tests
 
 
 ENTRY = Path(_runner.__file__).with_name("_pytest_entry.py")
@@ -616,7 +616,7 @@ class CodeAgentReward:
                     reasons.append(f"{len(uncounted)} test(s) not counted (skipped on the unpatched snapshot, or "
                                    f"passing there without the outside checks confirming it), e.g. {first}: "
                                    f"{uncounted[first]}")
-                passed, total, why, failing = _tally(run, nonce, collected, outside, void, uncounted)
+                passed, total, why, failing = tally(run, nonce, collected, outside, void, uncounted)
                 parts["passed"], parts["total"] = float(passed), float(total)
                 parts["pass_frac"] = passed / total if total else 0.0
                 if why:
