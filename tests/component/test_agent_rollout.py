@@ -34,7 +34,7 @@ SCRIPTS = {  # per prompt: the policy's turns (a turn without a call ends with E
 }
 
 
-def scripted(policy, prompts: dict[tuple, str]):
+def scripted(policy, prompts: dict[tuple, str], scripts: dict | None = None):
     """A sampler that writes each episode's scripted turns, with the log-probs the model gives those
     tokens after exactly the context the rollout handed it."""
     tok, model = policy.tokenizer, policy.model
@@ -44,7 +44,7 @@ def scripted(policy, prompts: dict[tuple, str]):
         out = []
         for ctx in contexts:
             key = next(k for p, k in prompts.items() if tuple(ctx[: len(p)]) == p)
-            turn = SCRIPTS[key][seen.get(key, 0)]
+            turn = (scripts or SCRIPTS)[key][seen.get(key, 0)]
             seen[key] = seen.get(key, 0) + 1
             ids = tok.encode(turn, add_special_tokens=False)
             ended = "stop_string" if turn.endswith("</tool_call>") else "eos"
@@ -146,3 +146,17 @@ def test_the_prompt_tells_the_tools_as_the_config_says():
     assert text["auto"] == text["full"] and "<tools>" in text["full"] and '"name": "add"' in text["full"]
     assert "Tools: add(a: integer, b: integer): Add two integers. Call: <tool_call>" in text["compact"]
     assert "Tools" not in text["none"] and "<tools>" not in text["none"] and text["none"].endswith("3+4=<|assistant|>")
+
+
+def test_a_malformed_call_is_an_error_result_that_counts_against_the_budget():
+    policy = _policy()
+    tok = policy.tokenizer
+    scripts = {"1+1=": ["<tool_call>{add: 1}</tool_call>", "2"]}
+    prompts = {tuple(tok.encode(k, add_special_tokens=False)): k for k in scripts}
+    (e,) = multi_turn_rollout(policy, list(prompts), Toolbox([add]), SamplingParams(max_new_tokens=100),
+                              sampler=scripted(policy, prompts, scripts))
+    assert (e.end, dict(e.calls), dict(e.errors), e.tool_calls) == ("answer", {}, {"malformed": 1}, 1)
+    assert "malformed tool call" in e.messages[1]["content"] and _recomputed_gap(policy, e) < 1e-5
+    (e,) = multi_turn_rollout(policy, list(prompts), Toolbox([add]), SamplingParams(max_new_tokens=100),
+                              max_tool_calls=0, sampler=scripted(policy, prompts, scripts))
+    assert e.end == "max_tool_calls" and e.turns == 1

@@ -48,7 +48,7 @@ class Episode:
     messages: list[dict] = field(default_factory=list)
     """The turns as chat messages: ``assistant`` (its text, ``tool_calls``), then one ``tool`` per call."""
     calls: Counter = field(default_factory=Counter)
-    """Calls run, by tool name."""
+    """Calls run, by tool name (a malformed call, which names no tool, is counted in `errors` only)."""
     errors: Counter = field(default_factory=Counter)
     """Failed calls, by kind (`seqrl.agents.tools.ERRORS`)."""
     turns: int = 0
@@ -56,7 +56,8 @@ class Episode:
 
     @property
     def tool_calls(self) -> int:
-        return sum(self.calls.values())
+        """Calls made: those run and the malformed ones (both count against ``max_tool_calls``)."""
+        return sum(self.calls.values()) + self.errors["malformed"]
 
     def _add(self, tokens: Sequence[int], logprobs: Sequence[float] | None) -> None:
         self.ids += list(tokens)
@@ -131,7 +132,7 @@ def multi_turn_rollout(policy, prompt_ids: Sequence[Sequence[int]], toolbox: Too
     and end the episode; ``max_turns`` policy turns end it; ``max_episode_tokens`` (and the model's
     context) bound ``len(ids)``: a turn or a tool turn that would pass it is cut there and the episode
     ends (``max_tokens``). `sampler`: ``(contexts, max_new_tokens, seed) → [Sampled]`` (default: the
-    engine, `engine_sampler`); turn t samples with seed ``params.seed + t`` where a seed is given."""
+    engine, `engine_sampler`); turn t samples with seed ``params.seed + 104729·t`` where a seed is given."""
     for name, v in (("n", n), ("max_turns", max_turns), ("max_episode_tokens", max_episode_tokens)):
         if v < 1:
             raise ValueError(f"multi_turn_rollout: {name} must be >= 1 (got {v})")
@@ -153,7 +154,7 @@ def multi_turn_rollout(policy, prompt_ids: Sequence[Sequence[int]], toolbox: Too
             break
         widest = max(room[id(e)] for e in live)
         got = sample([e.prompt_ids + e.ids for e in live], min(params.max_new_tokens, widest),
-                     None if params.seed is None else params.seed + turn)
+                     None if params.seed is None else params.seed + 104_729 * turn)
         pending: list[tuple[Episode, list]] = []
         for e, s in zip(live, got):
             cut = len(s.tokens) > room[id(e)] or (s.ended_by == "length" and len(s.tokens) >= room[id(e)])
@@ -178,7 +179,8 @@ def multi_turn_rollout(policy, prompt_ids: Sequence[Sequence[int]], toolbox: Too
         for e, parsed in pending:
             mine = [next(it) for _ in parsed]
             for r in mine:
-                e.calls[r.name] += 1
+                if r.error != "malformed":
+                    e.calls[r.name] += 1
                 if r.error:
                     e.errors[r.error] += 1
                 e.messages.append({"role": "tool", "name": r.name, "content": r.content, "error": r.error})
