@@ -43,7 +43,8 @@ def test_episodes_train_on_the_policys_tokens_only(tmp_path, monkeypatch):
     tokens, π_old equals the sampler's log-probs there where it is 1, and the reward reads the policy's
     turns (the answer after the call)."""
     rollout = importlib.import_module("seqrl.agents.rollout")
-    cfg = _cfg(tmp_path)
+    cfg = _cfg(tmp_path, run=RunConfig(name="agent", out_dir=str(tmp_path), seed=1, log_every=1, progress=False,
+                                       log_completions=2))
     torch.manual_seed(0)
     policy = load_policy(cfg.model)
     task = cfg.task.build()
@@ -79,6 +80,9 @@ def test_episodes_train_on_the_policys_tokens_only(tmp_path, monkeypatch):
         assert ids[len(tok.encode(call, add_special_tokens=False)):][: len(tool)] == tool
         assert 0 < mask.sum() < len([t for t in ids if t != tok.pad_token_id])
     assert batch.metrics["agent/calls/add"] == 1.0 and batch.metrics["agent/end/answer"] == 1.0
+    logged = learner.samples[0]  # run.log_completions: the whole episode
+    assert [m["role"] for m in logged["messages"]] == ["assistant", "tool", "assistant"] and logged["end"] == "answer"
+    assert logged["messages"][1]["content"] == "3"
     with torch.no_grad():  # π_old over the whole episode = the sampler's log-probs at the policy's tokens
         logp, _ = learner.token_logprobs(policy.model, batch.prompt_ids, batch.completion_ids, batch.completion_mask)
     assert float(((logp - batch.sampler_logprobs).abs() * batch.completion_mask).max()) < 1e-4

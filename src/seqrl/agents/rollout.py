@@ -51,6 +51,8 @@ class Episode:
     """Calls run, by tool name (a malformed call, which names no tool, is counted in `errors` only)."""
     errors: Counter = field(default_factory=Counter)
     """Failed calls, by kind (`seqrl.agents.tools.ERRORS`)."""
+    truncated_results: int = 0
+    """Tool results cut to the toolbox's ``max_result_chars``."""
     turns: int = 0
     end: str = ""
 
@@ -183,6 +185,7 @@ def multi_turn_rollout(policy, prompt_ids: Sequence[Sequence[int]], toolbox: Too
                     e.calls[r.name] += 1
                 if r.error:
                     e.errors[r.error] += 1
+                e.truncated_results += r.truncated
                 e.messages.append({"role": "tool", "name": r.name, "content": r.content, "error": r.error})
             text, _inline = tool_turn_text(tok, mine)
             ids = tok.encode(text, add_special_tokens=False)
@@ -197,13 +200,14 @@ def multi_turn_rollout(policy, prompt_ids: Sequence[Sequence[int]], toolbox: Too
 
 
 def episode_metrics(episodes: Sequence[Episode]) -> dict[str, float]:
-    """Means per episode — turns, tool calls (all and by tool), failed calls by kind, policy and tool
-    tokens — and the share of episodes per end (`ENDS`)."""
+    """Means per episode — turns, tool calls (all and by tool), failed calls by kind, results cut, policy
+    and tool tokens — and the share of episodes per end (`ENDS`)."""
     m = max(len(episodes), 1)
     out = {"agent/turns": sum(e.turns for e in episodes) / m,
            "agent/tool_calls": sum(e.tool_calls for e in episodes) / m,
            "agent/policy_tokens": sum(sum(e.mask) for e in episodes) / m,
-           "agent/tool_tokens": sum(len(e.mask) - sum(e.mask) for e in episodes) / m}
+           "agent/tool_tokens": sum(len(e.mask) - sum(e.mask) for e in episodes) / m,
+           "agent/truncated_results": sum(e.truncated_results for e in episodes) / m}
     for name in sorted({k for e in episodes for k in e.calls}):
         out[f"agent/calls/{name}"] = sum(e.calls[name] for e in episodes) / m
     for kind in sorted({k for e in episodes for k in e.errors}):

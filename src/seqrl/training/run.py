@@ -208,9 +208,11 @@ def lock_run_dir(run_dir: Path) -> None:
     _locks[key] = fd
 
 
-def completion_samples(k: int, problems, texts, totals, scores: dict, reasons: dict) -> list[dict]:
+def completion_samples(k: int, problems, texts, totals, scores: dict, reasons: dict,
+                       episodes: list | None = None) -> list[dict]:
     """Up to `k` records of one step's completions, spread over its rows (groups share a prompt): what
-    ``run.log_completions`` writes to ``completions.jsonl``."""
+    ``run.log_completions`` writes to ``completions.jsonl``; with multi-turn `episodes`, each record also
+    holds its episode's messages (the policy's turns with their calls, the tools' results) and end."""
     if k <= 0 or not texts:
         return []
     stride = max(1, len(texts) // k)
@@ -218,6 +220,8 @@ def completion_samples(k: int, problems, texts, totals, scores: dict, reasons: d
     for i in list(range(0, len(texts), stride))[:k]:
         rec = {"prompt": problems[i].prompt, "answer": problems[i].answer, "completion": texts[i],
                "reward": float(totals[i])}
+        if episodes is not None:
+            rec.update(messages=episodes[i].messages, end=episodes[i].end)
         for name in scores:
             rec[f"reward/{name}"] = float(scores[name][i])
             rec[f"reason/{name}"] = str(reasons[name][i])[:500]

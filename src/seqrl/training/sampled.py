@@ -38,6 +38,7 @@ class SampledRound:
     total: torch.Tensor  # (n·G,) weighted reward
     cut_off: torch.Tensor  # (n·G,) bool: stopped by the token budget, no EOS or stop string
     agent: dict = field(default_factory=dict)  # multi-turn episodes: `seqrl.agents.episode_metrics`
+    episodes: list | None = None  # multi-turn episodes (`seqrl.agents.Episode`), row by row
 
     @property
     def row_problems(self) -> list[Problem]:
@@ -184,12 +185,12 @@ class SampledLearner:
         return score_completions(self.reward_fns, problems, texts, self.cfg.reward_budget_s,
                                  self.cfg.reward_failures == "stop")
 
-    def _rollout(self, problems: list[Problem], n: int, params: SamplingParams) -> tuple[Rollouts, dict]:
+    def _rollout(self, problems: list[Problem], n: int, params: SamplingParams) -> tuple[Rollouts, dict, list | None]:
         """`n` samples of each problem: single completions, or with a toolbox multi-turn episodes (their
-        policy tokens masked in, `seqrl.agents.as_rollouts`) and their metrics."""
+        policy tokens masked in, `seqrl.agents.as_rollouts`), their metrics and the episodes."""
         with bf16_autocast(model_device(self.policy.model), self.cfg.run.use_bf16):
             if self.toolbox is None:
-                return generate(self.policy, self.policy.encode_prompts(problems), n, params), {}
+                return generate(self.policy, self.policy.encode_prompts(problems), n, params), {}, None
             from seqrl.agents.rollout import as_rollouts, encode_prompts, episode_metrics, multi_turn_rollout
 
             a = self.cfg.agent
@@ -198,22 +199,23 @@ class SampledLearner:
                 params, n=n, max_turns=a.max_turns, max_tool_calls=a.max_tool_calls,
                 max_episode_tokens=a.max_episode_tokens)
         pad = self.policy.tokenizer.pad_token_id
-        return as_rollouts(episodes, n, pad if pad is not None else 0), episode_metrics(episodes)
+        return as_rollouts(episodes, n, pad if pad is not None else 0), episode_metrics(episodes), episodes
 
     def sample(self, step: int, count: int, round_: int = 0) -> SampledRound:
         """The next `count` prompts of the stream, G completions (or episodes) each (under ``run.bf16``),
         scored."""
         probs = self._next_prompts(count)
-        ro, agent = self._rollout(probs, self.cfg.group_size, self._params(step, round_))
+        ro, agent, episodes = self._rollout(probs, self.cfg.group_size, self._params(step, round_))
         g = self.cfg.group_size
         scored = self._score([probs[i // g] for i in range(len(ro.texts))], ro.texts)
         return SampledRound(probs, ro, scored, torch.tensor(scored.total, dtype=torch.float32),
-                            torch.tensor([r == "length" for r in ro.finish_reasons], dtype=torch.bool), agent)
+                            torch.tensor([r == "length" for r in ro.finish_reasons], dtype=torch.bool), agent,
+                            episodes)
 
     def keep_samples(self, rnd: SampledRound, totals: list[float]) -> None:
         """``run.log_completions``: a sample of `rnd`'s completions with their rewards and reasons."""
         self.samples = completion_samples(self.cfg.run.log_completions, rnd.row_problems, rnd.rollout.texts, totals,
-                                          rnd.scored.scores, rnd.scored.reasons)
+                                          rnd.scored.scores, rnd.scored.reasons, rnd.episodes)
 
     @torch.no_grad()
     def agent_evaluation(self, task: Task, problems: list[Problem]) -> dict[str, float]:
@@ -221,7 +223,7 @@ class SampledLearner:
         verifier on the policy's turns (``eval/accuracy``) and the episodes' metrics (``eval/agent/…``)."""
         cfg = self.cfg
         params = replace(self._sampling(cfg.run.seed), temperature=0.0, max_new_tokens=cfg.eval.max_new_tokens)
-        ro, agent = self._rollout(problems, 1, params)
+        ro, agent, _ = self._rollout(problems, 1, params)
         correct = [task.verify(p, t).score >= 1.0 for p, t in zip(problems, ro.texts)]
         return {"eval/accuracy": sum(correct) / max(len(correct), 1),
                 **{f"eval/{k}": v for k, v in agent.items()}}
@@ -229,7 +231,7 @@ class SampledLearner:
     @torch.no_grad()
     def heldout_reward(self, problems: list[Problem], samples: int, seed: int) -> dict[str, float]:
         """Mean training reward (every function, weighted) of `samples` completions per held-out problem."""
-        ro, _ = self._rollout(problems, samples, self._sampling(seed))
+        ro, _, _ = self._rollout(problems, samples, self._sampling(seed))
         scored = self._score([problems[i // samples] for i in range(len(ro.texts))], ro.texts)
         out = {"eval/reward": sum(scored.total) / len(scored.total)}
         for name, v in scored.scores.items():
