@@ -102,14 +102,18 @@ def test_episodes_interleave_policy_and_tool_tokens_and_end_by_their_limits():
 
 
 def test_a_chat_template_frames_the_results_as_tool_turns():
+    import os
+
     from transformers import AutoTokenizer
 
-    from seqrl.models.catalog import fetch
+    from seqrl.models.catalog import cached
 
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(str(fetch("smollm2-135m-instruct")))
-    except Exception as e:  # noqa: BLE001
-        pytest.skip(f"SmolLM2's tokenizer is not fetched here: {e}")
+    folder = cached("smollm2-135m-instruct")
+    if folder is None:  # make test fetches it; CI fails rather than skips
+        if os.environ.get("SEQRL_REQUIRE_REAL_MODEL"):
+            pytest.fail("smollm2-135m-instruct is not in the cache and SEQRL_REQUIRE_REAL_MODEL is set")
+        pytest.skip("smollm2-135m-instruct not fetched: run `seqrl models get smollm2-135m-instruct`")
+    tokenizer = AutoTokenizer.from_pretrained(str(folder))
     text, inline = tool_turn_text(tokenizer, [ToolResult("add", "7"), ToolResult("add", "9")])
     assert not inline and text == ("<|im_end|>\n<|im_start|>tool\n7<|im_end|>\n<|im_start|>tool\n9<|im_end|>\n"
                                    "<|im_start|>assistant\n")
