@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from seqrl.agents import Toolbox
-from seqrl.agents.rollout import Sampled, episode_metrics, multi_turn_rollout, tool_turn_text
+from seqrl.agents.rollout import Sampled, episode_metrics, multi_turn_rollout, tool_framing, tool_turn_text
 from seqrl.agents.tools import ToolResult
 from seqrl.models.lm import ModelConfig, load_policy
 from seqrl.rollout import SamplingParams, sequence_logprobs
@@ -114,7 +114,7 @@ def test_a_chat_template_frames_the_results_as_tool_turns():
             pytest.fail("smollm2-135m-instruct is not in the cache and SEQRL_REQUIRE_REAL_MODEL is set")
         pytest.skip("smollm2-135m-instruct not fetched: run `seqrl models get smollm2-135m-instruct`")
     tokenizer = AutoTokenizer.from_pretrained(str(folder))
-    text, inline = tool_turn_text(tokenizer, [ToolResult("add", "7"), ToolResult("add", "9")])
+    text, inline = tool_turn_text([ToolResult("add", "7"), ToolResult("add", "9")], tool_framing(tokenizer))
     assert not inline and text == ("<|im_end|>\n<|im_start|>tool\n7<|im_end|>\n<|im_start|>tool\n9<|im_end|>\n"
                                    "<|im_start|>assistant\n")
     policy = _policy(tokenizer)

@@ -81,19 +81,29 @@ def _render_after(tokenizer, mark: str, tools: list[str]) -> str | None:
     return full[full.index(mark) + len(mark):]
 
 
-def tool_turn_text(tokenizer, results: Sequence[ToolResult]) -> tuple[str, bool]:
-    """The text that follows a policy turn whose calls gave `results`: ``(text, inline)``. With a chat
-    template that renders ``tool`` turns: the end of the assistant turn, the results as the template
-    frames them (one turn each, or grouped as it groups them) and the next generation prompt, read off
-    the template around probe texts; otherwise the results inline in the policy's own turn."""
-    if getattr(tokenizer, "chat_template", None):
-        mark, a, b = "\x00turn\x00", "\x00first\x00", "\x00second\x00"
-        one, two = _render_after(tokenizer, mark, [a]), _render_after(tokenizer, mark, [a, b])
-        if one is not None and two is not None:
-            head, tail = one.split(a)
-            middle = two[len(head) + len(a):two.index(b)]
-            if two == head + a + middle + b + tail:
-                return head + middle.join(r.content for r in results) + tail, False
+def tool_framing(tokenizer) -> tuple[str, str, str] | None:
+    """``(head, between, tail)`` the chat template puts around tool results after a policy turn — the
+    end of the assistant turn and the first tool turn's opening, what separates two results (one turn
+    each, or grouped as the template groups them), the last one's end and the next generation prompt —
+    read off the template around probe texts; None where it renders no ``tool`` turn."""
+    if not getattr(tokenizer, "chat_template", None):
+        return None
+    mark, a, b = "\x00turn\x00", "\x00first\x00", "\x00second\x00"
+    one, two = _render_after(tokenizer, mark, [a]), _render_after(tokenizer, mark, [a, b])
+    if one is None or two is None:
+        return None
+    head, tail = one.split(a)
+    middle = two[len(head) + len(a):two.index(b)]
+    return (head, middle, tail) if two == head + a + middle + b + tail else None
+
+
+def tool_turn_text(results: Sequence[ToolResult], framing: tuple[str, str, str] | None) -> tuple[str, bool]:
+    """The text that follows a policy turn whose calls gave `results`: ``(text, inline)`` — the results in
+    the template's tool turns (`framing`: `tool_framing` of the tokenizer), or inline in the policy's own
+    turn where the template renders none (`framing` None)."""
+    if framing is not None:
+        head, middle, tail = framing
+        return head + middle.join(r.content for r in results) + tail, False
     return "".join(f"\n{INLINE_OPEN}{r.content}{INLINE_CLOSE}" for r in results) + "\n", True
 
 
@@ -144,11 +154,16 @@ def multi_turn_rollout(policy, prompt_ids: Sequence[Sequence[int]], toolbox: Too
     sample = sampler or engine_sampler(policy, params)
     episodes = [Episode(list(p)) for p in prompt_ids for _ in range(n)]
     context = policy.max_seq_len
+    framing = tool_framing(tok)  # the template's tool turns: the same for every episode and turn
+
+    def left(e: Episode) -> int:  # tokens the episode may still add (its budget, the model's context)
+        return min(max_episode_tokens - len(e.ids), context - 1 - len(e.prompt_ids) - len(e.ids))
+
     live = list(episodes)
     for turn in range(max_turns):
         if not live:
             break
-        room = {id(e): min(max_episode_tokens - len(e.ids), context - 1 - len(e.prompt_ids) - len(e.ids)) for e in live}
+        room = {id(e): left(e) for e in live}
         for e in [e for e in live if room[id(e)] < 1]:
             e.end = "max_tokens"
         live = [e for e in live if not e.end]
@@ -187,11 +202,11 @@ def multi_turn_rollout(policy, prompt_ids: Sequence[Sequence[int]], toolbox: Too
                     e.errors[r.error] += 1
                 e.truncated_results += r.truncated
                 e.messages.append({"role": "tool", "name": r.name, "content": r.content, "error": r.error})
-            text, _inline = tool_turn_text(tok, mine)
+            text, _inline = tool_turn_text(mine, framing)
             ids = tok.encode(text, add_special_tokens=False)
-            left = min(max_episode_tokens - len(e.ids), context - 1 - len(e.prompt_ids) - len(e.ids))
-            e._add(ids[: max(left, 0)], None)
-            if len(ids) >= left:  # the next turn would have no room
+            fits = left(e)
+            e._add(ids[: max(fits, 0)], None)
+            if len(ids) >= fits:  # the next turn would have no room
                 e.end = "max_tokens"
         live = [e for e in live if not e.end]
     for e in live:
