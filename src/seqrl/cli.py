@@ -848,6 +848,45 @@ def cmd_models(args: argparse.Namespace, overrides: list[str]) -> int:
     return 0
 
 
+def cmd_env(args: argparse.Namespace, overrides: list[str]) -> int:
+    import json
+
+    from seqrl.agents.envs import ABOUT, BUILTIN, environment_class
+
+    if overrides:
+        raise ConfigError(f"seqrl env: unexpected arguments {overrides}")
+    if args.action == "ls":
+        for name in BUILTIN:
+            print(f"{name}: {ABOUT[name]}")
+        return 0
+    if not args.name:
+        raise ConfigError(f"seqrl env play: name an environment ({', '.join(BUILTIN)}) or an import path")
+    if args.max_turns < 1:
+        raise ConfigError(f"seqrl env play: --max-turns must be >= 1 (got {args.max_turns})")
+    from seqrl.agents.play import play
+    from seqrl.types import Problem
+
+    fields = {}
+    for item in args.field:
+        key, eq, value = item.partition("=")
+        if not eq or not key:
+            raise ConfigError(f"seqrl env play: --field {item!r}: expected KEY=VALUE")
+        try:
+            fields[key] = json.loads(value)
+        except json.JSONDecodeError:
+            fields[key] = value
+
+    def read() -> str | None:
+        try:
+            return input("model> ")
+        except EOFError:
+            return None
+
+    play(environment_class(args.name, "seqrl env play"), Problem(args.prompt, str(fields.pop("answer", "")),
+         metadata=fields, uid="cli"), read, print, args.max_turns)
+    return 0
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse whose errors are one line (the usage is in --help), an invalid choice with a did-you-mean."""
 
@@ -998,6 +1037,16 @@ def build_parser() -> argparse.ArgumentParser:
     mo.add_argument("--out", help="the folder to convert into (default: $SEQRL_HOME/models/NAME or "
                                   "~/.cache/seqrl/models/NAME)")
     mo.set_defaults(func=cmd_models)
+
+    env = sub.add_parser("env", help="the built-in agent environments: ls lists them, play NAME plays one episode "
+                                     "from the terminal (you type the model's turns)")
+    env.add_argument("action", choices=("ls", "play"))
+    env.add_argument("name", nargs="?", help="a built-in environment (seqrl env ls) or an import path pkg.module:Class")
+    env.add_argument("--prompt", default="Play.", help="the row's prompt (default: Play.)")
+    env.add_argument("--field", action="append", default=[], metavar="KEY=VALUE",
+                     help="a column of the row reset reads (repeatable; a JSON value, else text), e.g. --field seed=3")
+    env.add_argument("--max-turns", type=int, default=20)
+    env.set_defaults(func=cmd_env)
 
     se = sub.add_parser("search", help="test-time search with a policy and a scorer: bon (best-of-N, voting), "
                                        "beam, dvts or mcts (each has its own options: seqrl search bon --help)")

@@ -4,11 +4,12 @@ scored, the episode metrics logged; `GRPOTrainer(tools=[...])` as TRL takes them
 from __future__ import annotations
 
 import importlib
+import json
 
 import pytest
 import torch
 
-from seqrl.agents import Toolbox
+from seqrl.agents import AgentTools
 from seqrl.agents.rollout import Sampled
 from seqrl.algos.config import AgentConfig, OptimConfig, RunConfig, TaskConfig
 from seqrl.algos.grpo import GRPOConfig, GRPOLearner, GRPOTrainer, SamplingConfig
@@ -71,7 +72,7 @@ def test_episodes_train_on_the_policys_tokens_only(tmp_path, monkeypatch):
         return [RewardResult(float(i % 2)) for i in range(len(completions))]
 
     learner = GRPOLearner(cfg, policy, task, task.problems("train", 32, 0), {"capture": (capture, 1.0)},
-                          toolbox=Toolbox([add]))
+                          agent=AgentTools([add]))
     batch = learner.collect(0)
     tool = tok.encode("\n<tool_response>3</tool_response>\n", add_special_tokens=False)
     for row, mask in zip(batch.completion_ids, batch.completion_mask):
@@ -80,9 +81,10 @@ def test_episodes_train_on_the_policys_tokens_only(tmp_path, monkeypatch):
         assert ids[len(tok.encode(call, add_special_tokens=False)):][: len(tool)] == tool
         assert 0 < mask.sum() < len([t for t in ids if t != tok.pad_token_id])
     assert batch.metrics["agent/calls/add"] == 1.0 and batch.metrics["agent/end/answer"] == 1.0
-    logged = learner.samples[0]  # run.log_completions: the whole episode
-    assert [m["role"] for m in logged["messages"]] == ["assistant", "tool", "assistant"] and logged["end"] == "answer"
-    assert logged["messages"][1]["content"] == "3"
+    logged = learner.samples[0]  # run.log_completions: the whole episode, its messages as JSON text
+    messages = json.loads(logged["messages"])
+    assert [m["role"] for m in messages] == ["assistant", "tool", "assistant"] and logged["end"] == "answer"
+    assert messages[1]["content"] == "3"
     with torch.no_grad():  # π_old over the whole episode = the sampler's log-probs at the policy's tokens
         logp, _ = learner.token_logprobs(policy.model, batch.prompt_ids, batch.completion_ids, batch.completion_mask)
     assert float(((logp - batch.sampler_logprobs).abs() * batch.completion_mask).max()) < 1e-4

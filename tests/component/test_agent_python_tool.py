@@ -32,8 +32,8 @@ def test_the_models_code_runs_in_the_sandbox_and_its_output_comes_back(tmp_path)
 
 def test_a_config_names_the_python_tool_by_import_path():
     from seqrl.algos.config import AgentConfig
-    from seqrl.training.sampled import build_toolbox
+    from seqrl.training.sampled import build_agent_tools
 
-    box = build_toolbox(AgentConfig(tools=["seqrl.agents.builtin:python"], tool_timeout_s=30))
+    box = build_agent_tools(AgentConfig(tools=["seqrl.agents.builtin:python"], tool_timeout_s=30)).toolbox()
     assert [s["function"]["name"] for s in box.schemas] == ["python"]
     assert box.call(ToolCall("python", {"code": "print(6 * 7)"})).content == "42"

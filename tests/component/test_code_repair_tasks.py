@@ -159,7 +159,7 @@ def test_honest_fix_scores_full_and_an_unrelated_patch_does_not(trees, built, tm
 
     tasks, _, _ = built
     reward = CodeAgentReward(timeout_s=30.0)
-    for t in tasks[:2]:  # two: each task costs three sandboxed pytest runs
+    for t in tasks[1:2]:  # the hidden-tests test below judges tasks[0] alike; each task costs three pytest runs
         t = {**t, "tree": str(trees["inflection"])}
         snap = cr.materialize(t, tmp_path / t["id"])
         fix = reward.score(snap, "", (), t["fix_diff"], t["test_cmd"])

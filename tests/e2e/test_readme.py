@@ -51,7 +51,7 @@ def test_readme_block_runs_in_an_empty_folder(tmp_path):
            "PYTHONPATH": os.pathsep.join([src, *filter(None, [os.environ.get("PYTHONPATH")])]),
            "OMP_NUM_THREADS": "1"}
     proc = subprocess.run(["bash", "-e", "-o", "pipefail", "-c", script], cwd=work, env=env,
-                          capture_output=True, text=True, timeout=300)
+                          capture_output=True, text=True, timeout=900)  # a hang guard: over 5x its idle time
     assert proc.returncode == 0, f"exit {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
     runs = work / "runs"
     for name in ("sft_arith_tiny", "sft_arith_tiny_short", "grpo_arith_tiny", "dapo_arith_tiny"):

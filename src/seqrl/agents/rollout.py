@@ -21,17 +21,19 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 import torch
 
-from seqrl.agents.tools import CALL_CLOSE, Toolbox, ToolCall, ToolResult
+from seqrl.agents.tools import CALL_CLOSE, Toolbox, ToolCall, ToolResult, run_episode_calls
 from seqrl.prompts import build_messages, render
 from seqrl.rollout.engine import Rollouts, SamplingParams, generate
 
 INLINE_OPEN, INLINE_CLOSE = "<tool_response>", "</tool_response>"
-ENDS = ("answer", "length", "max_turns", "max_tool_calls", "max_tokens")
+ENDS = ("answer", "length", "done", "max_turns", "max_tool_calls", "max_tokens")
 """How an episode ended: a turn without a call (``answer``), a turn cut by the sampler's
-``max_new_tokens`` without a call (``length``), or a limit of the rollout."""
+``max_new_tokens`` without a call (``length``), its environment ``done`` after a turn's calls, or a
+limit of the rollout."""
 
 
 @dataclass
@@ -55,6 +57,8 @@ class Episode:
     """Tool results cut to the toolbox's ``max_result_chars``."""
     turns: int = 0
     end: str = ""
+    env: Any = field(default=None, repr=False, compare=False)
+    """The episode's environment instance (TRL's ``environment_factory``), None without one."""
 
     @property
     def tool_calls(self) -> int:
@@ -133,9 +137,10 @@ def engine_sampler(policy, params: SamplingParams) -> Callable[[list[list[int]],
     return sample
 
 
-def multi_turn_rollout(policy, prompt_ids: Sequence[Sequence[int]], toolbox: Toolbox, params: SamplingParams,
-                       n: int = 1, max_turns: int = 4, max_tool_calls: int = 8, max_episode_tokens: int = 1024,
-                       sampler: Callable | None = None) -> list[Episode]:
+def multi_turn_rollout(policy, prompt_ids: Sequence[Sequence[int]], toolbox: Toolbox | Sequence[Toolbox],
+                       params: SamplingParams, n: int = 1, max_turns: int = 4, max_tool_calls: int = 8,
+                       max_episode_tokens: int = 1024, sampler: Callable | None = None,
+                       envs: Sequence | None = None) -> list[Episode]:
     """`n` episodes per prompt (episode i belongs to prompt i // n), each turn of all the live episodes
     sampled together and their calls run together (`Toolbox.run`).
 
@@ -144,7 +149,11 @@ def multi_turn_rollout(policy, prompt_ids: Sequence[Sequence[int]], toolbox: Too
     and end the episode; ``max_turns`` policy turns end it; ``max_episode_tokens`` (and the model's
     context) bound ``len(ids)``: a turn or a tool turn that would pass it is cut there and the episode
     ends (``max_tokens``). `sampler`: ``(contexts, max_new_tokens, seed) → [Sampled]`` (default: the
-    engine, `engine_sampler`); turn t samples with seed ``params.seed + 104729·t`` where a seed is given."""
+    engine, `engine_sampler`); turn t samples with seed ``params.seed + 104729·t`` where a seed is given.
+
+    `toolbox`: one for every episode, or one per episode (an environment instance's tools, `envs` those
+    instances): an episode's calls of a turn run in order, the episodes' at once (`run_episode_calls`); an
+    episode whose environment is ``done`` after a turn's calls ends there (``done``)."""
     for name, v in (("n", n), ("max_turns", max_turns), ("max_episode_tokens", max_episode_tokens)):
         if v < 1:
             raise ValueError(f"multi_turn_rollout: {name} must be >= 1 (got {v})")
@@ -153,6 +162,11 @@ def multi_turn_rollout(policy, prompt_ids: Sequence[Sequence[int]], toolbox: Too
     tok = policy.tokenizer
     sample = sampler or engine_sampler(policy, params)
     episodes = [Episode(list(p)) for p in prompt_ids for _ in range(n)]
+    boxes = [toolbox] * len(episodes) if isinstance(toolbox, Toolbox) else list(toolbox)
+    if len(boxes) != len(episodes) or (envs is not None and len(envs) != len(episodes)):
+        raise ValueError(f"multi_turn_rollout: {len(episodes)} episodes, {len(boxes)} toolboxes, "
+                         f"{'no' if envs is None else len(envs)} environments (one each, or one toolbox for all)")
+    index = {id(e): i for i, e in enumerate(episodes)}
     context = policy.max_seq_len
     framing = tool_framing(tok)  # the template's tool turns: the same for every episode and turn
 
@@ -179,7 +193,7 @@ def multi_turn_rollout(policy, prompt_ids: Sequence[Sequence[int]], toolbox: Too
             e._add(tokens, lps)
             e.turns += 1
             text = tok.decode(tokens, skip_special_tokens=True)
-            parsed, any_call = toolbox.parse(text) if s.ended_by != "eos" else ([], False)  # EOS: its final turn
+            parsed, any_call = boxes[index[id(e)]].parse(text) if s.ended_by != "eos" else ([], False)  # EOS: final
             calls = [c for c in parsed if isinstance(c, ToolCall)]
             e.messages.append({"role": "assistant", "content": text,
                                "tool_calls": [{"name": c.name, "arguments": c.arguments} for c in calls]})
@@ -191,10 +205,9 @@ def multi_turn_rollout(policy, prompt_ids: Sequence[Sequence[int]], toolbox: Too
                 e.end = "max_tool_calls"
             else:
                 pending.append((e, parsed))
-        results = toolbox.run([c for _, parsed in pending for c in parsed])
-        it = iter(results)
-        for e, parsed in pending:
-            mine = [next(it) for _ in parsed]
+        workers = max(b.max_workers for b in boxes)
+        done = run_episode_calls([(boxes[index[id(e)]], parsed) for e, parsed in pending], workers)
+        for (e, parsed), mine in zip(pending, done):
             for r in mine:
                 if r.error != "malformed":
                     e.calls[r.name] += 1
@@ -208,6 +221,8 @@ def multi_turn_rollout(policy, prompt_ids: Sequence[Sequence[int]], toolbox: Too
             e._add(ids[: max(fits, 0)], None)
             if len(ids) >= fits:  # the next turn would have no room
                 e.end = "max_tokens"
+            elif envs is not None and getattr(envs[index[id(e)]], "done", False):
+                e.end = "done"
         live = [e for e in live if not e.end]
     for e in live:
         e.end = e.end or "max_turns"
@@ -247,21 +262,31 @@ def template_renders_tools(tokenizer, toolbox: Toolbox) -> bool:
     return name in with_tools and name not in plain
 
 
-def encode_prompts(policy, problems, toolbox: Toolbox, mode: str = "auto") -> list[list[int]]:
+def encode_prompts(policy, problems, toolbox: Toolbox | Sequence[Toolbox], mode: str = "auto",
+                   added: Sequence[str | None] | None = None) -> list[list[int]]:
     """Token ids of each problem's prompt with the tools told (`AgentConfig.tool_prompt`): the chat
     template's ``tools`` (auto, where it renders them), else the tools in the system message (full: the
-    schemas; compact: a line each), or not at all (none)."""
+    schemas; compact: a line each), or not at all (none). `toolbox`: one for all, or one per problem
+    (its environment's); `added`: per problem, text appended to the last user message (an
+    environment's ``reset``) or None."""
     tok = policy.tokenizer
-    if mode == "auto":
-        mode = "template" if template_renders_tools(tok, toolbox) else "full"
+    boxes = [toolbox] * len(problems) if isinstance(toolbox, Toolbox) else list(toolbox)
     out = []
-    for problem in problems:
+    for i, problem in enumerate(problems):
+        box = boxes[i]
+        how = mode if mode != "auto" else ("template" if template_renders_tools(tok, box) else "full")
         messages = build_messages(problem, policy.prompt)
-        if mode == "template":
-            text = tok.apply_chat_template(messages, tools=toolbox.schemas, tokenize=False, add_generation_prompt=True)
+        if added is not None and added[i]:
+            last = max((k for k, m in enumerate(messages) if m["role"] == "user"), default=None)
+            if last is None:
+                messages.append({"role": "user", "content": added[i]})
+            else:
+                messages[last] = {**messages[last], "content": f"{messages[last]['content']}{added[i]}"}
+        if how == "template":
+            text = tok.apply_chat_template(messages, tools=box.schemas, tokenize=False, add_generation_prompt=True)
         else:
-            if mode in ("full", "compact"):
-                told = toolbox.system_prompt() if mode == "full" else toolbox.compact_prompt()
+            if how in ("full", "compact"):
+                told = box.system_prompt() if how == "full" else box.compact_prompt()
                 if messages and messages[0]["role"] == "system":
                     messages[0] = {"role": "system", "content": f"{messages[0]['content']}\n\n{told}"}
                 else:

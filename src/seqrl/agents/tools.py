@@ -16,11 +16,13 @@ A tool runs in a thread of the trainer's process: a call past its timeout is aba
 
 from __future__ import annotations
 
+import copy
 import inspect
 import json
 import re
 import threading
 import time
+import weakref
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -56,17 +58,31 @@ class ToolResult:
     seconds: float = 0.0
 
 
+_SCHEMAS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # function → its schema (an environment's
+# methods are bound afresh for each episode's instance; their schema is the class's)
+
+
 def tool_schema(fn: Callable) -> dict:
     """The JSON schema of `fn` (``{"type": "function", "function": {...}}``), from its type hints and
     Google-style docstring; ValueError naming the function where they do not give one."""
     from transformers.utils import get_json_schema
 
+    key = getattr(fn, "__func__", fn)
     try:
-        return get_json_schema(fn)
+        return copy.deepcopy(_SCHEMAS[key])
+    except (KeyError, TypeError):  # not seen yet, or not weak-referenceable
+        pass
+    try:
+        schema = get_json_schema(fn)
     except Exception as e:  # noqa: BLE001 — transformers' own errors name what is missing
         name = getattr(fn, "__name__", repr(fn))
         raise ValueError(f"tool {name!r}: no JSON schema from its signature and docstring ({e}); give every "
                          f"argument a type hint and an 'Args:' line, and the function a description") from e
+    try:
+        _SCHEMAS[key] = copy.deepcopy(schema)
+    except TypeError:  # not weak-referenceable: computed each time
+        pass
+    return schema
 
 
 def _type_ok(value, spec: dict) -> bool:
@@ -246,3 +262,20 @@ class Toolbox:
                 done = list(ex.map(self.call, todo))
         it = iter(done)
         return [next(it) if isinstance(c, ToolCall) else c for c in calls]
+
+
+def run_episode_calls(jobs: Sequence[tuple[Toolbox, Sequence[ToolCall | ToolResult]]], max_workers: int = 8
+                      ) -> list[list[ToolResult]]:
+    """The calls of several episodes, each with its own toolbox (an environment's instance): one episode's
+    calls in order (they may share state: an edit then a test run), the episodes at once, `max_workers`
+    at a time. Results per job, in its calls' order."""
+
+    def one(job: tuple[Toolbox, Sequence[ToolCall | ToolResult]]) -> list[ToolResult]:
+        box, calls = job
+        return [box.call(c) if isinstance(c, ToolCall) else c for c in calls]
+
+    busy = [j for j in jobs if any(isinstance(c, ToolCall) for c in j[1])]
+    if len(busy) <= 1 or max_workers == 1:
+        return [one(j) for j in jobs]
+    with ThreadPoolExecutor(max_workers=min(max_workers, len(busy))) as ex:
+        return list(ex.map(one, jobs))

@@ -259,12 +259,15 @@ class SamplingConfig:
 
 @dataclass
 class AgentConfig:
-    """Multi-turn rollouts with tools (`seqrl.agents`): off while `tools` is empty and no tool is passed in
-    Python (`GRPOTrainer(tools=[...])`)."""
+    """Multi-turn rollouts with tools (`seqrl.agents`): off while `tools` and `env` are empty and none is
+    passed in Python (`GRPOTrainer(tools=[...], environment_factory=...)`)."""
 
     tools: list[str] = field(default_factory=list)
     """Tools as import paths ``pkg.module:function`` (plain functions with type hints and a Google-style
     docstring, as TRL's ``tools=``)."""
+    env: str | None = None
+    """An environment: one instance per episode, reset on its row, its public methods the episode's tools
+    (TRL's ``environment_factory``): a built-in name (`seqrl env ls`) or an import path ``pkg.module:Class``."""
     max_turns: int = 4
     """Policy turns per episode at most."""
     max_tool_calls: int = 8
@@ -291,6 +294,10 @@ class AgentConfig:
                              f"{self.max_tool_calls}, {self.tool_timeout_s})")
         if self.tool_prompt not in ("auto", "full", "compact", "none"):
             raise ValueError(f"agent.tool_prompt must be one of auto, full, compact, none (got {self.tool_prompt!r})")
+        if self.env is not None:
+            from seqrl.agents.envs import environment_class
+
+            environment_class(self.env, "agent.env")  # a wrong name fails with the config, before any model loads
         bad = [t for t in self.tools if not isinstance(t, str) or ":" not in t]
         if bad:
             raise ValueError(f"agent.tools: each an import path 'pkg.module:function' (got {bad!r})")

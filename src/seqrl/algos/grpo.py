@@ -33,6 +33,7 @@ from __future__ import annotations
 import copy
 import sys
 import time
+from typing import Any
 from dataclasses import dataclass, field
 
 import torch
@@ -55,7 +56,7 @@ from seqrl.rewards.combine import RewardFn, RewardSpec, build_rewards  # noqa: F
 from seqrl.training.api import SampledTrainer
 from seqrl.training.loop import RunLoop
 from seqrl.training.sampled import RewardTally, SampledLearner, SampledSteps, WeightedMeans
-from seqrl.training.sampled import build_sampled_run, build_toolbox, check_rewards_given
+from seqrl.training.sampled import build_agent_tools, build_sampled_run, check_rewards_given
 from seqrl.training.run import make_optimizer, releases_run_folder
 from seqrl.training.update import OptimGroup
 from seqrl.types import Problem, Task
@@ -96,9 +97,9 @@ class GRPOLearner(SampledLearner):
     """Holds the policy, reference model and optimizer; `collect` samples a batch, `train_step` learns from it."""
 
     def __init__(self, cfg: GRPOConfig, policy: Policy, task: Task, problems: list[Problem],
-                 reward_fns: dict[str, tuple[RewardFn, float]] | None = None, toolbox=None) -> None:
+                 reward_fns: dict[str, tuple[RewardFn, float]] | None = None, agent=None) -> None:
         super().__init__(cfg, policy, problems, reward_fns if reward_fns is not None else build_rewards(cfg.rewards, task),
-                         toolbox)
+                         agent)
         self.task = task
         self.optimizer, self.scheduler = make_optimizer(policy.model, cfg.optim, cfg.steps * cfg.num_iterations * cfg.minibatches,
                                                        updates_per_step=cfg.num_iterations * cfg.minibatches)
@@ -112,7 +113,7 @@ class GRPOLearner(SampledLearner):
     def max_completion_tokens(self) -> int:
         """L_max of a sample's trained tokens: ``sampling.max_new_tokens``, or with tools the episode's
         ``agent.max_episode_tokens`` (its policy tokens span several turns)."""
-        return self.cfg.agent.max_episode_tokens if self.toolbox is not None else self.cfg.sampling.max_new_tokens
+        return self.cfg.agent.max_episode_tokens if self.agent is not None else self.cfg.sampling.max_new_tokens
 
     # -- sampling -------------------------------------------------------------------------------
     def collect(self, step: int) -> GRPOBatch:
@@ -336,7 +337,7 @@ class GRPOLearner(SampledLearner):
 
 @releases_run_folder
 def train(cfg: GRPOConfig, rewards: dict | None = None, policy: Policy | None = None,
-          tools: list | None = None) -> dict[str, float]:
+          tools: list | None = None, environment_factory: Any = None) -> dict[str, float]:
     """Run GRPO-family training; returns the last logged metrics (held-out accuracy among them).
 
     rewards: extra reward functions with no import path, ``{"name": fn}`` or ``{"name": (fn, weight)}``
@@ -344,19 +345,23 @@ def train(cfg: GRPOConfig, rewards: dict | None = None, policy: Policy | None = 
     policy: a loaded model and tokenizer to train in place instead of loading `cfg.model`.
     tools: functions the policy may call (TRL's ``tools=``), added to the config's ``agent.tools``: with
     any, each sample is a multi-turn episode (`seqrl.agents`), its tool tokens out of the loss.
+    environment_factory: TRL's: a class (or factory) whose instance per episode is reset on the row and
+    whose public methods are the episode's tools (a dict of them: the rows' ``environment`` column picks
+    one); one with ``get_reward`` adds its reward (weight 1). Default: ``agent.env``.
 
     Under torchrun (`WORLD_SIZE` > 1) every process samples its share of the step's prompts,
     the loss normalisers and the gradients are summed over processes, and rank 0 evaluates, logs
     and writes checkpoints; the model starts identical everywhere (same seed) and stays so.
     """
     cfg.local_prompts_per_step  # noqa: B018 - raises when the prompts do not split over the processes
-    check_rewards_given(cfg, rewards, "GRPOTrainer")
+    agent = build_agent_tools(cfg.agent, tools, environment_factory)  # an environment is checked before the model
+    check_rewards_given(cfg, {**(rewards or {}), **(agent.rewards() if agent is not None else {})}, "GRPOTrainer")
     loop = RunLoop(cfg, "grpo")  # seeded the same on every process: identical initial weights
     main = loop.main
     task, problems, test_problems, reward_fns, policy = build_sampled_run(cfg, loop.device, rewards, policy)
     if cfg.lora.r:
         policy.model = apply_lora(policy.model, cfg.lora)
-    trainer = GRPOLearner(cfg, policy, task, problems, reward_fns, build_toolbox(cfg.agent, tools))
+    trainer = GRPOLearner(cfg, policy, task, problems, reward_fns, agent)
     loop.resume(policy.model, trainer.optimizer, trainer.scheduler, policy.tokenizer)
 
     def after(i: int, metrics: dict[str, float]) -> None:
@@ -385,7 +390,11 @@ def train(cfg: GRPOConfig, rewards: dict | None = None, policy: Policy | None = 
             print(f"note: step {done} is not a reference sync step (loss.ref_sync_every="
                   f"{cfg.loss.ref_sync_every}); a run resumed from it re-syncs the reference there", file=sys.stderr)
 
-    final = steps.run(cfg.steps, evaluate, cfg.eval.every, on_stop=on_stop)
+    try:
+        final = steps.run(cfg.steps, evaluate, cfg.eval.every, on_stop=on_stop)
+    finally:
+        if agent is not None:
+            agent.close()
     loop.plot(["reward/total/mean", "eval/accuracy", "eval/pass@1", "stats/completion_len_mean", "stats/kl",
                "stats/entropy", "stats/clipfrac_high", "stats/zero_var_groups", "loss/policy"], "grpo.png",
               f"GRPO {cfg.run.name}")
@@ -416,6 +425,9 @@ class GRPOTrainer(SampledTrainer):
     tools: functions the model may call, as TRL's ``tools=`` (type hints and a Google-style docstring):
         each sample is then a multi-turn episode (`args.agent`'s limits; `seqrl.agents`), the tool tokens
         out of the loss.
+    environment_factory: as TRL's: a class (or a dict of them, picked by the rows' ``environment``
+        column) with one instance per episode, ``reset(**row)`` adding text to the prompt, its public
+        methods the tools, an optional ``get_reward()`` (then `reward_funcs` may be left out).
 
     After `train`, `model` is the trained model (read back from the run's last checkpoint when the
     trainer loaded it) and `save_model` writes it with its tokenizer.

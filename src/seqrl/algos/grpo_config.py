@@ -128,7 +128,8 @@ class GRPOConfig:
     lora: LoRAConfig = field(default_factory=LoRAConfig)
     """LoRA adapters (`lora.r` > 0) instead of full fine-tuning; needs `model.path` (a trained base)."""
     agent: AgentConfig = field(default_factory=AgentConfig)
-    """Multi-turn episodes with tools (`agent.tools`, or `GRPOTrainer(tools=[...])`); off without tools."""
+    """Multi-turn episodes with tools and environments (`agent.tools`, `agent.env`, or `GRPOTrainer(tools=[...],
+    environment_factory=...)`); off without either."""
     shared_prompt_forward: Literal["auto", "on", "off"] = "auto"
     """Training-time log-probs (the update, π_old, π_ref) computing each prompt once per micro-batch,
     its KV cache shared by the group's completions, with micro-batches packed by completion length

@@ -313,7 +313,7 @@ def critic_model_config(cfg: PPOConfig) -> ModelConfig:
 
 @releases_run_folder
 def train(cfg: PPOConfig, rewards: dict | None = None, policy: Policy | None = None,
-          tools: list | None = None) -> dict[str, float]:
+          tools: list | None = None, environment_factory: Any = None) -> dict[str, float]:
     """Run PPO; returns the last logged metrics (held-out accuracy among them). torchrun as the GRPO loop:
     each process samples its share of the prompts, gradients are summed, rank 0 evaluates and saves
     (advantage whitening uses each process's own share).
@@ -322,9 +322,10 @@ def train(cfg: PPOConfig, rewards: dict | None = None, policy: Policy | None = N
     added to the config's `rewards`. policy: a loaded model and tokenizer to train in place.
     tools: not yet for PPO (its critic's values and GAE over the policy's tokens of a multi-turn episode
     are the agents issue's next slice): a ValueError that says so; GRPO takes them."""
-    if tools:
-        raise ValueError("PPOTrainer(tools=...): multi-turn episodes train with GRPO for now (PPO's values and "
-                         "GAE over the policy's tokens of an episode are not built yet); use GRPOTrainer(tools=...)")
+    if tools or environment_factory is not None:
+        raise ValueError("PPOTrainer(tools=..., environment_factory=...): multi-turn episodes train with GRPO for "
+                         "now (PPO's values and GAE over the policy's tokens of an episode are not built yet); "
+                         "use GRPOTrainer")
     cfg.local_prompts_per_step  # noqa: B018 - raises when the prompts do not split over the processes
     check_rewards_given(cfg, rewards, "PPOTrainer")
     check_critic_start(cfg, policy is not None)
@@ -376,8 +377,9 @@ class PPOTrainer(SampledTrainer):
 
     def __init__(self, model: Any, reward_funcs: Any = None, args: PPOConfig | None = None, train_dataset: Any = None,
                  eval_dataset: Any = None, processing_class: Any = None, value_model: Any = None,
-                 tools: Any = None) -> None:
-        super().__init__(model, reward_funcs, args, train_dataset, eval_dataset, processing_class, tools)
+                 tools: Any = None, environment_factory: Any = None) -> None:
+        super().__init__(model, reward_funcs, args, train_dataset, eval_dataset, processing_class, tools,
+                         environment_factory)
         if value_model is not None:
             if not isinstance(value_model, (str, os.PathLike)):
                 raise TypeError(f"PPOTrainer(value_model=...): expected the folder of a model with the policy's "

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -272,15 +272,16 @@ class ScoredBatch:
     """Per function with errors in this batch, the first one's reason (``error: …``)."""
 
 
-def _safe_results(name: str, fn: RewardFn, problems: list[Problem], completions: list[str]
-                  ) -> tuple[list[RewardResult | None], int]:
+def _safe_results(name: str, fn: RewardFn, problems: list[Problem], completions: list[str],
+                  extras: Mapping[str, list] | None = None) -> tuple[list[RewardResult | None], int]:
+    extras = extras or {}
     try:
-        results = list(fn(problems, completions))
+        results = list(fn(problems, completions, **extras))
     except Exception:  # noqa: BLE001 — isolate the completion(s) that make it raise
         results = []
-        for p, c in zip(problems, completions):
+        for i, (p, c) in enumerate(zip(problems, completions)):
             try:
-                one = list(fn([p], [c]))
+                one = list(fn([p], [c], **{k: v[i:i + 1] for k, v in extras.items()}))
                 results.append(one[0] if len(one) == 1 else RewardResult(0.0, f"error: returned {len(one)} results for 1"))
             except Exception as e:  # noqa: BLE001
                 results.append(RewardResult(float("nan"), f"error: {type(e).__name__}: {e}"))
@@ -305,7 +306,8 @@ def _safe_results(name: str, fn: RewardFn, problems: list[Problem], completions:
 
 
 def score_completions(fns: dict[str, tuple[RewardFn, float]], problems: list[Problem], completions: list[str],
-                      budget_s: float | None = DEFAULT_BATCH_BUDGET_S, stop_on_failure: bool = True) -> ScoredBatch:
+                      budget_s: float | None = DEFAULT_BATCH_BUDGET_S, stop_on_failure: bool = True,
+                      extras: Mapping[str, list] | None = None) -> ScoredBatch:
     """Run every reward function; total = Σ weight · score over the functions that apply (a None
     score is left out, TRL's rule).
 
@@ -314,7 +316,11 @@ def score_completions(fns: dict[str, tuple[RewardFn, float]], problems: list[Pro
     score 0 with reason "batch budget".
 
     stop_on_failure: a user's function that fails on every completion raises `RewardFailed` (a bug,
-    not a verdict); False scores those completions 0 and goes on (counted in ``errors``)."""
+    not a verdict); False scores those completions 0 and goes on (counted in ``errors``).
+
+    extras: per-completion keywords of multi-turn episodes (``trajectories``: each episode's messages,
+    ``environments``: its environment instance), given to the functions whose ``takes_episodes`` is
+    true (a user's function, an environment's ``get_reward``)."""
     if len(problems) != len(completions):
         raise ValueError(f"score_completions: {len(problems)} problems for {len(completions)} completions")
     if budget_s is not None and not (isinstance(budget_s, (int, float)) and budget_s >= 0):
@@ -328,7 +334,8 @@ def score_completions(fns: dict[str, tuple[RewardFn, float]], problems: list[Pro
         elif isinstance(fn, BoundedReward):
             results, errors = _safe_results(name, lambda p, c, fn=fn: fn.score(p, c, deadline), problems, completions)
         else:
-            results, errors = _safe_results(name, fn, problems, completions)
+            given = extras if extras and getattr(fn, "takes_episodes", False) else None
+            results, errors = _safe_results(name, fn, problems, completions, given)
         batch.timeouts[name] = sum(r is not None and r.reason.startswith("timeout") for r in results)
         batch.over_budget[name] = sum(r is not None and r.reason == "batch budget exhausted" for r in results)
         batch.not_applicable[name] = sum(r is None for r in results)

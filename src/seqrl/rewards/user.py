@@ -10,6 +10,10 @@ Two signatures, told apart by inspection when the reward is built:
   (the gold answer) and every column of the rows under its own name (one list entry per completion),
   so a function written for TRL runs unchanged. Without ``**kwargs`` it gets only the keywords it names.
 
+In multi-turn training either form also gets, where it names them or takes ``**kwargs``,
+``trajectories`` (each episode's messages: the policy's turns with their ``tool_calls`` and the tool
+results) and ``environments`` (each episode's environment instance, TRL's keyword).
+
 ``None`` means "does not apply to this sample": it is left out of the weighted sum (TRL's rule) and
 counted. The spec's ``kwargs`` are passed to every call. User functions run in the trainer process
 (they are the user's code); a function that raises keeps `score_completions`' isolation (the
@@ -120,9 +124,14 @@ class UserReward:
                              f"dataset ({', '.join(_columns(problems)) or 'none'}) nor one of {', '.join(TRL_FIXED)} "
                              f"nor in its kwargs")
 
-    def _call(self, problems: list[Problem], completions: list[str]):
+    takes_episodes = True
+    """Multi-turn episodes' extras (``trajectories``, ``environments``) reach the function as keywords,
+    where it names them or takes ``**kwargs``."""
+
+    def _call(self, problems: list[Problem], completions: list[str], extras: dict[str, list]):
+        extras = {k: v for k, v in extras.items() if self._var_kw or k in self._accepts}
         if self.form == "seqrl":
-            return self.fn(problems, completions, **self.kwargs)
+            return self.fn(problems, completions, **{**extras, **self.kwargs})
         keywords: dict[str, Any] = {
             "prompts": [list(p.messages) if p.messages else p.prompt for p in problems],
             "completions": [[{"role": "assistant", "content": c}] if p.messages else c
@@ -132,13 +141,14 @@ class UserReward:
         for col in _columns(problems):
             if col != "completions" and col != "prompts":
                 keywords[col] = [(p.metadata or {}).get(col) for p in problems]
+        keywords.update(extras)
         keywords.update(self.kwargs)
         if not self._var_kw:
             keywords = {k: v for k, v in keywords.items() if k in self._accepts}
         return self.fn(**keywords)
 
-    def __call__(self, problems: list[Problem], completions: list[str]) -> list[RewardResult | None]:
-        out = _call_without_exits(self.name, lambda: self._call(problems, completions))
+    def __call__(self, problems: list[Problem], completions: list[str], **extras: list) -> list[RewardResult | None]:
+        out = _call_without_exits(self.name, lambda: self._call(problems, completions, extras))
         try:
             out = list(out)
         except TypeError:

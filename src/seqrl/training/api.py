@@ -149,7 +149,7 @@ class SampledTrainer(RunTrainer):
     """A `RunTrainer` for a trainer that samples from its policy and scores the samples (`GRPOTrainer`,
     `PPOTrainer`): `model` a string (folder, hub id, catalogue name, preset) or a loaded causal LM
     trained in place; `reward_funcs` functions, import paths or reward-model folders; `tools` functions
-    the model may call (multi-turn episodes); the rows of
+    the model may call and `environment_factory` environments to act in (multi-turn episodes); the rows of
     `train_dataset` / `eval_dataset` read as a task (`jsonl_task`). A subclass sets `config_cls` and
     `train_fn` (``train_fn(cfg, rewards, policy)``)."""
 
@@ -157,7 +157,8 @@ class SampledTrainer(RunTrainer):
     train_fn: Any
 
     def __init__(self, model: Any, reward_funcs: Any = None, args: Any = None, train_dataset: Any = None,
-                 eval_dataset: Any = None, processing_class: Any = None, tools: Any = None) -> None:
+                 eval_dataset: Any = None, processing_class: Any = None, tools: Any = None,
+                 environment_factory: Any = None) -> None:
         import copy
 
         from seqrl.models.config import looks_local
@@ -192,6 +193,17 @@ class SampledTrainer(RunTrainer):
         if tools is not None and (not isinstance(tools, (list, tuple)) or not all(callable(t) for t in tools)):
             raise TypeError(f"{name}(tools=...): a list of functions (got {type(tools).__name__})")
         self._tools = list(tools or [])
+        if environment_factory is not None and not (callable(environment_factory) or (
+                isinstance(environment_factory, dict) and all(callable(f) for f in environment_factory.values()))):
+            raise TypeError(f"{name}(environment_factory=...): a class or factory, or a dict of them (got "
+                            f"{type(environment_factory).__name__})")
+        self._environments = environment_factory
+        if environment_factory is not None and reward_funcs is None:
+            from seqrl.agents.environments import owns_reward
+            from seqrl.rewards.combine import RewardSpec
+
+            if owns_reward(environment_factory) and cfg.rewards == [RewardSpec()]:
+                cfg.rewards = []  # TRL's rule: an environment with get_reward is the reward; the default verifier goes
 
     def _reward_specs(self, reward_funcs: Any) -> list:
         """The config's reward specs for the strings of `reward_funcs` (an import path ``pkg.module:fn``,
@@ -225,6 +237,8 @@ class SampledTrainer(RunTrainer):
                                                         "config_name"))
             cfg.task = replace(cfg.task, name=name, kwargs=kwargs, n_train=-1, n_test=-1)
         extra = {"tools": self._tools} if self._tools else {}
+        if self._environments is not None:
+            extra["environment_factory"] = self._environments
         return type(self).train_fn(cfg, self._rewards or None, self._trained, **extra)
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import errno
 import fcntl
 import functools
+import json
 import math
 import os
 import shutil
@@ -212,7 +213,8 @@ def completion_samples(k: int, problems, texts, totals, scores: dict, reasons: d
                        episodes: list | None = None) -> list[dict]:
     """Up to `k` records of one step's completions, spread over its rows (groups share a prompt): what
     ``run.log_completions`` writes to ``completions.jsonl``; with multi-turn `episodes`, each record also
-    holds its episode's messages (the policy's turns with their calls, the tools' results) and end."""
+    holds its episode's messages as JSON text (the policy's turns with their calls, the tools' results:
+    one column of a table) and end."""
     if k <= 0 or not texts:
         return []
     stride = max(1, len(texts) // k)
@@ -221,7 +223,7 @@ def completion_samples(k: int, problems, texts, totals, scores: dict, reasons: d
         rec = {"prompt": problems[i].prompt, "answer": problems[i].answer, "completion": texts[i],
                "reward": float(totals[i])}
         if episodes is not None:
-            rec.update(messages=episodes[i].messages, end=episodes[i].end)
+            rec.update(messages=json.dumps(episodes[i].messages, ensure_ascii=False), end=episodes[i].end)
         for name in scores:
             rec[f"reward/{name}"] = float(scores[name][i])
             rec[f"reason/{name}"] = str(reasons[name][i])[:500]

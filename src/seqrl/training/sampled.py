@@ -107,9 +107,12 @@ class SampledLearner:
     ``run`` (seed, use_bf16, log_completions), ``reward_budget_s`` and ``reward_failures``."""
 
     def __init__(self, cfg: Any, policy: Policy, problems: list[Problem],
-                 reward_fns: dict[str, tuple[RewardFn, float]], toolbox: Any = None) -> None:
+                 reward_fns: dict[str, tuple[RewardFn, float]], agent: Any = None) -> None:
         self.cfg, self.policy, self.problems, self.reward_fns = cfg, policy, problems, reward_fns
-        self.toolbox = toolbox  # a `seqrl.agents.Toolbox`: multi-turn episodes with tools (``cfg.agent``)
+        self.agent = agent  # `seqrl.agents.AgentTools`: multi-turn episodes with tools (``cfg.agent``)
+        if agent is not None:  # environments that own a reward score beside the others (weight 1, TRL's rule)
+            self.reward_fns = {**reward_fns, **{k: (fn, 1.0) for k, fn in agent.rewards().items()
+                                                if k not in reward_fns}}
         # Position in this process's share of the endless prompt stream: with W processes, process r
         # reads the global positions r, r + W, r + 2W, … so the shares never overlap.
         self.prompt_cursor = 0
@@ -181,33 +184,40 @@ class SampledLearner:
             idx = [stream_indices(p * world + r, 1, len(self.problems), self.cfg.run.seed)[0] for p in local]
         return [self.problems[i] for i in idx]
 
-    def _score(self, problems: list[Problem], texts: list[str]) -> ScoredBatch:
+    def _score(self, problems: list[Problem], texts: list[str], episodes: list | None = None) -> ScoredBatch:
+        extras = None if episodes is None else {"trajectories": [e.messages for e in episodes],
+                                                "environments": [e.env for e in episodes]}
         return score_completions(self.reward_fns, problems, texts, self.cfg.reward_budget_s,
-                                 self.cfg.reward_failures == "stop")
+                                 self.cfg.reward_failures == "stop", extras)
 
     def _rollout(self, problems: list[Problem], n: int, params: SamplingParams) -> tuple[Rollouts, dict, list | None]:
-        """`n` samples of each problem: single completions, or with a toolbox multi-turn episodes (their
-        policy tokens masked in, `seqrl.agents.as_rollouts`), their metrics and the episodes."""
-        with bf16_autocast(model_device(self.policy.model), self.cfg.run.use_bf16):
-            if self.toolbox is None:
+        """`n` samples of each problem: single completions, or with tools multi-turn episodes (their
+        policy tokens masked in, `seqrl.agents.as_rollouts`; each with its environment instance, reset on
+        its row), their metrics and the episodes."""
+        if self.agent is None:
+            with bf16_autocast(model_device(self.policy.model), self.cfg.run.use_bf16):
                 return generate(self.policy, self.policy.encode_prompts(problems), n, params), {}, None
-            from seqrl.agents.rollout import as_rollouts, encode_prompts, episode_metrics, multi_turn_rollout
+        from seqrl.agents.rollout import as_rollouts, encode_prompts, episode_metrics, multi_turn_rollout
 
-            a = self.cfg.agent
-            episodes = multi_turn_rollout(
-                self.policy, encode_prompts(self.policy, problems, self.toolbox, a.tool_prompt), self.toolbox,
-                params, n=n, max_turns=a.max_turns, max_tool_calls=a.max_tool_calls,
-                max_episode_tokens=a.max_episode_tokens)
+        a = self.cfg.agent
+        boxes, envs, added = self.agent.prepare(problems, n)
+        prompts = encode_prompts(self.policy, problems, boxes[::n], a.tool_prompt, added)
+        with bf16_autocast(model_device(self.policy.model), self.cfg.run.use_bf16):
+            episodes = multi_turn_rollout(self.policy, prompts, boxes, params, n=n, max_turns=a.max_turns,
+                                          max_tool_calls=a.max_tool_calls, max_episode_tokens=a.max_episode_tokens,
+                                          envs=envs)
+        for e, env in zip(episodes, envs or [None] * len(episodes)):
+            e.env = env
         pad = self.policy.tokenizer.pad_token_id
         return as_rollouts(episodes, n, pad if pad is not None else 0), episode_metrics(episodes), episodes
 
     def sample(self, step: int, count: int, round_: int = 0) -> SampledRound:
         """The next `count` prompts of the stream, G completions (or episodes) each (under ``run.bf16``),
-        scored."""
+        scored (the episodes' rewards read before the next rollout resets their environments)."""
         probs = self._next_prompts(count)
         ro, agent, episodes = self._rollout(probs, self.cfg.group_size, self._params(step, round_))
         g = self.cfg.group_size
-        scored = self._score([probs[i // g] for i in range(len(ro.texts))], ro.texts)
+        scored = self._score([probs[i // g] for i in range(len(ro.texts))], ro.texts, episodes)
         return SampledRound(probs, ro, scored, torch.tensor(scored.total, dtype=torch.float32),
                             torch.tensor([r == "length" for r in ro.finish_reasons], dtype=torch.bool), agent,
                             episodes)
@@ -219,20 +229,29 @@ class SampledLearner:
 
     @torch.no_grad()
     def agent_evaluation(self, task: Task, problems: list[Problem]) -> dict[str, float]:
-        """Held-out episodes, greedy (one per problem, ``eval.max_new_tokens`` a turn): the task's
-        verifier on the policy's turns (``eval/accuracy``) and the episodes' metrics (``eval/agent/…``)."""
+        """Held-out episodes, greedy (one per problem, ``eval.max_new_tokens`` a turn): ``eval/accuracy`` —
+        the task's verifier on the policy's turns, or where the environment owns a reward the share of
+        episodes it gives 1 or more (and ``eval/env_reward``, its mean) — and the episodes' metrics
+        (``eval/agent/…``)."""
         cfg = self.cfg
         params = replace(self._sampling(cfg.run.seed), temperature=0.0, max_new_tokens=cfg.eval.max_new_tokens)
-        ro, agent, _ = self._rollout(problems, 1, params)
-        correct = [task.verify(p, t).score >= 1.0 for p, t in zip(problems, ro.texts)]
+        ro, agent, episodes = self._rollout(problems, 1, params)
+        if self.agent is not None and self.agent.pool is not None and self.agent.pool.rewarded:
+            rewards = self.agent.rewards()  # the environment judges: solved = its full reward
+            scored = score_completions({k: (fn, 1.0) for k, fn in rewards.items()}, problems, ro.texts, None, False,
+                                       {"environments": [e.env for e in episodes]})
+            correct = [t >= 1.0 for t in scored.total]
+            agent["env_reward"] = sum(scored.total) / max(len(scored.total), 1)
+        else:
+            correct = [task.verify(p, t).score >= 1.0 for p, t in zip(problems, ro.texts)]
         return {"eval/accuracy": sum(correct) / max(len(correct), 1),
                 **{f"eval/{k}": v for k, v in agent.items()}}
 
     @torch.no_grad()
     def heldout_reward(self, problems: list[Problem], samples: int, seed: int) -> dict[str, float]:
         """Mean training reward (every function, weighted) of `samples` completions per held-out problem."""
-        ro, _, _ = self._rollout(problems, samples, self._sampling(seed))
-        scored = self._score([problems[i // samples] for i in range(len(ro.texts))], ro.texts)
+        ro, _, episodes = self._rollout(problems, samples, self._sampling(seed))
+        scored = self._score([problems[i // samples] for i in range(len(ro.texts))], ro.texts, episodes)
         out = {"eval/reward": sum(scored.total) / len(scored.total)}
         for name, v in scored.scores.items():
             applied = [x for x in v if x == x]  # NaN: the function did not apply
@@ -240,20 +259,25 @@ class SampledLearner:
         return out
 
 
-def build_toolbox(agent: Any, tools: list | None = None) -> Any:
-    """The `seqrl.agents.Toolbox` of `agent.tools` (import paths) and `tools` (functions), with the
-    agent config's limits; None when there are none (single-turn sampling)."""
+def build_agent_tools(agent: Any, tools: list | None = None, environment_factory: Any = None) -> Any:
+    """The `seqrl.agents.AgentTools` of `agent.tools` (import paths) and `tools` (functions), and of
+    `environment_factory` or else ``agent.env`` (a built-in environment's name or an import path), with
+    the agent config's limits; None when there are none (single-turn sampling)."""
     fns = list(tools or [])
     if agent is not None and agent.tools:
         from seqrl.utils.imports import import_object
 
         fns = [import_object(t, "agent.tools") for t in agent.tools] + fns
-    if not fns:
+    if environment_factory is None and agent is not None and agent.env:
+        from seqrl.agents.envs import environment_class
+
+        environment_factory = environment_class(agent.env, "agent.env")
+    if not fns and environment_factory is None:
         return None
-    from seqrl.agents import Toolbox
+    from seqrl.agents import AgentTools
 
     limits = {"timeout_s": agent.tool_timeout_s, "max_result_chars": agent.max_result_chars} if agent is not None else {}
-    return Toolbox(fns, **limits)
+    return AgentTools(fns, environment_factory, **limits)
 
 
 def check_rewards_given(cfg: Any, rewards: dict | None, trainer: str) -> None:
@@ -340,14 +364,14 @@ class SampledSteps:
         rewards on fresh samples), ``"pass1"`` (taken from pass@1: the training reward is the verifier
         alone, sampled alike) or ``"none"``."""
         learner, cfg = self.learner, self.loop.cfg
-        if reward == "pass1" and learner.toolbox is not None:
+        if reward == "pass1" and learner.agent is not None:
             reward = "sampled"  # episodes have no single-turn pass@1 to read it from
 
         def evaluate() -> Metrics:
             out: Metrics = {}
             if self.loop.main:
                 out = (run_evaluation(learner.policy, task, problems, cfg.eval, cfg.run.seed, stop=cfg.sampling.stop)
-                       if learner.toolbox is None else learner.agent_evaluation(task, problems))
+                       if learner.agent is None else learner.agent_evaluation(task, problems))
                 if cfg.eval.samples and reward == "pass1":
                     out.update({"eval/reward": out["eval/pass@1"], "eval/reward/accuracy": out["eval/pass@1"]})
                 elif cfg.eval.samples and reward == "sampled":
