@@ -196,7 +196,7 @@ def test_seqrl_env_lists_the_environments_and_plays_one_from_the_terminal(monkey
     from seqrl.cli import main
 
     assert main(["env", "ls"]) == 0
-    assert [line.split(":")[0] for line in capsys.readouterr().out.splitlines()] == ["guess", "python"]
+    assert [line.split(":")[0] for line in capsys.readouterr().out.splitlines()] == ["guess", "python", "code_repair"]
     target = GuessEnv()
     target.reset(seed=3)
     turns = iter([f'<tool_call>{{"name": "guess", "arguments": {{"number": {target.target - 1}}}}}</tool_call>',

@@ -14,7 +14,7 @@ from seqrl.data.rgym import ReasoningGymTask
 from seqrl.types import Task
 from seqrl.utils.imports import import_object, is_import_path
 
-TASKS = ("arith", "arith_add", "arith_sub", "arith_mul", "arith_mixed", "countdown", "gsm")
+TASKS = ("arith", "arith_add", "arith_sub", "arith_mul", "arith_mixed", "countdown", "gsm", "code_repair")
 PATTERNS = ("rg:<reasoning_gym_dataset>", "jsonl:<path>", "<package.module>:<TaskFactory>")
 
 _ARITH_OPS = {
@@ -40,6 +40,10 @@ def get_task(spec: str, **kwargs) -> Task:
         return CountdownTask(**kwargs)
     if spec == "gsm":
         return GSMTask(**kwargs)
+    if spec == "code_repair":
+        from seqrl.data.code_repair_task import CodeRepairTask
+
+        return CodeRepairTask(**kwargs)
     prefix, _, rest = spec.partition(":")
     if prefix == "rg" and rest:
         return ReasoningGymTask(rest, **kwargs)
