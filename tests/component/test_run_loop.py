@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from seqrl.algos.config import OptimConfig, RunConfig
-from seqrl.training.loop import RunLoop
+from seqrl.training.loop import Cadence, RunLoop
 from seqrl.training.run import RunInterrupted, make_optimizer, releases_run_folder
 from seqrl.utils.checkpoint import STATE_FILE, list_checkpoints
 from seqrl.utils.metrics import read_metrics
@@ -38,26 +38,32 @@ def toy_train(cfg: ToyConfig, nan_at: int | None = None, signal_at: int | None =
     loop.resume(model, optimizer, scheduler)
     loop.log_start({"model/parameters": 2.0})
 
-    def step(i: int, log: bool) -> dict[str, float]:
-        if calls is not None:
-            calls.append(("step", i, log))
-        if signal_at == i:
-            os.kill(os.getpid(), signal.SIGTERM)
-        x = torch.randn(8, 1, generator=torch.Generator().manual_seed(i))
-        loss = ((model(x) - 2 * x) ** 2).mean()
-        if nan_at == i:
-            loss = loss * float("nan")
-        loss.backward()
-        stepped = loop.update(i, loss.item())
-        return {"loss/mse": loss.item(), "stats/grad_norm": stepped.norm, "stats/lr": stepped.lr} if log else {}
+    class Toy:  # the method: one class
+        def step(self, i: int, log: bool) -> dict[str, float]:
+            if calls is not None:
+                calls.append(("step", i, log))
+            if signal_at == i:
+                os.kill(os.getpid(), signal.SIGTERM)
+            x = torch.randn(8, 1, generator=torch.Generator().manual_seed(i))
+            loss = ((model(x) - 2 * x) ** 2).mean()
+            if nan_at == i:
+                loss = loss * float("nan")
+            loss.backward()
+            stepped = loop.update(i, loss.item())
+            return {"loss/mse": loss.item(), "stats/grad_norm": stepped.norm, "stats/lr": stepped.lr} if log else {}
 
-    def evaluate() -> dict[str, float]:
-        if calls is not None:
-            calls.append(("eval",))
-        return {"eval/weight": float(model.weight.detach())}
+        def evaluate(self) -> dict[str, float]:
+            if calls is not None:
+                calls.append(("eval",))
+            return {"eval/weight": float(model.weight.detach())}
 
-    final = loop.run(cfg.steps, step, evaluate=evaluate, eval_every=cfg.eval_every,
-                     state=lambda: {"toy": {"note": "kept"}}, show=lambda m: {"loss": m.get("loss/mse", 0.0)})
+        def state(self) -> dict:
+            return {"toy": {"note": "kept"}}
+
+        def show(self, m: dict[str, float]) -> dict[str, float]:
+            return {"loss": m.get("loss/mse", 0.0)}
+
+    final = loop.run(cfg.steps, Toy(), Cadence(eval_every=cfg.eval_every))
     loop.plot(["loss/mse", "eval/weight"], "toy.png", "toy")
     return final, model
 

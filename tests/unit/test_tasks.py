@@ -345,7 +345,7 @@ def test_get_task_builds_each_task(tmp_path):
     data = tmp_path / "qa.jsonl"
     data.write_text('{"question": "1+1?", "answer": "2"}\n')
     assert TASKS == (
-        "arith", "arith_add", "arith_sub", "arith_mul", "arith_mixed", "countdown", "gsm"
+        "arith", "arith_add", "arith_sub", "arith_mul", "arith_mixed", "countdown", "gsm", "code_repair"
     )
     assert get_task("arith").ops == ("add",) and get_task("arith").digits == 2
     assert get_task("arith_mixed").ops == ("add", "sub", "mul")
@@ -354,6 +354,8 @@ def test_get_task_builds_each_task(tmp_path):
     assert isinstance(get_task("gsm"), GSMTask)
     assert isinstance(get_task("rg:basic_arithmetic"), ReasoningGymTask)
     assert isinstance(get_task(f"jsonl:{data}"), JsonlTask)
+    with pytest.raises(FileNotFoundError, match="build the task set with `seqrl data code-repair"):
+        get_task("code_repair", tasks_dir=str(tmp_path / "none"))
 
 
 @pytest.mark.parametrize("spec", ["arith_div", "rg:", "jsonl:", ""])

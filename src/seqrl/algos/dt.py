@@ -40,7 +40,7 @@ from seqrl.data.offline import OfflineDataset, Trajectories
 from seqrl.envs.evaluate import DTEvalConfig, run_evaluation, target_label, warn_far_targets
 from seqrl.models.dt import DecisionTransformer, DTModelConfig, MLPPolicy
 from seqrl.training.api import RunTrainer
-from seqrl.training.loop import RunLoop
+from seqrl.training.loop import Cadence, RunLoop
 from seqrl.training.run import make_optimizer, releases_run_folder
 from seqrl.utils import dist
 from seqrl.utils.dist import bf16_autocast
@@ -83,6 +83,69 @@ def policy_info(cfg: DTConfig, dataset: OfflineDataset, data: Trajectories, poli
             "target_returns": list(cfg.eval.target_returns)}
 
 
+class OfflineRL:
+    """DT / BC / %BC as a run-loop method: one step is a batch of context windows (the global batch drawn on
+    every process, each keeping its rows), the action loss, one update; the evaluation rolls out
+    return-conditioned episodes (none without ``eval.episodes``)."""
+
+    def __init__(self, cfg: DTConfig, loop: RunLoop, policy: torch.nn.Module, data: Trajectories, info: dict,
+                 context: int, env=None) -> None:
+        self.cfg, self.loop, self.policy, self.data, self.info, self.K, self.env = cfg, loop, policy, data, info, context, env
+        self.rows = dist.shard(cfg.batch_size)
+        self.window = [0.0, 0]  # seconds and steps since the last record: perf/steps_per_s
+        self.live: dict[str, float] = {}  # the bar's loss, every step
+        if not cfg.eval.episodes:
+            self.evaluate = None  # no held-out evaluation
+
+    def step(self, i: int, log: bool) -> dict[str, float]:
+        cfg, data, device, world = self.cfg, self.data, self.loop.device, dist.world_size()
+        t0 = time.perf_counter()
+        b = data.batch(i, cfg.batch_size, self.K, cfg.run.seed)
+        if world > 1:  # torchrun: every process draws the global batch and keeps its rows
+            real = float(b["mask"].sum())
+            b = {k: v[self.rows] for k, v in b.items()}
+            share = float(b["mask"].sum()) / max(real, 1.0)  # weight of this share in the global mean
+        b = {k: v.to(device) for k, v in b.items()}
+        with bf16_autocast(device, cfg.run.use_bf16):
+            if cfg.method == "bc":
+                pred = self.policy(b["states"])  # (B, 1, A) or (B, 1, n)
+            else:
+                pred = self.policy(b["returns"], b["states"], b["actions"], b["timesteps"], b["mask"])  # (B, K, A)
+        loss = action_loss(pred.float(), b["actions"], b["mask"], discrete=data.discrete)
+        if world > 1:
+            loss = loss * share
+            loss.backward()
+            loss = dist.all_reduce_sum(loss.detach().reshape(1))[0]
+        else:
+            loss.backward()
+        stepped = self.loop.update(i, loss.item())  # gradients Σ over processes: Σ_r share_r · loss_r = the batch's loss
+        self.window[0] += time.perf_counter() - t0
+        self.window[1] += 1
+        self.live["loss"] = loss.item()
+        if not log:
+            return {}
+        out = {"loss/action": loss.item(), "stats/grad_norm": stepped.norm, "stats/lr": stepped.lr,
+               "perf/steps_per_s": self.window[1] / self.window[0]}
+        self.window[:] = [0.0, 0]
+        return out
+
+    def evaluate(self) -> dict[str, float]:
+        cfg = self.cfg
+        metrics: dict[str, float] = {}
+        if self.loop.main:
+            metrics, _ = run_evaluation(self.policy, self.info, cfg.eval.target_returns, cfg.eval.episodes,
+                                        cfg.eval.seed, cfg.eval.max_steps, env=self.env)
+        dist.barrier()
+        return metrics
+
+    def state(self) -> dict:
+        return {"policy": self.info}
+
+    def show(self, m: dict[str, float]) -> dict[str, float]:
+        shown = {k: v for k, v in m.items() if k.startswith("eval/return") and "std" not in k}
+        return {**self.live, **{k.split("/", 1)[1]: v for k, v in list(shown.items())[:2]}}
+
+
 # ---------------------------------------------------------------------------------------------------
 # Training
 
@@ -115,57 +178,8 @@ def train(cfg: DTConfig, dataset: OfflineDataset | None = None, env=None) -> dic
         first["data/normalized_mean"] = float(np.mean(dataset.normalized(data.returns)))
     loop.log_start(first)
 
-    def evaluate() -> dict[str, float]:
-        metrics: dict[str, float] = {}
-        if main:
-            metrics, _ = run_evaluation(policy, info, cfg.eval.target_returns, cfg.eval.episodes, cfg.eval.seed,
-                                        cfg.eval.max_steps, env=env)
-        dist.barrier()
-        return metrics
-
-    window = [0.0, 0]  # seconds and steps since the last record: perf/steps_per_s
-    rows, world = dist.shard(cfg.batch_size), dist.world_size()
-
-    def step(i: int, log: bool) -> dict[str, float]:
-        t0 = time.perf_counter()
-        b = data.batch(i, cfg.batch_size, K, cfg.run.seed)
-        if world > 1:  # torchrun: every process draws the global batch and keeps its rows
-            real = float(b["mask"].sum())
-            b = {k: v[rows] for k, v in b.items()}
-            share = float(b["mask"].sum()) / max(real, 1.0)  # weight of this share in the global mean
-        b = {k: v.to(device) for k, v in b.items()}
-        with bf16_autocast(device, cfg.run.use_bf16):
-            if cfg.method == "bc":
-                pred = policy(b["states"])  # (B, 1, A) or (B, 1, n)
-            else:
-                pred = policy(b["returns"], b["states"], b["actions"], b["timesteps"], b["mask"])  # (B, K, A)
-        loss = action_loss(pred.float(), b["actions"], b["mask"], discrete=data.discrete)
-        if world > 1:
-            loss = loss * share
-            loss.backward()
-            loss = dist.all_reduce_sum(loss.detach().reshape(1))[0]
-        else:
-            loss.backward()
-        stepped = loop.update(i, loss.item())  # gradients Σ over processes: Σ_r share_r · loss_r = the batch's loss
-        grad_norm, lr = stepped.norm, stepped.lr
-        window[0] += time.perf_counter() - t0
-        window[1] += 1
-        live["loss"] = loss.item()
-        if not log:
-            return {}
-        out = {"loss/action": loss.item(), "stats/grad_norm": grad_norm, "stats/lr": lr,
-               "perf/steps_per_s": window[1] / window[0]}
-        window[:] = [0.0, 0]
-        return out
-
-    def show(m: dict[str, float]) -> dict[str, float]:
-        shown = {k: v for k, v in m.items() if k.startswith("eval/return") and "std" not in k}
-        return {**live, **{k.split("/", 1)[1]: v for k, v in list(shown.items())[:2]}}
-
-    live: dict[str, float] = {}  # the bar's loss, every step
     policy.train()
-    final = loop.run(cfg.steps, step, evaluate=evaluate if cfg.eval.episodes else None, eval_every=cfg.eval.every,
-                     state=lambda: {"policy": info}, show=show)
+    final = loop.run(cfg.steps, OfflineRL(cfg, loop, policy, data, info, K, env), Cadence(eval_every=cfg.eval.every))
     if main:
         _plot(cfg, loop.dir, final)
     return final

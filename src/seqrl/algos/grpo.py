@@ -54,7 +54,7 @@ from seqrl.models.lm import ModelConfig, Policy, num_parameters
 from seqrl.models.lora import LoRAConfig, adapter_disabled, apply_lora, is_lora
 from seqrl.rewards.combine import RewardFn, RewardSpec, build_rewards  # noqa: F401 (re-export)
 from seqrl.training.api import SampledTrainer
-from seqrl.training.loop import RunLoop
+from seqrl.training.loop import Cadence, RunLoop
 from seqrl.training.sampled import RewardTally, SampledLearner, SampledSteps, WeightedMeans
 from seqrl.training.sampled import build_agent_tools, build_sampled_run, check_rewards_given
 from seqrl.training.run import make_optimizer, releases_run_folder
@@ -368,30 +368,28 @@ def train(cfg: GRPOConfig, rewards: dict | None = None, policy: Policy | None = 
         if cfg.loss.ref_sync_every and (i + 1) % cfg.loss.ref_sync_every == 0:
             trainer.sync_reference()
 
-    steps = SampledSteps(loop, trainer, after)
-    if loop.resume_from is not None:
-        if trainer.ref is not None and cfg.loss.ref_sync_every:
-            trainer.sync_reference()  # checkpoints fall on sync steps (checked in the config)
-
-    s = cfg.sampling
-    same_sampling = (cfg.eval.temperature, cfg.eval.max_new_tokens, s.top_p, s.top_k) == (
-        s.temperature, s.max_new_tokens, 1.0, 0)
-    # the training reward is the verifier alone, sampled alike: its held-out mean is pass@1, already sampled
-    evaluate = steps.evaluation(task, test_problems, "pass1" if same_sampling and not cfg.dapo.soft_overlong_cache
-                                and [(r.name, r.weight) for r in cfg.rewards] == [("task", 1.0)] else "sampled")
-
-    first: dict[str, float] = {}
-    if loop.start == 0:
-        first = {"model/parameters": float(num_parameters(policy.model)), **evaluate()}
-        loop.log_start(first)
-
     def on_stop(done: int) -> None:
         if main and trainer.ref is not None and cfg.loss.ref_sync_every and done % cfg.loss.ref_sync_every:
             print(f"note: step {done} is not a reference sync step (loss.ref_sync_every="
                   f"{cfg.loss.ref_sync_every}); a run resumed from it re-syncs the reference there", file=sys.stderr)
 
+    s = cfg.sampling
+    same_sampling = (cfg.eval.temperature, cfg.eval.max_new_tokens, s.top_p, s.top_k) == (
+        s.temperature, s.max_new_tokens, 1.0, 0)
+    # the training reward is the verifier alone, sampled alike: its held-out mean is pass@1, already sampled
+    reward = ("pass1" if same_sampling and not cfg.dapo.soft_overlong_cache
+              and [(r.name, r.weight) for r in cfg.rewards] == [("task", 1.0)] else "sampled")
+    steps = SampledSteps(loop, trainer, task, test_problems, reward, after=after, stopping=on_stop)
+    if loop.resume_from is not None:
+        if trainer.ref is not None and cfg.loss.ref_sync_every:
+            trainer.sync_reference()  # checkpoints fall on sync steps (checked in the config)
+
+    first: dict[str, float] = {}
+    if loop.start == 0:
+        first = {"model/parameters": float(num_parameters(policy.model)), **steps.evaluate()}
+        loop.log_start(first)
     try:
-        final = steps.run(cfg.steps, evaluate, cfg.eval.every, on_stop=on_stop)
+        final = loop.run(cfg.steps, steps, Cadence(eval_every=cfg.eval.every))
     finally:
         if agent is not None:
             agent.close()

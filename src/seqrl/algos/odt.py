@@ -66,7 +66,7 @@ from seqrl.envs.evaluate import (
 from seqrl.envs.rollout import episode_rngs
 from seqrl.models.dt import DTModelConfig
 from seqrl.models.odt import OnlineDecisionTransformer
-from seqrl.training.loop import RunLoop
+from seqrl.training.loop import Cadence, RunLoop
 from seqrl.training.run import make_optimizer, releases_run_folder
 from seqrl.training.update import OptimGroup
 from seqrl.utils import dist
@@ -284,6 +284,111 @@ def _update(policy: OnlineDecisionTransformer, log_temperature: torch.nn.Paramet
     return {"loss": loss, "ll": ll, "entropy": h, "t_loss": t_loss, "alpha": alpha}
 
 
+class OnlineDT:
+    """Online DT as a run-loop method. Units 0 … P−1 are offline steps on the dataset; unit P + k is online
+    iteration k: rollouts with the policy join the replay buffer, then ``online.updates`` steps on it.
+    Each update steps the policy's optimizer and α's Adam (two groups: both, or neither). The evaluation
+    right after pre-training is kept as ``offline/eval/…``."""
+
+    def __init__(self, cfg: ODTConfig, loop: RunLoop, policy: OnlineDecisionTransformer, info: dict,
+                 data: Trajectories, dataset: OfflineDataset, env, buffer: ReplayBuffer,
+                 log_temperature: torch.nn.Parameter, groups: list, target_entropy: float, iteration: int,
+                 offline_eval: dict) -> None:
+        self.cfg, self.loop, self.policy, self.info, self.data, self.dataset = cfg, loop, policy, info, data, dataset
+        self.env, self.buffer, self.log_temperature, self.groups = env, buffer, log_temperature, groups
+        self.target_entropy, self.iteration, self.offline_eval = target_entropy, iteration, offline_eval
+        self.rows = dist.shard(cfg.batch_size)
+        self.window = {"s": 0.0, "n": 0}
+        self.live: dict[str, Any] = {}  # the bar's phase and loss or return
+
+    def _update(self, step: int, source: Trajectories) -> dict[str, float]:
+        """One update at global step `step`; returns the metrics to log (maybe none)."""
+        cfg, world, P = self.cfg, dist.world_size(), self.cfg.pretrain_steps
+        t0 = time.perf_counter()
+        b = source.batch(step, cfg.batch_size, cfg.model.context_len, cfg.run.seed)
+        share = 1.0
+        if world > 1:  # torchrun: every process draws the global batch and keeps its rows
+            real = float(b["mask"].sum())
+            b = {k: v[self.rows] for k, v in b.items()}
+            share = float(b["mask"].sum()) / max(real, 1.0)  # weight of this share in the global means
+        b = {k: v.to(self.loop.device) for k, v in b.items()}
+        out = _update(self.policy, self.log_temperature, b, cfg, self.target_entropy, share)
+        if world > 1:
+            out = {k: dist.all_reduce_sum(v.detach().reshape(1) * share)[0] for k, v in out.items()}
+        stepped = self.loop.update(step, out["loss"].item(), self.groups)  # both step, or neither
+        self.window["s"] += time.perf_counter() - t0
+        self.window["n"] += 1
+        done = step + 1
+        self.live["loss"] = -out["ll"].item()
+        if done % cfg.run.log_every and done != P and done != cfg.steps:
+            return {}
+        metrics = {"loss/action": -out["ll"].item(), "loss/policy": out["loss"].item(),
+                   "loss/temperature": out["t_loss"].item(), "stats/entropy": out["entropy"].item(),
+                   "stats/temperature": float(self.log_temperature.detach().exp()),
+                   "stats/grad_norm": stepped.norms["policy"], "stats/lr": stepped.lrs["policy"],
+                   "perf/steps_per_s": self.window["n"] / self.window["s"]}
+        self.window.update(s=0.0, n=0)
+        return metrics
+
+    def step(self, u: int, log: bool) -> dict[str, float]:
+        """Unit `u`: offline step u (u < P), else online iteration u − P (rollouts, then `updates` steps)."""
+        cfg, loop, P, updates = self.cfg, self.loop, self.cfg.pretrain_steps, self.cfg.online.updates
+        if u < P:
+            self.live["phase"] = "offline"
+            return self._update(u, self.data)
+        t0 = time.perf_counter()
+        new = collect_rollouts(self.policy, self.env, cfg.online.target_return, cfg.online.rollouts, cfg.online.seed,
+                               self.iteration * cfg.online.rollouts, cfg.online.max_steps)
+        self.buffer.add(new)
+        loop.files = [self.buffer]  # the online phase's checkpoints hold the buffer
+        rollout_s = time.perf_counter() - t0
+        source = self.buffer.trajectories(self.dataset, cfg.model.max_ep_len, cfg.data.windows)
+        step, metrics = P + self.iteration * updates, {}
+        for k in range(updates):
+            got = self._update(step, source)
+            step += 1
+            if got and k < updates - 1:  # the iteration's last update joins its record
+                loop.log(step, {"stats/skipped_updates": loop.guard.skipped, **got})
+            metrics = got or metrics
+        self.iteration += 1
+        returns = [ep.ret for ep in new]
+        metrics.update({"online/return": float(np.mean(returns)), "online/return_max": float(np.max(returns)),
+                        "online/length": float(np.mean([len(ep) for ep in new])), "online/iteration": self.iteration,
+                        "perf/rollout_s": rollout_s, **self.buffer.stats()})
+        if self.dataset.ref_min_score is not None and self.dataset.ref_max_score is not None:
+            metrics["online/normalized"] = float(np.mean(self.dataset.normalized(np.array(returns))))
+        self.live.update(phase=f"online {self.iteration}", ret=metrics["online/return"])
+        self.live.pop("loss", None)
+        return metrics
+
+    def evaluate(self) -> dict[str, float]:
+        cfg = self.cfg
+        metrics: dict[str, float] = {}
+        if self.loop.main:
+            metrics, _ = run_evaluation(self.policy, self.info, cfg.eval.target_returns, cfg.eval.episodes,
+                                        cfg.eval.seed, cfg.eval.max_steps, env=self.env)
+        dist.barrier()
+        if self.iteration == 0:  # right after pre-training
+            self.offline_eval = {f"offline/{k}": v for k, v in metrics.items()}
+            return self.offline_eval
+        return metrics
+
+    def eval_due(self, done: int) -> bool:
+        cfg, P = self.cfg, self.cfg.pretrain_steps
+        if not cfg.eval.episodes or done < P:
+            return False
+        k = done - P  # online iterations done
+        return k == 0 or (bool(cfg.eval.every) and k % cfg.eval.every == 0) or k == cfg.online.iterations
+
+    def state(self) -> dict[str, Any]:
+        return {"policy": self.info, "phase": "online" if self.iteration else "pretrain",
+                "online_iteration": self.iteration, "offline_eval": self.offline_eval,
+                "log_temperature": float(self.log_temperature.detach())}
+
+    def show(self, m: dict[str, float]) -> dict[str, Any]:
+        return dict(self.live)
+
+
 @releases_run_folder
 def train(cfg: ODTConfig, dataset: OfflineDataset | None = None, env=None) -> dict[str, float]:
     """Pre-train an Online DT on `dataset` (default: the one `cfg.data` names), fine-tune it online;
@@ -293,7 +398,7 @@ def train(cfg: ODTConfig, dataset: OfflineDataset | None = None, env=None) -> di
     and evaluation.
     """
     world = dist.world_size()
-    rows = dist.shard(cfg.batch_size)  # raises when the batch does not split over the processes
+    dist.shard(cfg.batch_size)  # raises when the batch does not split over the processes
     if world > 1 and cfg.online.iterations:
         raise ValueError(f"online.iterations ({cfg.online.iterations}): torchrun data parallelism covers the "
                          f"offline phase only; run the online phase in one process (online.iterations=0 here)")
@@ -321,7 +426,6 @@ def train(cfg: ODTConfig, dataset: OfflineDataset | None = None, env=None) -> di
     state = loop.resume(policy, optimizers, scheduler)
     groups = [OptimGroup("policy", policy, policy_opt, scheduler, cfg.optim.grad_clip),
               OptimGroup("temperature", None, optimizers.temperature, extra=[log_temperature])]  # α: no clip
-    P, updates = cfg.pretrain_steps, cfg.online.updates
     iteration, offline_eval, first_unit = 0, {}, loop.start
     if loop.resume_from is not None:
         iteration, offline_eval = state["online_iteration"], state["offline_eval"]
@@ -329,103 +433,22 @@ def train(cfg: ODTConfig, dataset: OfflineDataset | None = None, env=None) -> di
             log_temperature.copy_(torch.tensor(state["log_temperature"], dtype=torch.float32))
         if state["phase"] == "online":
             buffer = ReplayBuffer.load(loop.resume_from)
-            first_unit = P + iteration
+            first_unit = cfg.pretrain_steps + iteration
         if main and iteration:
             print(f"resume: online iteration {iteration} of {cfg.online.iterations} done")
     loop.log_start({"model/parameters": sum(p.numel() for p in policy.parameters()),
                     "data/episodes": len(data.returns), "data/steps": data.n_steps,
                     "data/return_mean": float(data.returns.mean()), "data/return_max": float(data.returns.max()),
                     "stats/target_entropy": target_entropy, **buffer.stats()})
-    window = {"s": 0.0, "n": 0}
-    live: dict[str, Any] = {}  # the bar's phase and loss or return
-
-    def update(step: int, source: Trajectories) -> dict[str, float]:
-        """One update at global step `step`; returns the metrics to log (maybe none)."""
-        t0 = time.perf_counter()
-        b = source.batch(step, cfg.batch_size, cfg.model.context_len, cfg.run.seed)
-        share = 1.0
-        if world > 1:  # torchrun: every process draws the global batch and keeps its rows
-            real = float(b["mask"].sum())
-            b = {k: v[rows] for k, v in b.items()}
-            share = float(b["mask"].sum()) / max(real, 1.0)  # weight of this share in the global means
-        b = {k: v.to(device) for k, v in b.items()}
-        out = _update(policy, log_temperature, b, cfg, target_entropy, share)
-        if world > 1:
-            out = {k: dist.all_reduce_sum(v.detach().reshape(1) * share)[0] for k, v in out.items()}
-        stepped = loop.update(step, out["loss"].item(), groups)  # both step, or neither
-        grad_norm, lr = stepped.norms["policy"], stepped.lrs["policy"]
-        window["s"] += time.perf_counter() - t0
-        window["n"] += 1
-        done = step + 1
-        live["loss"] = -out["ll"].item()
-        if done % cfg.run.log_every and done != P and done != cfg.steps:
-            return {}
-        metrics = {"loss/action": -out["ll"].item(), "loss/policy": out["loss"].item(),
-                   "loss/temperature": out["t_loss"].item(), "stats/entropy": out["entropy"].item(),
-                   "stats/temperature": float(log_temperature.detach().exp()), "stats/grad_norm": grad_norm,
-                   "stats/lr": lr, "perf/steps_per_s": window["n"] / window["s"]}
-        window.update(s=0.0, n=0)
-        return metrics
-
-    def unit(u: int, log: bool) -> dict[str, float]:
-        """Unit `u`: offline step u (u < P), else online iteration u − P (rollouts, then `updates` steps)."""
-        nonlocal iteration
-        if u < P:
-            live["phase"] = "offline"
-            return update(u, data)
-        t0 = time.perf_counter()
-        new = collect_rollouts(policy, env, cfg.online.target_return, cfg.online.rollouts, cfg.online.seed,
-                               iteration * cfg.online.rollouts, cfg.online.max_steps)
-        buffer.add(new)
-        loop.tokenizer = buffer  # the online phase's checkpoints hold the buffer
-        rollout_s = time.perf_counter() - t0
-        source = buffer.trajectories(dataset, cfg.model.max_ep_len, cfg.data.windows)
-        step, metrics = P + iteration * updates, {}
-        for k in range(updates):
-            got = update(step, source)
-            step += 1
-            if got and k < updates - 1:  # the iteration's last update joins its record
-                loop.log(step, {"stats/skipped_updates": loop.guard.skipped, **got})
-            metrics = got or metrics
-        iteration += 1
-        returns = [ep.ret for ep in new]
-        metrics.update({"online/return": float(np.mean(returns)), "online/return_max": float(np.max(returns)),
-                        "online/length": float(np.mean([len(ep) for ep in new])), "online/iteration": iteration,
-                        "perf/rollout_s": rollout_s, **buffer.stats()})
-        if dataset.ref_min_score is not None and dataset.ref_max_score is not None:
-            metrics["online/normalized"] = float(np.mean(dataset.normalized(np.array(returns))))
-        live.update(phase=f"online {iteration}", ret=metrics["online/return"])
-        live.pop("loss", None)
-        return metrics
-
-    def evaluate() -> dict[str, float]:
-        nonlocal offline_eval
-        metrics: dict[str, float] = {}
-        if main:
-            metrics, _ = run_evaluation(policy, info, cfg.eval.target_returns, cfg.eval.episodes, cfg.eval.seed,
-                                        cfg.eval.max_steps, env=env)
-        dist.barrier()
-        if iteration == 0:  # right after pre-training
-            offline_eval = {f"offline/{k}": v for k, v in metrics.items()}
-            return offline_eval
-        return metrics
-
-    def eval_due(done: int) -> bool:
-        if not cfg.eval.episodes or done < P:
-            return False
-        k = done - P  # online iterations done
-        return k == 0 or (bool(cfg.eval.every) and k % cfg.eval.every == 0) or k == cfg.online.iterations
-
-    def checkpoint_state() -> dict[str, Any]:
-        return {"policy": info, "phase": "online" if iteration else "pretrain", "online_iteration": iteration,
-                "offline_eval": offline_eval, "log_temperature": float(log_temperature.detach())}
-
+    method = OnlineDT(cfg, loop, policy, info, data, dataset, env, buffer, log_temperature, groups, target_entropy,
+                      iteration, offline_eval)
     policy.train()
-    final = loop.run(P + cfg.online.iterations, unit, evaluate=evaluate, state=checkpoint_state, start=first_unit,
-                     at=lambda u: u if u <= P else P + (u - P) * updates,
-                     log_due=lambda done: done > P or done % cfg.run.log_every == 0 or done == P,
-                     eval_due=eval_due, save_due=lambda done: done == P, show=lambda m: dict(live))
-    final.update(offline_eval)
+    P, updates = cfg.pretrain_steps, cfg.online.updates
+    final = loop.run(P + cfg.online.iterations, method, Cadence(
+        start=first_unit, at=lambda u: u if u <= P else P + (u - P) * updates,
+        log_due=lambda done: done > P or done % cfg.run.log_every == 0 or done == P,
+        eval_due=method.eval_due, save_due=lambda done: done == P))
+    final.update(method.offline_eval)
     if main:
         _plot(cfg, run_dir, final)
     return final

@@ -61,7 +61,7 @@ from seqrl.rewards.combine import (
 )
 from seqrl.rollout.logprobs import token_logprobs
 from seqrl.training.api import SampledTrainer
-from seqrl.training.loop import RunLoop
+from seqrl.training.loop import Cadence, RunLoop
 from seqrl.training.sampled import RewardTally, SampledLearner, SampledSteps, WeightedMeans
 from seqrl.training.sampled import build_sampled_run, check_rewards_given
 from seqrl.training.run import make_optimizer, releases_run_folder
@@ -341,18 +341,15 @@ def train(cfg: PPOConfig, rewards: dict | None = None, policy: Policy | None = N
     trainer = PPOLearner(cfg, policy, critic, task, problems, reward_fns)
     loop.add_companion("critic", critic, trainer.critic_optimizer, trainer.critic_scheduler)
     loop.resume(policy.model, trainer.optimizer, trainer.scheduler, policy.tokenizer)
-    steps = SampledSteps(loop, trainer)
-
     # the held-out reward on fresh samples, unless the training reward is the verifier alone (eval/pass@1)
-    evaluate = steps.evaluation(task, test_problems,
-                                "none" if [(r.name, r.weight) for r in cfg.rewards] == [("task", 1.0)] else "sampled")
-
+    steps = SampledSteps(loop, trainer, task, test_problems,
+                         "none" if [(r.name, r.weight) for r in cfg.rewards] == [("task", 1.0)] else "sampled")
     first: dict[str, float] = {}
     if loop.start == 0:
         first = {"model/parameters": float(num_parameters(policy.model)),
-                 "model/critic_parameters": float(num_parameters(critic)), **evaluate()}
+                 "model/critic_parameters": float(num_parameters(critic)), **steps.evaluate()}
         loop.log_start(first)
-    final = steps.run(cfg.steps, evaluate, cfg.eval.every)
+    final = loop.run(cfg.steps, steps, Cadence(eval_every=cfg.eval.every))
     loop.plot(["reward/total/mean", "reward/verifier/mean", "eval/accuracy", "eval/pass@1", "stats/kl", "loss/value",
                "stats/explained_variance", "stats/clipfrac_high", "stats/entropy"], "ppo.png", f"PPO {cfg.run.name}")
     return {**first, **final}

@@ -38,7 +38,7 @@ from seqrl.models.lm import ModelConfig, num_parameters
 from seqrl.models.prm import ProcessRewardModel, pad_right
 from seqrl.rollout import sample_solutions
 from seqrl.training.api import RowsTrainer
-from seqrl.training.loop import RunLoop
+from seqrl.training.loop import Cadence, RunLoop
 from seqrl.training.run import batch_indices, make_optimizer, releases_run_folder
 from seqrl.utils.dist import bf16_autocast
 
@@ -195,6 +195,44 @@ def load_rows(cfg: PRMConfig, device=None) -> tuple[list[StepExample], list[Step
             corrupted_arith_examples(test, seed=cfg.task.seed + 1), f"task {cfg.task.name}")
 
 
+class StepScoring:
+    """The PRM (or ORM) as a run-loop method: one step is a batch of solutions, the loss at their step
+    boundaries (the last one for an ORM), one update; the evaluation is held-out AUC and step accuracy."""
+
+    def __init__(self, cfg: PRMConfig, loop: RunLoop, prm: ProcessRewardModel, examples, test_examples, source: str):
+        self.cfg, self.loop, self.prm, self.examples, self.test_examples = cfg, loop, prm, examples, test_examples
+        self.source = source
+        self.live: dict[str, float] = {}  # the bar's loss, every step
+
+    def step(self, i: int, log: bool) -> dict[str, float]:
+        cfg, prm = self.cfg, self.prm
+        t0 = time.perf_counter()
+        idx = batch_indices(i, cfg.batch_size, len(self.examples), cfg.run.seed)
+        batch = {k: v.to(self.loop.device)
+                 for k, v in collate([self.examples[j] for j in idx], prm.tokenizer.pad_token_id or 0).items()}
+        loss, p, y = batch_loss(prm, batch, cfg.run.use_bf16)
+        loss.backward()
+        loss = float(loss.detach())
+        stepped = self.loop.update(i, loss)
+        self.live["loss"] = loss
+        if not log:
+            return {}
+        step_s = time.perf_counter() - t0
+        return {f"loss/{cfg.kind}": loss, "stats/step_accuracy": float(((p >= 0.5) == (y >= 0.5)).float().mean()),
+                "stats/label_balance": float((y >= 0.5).float().mean()), "stats/grad_norm": stepped.norm,
+                "stats/lr": stepped.lr, "perf/step_s": step_s,
+                "perf/tokens_per_s": float(batch["attention_mask"].sum()) / step_s}
+
+    def evaluate(self) -> dict[str, float]:
+        return evaluate_examples(self.prm, self.test_examples, self.cfg.eval.batch_size)
+
+    def state(self) -> dict:
+        return {"prm": {"kind": self.cfg.kind, "head": self.cfg.head, "source": self.source}}
+
+    def show(self, m: dict[str, float]) -> dict[str, float]:
+        return {**self.live, **({"auc": m["eval/auc"]} if "eval/auc" in m else {})}
+
+
 @releases_run_folder
 def train(cfg: PRMConfig) -> dict[str, float]:
     """Train a PRM or ORM; returns the final metrics (held-out AUC and step accuracy among them)."""
@@ -215,30 +253,10 @@ def train(cfg: PRMConfig) -> dict[str, float]:
                     "data/test_examples": len(test_examples), "data/train_steps": len(labels),
                     "data/dropped_steps": dropped + test_dropped,
                     "data/label_balance": sum(y >= 0.5 for y in labels) / len(labels)})
-    name = cfg.kind
-
-    def step(i: int, log: bool) -> dict[str, float]:
-        t0 = time.perf_counter()
-        idx = batch_indices(i, cfg.batch_size, len(examples), cfg.run.seed)
-        batch = {k: v.to(device) for k, v in collate([examples[j] for j in idx], tok.pad_token_id or 0).items()}
-        loss, p, y = batch_loss(prm, batch, cfg.run.use_bf16)
-        loss.backward()
-        loss = float(loss.detach())
-        stepped = loop.update(i, loss)
-        grad_norm, lr = stepped.norm, stepped.lr
-        live["loss"] = loss
-        if not log:
-            return {}
-        step_s = time.perf_counter() - t0
-        return {f"loss/{name}": loss, "stats/step_accuracy": float(((p >= 0.5) == (y >= 0.5)).float().mean()),
-                "stats/label_balance": float((y >= 0.5).float().mean()), "stats/grad_norm": grad_norm,
-                "stats/lr": lr, "perf/step_s": step_s, "perf/tokens_per_s": float(batch["attention_mask"].sum()) / step_s}
-
-    live: dict[str, float] = {}  # the bar's loss, every step
     model.train()
-    final = loop.run(cfg.steps, step, evaluate=lambda: evaluate_examples(prm, test_examples, cfg.eval.batch_size),
-                     eval_every=cfg.eval.every, state=lambda: {"prm": {"kind": cfg.kind, "head": cfg.head, "source": source}},
-                     show=lambda m: {**live, **({"auc": m["eval/auc"]} if "eval/auc" in m else {})})
+    final = loop.run(cfg.steps, StepScoring(cfg, loop, prm, examples, test_examples, source),
+                     Cadence(eval_every=cfg.eval.every))
+    name = cfg.kind
     loop.plot([f"loss/{name}", "stats/step_accuracy", "eval/auc", "eval/loss"], f"{name}.png",
               f"{name.upper()} {cfg.run.name}")
     return final

@@ -40,7 +40,7 @@ from seqrl.rewards.combine import RewardSpec, build_reward, score_completions
 from seqrl.rollout import sample_solutions
 from seqrl.rollout.logprobs import use_shared_prompt_forward
 from seqrl.training.api import RowsTrainer
-from seqrl.training.loop import RunLoop
+from seqrl.training.loop import Cadence, RunLoop
 from seqrl.training.run import batch_indices, make_optimizer, releases_run_folder
 from seqrl.types import Problem, Task
 from seqrl.utils import dist
@@ -124,6 +124,52 @@ def evaluate_pairs(model, pairs: list[EncodedPair], pad_id: int, batch: int, cen
             "eval/loss": float(loss), "eval/score_mean": float(torch.cat([c, r]).mean()), "eval/pairs": float(len(pairs))}
 
 
+class RewardModelling:
+    """The reward model as a run-loop method: one step is a batch of preference pairs (1/world on each
+    process), the Bradley–Terry loss over the batch, one update; the evaluation is held-out pairwise accuracy."""
+
+    def __init__(self, cfg: RMConfig, loop: RunLoop, model, tok, train_enc, held_enc, shared: bool) -> None:
+        self.cfg, self.loop, self.model, self.tok = cfg, loop, model, tok
+        self.train_enc, self.held_enc, self.shared = train_enc, held_enc, shared
+        self.share = cfg.batch_size // dist.world_size()
+        self.live: dict[str, float] = {}  # the bar's loss, every step
+
+    def step(self, i: int, log: bool) -> dict[str, float]:
+        cfg, bf16 = self.cfg, self.cfg.run.use_bf16
+        t0 = time.perf_counter()
+        idx = batch_indices(i, cfg.batch_size, len(self.train_enc), cfg.run.seed)
+        idx = idx[dist.rank() * self.share : (dist.rank() + 1) * self.share]
+        sums = torch.zeros(4, dtype=torch.float64)  # loss, correct, margin, pairs
+        for j in range(0, len(idx), cfg.micro_batch_size):
+            mb = [self.train_enc[k] for k in idx[j : j + cfg.micro_batch_size]]
+            c, r = pair_scores(self.model, mb, self.tok.pad_token_id, bf16, self.shared)
+            margins = torch.tensor([p.margin for p in mb], device=c.device)
+            loss, stats = bradley_terry_loss(c, r, margins, cfg.center_coef)
+            (loss * len(mb) / cfg.batch_size).backward()  # the batch mean, summed over micro-batches and processes
+            sums += torch.tensor([loss.item() * len(mb), float(stats["accuracy"]) * len(mb),
+                                  float(stats["margin"]) * len(mb), len(mb)], dtype=torch.float64)
+        if dist.world_size() > 1:
+            sums = dist.all_reduce_sum(sums)
+        n = float(sums[3])
+        stepped = self.loop.update(i, float(sums[0]) / n)
+        self.live["loss"] = float(sums[0]) / n
+        if not log:
+            return {}
+        return {"loss/bt": float(sums[0]) / n, "stats/accuracy": float(sums[1]) / n,
+                "stats/margin": float(sums[2]) / n, "stats/grad_norm": stepped.norm, "stats/lr": stepped.lr,
+                "perf/step_s": time.perf_counter() - t0}
+
+    def evaluate(self) -> dict[str, float]:
+        cfg = self.cfg
+        out = evaluate_pairs(self.model, self.held_enc, self.tok.pad_token_id, cfg.micro_batch_size, cfg.center_coef,
+                             cfg.run.use_bf16, self.shared) if self.loop.main else {}
+        dist.barrier()
+        return out
+
+    def show(self, m: dict[str, float]) -> dict[str, float]:
+        return {**self.live, **({"acc": m["eval/pairwise_accuracy"]} if "eval/pairwise_accuracy" in m else {})}
+
+
 @releases_run_folder
 def train(cfg: RMConfig) -> dict[str, float]:
     """Train a reward model; returns the final metrics (held-out pairwise accuracy among them)."""
@@ -134,8 +180,7 @@ def train(cfg: RMConfig) -> dict[str, float]:
         raise ValueError("data.path must name the preference data (TRL format: prompt, chosen, rejected); "
                          "`seqrl data preferences` builds a synthetic set")
     loop = RunLoop(cfg, "rm")
-    device, main = loop.device, loop.main
-    bf16 = cfg.run.use_bf16
+    device = loop.device
 
     model, tok = load_scalar_model(cfg.model)
     model.to(device).train()
@@ -155,48 +200,13 @@ def train(cfg: RMConfig) -> dict[str, float]:
 
     loop.resume(model, optimizer, scheduler, tok)
 
-    def evaluate() -> dict[str, float]:
-        out = evaluate_pairs(model, held_enc, tok.pad_token_id, cfg.micro_batch_size, cfg.center_coef, bf16,
-                             shared) if main else {}
-        dist.barrier()
-        return out
-
+    method = RewardModelling(cfg, loop, model, tok, train_enc, held_enc, shared)
     first: dict[str, float] = {}
     if loop.start == 0:
         first = {"model/parameters": float(num_parameters(model)), "data/train_pairs": float(len(train_enc)),
-                 "data/heldout_pairs": float(len(held_enc)), **evaluate()}
+                 "data/heldout_pairs": float(len(held_enc)), **method.evaluate()}
         loop.log_start(first)
-    share = cfg.batch_size // world
-
-    def step(i: int, log: bool) -> dict[str, float]:
-        t0 = time.perf_counter()
-        idx = batch_indices(i, cfg.batch_size, len(train_enc), cfg.run.seed)
-        idx = idx[dist.rank() * share : (dist.rank() + 1) * share]
-        sums = torch.zeros(4, dtype=torch.float64)  # loss, correct, margin, pairs
-        for j in range(0, len(idx), cfg.micro_batch_size):
-            mb = [train_enc[k] for k in idx[j : j + cfg.micro_batch_size]]
-            c, r = pair_scores(model, mb, tok.pad_token_id, bf16, shared)
-            margins = torch.tensor([p.margin for p in mb], device=c.device)
-            loss, stats = bradley_terry_loss(c, r, margins, cfg.center_coef)
-            (loss * len(mb) / cfg.batch_size).backward()  # the batch mean, summed over micro-batches and processes
-            sums += torch.tensor([loss.item() * len(mb), float(stats["accuracy"]) * len(mb),
-                                  float(stats["margin"]) * len(mb), len(mb)], dtype=torch.float64)
-        if world > 1:
-            sums = dist.all_reduce_sum(sums)
-        n = float(sums[3])
-        stepped = loop.update(i, float(sums[0]) / n)
-        grad_norm, lr = stepped.norm, stepped.lr
-        live["loss"] = float(sums[0]) / n
-        if not log:
-            return {}
-        return {"loss/bt": float(sums[0]) / n, "stats/accuracy": float(sums[1]) / n,
-                "stats/margin": float(sums[2]) / n, "stats/grad_norm": grad_norm, "stats/lr": lr,
-                "perf/step_s": time.perf_counter() - t0}
-
-    live: dict[str, float] = {}  # the bar's loss, every step
-    final = loop.run(cfg.steps, step, evaluate=evaluate, eval_every=cfg.eval.every,
-                     show=lambda m: {**live,
-                                     **({"acc": m["eval/pairwise_accuracy"]} if "eval/pairwise_accuracy" in m else {})})
+    final = loop.run(cfg.steps, method, Cadence(eval_every=cfg.eval.every))
     loop.plot(["loss/bt", "stats/accuracy", "eval/pairwise_accuracy", "eval/margin", "stats/grad_norm"], "rm.png",
               f"RM {cfg.run.name}")
     return {**first, **final}

@@ -21,9 +21,50 @@ from seqrl.models.lm import ModelConfig, load_policy, num_parameters  # noqa: F4
 from seqrl.prompts import check_template
 from seqrl.training.api import RowsTrainer, jsonl_task
 from seqrl.training.finetune import accumulate_gradients, collate, encode_examples  # noqa: F401 (re-exported)
-from seqrl.training.loop import RunLoop
+from seqrl.training.loop import Cadence, RunLoop
 from seqrl.training.run import batch_indices, make_optimizer, releases_run_folder
 from seqrl.utils import dist
+
+
+class SFT:
+    """SFT as a run-loop method: one step is a batch of worked solutions (1/world of it on each process),
+    the token-mean NLL over the whole batch, one update."""
+
+    def __init__(self, cfg: SFTConfig, loop: RunLoop, policy, task, test_problems, examples) -> None:
+        self.cfg, self.loop, self.policy, self.task, self.test_problems = cfg, loop, policy, task, test_problems
+        self.examples = examples
+        self.micro = cfg.batch_size // cfg.grad_accum // dist.world_size()  # torchrun: 1/world of every batch
+        self.live: dict[str, float] = {}  # the bar's loss, every step
+
+    def step(self, i: int, log: bool) -> dict[str, float]:
+        cfg, model, tok, device, world = self.cfg, self.policy.model, self.policy.tokenizer, self.loop.device, dist.world_size()
+        t0 = time.perf_counter()
+        idx = batch_indices(i, cfg.batch_size, len(self.examples), cfg.run.seed)
+        share = len(idx) // world
+        idx = idx[dist.rank() * share : (dist.rank() + 1) * share]
+        chunks = [{k: v.to(device) for k, v in collate([self.examples[j] for j in idx[c : c + self.micro]],
+                                                        tok.pad_token_id).items()}
+                  for c in range(0, len(idx), self.micro)]
+        n_tokens = int(dist.all_reduce_sum(torch.tensor(
+            [float(sum(int((c["labels"][:, 1:] != IGNORE_INDEX).sum()) for c in chunks))]))[0])
+        loss_sum, n_tokens = accumulate_gradients(model, chunks, cfg.run.use_bf16, device.type, n_tokens)
+        if world > 1:
+            loss_sum = float(dist.all_reduce_sum(torch.tensor([loss_sum], dtype=torch.float64))[0])
+        stepped = self.loop.update(i, loss_sum / max(n_tokens, 1))  # gradients Σ over processes: each loss used
+        step_s = time.perf_counter() - t0  # the global token count
+        self.live["loss"] = loss_sum / n_tokens
+        return {"loss/sft": loss_sum / n_tokens, "stats/grad_norm": stepped.norm, "stats/lr": stepped.lr,
+                "perf/step_s": step_s, "perf/tokens_per_s": n_tokens / step_s} if log else {}
+
+    def evaluate(self) -> dict[str, float]:
+        out = run_evaluation(self.policy, self.task, self.test_problems, self.cfg.eval, self.cfg.run.seed) \
+            if self.loop.main else {}
+        dist.barrier()
+        self.policy.model.train()
+        return out
+
+    def show(self, metrics: dict[str, float]) -> dict[str, float]:
+        return {**self.live, **({"acc": metrics["eval/accuracy"]} if "eval/accuracy" in metrics else {})}
 
 
 @releases_run_folder
@@ -34,52 +75,18 @@ def train(cfg: SFTConfig) -> dict[str, float]:
         raise ValueError(f"batch_size ({cfg.batch_size}) must be divisible by the processes × grad_accum "
                          f"({world} × {cfg.grad_accum})")
     loop = RunLoop(cfg, "sft")  # seeded the same on every process: identical initial weights
-    device, main = loop.device, loop.main
-
     task = cfg.task.build()
     train_problems = task.problems("train", cfg.task.n_train, cfg.task.seed)
     test_problems = task.problems("test", cfg.task.n_test, cfg.task.seed)
     check_template(cfg.prompt, train_problems + test_problems)
-    policy = load_policy(cfg.model, device)
+    policy = load_policy(cfg.model, loop.device)
     policy.prompt = cfg.prompt
-    model, tok = policy.model, policy.tokenizer
     examples = encode_examples(policy, train_problems, cfg.target)
-    optimizer, scheduler = make_optimizer(model, cfg.optim, cfg.steps)
-    loop.resume(model, optimizer, scheduler, tok)
-    loop.log_start({"model/parameters": num_parameters(model), "data/train_examples": len(examples)})
-
-    def evaluate() -> dict[str, float]:
-        out = run_evaluation(policy, task, test_problems, cfg.eval, cfg.run.seed) if main else {}
-        dist.barrier()
-        model.train()
-        return out
-
-    micro = cfg.batch_size // cfg.grad_accum // world  # torchrun: each process takes 1/world of every batch
-
-    def step(i: int, log: bool) -> dict[str, float]:
-        t0 = time.perf_counter()
-        idx = batch_indices(i, cfg.batch_size, len(examples), cfg.run.seed)
-        share = len(idx) // world
-        idx = idx[dist.rank() * share : (dist.rank() + 1) * share]
-        chunks = [{k: v.to(device) for k, v in collate([examples[j] for j in idx[c : c + micro]],
-                                                        tok.pad_token_id).items()}
-                  for c in range(0, len(idx), micro)]
-        n_tokens = int(dist.all_reduce_sum(torch.tensor(
-            [float(sum(int((c["labels"][:, 1:] != IGNORE_INDEX).sum()) for c in chunks))]))[0])
-        loss_sum, n_tokens = accumulate_gradients(model, chunks, cfg.run.use_bf16, device.type, n_tokens)
-        if world > 1:
-            loss_sum = float(dist.all_reduce_sum(torch.tensor([loss_sum], dtype=torch.float64))[0])
-        stepped = loop.update(i, loss_sum / max(n_tokens, 1))  # gradients Σ over processes: each loss used the
-        grad_norm, lr = stepped.norm, stepped.lr  # global token count
-        step_s = time.perf_counter() - t0
-        live["loss"] = loss_sum / n_tokens
-        return {"loss/sft": loss_sum / n_tokens, "stats/grad_norm": grad_norm, "stats/lr": lr,
-                "perf/step_s": step_s, "perf/tokens_per_s": n_tokens / step_s} if log else {}
-
-    live: dict[str, float] = {}  # the bar's loss, every step
-    model.train()
-    final = loop.run(cfg.steps, step, evaluate=evaluate, eval_every=cfg.eval.every,
-                     show=lambda m: {**live, **({"acc": m["eval/accuracy"]} if "eval/accuracy" in m else {})})
+    optimizer, scheduler = make_optimizer(policy.model, cfg.optim, cfg.steps)
+    loop.resume(policy.model, optimizer, scheduler, policy.tokenizer)
+    loop.log_start({"model/parameters": num_parameters(policy.model), "data/train_examples": len(examples)})
+    policy.model.train()
+    final = loop.run(cfg.steps, SFT(cfg, loop, policy, task, test_problems, examples), Cadence(eval_every=cfg.eval.every))
     loop.plot(["loss/sft", "eval/accuracy", "stats/lr", "stats/grad_norm"], "sft.png", f"SFT {cfg.run.name}")
     return final
 

@@ -43,7 +43,7 @@ from seqrl.models.lm import ModelConfig, Policy, load_policy, model_device, num_
 from seqrl.prompts import PromptConfig, check_template
 from seqrl.rollout import SamplingParams, generate
 from seqrl.training.finetune import encode_pairs, finetune
-from seqrl.training.loop import RunLoop
+from seqrl.training.loop import Cadence, RunLoop
 from seqrl.training.run import make_optimizer, releases_run_folder
 from seqrl.types import MARKERS, Problem, Task
 from seqrl.utils import dist
@@ -283,6 +283,49 @@ def split_problems(task: Task, cfg: STaRConfig) -> tuple[list[Problem], list[Pro
 
 # ---- the loop -------------------------------------------------------------------------------------
 
+class SelfTaught:
+    """STaR (or rejection-sampling fine-tuning) as a run-loop method: unit 0 evaluates the base on the
+    held-out problems (a fresh run); unit u is iteration u — sample rationales for the training problems,
+    keep the verified ones (rationalizing the rest where enabled), fine-tune afresh on them, evaluate."""
+
+    def __init__(self, cfg: STaRConfig, loop: RunLoop, policy, task, train_problems, test_problems, base_state,
+                 generated: int, first: dict) -> None:
+        self.cfg, self.loop, self.policy, self.task = cfg, loop, policy, task
+        self.train_problems, self.test_problems, self.base_state = train_problems, test_problems, base_state
+        self.generated, self.first = generated, first
+
+    def step(self, u: int, log: bool) -> dict[str, float]:
+        """Unit 0: the base's held-out evaluation (a fresh run); unit u: STaR iteration u."""
+        cfg, policy = self.cfg, self.policy
+        if u == 0:
+            out = {**self.first, **held_out(policy, self.task, self.test_problems, cfg),
+                   "model/parameters": num_parameters(policy.model), "data/train_problems": len(self.train_problems),
+                   "data/test_problems": len(self.test_problems), "run/method": cfg.method,
+                   "star/generated_tokens": 0.0, **self.loop.placement}
+            print(f"{cfg.method} iteration 0 (base): held-out accuracy {out['eval/accuracy']:.3f}"
+                  f"{by_group(out, cfg.accuracy_by)}")
+            return out
+        self.loop.guard.current = u  # a second signal loses this iteration's work: the messages say so
+        t0 = time.perf_counter()
+        kept, stats = collect(policy, self.task, self.train_problems, cfg, u, cfg.run.seed)
+        self.generated += int(stats["star/iteration_generated_tokens"])
+        t1 = time.perf_counter()
+        stats.update(fine_tune(policy, kept, cfg, u, self.base_state))
+        t2 = time.perf_counter()
+        stats.update(held_out(policy, self.task, self.test_problems, cfg))
+        stats.update({"star/generated_tokens": float(self.generated), "perf/sample_s": t1 - t0,
+                      "perf/fine_tune_s": t2 - t1, "perf/eval_s": time.perf_counter() - t2})
+        print(f"{cfg.method} iteration {u}: kept {int(stats['star/kept'])} "
+              f"({int(stats['star/kept_from_rationalization'])} rationalized), coverage "
+              f"{stats['star/train_coverage']:.3f}, held-out accuracy {stats['eval/accuracy']:.3f}"
+              f"{by_group(stats, cfg.accuracy_by)}")
+        return stats
+
+    def state(self) -> dict:
+        self.loop.guard.current = None  # the unit's work is done: a stop from here keeps it
+        return {"generated_tokens": self.generated}
+
+
 @releases_run_folder
 def train(cfg: STaRConfig) -> dict[str, float]:
     """Run STaR; returns the last iteration's metrics (held-out eval/accuracy among them)."""
@@ -325,40 +368,11 @@ def train(cfg: STaRConfig) -> dict[str, float]:
         base_state = {k: v.detach().clone() for k, v in reloaded.model.state_dict().items()}
         del reloaded
 
-    def unit(u: int, log: bool) -> dict[str, float]:
-        """Unit 0: the base's held-out evaluation (a fresh run); unit u: STaR iteration u."""
-        nonlocal generated
-        if u == 0:
-            out = {**metrics, **held_out(policy, task, test_problems, cfg),
-                   "model/parameters": num_parameters(model), "data/train_problems": len(train_problems),
-                   "data/test_problems": len(test_problems), "run/method": cfg.method,
-                   "star/generated_tokens": 0.0, **loop.placement}
-            print(f"{cfg.method} iteration 0 (base): held-out accuracy {out['eval/accuracy']:.3f}"
-                  f"{by_group(out, cfg.accuracy_by)}")
-            return out
-        loop.guard.current = u  # a second signal loses this iteration's work: the messages say so
-        t0 = time.perf_counter()
-        kept, stats = collect(policy, task, train_problems, cfg, u, cfg.run.seed)
-        generated += int(stats["star/iteration_generated_tokens"])
-        t1 = time.perf_counter()
-        stats.update(fine_tune(policy, kept, cfg, u, base_state))
-        t2 = time.perf_counter()
-        stats.update(held_out(policy, task, test_problems, cfg))
-        stats.update({"star/generated_tokens": float(generated), "perf/sample_s": t1 - t0,
-                      "perf/fine_tune_s": t2 - t1, "perf/eval_s": time.perf_counter() - t2})
-        print(f"{cfg.method} iteration {u}: kept {int(stats['star/kept'])} "
-              f"({int(stats['star/kept_from_rationalization'])} rationalized), coverage "
-              f"{stats['star/train_coverage']:.3f}, held-out accuracy {stats['eval/accuracy']:.3f}"
-              f"{by_group(stats, cfg.accuracy_by)}")
-        return stats
-
-    def checkpoint_state() -> dict:
-        loop.guard.current = None  # the unit's work is done: a stop from here keeps it
-        return {"generated_tokens": generated}
-
     # units: 0 the base's evaluation, then iterations 1 … N; unit u is recorded and saved as step u
-    final = loop.run(cfg.iterations + 1, unit, state=checkpoint_state, start=0 if resume_from is None else loop.start + 1,
-                     at=lambda done: max(done - 1, 0), log_due=lambda done: True, save_due=lambda done: True)
+    method = SelfTaught(cfg, loop, policy, task, train_problems, test_problems, base_state, generated, metrics)
+    final = loop.run(cfg.iterations + 1, method, Cadence(start=0 if resume_from is None else loop.start + 1,
+                                                         at=lambda done: max(done - 1, 0), log_due=lambda done: True,
+                                                         save_due=lambda done: True))
     records = read_metrics(run_dir / "metrics.jsonl")
     groups = [k for k in dict.fromkeys(k for r in records for k in r) if k.startswith("eval/acc_")]
     loop.plot(["eval/accuracy", *groups, "star/train_coverage", "star/kept", "star/kept_from_rationalization"],

@@ -36,7 +36,7 @@ from seqrl.data.offline import DatasetError, OfflineDataset, Trajectories
 from seqrl.envs.babyai import dagger_reset_seed, evaluate_babyai, labelled_rollouts, random_act, resolve_level
 from seqrl.models.loading import load_policy_checkpoint
 from seqrl.models.vla import VLAModel, VLAModelConfig
-from seqrl.training.loop import RunLoop
+from seqrl.training.loop import Cadence, RunLoop
 from seqrl.training.run import make_optimizer, releases_run_folder
 from seqrl.utils.dist import bf16_autocast
 from seqrl.utils.plots import _save
@@ -176,6 +176,90 @@ def episode_strip(frames: list, out_png: str | Path, title: str, max_frames: int
 # Training
 
 
+class BehaviourCloning:
+    """The VLA as a run-loop method: one step is a batch of context windows of the demonstrations (and of
+    the DAgger rounds so far), the action cross-entropy, one update; every ``dagger.every`` steps a round
+    of the policy's own episodes, labelled by the bot, joins the data. The evaluation plays held-out
+    episodes (none without ``eval.episodes``)."""
+
+    def __init__(self, cfg: VLAConfig, loop: RunLoop, policy, dataset: OfflineDataset, env_id: str,
+                 data: Trajectories, missions: list, info: dict) -> None:
+        self.cfg, self.loop, self.policy, self.dataset, self.env_id = cfg, loop, policy, dataset, env_id
+        self.info = info  # what a checkpoint needs to rebuild the policy
+        self.data, self.missions = data, missions
+        self.mission_ids = policy.encode_missions(missions).to(loop.device)  # (M, L)
+        self.collected: list = []  # the DAgger rounds' labelled episodes (packed), in order
+        self.round_at = range(cfg.dagger.every, cfg.steps, cfg.dagger.every) if cfg.dagger.every else range(0)
+        self.at_step = 0
+        self.window = [0.0, 0]  # seconds and steps since the last record: perf/steps_per_s
+        self.live: dict[str, float] = {}  # the bar's loss, every step
+        if not cfg.eval.episodes:
+            self.evaluate = None  # no held-out evaluation
+
+    def add_round(self, episodes: list) -> None:
+        """A DAgger round's labelled episodes join the training data (and their missions the vocabulary)."""
+        if not episodes:
+            return
+        packed, self.missions = pack_episodes(episodes, self.missions)
+        self.collected.extend(packed)
+        d = self.dataset
+        self.data = Trajectories(OfflineDataset(list(d.episodes) + self.collected, env_id=d.env_id, discrete=True,
+                                                action_dim=d.action_dim, name=d.name),
+                                 1.0, MAX_EP_LEN, "vla.model", windows="cover")
+        self.mission_ids = self.policy.encode_missions(self.missions).to(self.loop.device)
+
+    def step(self, i: int, log: bool) -> dict[str, float]:
+        cfg, loop = self.cfg, self.loop
+        self.at_step = i + 1
+        metrics: dict[str, float] = {}
+        if i in self.round_at:  # collected with the weights after `i` steps; stored before training on it
+            t_round = time.perf_counter()
+            k = self.round_at.index(i)
+            loop.bar.advance(0, dagger=f"round {k + 1}: collecting")
+            episodes, metrics = collect_round(self.policy, self.env_id, cfg.dagger, cfg.run.seed, i, k, cfg.eval.max_steps)
+            save_episodes(dagger_round_path(loop.dir, i), episodes)
+            self.add_round(episodes)
+            metrics.update({"dagger/episodes": float(len(self.collected)), "data/steps": float(self.data.n_steps),
+                            "perf/dagger_s": time.perf_counter() - t_round})
+            loop.bar.advance(0, dagger=f"{len(self.collected)} episodes")
+        t0 = time.perf_counter()
+        b = self.data.batch(i, cfg.batch_size, cfg.model.context_len, cfg.run.seed)
+        loss, logits, actions, mask = bc_loss(self.policy, b, self.mission_ids, cfg.run.use_bf16)
+        loss.backward()
+        stepped = loop.update(i, loss.item())
+        self.window[0] += time.perf_counter() - t0
+        self.window[1] += 1
+        self.live["loss"] = loss.item()
+        if log:
+            with torch.no_grad():
+                real = mask.bool()
+                acc = (logits.argmax(-1)[real] == actions[real]).float().mean().item()
+            metrics.update({"loss/action": loss.item(), "stats/action_accuracy": acc, "stats/grad_norm": stepped.norm,
+                            "stats/lr": stepped.lr, "perf/steps_per_s": self.window[1] / self.window[0],
+                            "perf/samples_per_s": self.window[1] * cfg.batch_size / self.window[0]})
+            self.window[:] = [0.0, 0]
+        return metrics
+
+    def evaluate(self) -> dict[str, float]:
+        cfg = self.cfg
+        t_eval = time.perf_counter()
+        done = self.at_step
+        last = done == cfg.steps and cfg.eval.strip
+        out, frames, caption = evaluate(self.policy, self.env_id, cfg.eval.episodes, cfg.eval.seed, cfg.eval.max_steps,
+                                        record=0 if last else None, temperature=cfg.eval.temperature)
+        out["perf/eval_s"] = time.perf_counter() - t_eval
+        if frames:
+            episode_strip(frames, self.loop.dir / "plots" / "episode.png",
+                          f"{cfg.run.name} step {done}, held-out episode 0 — {caption}")
+        return out
+
+    def state(self) -> dict:
+        return {"policy": self.info}
+
+    def show(self, m: dict[str, float]) -> dict[str, float]:
+        return {**self.live, **({"success_rate": m["eval/success_rate"]} if "eval/success_rate" in m else {})}
+
+
 @releases_run_folder
 def train(cfg: VLAConfig, dataset: OfflineDataset | None = None) -> dict[str, float]:
     """Behaviour-clone a VLA on `dataset` (default: the one `cfg.data` names); returns the final metrics."""
@@ -190,100 +274,35 @@ def train(cfg: VLAConfig, dataset: OfflineDataset | None = None) -> dict[str, fl
         raise DatasetError(f"data.dataset {dataset.name}: no mission list in its metadata (load it with "
                            f"seqrl.data.babyai.load_babyai)")
     data = Trajectories(dataset, 1.0, MAX_EP_LEN, "vla.model", windows="cover")
-    K = cfg.model.context_len
     seed_everything(cfg.run.seed)  # after the dataset: building one may draw from the global RNGs
     policy = build_policy(cfg, dataset).to(device)
     missions = list(dataset.metadata["missions"])
-    mission_ids = policy.encode_missions(missions).to(device)  # (M, L)
-    dagger = cfg.dagger
-    collected: list = []  # the DAgger rounds' labelled episodes (packed), in order
-
-    def add_round(episodes: list) -> None:
-        nonlocal data, missions, mission_ids
-        if not episodes:
-            return
-        packed, missions = pack_episodes(episodes, missions)
-        collected.extend(packed)
-        data = Trajectories(OfflineDataset(list(dataset.episodes) + collected, env_id=dataset.env_id, discrete=True,
-                                           action_dim=dataset.action_dim, name=dataset.name),
-                            1.0, MAX_EP_LEN, "vla.model", windows="cover")
-        mission_ids = policy.encode_missions(missions).to(device)
     info = {"method": "vla", "model": dict(policy.kwargs), "env_id": env_id, "dataset": dataset.name,
             "episodes": len(dataset.episodes)}
+    method = BehaviourCloning(cfg, loop, policy, dataset, env_id, data, missions, info)
     optimizer, scheduler = make_optimizer(policy, cfg.optim, cfg.steps, fused=True)
 
     loop.resume(policy, optimizer, scheduler)
-    start = loop.start
-    round_at = range(dagger.every, cfg.steps, dagger.every) if dagger.every else range(0)
-    for r, at in enumerate(round_at):  # rounds before the resumed step: as they were collected
+    start = method.at_step = loop.start
+    for r, at in enumerate(method.round_at):  # rounds before the resumed step: as they were collected
         if at >= start:
             break
         path = dagger_round_path(run_dir, at)
         if not path.exists():
             raise DatasetError(f"{path}: DAgger round {r} (after step {at}) is missing, and the policy that "
                                f"collected it is gone; resume from a checkpoint before step {at} or start a new run")
-        add_round(load_episodes(path))
+        method.add_round(load_episodes(path))
     if start == 0:
         first = {"model/parameters": sum(p.numel() for p in policy.parameters() if p.requires_grad),
-                 "data/episodes": len(dataset.episodes), "data/steps": data.n_steps, "data/missions": len(missions)}
+                 "data/episodes": len(dataset.episodes), "data/steps": method.data.n_steps,
+                 "data/missions": len(method.missions)}
         if cfg.eval.episodes:
             first.update(random_baseline(env_id, cfg.eval.episodes, cfg.eval.seed, cfg.eval.max_steps))
         loop.log_start(first)
 
-    window = [0.0, 0]  # seconds and steps since the last record: perf/steps_per_s
-    live: dict[str, float] = {}  # the bar's loss, every step
-    at_step = [start]
-
-    def step(i: int, log: bool) -> dict[str, float]:
-        at_step[0] = i + 1
-        metrics: dict[str, float] = {}
-        if i in round_at:  # collected with the weights after `i` steps; stored before training on it
-            t_round = time.perf_counter()
-            loop.bar.advance(0, dagger=f"round {round_at.index(i) + 1}: collecting")
-            episodes, metrics = collect_round(policy, env_id, dagger, cfg.run.seed, i, round_at.index(i),
-                                              cfg.eval.max_steps)
-            save_episodes(dagger_round_path(run_dir, i), episodes)
-            add_round(episodes)
-            metrics.update({"dagger/episodes": float(len(collected)), "data/steps": float(data.n_steps),
-                            "perf/dagger_s": time.perf_counter() - t_round})
-            loop.bar.advance(0, dagger=f"{len(collected)} episodes")
-        t0 = time.perf_counter()
-        b = data.batch(i, cfg.batch_size, K, cfg.run.seed)
-        loss, logits, actions, mask = bc_loss(policy, b, mission_ids, cfg.run.use_bf16)
-        loss.backward()
-        stepped = loop.update(i, loss.item())
-        grad_norm, lr = stepped.norm, stepped.lr
-        window[0] += time.perf_counter() - t0
-        window[1] += 1
-        live["loss"] = loss.item()
-        if log:
-            with torch.no_grad():
-                real = mask.bool()
-                acc = (logits.argmax(-1)[real] == actions[real]).float().mean().item()
-            metrics.update({"loss/action": loss.item(), "stats/action_accuracy": acc, "stats/grad_norm": grad_norm,
-                            "stats/lr": lr, "perf/steps_per_s": window[1] / window[0],
-                            "perf/samples_per_s": window[1] * cfg.batch_size / window[0]})
-            window[:] = [0.0, 0]
-        return metrics
-
-    def run_eval() -> dict[str, float]:
-        t_eval = time.perf_counter()
-        done = at_step[0]
-        last = done == cfg.steps and cfg.eval.strip
-        out, frames, caption = evaluate(policy, env_id, cfg.eval.episodes, cfg.eval.seed, cfg.eval.max_steps,
-                                        record=0 if last else None, temperature=cfg.eval.temperature)
-        out["perf/eval_s"] = time.perf_counter() - t_eval
-        if frames:
-            episode_strip(frames, run_dir / "plots" / "episode.png",
-                          f"{cfg.run.name} step {done}, held-out episode 0 — {caption}")
-        return out
-
     policy.train()
-    final = loop.run(cfg.steps, step, evaluate=run_eval if cfg.eval.episodes else None, eval_every=cfg.eval.every,
-                     state=lambda: {"policy": info},
-                     show=lambda m: {**live, **({"success_rate": m["eval/success_rate"]}
-                                               if "eval/success_rate" in m else {})})
+    final = loop.run(cfg.steps, method, Cadence(eval_every=cfg.eval.every))
     curves = ["loss/action", "stats/action_accuracy", "eval/success_rate", "eval/episode_length", "stats/lr",
-              "perf/samples_per_s"] + (["dagger/success_rate", "dagger/disagreement"] if dagger.every else [])
+              "perf/samples_per_s"] + (["dagger/success_rate", "dagger/disagreement"] if cfg.dagger.every else [])
     loop.plot(curves, "vla.png", f"VLA {cfg.run.name}")
     return final

@@ -7,13 +7,15 @@ step, its evaluation, what its checkpoint state holds — and the loop does the 
     ...                                      # the trainer builds data, model, optimizer, scheduler
     loop.resume(model, optimizer, scheduler, tokenizer)   # newest checkpoint that loads; the metrics log
     loop.log_start({...})                    # step-0 record of a fresh run, with device and precision
-    final = loop.run(cfg.steps, step, evaluate=..., eval_every=cfg.eval.every, state=..., show=...)
+    final = loop.run(cfg.steps, SFT(...), Cadence(eval_every=cfg.eval.every))   # the method: one class
     loop.plot([...], "sft.png", "SFT ...")   # on the main process
 
-`run` calls ``step(i, log)`` for i = start … total−1 (``log``: whether this step's metrics are
-recorded, every ``run.log_every`` steps and the last), evaluates every ``eval_every`` steps and at the
-end, writes the record, saves a checkpoint every ``run.save_every`` steps, at the end and when a
-signal asks to stop (`RunGuard`), and advances the progress bar. A step ends its update with
+A method (`Method`) is one class: ``step(i, log)`` (collect, learn), and where it has them
+``evaluate``, ``state``, ``show``, ``record``, ``on_stop``. `run` calls ``step(i, log)`` for i = start …
+total−1 (``log``: whether this step's metrics are recorded, every ``run.log_every`` steps and the
+last), evaluates at the `Cadence`'s rule and at the end, writes the record, saves a checkpoint every
+``run.save_every`` steps, at the end and when a signal asks to stop (`RunGuard`), and advances the
+progress bar. A step ends its update with
 `RunLoop.update` (`seqrl.training.update`: the all-reduce, clip, the non-finite rule of
 ``run.on_nonfinite``, optimizers and schedules, for one group of parameters or several).
 """
@@ -21,8 +23,9 @@ signal asks to stop (`RunGuard`), and advances the progress bar. A step ends its
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 
@@ -37,6 +40,53 @@ from seqrl.utils.progress import progress_bar
 
 Metrics = dict[str, float]
 _OPEN: dict[str, RunLoop] = {}  # resolved run folder → its loop with logs or trackers open (this process)
+
+
+class Method(Protocol):
+    """One algorithm on the run loop, as one class: ``step(i, log)`` collects and learns from unit `i` (a
+    step, or an iteration of several) and returns its metrics (those due when `log`, else {} or what
+    must not wait). Optional members, read when present:
+
+    - ``evaluate() -> Metrics``: the held-out evaluation (on every process: it may gather);
+    - ``state() -> Mapping``: the method's part of each checkpoint's state (every process);
+    - ``show(metrics) -> Mapping``: the progress bar's fields from the metrics as last recorded;
+    - ``record(step) -> Mapping``: texts that join the record of `step` only (main process);
+    - ``on_stop(step)``: called before a signal ends the run at `step`.
+
+    A member set to None counts as absent (a method with no held-out evaluation in this run).
+    """
+
+    def step(self, i: int, log: bool) -> Metrics: ...
+
+
+@dataclass(frozen=True)
+class Cadence:
+    """When the loop records, evaluates and checkpoints, counted in units done.
+
+    Default: a record every ``run.log_every`` units and at the last, the evaluation every `eval_every`
+    units (0: only at the end) and after the last, a checkpoint every ``run.save_every`` steps and at the
+    end. A method whose unit is not one step (ODT's online iterations, STaR's iterations) gives `at`
+    (units done → the global step that records, checkpoints and the bar use), `start` (the first unit;
+    default the resumed step), and `log_due` / `eval_due` (replacing the rules above) and `save_due`
+    (added to ``run.save_every``), each of the units done."""
+
+    eval_every: int = 0
+    start: int | None = None
+    at: Callable[[int], int] | None = None
+    log_due: Callable[[int], bool] | None = None
+    eval_due: Callable[[int], bool] | None = None
+    save_due: Callable[[int], bool] | None = None
+
+
+class _Files:
+    """The tokenizer and the loop's `RunLoop.files` as the one object a checkpoint's ``save_pretrained`` takes."""
+
+    def __init__(self, objects: list[Any]) -> None:
+        self.objects = [o for o in objects if o is not None]
+
+    def save_pretrained(self, directory) -> None:
+        for o in self.objects:
+            o.save_pretrained(directory)
 
 
 def close_loop(run_dir: Path) -> None:
@@ -75,6 +125,9 @@ class RunLoop:
         self._side_logs: list[MetricsLogger] = []
         self._compile_base = 0.0
         self._companions: list[tuple[str, torch.nn.Module, Any, Any]] = []
+        self.files: list[Any] = []
+        """Objects with ``save_pretrained(dir)`` written into each checkpoint beside the tokenizer (ODT's
+        replay buffer in its online phase); the method reads them back from `resume_from` itself."""
         self.trackers: list = []
         """The experiment trackers of ``run.report_to`` (main process), opened by `resume`."""
 
@@ -172,40 +225,28 @@ class RunLoop:
             for name, model, optimizer, scheduler in self._companions:  # first: the main checkpoint marks them done
                 save_checkpoint(self.dir / name, step, model, None, optimizer, scheduler,
                                 keep_last=self.cfg.run.keep_last)
-            save_checkpoint(self.dir, step, self.model, self.tokenizer, self.optimizer, self.scheduler,
+            files = _Files([self.tokenizer, *self.files]) if self.files else self.tokenizer
+            save_checkpoint(self.dir, step, self.model, files, self.optimizer, self.scheduler,
                             keep_last=self.cfg.run.keep_last,
                             state={"skipped_updates": self.guard.skipped, **(state or {})})
         if self.distributed:
             dist.barrier()
 
-    def run(self, total: int, step: Callable[[int, bool], Metrics], *,
-            evaluate: Callable[[], Metrics] | None = None, eval_every: int = 0,
-            state: Callable[[], Mapping[str, Any]] | None = None,
-            show: Callable[[Metrics], Mapping[str, float]] | None = None,
-            record: Callable[[int], Mapping[str, Any]] | None = None,
-            on_stop: Callable[[int], None] | None = None, start: int | None = None,
-            at: Callable[[int], int] | None = None, log_due: Callable[[int], bool] | None = None,
-            eval_due: Callable[[int], bool] | None = None, save_due: Callable[[int], bool] | None = None) -> Metrics:
-        """Steps start … `total`−1; returns every metric as last recorded.
+    def run(self, total: int, method: Method, cadence: Cadence | None = None) -> Metrics:
+        """Units start … `total`−1 of `method` (`Method`) at `cadence` (`Cadence`; default: every step a
+        unit, the held-out evaluation only at the end); returns every metric as last recorded.
 
-        step(i, log): one step; returns what to record for it: its metrics when `log` (every
-        ``run.log_every`` steps, the last, and where it evaluates), else {} or what must not wait (a
-        DAgger round's); with `log` they gain ``stats/skipped_updates``, the updates skipped so far.
-        The progress bar is `self.bar` meanwhile.
-        evaluate(): held-out metrics, every `eval_every` steps (0: only at the end) and after the last.
-        state(): the trainer's part of each checkpoint's state (called on every process: it may gather).
-        show(metrics): the progress bar's fields, from the metrics as last recorded (a trainer with a
-        livelier field keeps it itself).
-        record(step): called (main process) as a step's record is written; what it returns joins that
-        record only (texts, not returned metrics). on_stop(step): called before a signal ends the run.
-
-        For a trainer whose unit of work is not one step (ODT's online iterations): units start … total−1
-        (`start`: default the resumed step); at(units done) is the global step that records, checkpoints
-        and the bar use; log_due, eval_due (replacing the cadences above) and save_due (added to
-        ``run.save_every``, counted in global steps) take the units done."""
-        run, guard = self.cfg.run, self.guard
-        at = at or (lambda units: units)
-        first = self.start if start is None else start
+        Each unit: ``method.step(i, log)`` — ``log`` whether its record is due (every ``run.log_every``
+        units, the last, and where it evaluates); with `log` its metrics gain ``stats/skipped_updates``
+        (the updates skipped so far) — then, where due, ``method.evaluate()``, the record (with
+        ``method.record(step)``'s texts, main process), a checkpoint (``method.state()`` in its state) and
+        on a signal ``method.on_stop(step)`` before the run ends. The progress bar is `self.bar` meanwhile
+        and shows ``method.show(metrics as last recorded)``."""
+        run, guard, c = self.cfg.run, self.guard, cadence or Cadence()
+        evaluate, state = getattr(method, "evaluate", None), getattr(method, "state", None)
+        show, record, on_stop = (getattr(method, n, None) for n in ("show", "record", "on_stop"))
+        at = c.at or (lambda units: units)
+        first = self.start if c.start is None else c.start
         final: Metrics = {}
         with progress_bar(at(total), f"{self.label} {run.name}", disable=not (run.progress and self.main)) as bar, guard:
             self.bar = bar
@@ -214,9 +255,9 @@ class RunLoop:
                 for i in range(first, total):
                     done = i + 1
                     evaluated = evaluate is not None and (
-                        eval_due(done) if eval_due else bool((eval_every and done % eval_every == 0) or done == total))
-                    log = (log_due(done) if log_due else done % run.log_every == 0 or done == total) or evaluated
-                    metrics = step(i, log)
+                        c.eval_due(done) if c.eval_due else bool((c.eval_every and done % c.eval_every == 0) or done == total))
+                    log = (c.log_due(done) if c.log_due else done % run.log_every == 0 or done == total) or evaluated
+                    metrics = method.step(i, log)
                     if log and metrics:
                         metrics = {"stats/skipped_updates": guard.skipped, **metrics}  # run.on_nonfinite=skip_step
                         if getattr(run, "compile", False):
@@ -231,7 +272,7 @@ class RunLoop:
                         final.update(metrics)
                     stopping = guard.stop_requested() and done < total
                     scheduled = bool(run.save_every and at(done) // run.save_every > at(i) // run.save_every)
-                    if scheduled or done == total or stopping or (save_due is not None and save_due(done)):
+                    if scheduled or done == total or stopping or (c.save_due is not None and c.save_due(done)):
                         self.save(at(done), state() if state else None)
                     if stopping:
                         if on_stop is not None:

@@ -312,18 +312,25 @@ def build_sampled_run(cfg: Any, device: Any, rewards: dict | None, policy: Polic
 
 
 class SampledSteps:
-    """The step of a trainer that samples its own batch (GRPO, PPO), on a `RunLoop`: the learner's
-    ``collect(i)`` then ``train_step(batch)``, their metrics reduced over processes
-    (`reduce_rank_metrics`) with ``perf/tokens_per_s``; each reward's first failure printed once and its
-    text logged beside the numbers; ``run.log_completions``'s samples (``learner.samples``) written to
-    completions.jsonl with each record; each process's prompt cursor in the checkpoint state.
+    """A trainer that samples its own batch (GRPO, PPO) as a run-loop method (`seqrl.training.loop.Method`):
+    a step is the learner's ``collect(i)`` then ``train_step(batch)``, their metrics reduced over
+    processes (`reduce_rank_metrics`) with ``perf/tokens_per_s``; each reward's first failure printed once
+    and its text logged beside the numbers; ``run.log_completions``'s samples (``learner.samples``)
+    written to completions.jsonl with each record; each process's prompt cursor in the checkpoint state.
 
-    `after(i, metrics)` runs after each update (a finiteness check, a reference sync)."""
+    `task`, `problems`, `reward`: the held-out evaluation (`evaluate`). `after(i, metrics)` runs after
+    each update (a reference sync); `extra_state()` adds to the checkpoint state; `stopping(step)` runs
+    before a signal ends the run."""
 
-    def __init__(self, loop: RunLoop, learner: SampledLearner, after: Callable[[int, Metrics], None] | None = None) -> None:
+    def __init__(self, loop: RunLoop, learner: SampledLearner, task: Task, problems: list[Problem],
+                 reward: str = "sampled", after: Callable[[int, Metrics], None] | None = None,
+                 extra_state: Callable[[], Mapping[str, Any]] | None = None,
+                 stopping: Callable[[int], None] | None = None) -> None:
         from seqrl.rewards.combine import report_reward_errors
 
         self.loop, self.learner, self.after, self._report = loop, learner, after, report_reward_errors
+        self.task, self.problems, self.reward = task, problems, reward
+        self.extra_state, self.stopping = extra_state, stopping
         self.samples_log = loop.open_log("completions.jsonl") if loop.cfg.run.log_completions else None
         self.warned: set[str] = set()  # reward functions whose first failure was printed
         self.errors: dict[str, str] = {}  # the last step's reward/<fn>/first_error texts
@@ -356,35 +363,30 @@ class SampledSteps:
     def state(self) -> dict[str, Any]:
         cursors = dist.all_gather_objects(self.learner.prompt_cursor)
         return {"prompt_cursor": cursors if len(cursors) > 1 else cursors[0],
-                "skipped_updates": self.learner.skipped_updates}
+                "skipped_updates": self.learner.skipped_updates, **(self.extra_state() if self.extra_state else {})}
 
-    def evaluation(self, task: Task, problems: list[Problem], reward: str = "sampled") -> Callable[[], Metrics]:
+    def evaluate(self) -> Metrics:
         """The held-out evaluation (main process; the others wait): greedy accuracy and pass@k
         (`run_evaluation`), and with ``eval.samples`` the held-out reward: ``"sampled"`` (the training
         rewards on fresh samples), ``"pass1"`` (taken from pass@1: the training reward is the verifier
-        alone, sampled alike) or ``"none"``."""
+        alone, sampled alike) or ``"none"``. With tools, greedy episodes (`SampledLearner.agent_evaluation`)."""
         learner, cfg = self.learner, self.loop.cfg
-        if reward == "pass1" and learner.agent is not None:
-            reward = "sampled"  # episodes have no single-turn pass@1 to read it from
+        reward = "sampled" if self.reward == "pass1" and learner.agent is not None else self.reward  # episodes: no pass@1
+        out: Metrics = {}
+        if self.loop.main:
+            out = (run_evaluation(learner.policy, self.task, self.problems, cfg.eval, cfg.run.seed, stop=cfg.sampling.stop)
+                   if learner.agent is None else learner.agent_evaluation(self.task, self.problems))
+            if cfg.eval.samples and reward == "pass1":
+                out.update({"eval/reward": out["eval/pass@1"], "eval/reward/accuracy": out["eval/pass@1"]})
+            elif cfg.eval.samples and reward == "sampled":
+                out.update(learner.heldout_reward(self.problems, cfg.eval.samples, cfg.run.seed + 1))
+            learner.policy.model.train()
+        dist.barrier()
+        return out
 
-        def evaluate() -> Metrics:
-            out: Metrics = {}
-            if self.loop.main:
-                out = (run_evaluation(learner.policy, task, problems, cfg.eval, cfg.run.seed, stop=cfg.sampling.stop)
-                       if learner.agent is None else learner.agent_evaluation(task, problems))
-                if cfg.eval.samples and reward == "pass1":
-                    out.update({"eval/reward": out["eval/pass@1"], "eval/reward/accuracy": out["eval/pass@1"]})
-                elif cfg.eval.samples and reward == "sampled":
-                    out.update(learner.heldout_reward(problems, cfg.eval.samples, cfg.run.seed + 1))
-                learner.policy.model.train()
-            dist.barrier()
-            return out
+    def show(self, metrics: Metrics) -> Metrics:
+        return {**self.live, **({"acc": metrics["eval/accuracy"]} if "eval/accuracy" in metrics else {})}
 
-        return evaluate
-
-    def run(self, total: int, evaluate: Callable[[], Metrics], eval_every: int,
-            state: Callable[[], Mapping[str, Any]] | None = None, on_stop: Callable[[int], None] | None = None) -> Metrics:
-        """`RunLoop.run` with these steps; `state` adds to the checkpoint state."""
-        return self.loop.run(total, self.step, evaluate=evaluate, eval_every=eval_every, record=self.record,
-                             on_stop=on_stop, state=lambda: {**self.state(), **(state() if state else {})},
-                             show=lambda m: {**self.live, **({"acc": m["eval/accuracy"]} if "eval/accuracy" in m else {})})
+    def on_stop(self, step: int) -> None:
+        if self.stopping is not None:
+            self.stopping(step)
