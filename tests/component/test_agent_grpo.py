@@ -52,7 +52,7 @@ def test_episodes_train_on_the_policys_tokens_only(tmp_path, monkeypatch):
     tok = policy.tokenizer
     call = '<tool_call>{"name": "add", "arguments": {"a": 1, "b": 2}}</tool_call>'
 
-    def scripted(policy_, params):
+    def scripted(policy_, params, *_):
         def sample(contexts, max_new, seed):
             out = []
             for ctx in contexts:

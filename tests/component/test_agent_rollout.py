@@ -140,6 +140,35 @@ def test_the_engine_samples_each_turn_and_its_logprobs_equal_the_recomputation()
     assert any(e.end == "max_tokens" for e in episodes)  # the episode budget (16) cut the sampler's 24
 
 
+def test_the_engine_continues_a_turn_from_its_cached_keys_and_values():
+    """The engine sampler across two turns: turns that stopped (at a stop string standing in for a closed
+    call) continue with a tool turn from their cached K/V — the same tokens and log-probs as re-prefilling
+    the history (cache_bytes=0), which the trainer's recomputation also matches."""
+    from seqrl.agents.rollout import engine_sampler
+    from tests.component.test_prefix_cache import STOPS
+
+    policy = _policy()
+    tok = policy.tokenizer
+    params = SamplingParams(temperature=1.0, max_new_tokens=20, stop=STOPS)
+    contexts = [tok.encode(q, add_special_tokens=False) for q in ("12+30=", "7+8=", "100-1=", "3*4=")] * 2
+    tool = tok.encode("\n<tool_response>42</tool_response>\n", add_special_tokens=False)
+    got = {}
+    for name, cache_bytes in (("cached", 1 << 30), ("re-prefilled", 0)):
+        sample = engine_sampler(policy, params, cache_bytes)
+        first = sample(contexts, 20, 5)
+        stopped = [(c + s.tokens, k) for k, (c, s) in enumerate(zip(contexts, first)) if s.ended_by == "stop_string"]
+        nxt = [fed + tool[: 4 + k % 5] for fed, k in stopped]
+        got[name] = (nxt, [(s.tokens, s.logprobs) for s in sample(nxt, 12, 6)])
+        if cache_bytes:  # every continued row read its earlier turn's K/V (two equal rows share one entry)
+            assert sample.cache.hits == len({tuple(fed[:-1]) for fed, _ in stopped}) > 0
+    (nxt, cached), (_, full) = got["cached"], got["re-prefilled"]
+    assert len(nxt) >= 4 and [t for t, _ in cached] == [t for t, _ in full]
+    assert max(abs(a - b) for (_, x), (_, y) in zip(cached, full) for a, b in zip(x, y)) < 1e-5
+    with torch.no_grad():
+        lp, _ = sequence_logprobs(policy.model, [nxt[0]], torch.tensor([cached[0][0]]), tok.pad_token_id)
+    assert float((lp[0] - torch.tensor(cached[0][1])).abs().max()) < 1e-4
+
+
 def test_the_prompt_tells_the_tools_as_the_config_says():
     from seqrl.agents.rollout import encode_prompts, template_renders_tools
 

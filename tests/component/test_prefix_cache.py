@@ -45,6 +45,26 @@ def test_continuing_from_the_cache_samples_what_a_full_prefill_samples(arch, ove
     assert len(set(cached.lengths.tolist())) > 2  # rows left the batch at several steps
 
 
+@pytest.mark.parametrize("arch,overrides", [("llama", {}), ("qwen2", {"num_key_value_heads": 2})])
+def test_a_row_extended_by_several_tokens_prefills_only_them_and_samples_what_a_full_prefill_samples(arch, overrides):
+    """A multi-turn episode's next turn: the row a turn ended at a stop string, then a tool turn of several
+    tokens (its length differs by row, and one rest is longer than a whole short prompt). Each entry
+    serves once (`single_use`)."""
+    policy = _custom_policy(arch, seed=1, **overrides)
+    cache = PrefixCache(single_use=True)
+    cont, prompts = _continuations(policy, cache)
+    tool = policy.tokenizer.encode("<tool_response>42</tool_response>", add_special_tokens=False)
+    extended = [c + tool[: 3 + 5 * (k % 3)] for k, c in enumerate(cont)] + [prompts[1]]
+    params = SamplingParams(temperature=1.0, max_new_tokens=15, seed=9, stop=STOPS[2:])
+    full = generate(policy, extended, 1, params)
+    cached = generate(policy, extended, 1, params, prefix_cache=cache)
+    assert cached.stats["prefix_cache_hits"] == len({tuple(c[:-1]) for c in cont})  # two equal rows: one entry
+    assert cached.completion_ids.tolist() == full.completion_ids.tolist() and cached.ended_by == full.ended_by
+    assert torch.allclose(cached.logprobs, full.logprobs, atol=1e-5)
+    assert not any(c[:-1] in cache for c in cont) and cont  # each continued entry was dropped
+    assert generate(policy, extended[:2], 1, params, prefix_cache=cache).stats["prefix_cache_hits"] == 0
+
+
 def test_under_bf16_autocast_cached_rows_score_their_tokens_as_a_full_forward_does(monkeypatch):
     """The bf16 cache (`lean.KV_BF16`): K/V exported and copied back in bf16; a continued row's log-probs
     are within bf16 rounding of the fp32 full forward of its own tokens (a misplaced slot is not)."""

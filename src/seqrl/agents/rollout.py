@@ -12,8 +12,9 @@ Where the chat template renders a ``tool`` turn, the results go back in it (one 
 renders none (the tiny presets' template), they go inline in the policy's own turn:
 ``<tool_response>RESULT</tool_response>`` after the call, and the policy continues its turn.
 
-Each turn re-feeds the episode to the sampler (this slice): the prompt and every earlier turn are
-prefilled again at each turn.
+The engine keeps each episode's keys and values from one turn to the next: a turn that stops at a
+tool call leaves them in a `PrefixCache`, and the next turn prefills only the tool turn's tokens (and the
+call's closing token), not the prompt and the earlier turns again.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import torch
 from seqrl.agents.tools import CALL_CLOSE, Toolbox, ToolCall, ToolResult, run_episode_calls
 from seqrl.prompts import build_messages, render
 from seqrl.rollout.engine import Rollouts, SamplingParams, generate
+from seqrl.rollout.lean import PrefixCache
 
 INLINE_OPEN, INLINE_CLOSE = "<tool_response>", "</tool_response>"
 ENDS = ("answer", "length", "done", "max_turns", "max_tool_calls", "max_tokens")
@@ -121,26 +123,32 @@ class Sampled:
     ended_by: str
 
 
-def engine_sampler(policy, params: SamplingParams) -> Callable[[list[list[int]], int, int | None], list[Sampled]]:
+def engine_sampler(policy, params: SamplingParams, cache_bytes: int = 1 << 30
+                   ) -> Callable[[list[list[int]], int, int | None], list[Sampled]]:
     """The lean engine as the rollout's sampler: ``(contexts, max_new_tokens, seed) → [Sampled]``, each
-    context sampled once, stopping at EOS, a stop string of `params` or a closed tool call."""
+    context sampled once, stopping at EOS, a stop string of `params` or a closed tool call. A turn that
+    stops at a call keeps its keys and values (up to `cache_bytes`, 0: none), and the next turn of that
+    episode prefills only the tool turn's tokens (`PrefixCache`); the lean decoder only."""
     stops = tuple(dict.fromkeys((*params.stop, CALL_CLOSE)))
+    cache = PrefixCache(cache_bytes, single_use=True) if cache_bytes > 0 else None
 
     def sample(contexts: list[list[int]], max_new: int, seed: int | None) -> list[Sampled]:
-        r = generate(policy, contexts, n=1, params=replace(params, stop=stops, max_new_tokens=max_new, seed=seed))
+        r = generate(policy, contexts, n=1, params=replace(params, stop=stops, max_new_tokens=max_new, seed=seed),
+                     prefix_cache=cache)
         out = []
         for i in range(len(contexts)):
             k = int(r.completion_mask[i].sum())
             out.append(Sampled(r.completion_ids[i, :k].tolist(), r.logprobs[i, :k].tolist(), r.ended_by[i]))
         return out
 
+    sample.cache = cache  # its hits and misses: how often a turn continued without re-prefilling
     return sample
 
 
 def multi_turn_rollout(policy, prompt_ids: Sequence[Sequence[int]], toolbox: Toolbox | Sequence[Toolbox],
                        params: SamplingParams, n: int = 1, max_turns: int = 4, max_tool_calls: int = 8,
                        max_episode_tokens: int = 1024, sampler: Callable | None = None,
-                       envs: Sequence | None = None) -> list[Episode]:
+                       envs: Sequence | None = None, cache_bytes: int = 1 << 30) -> list[Episode]:
     """`n` episodes per prompt (episode i belongs to prompt i // n), each turn of all the live episodes
     sampled together and their calls run together (`Toolbox.run`).
 
@@ -149,7 +157,8 @@ def multi_turn_rollout(policy, prompt_ids: Sequence[Sequence[int]], toolbox: Too
     and end the episode; ``max_turns`` policy turns end it; ``max_episode_tokens`` (and the model's
     context) bound ``len(ids)``: a turn or a tool turn that would pass it is cut there and the episode
     ends (``max_tokens``). `sampler`: ``(contexts, max_new_tokens, seed) → [Sampled]`` (default: the
-    engine, `engine_sampler`); turn t samples with seed ``params.seed + 104729·t`` where a seed is given.
+    engine, `engine_sampler`, keeping each episode's keys and values across its turns within `cache_bytes`);
+    turn t samples with seed ``params.seed + 104729·t`` where a seed is given.
 
     `toolbox`: one for every episode, or one per episode (an environment instance's tools, `envs` those
     instances): an episode's calls of a turn run in order, the episodes' at once (`run_episode_calls`); an
@@ -160,7 +169,7 @@ def multi_turn_rollout(policy, prompt_ids: Sequence[Sequence[int]], toolbox: Too
     if max_tool_calls < 0:
         raise ValueError(f"multi_turn_rollout: max_tool_calls must be >= 0 (got {max_tool_calls})")
     tok = policy.tokenizer
-    sample = sampler or engine_sampler(policy, params)
+    sample = sampler or engine_sampler(policy, params, cache_bytes)
     episodes = [Episode(list(p)) for p in prompt_ids for _ in range(n)]
     boxes = [toolbox] * len(episodes) if isinstance(toolbox, Toolbox) else list(toolbox)
     if len(boxes) != len(episodes) or (envs is not None and len(envs) != len(episodes)):

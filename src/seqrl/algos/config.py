@@ -279,6 +279,9 @@ class AgentConfig:
     """Wall-clock limit of one tool call (its result is then a timeout error the policy reads)."""
     max_result_chars: int = 4000
     """A tool result's text is cut there (and the cut said)."""
+    kv_cache_mb: int = 1024
+    """Keys and values kept between an episode's turns (the next turn prefills only the tool turn's
+    tokens); past it, a turn prefills its whole history again. 0: always re-prefill."""
     tool_prompt: Literal["auto", "full", "compact", "none"] = "auto"
     """How the prompt tells the tools: auto = the chat template's ``tools`` where it renders them, else
     full; full = each tool's JSON schema and the call syntax in the system message; compact = one line
@@ -289,6 +292,8 @@ class AgentConfig:
         for name in ("max_turns", "max_episode_tokens", "max_result_chars"):
             if getattr(self, name) < 1:
                 raise ValueError(f"agent.{name} must be >= 1 (got {getattr(self, name)})")
+        if self.kv_cache_mb < 0:
+            raise ValueError(f"agent.kv_cache_mb must be >= 0 (got {self.kv_cache_mb})")
         if self.max_tool_calls < 0 or self.tool_timeout_s <= 0:
             raise ValueError(f"agent.max_tool_calls must be >= 0 and agent.tool_timeout_s > 0 (got "
                              f"{self.max_tool_calls}, {self.tool_timeout_s})")

@@ -258,8 +258,8 @@ def generate(
     """Sample `n` completions for each prompt.
 
     prompts: templated prompt strings (see `Policy.prompt_text`) or token id lists.
-    prefix_cache: K/V kept across calls (`PrefixCache`): a prompt that continues a row an earlier call
-    ended at a stop string prefills one token; rows ending at a stop string here are added to it.
+    prefix_cache: K/V kept across calls (`PrefixCache`): a prompt that extends a row an earlier call
+    ended at a stop string prefills only its new tokens; rows ending at a stop string here are added to it.
     """
     if n < 1:
         raise ValueError(f"n must be >= 1 (got {n})")
@@ -303,9 +303,11 @@ def generate(
             cached = [prefix_cache.get(p) for p in prompt_ids]
             kv_bytes_per_token = decoder.kv[:, :, 0, :, 0].numel() * decoder.kv.element_size()
             for p, kv in zip(prompt_ids, cached):
-                if kv is not None and tuple(kv.shape) != (*decoder.kv[:, :, 0, :, : len(p) - 1].shape,):
+                want = decoder.kv[:, :, 0, :, :1].shape
+                if kv is not None and (tuple(kv.shape[:-2]) != tuple(want[:-2]) or kv.shape[-1] != want[-1]
+                                       or not 0 < kv.shape[-2] < len(p)):
                     raise ValueError(f"prefix_cache: an entry of shape {tuple(kv.shape)} for a prompt of {len(p)} "
-                                     f"tokens (expected {tuple(decoder.kv[:, :, 0, :, : len(p) - 1].shape)})")
+                                     f"tokens (expected {tuple(want[:-2])} × fewer than {len(p)} slots × {want[-1]})")
     else:
         decoder = _HFDecoder(model)
         prefix_cache = None  # its K/V layout is the lean decoder's

@@ -290,9 +290,11 @@ class LeanDecoder:
                 cached: list[torch.Tensor | None] | None = None) -> torch.Tensor:
         """Left-padded prompts ids/attn/positions (P, L); each prompt's cache copied to its n rows.
 
-        cached: per prompt, None or the K/V of all its tokens but the last, (2, layers, Hkv, len - 1, D)
-        (`export` of an earlier call's row): those slots are copied in and only the last token is computed.
-        Prompts with a cached prefix take the last cache rows, so each group is one contiguous forward.
+        cached: per prompt, None or the K/V of its first c < len tokens, (2, layers, Hkv, c, D) (`export` of
+        an earlier call's row): those slots are copied in and only the rest is computed — for every prompt
+        with a cached prefix, its last T tokens, T the longest uncached rest among them (a cached slot inside
+        that block is computed again). Prompts with a cached prefix take the last cache rows, so each group
+        is one contiguous forward.
 
         Returns the next-token logits (P·n, V) in float32, in the prompts' order.
         """
@@ -307,16 +309,19 @@ class LeanDecoder:
             ids, attn, positions = ids[order], attn[order], positions[order]
         valid = attn.bool()  # (P, L) in cache-row order
         self.padded = not bool(valid.all())
-        u = p - len(hits)  # rows [0, u): whole prompts; [u, P): one token after a cached prefix
+        u = p - len(hits)  # rows [0, u): whole prompts; [u, P): the last `rest` tokens after a cached prefix
+        lengths = valid.sum(-1).tolist()  # (P,) in cache-row order
+        rest = max((lengths[r] - cached[i].shape[-2] for r, i in enumerate(hits, start=u)), default=1)
         # The left padding of these rows is never computed: zeros, not whatever the buffer held (a masked
         # slot gets weight 0 in attention, and 0 · inf or 0 · NaN would still be NaN).
         self.kv[:, :, u:p, :, :width].zero_()
         for r, i in enumerate(hits, start=u):
-            kv = cached[i]
-            self.kv[:, :, r, :, width - kv.shape[-2] - 1: width - 1] = kv
+            keep = lengths[r] - rest  # the cached slots before the computed block
+            if keep > 0:
+                self.kv[:, :, r, :, width - lengths[r]: width - rest] = cached[i][..., :keep, :]
         key = torch.arange(width, device=dev)  # (L,)
         last = []
-        for lo, hi, t in ((0, u, width), (u, p, 1)):
+        for lo, hi, t in ((0, u, width), (u, p, rest)):
             if hi == lo:
                 continue
             query = key[width - t:, None]  # (R, 1) slots of the computed block
@@ -417,9 +422,10 @@ class PrefixCache:
 
     `generate(..., prefix_cache=cache)` stores, for every row that ends at a stop string, the K/V of the
     tokens the model was fed (the prompt and every sampled token but the last, which ended the row), keyed
-    by those ids; a later prompt whose ids, less the last, are such a key copies them in and computes only
-    its last token. Step-wise search continues exactly such rows: each round of beam search or MCTS then
-    prefills one token per candidate instead of its prompt and partial solution again.
+    by those ids; a later prompt that extends such a key copies them in and computes only the rest.
+    Step-wise search continues exactly such rows (each round of beam search or MCTS then prefills one token
+    per candidate instead of its prompt and partial solution again); a multi-turn episode continues its
+    last turn with the tool turn's tokens (`single_use`: the entry is dropped once continued).
 
     Valid only while the model's weights stay as they were. Each call checks a fingerprint of the
     weights first — per parameter its storage, version counter and a float64 sum of ≈ 64 of its values
@@ -430,10 +436,11 @@ class PrefixCache:
     never evicts what it stored itself (its rows past the budget are not kept).
     """
 
-    def __init__(self, max_bytes: int = 1 << 30):
+    def __init__(self, max_bytes: int = 1 << 30, single_use: bool = False):
         if max_bytes < 0:
             raise ValueError(f"PrefixCache.max_bytes must be >= 0 (got {max_bytes})")
         self.max_bytes = max_bytes
+        self.single_use = single_use  # an entry serves one continuation (a multi-turn episode's next turn)
         self.bytes = 0
         self.hits = 0
         self.misses = 0
@@ -445,6 +452,10 @@ class PrefixCache:
 
     def __len__(self) -> int:
         return len(self._entries)
+
+    def __contains__(self, fed) -> bool:
+        """Whether the K/V of the fed ids `fed` are kept."""
+        return tuple(fed) in self._entries
 
     def clear(self) -> None:
         self._entries.clear()
@@ -460,13 +471,23 @@ class PrefixCache:
             self._owner, self._model = owner, weakref.ref(model)
 
     def get(self, ids: list[int]) -> torch.Tensor | None:
-        """The cached K/V of `ids[:-1]`, (2, layers, Hkv, len(ids) - 1, D), or None."""
-        key = tuple(ids[:-1])
+        """The cached K/V of the longest stored prefix of `ids` short of all of it, (2, layers, Hkv, c, D)
+        with c < len(ids) (``ids[:-1]`` for a row continued by one token; less for a multi-turn episode
+        whose tool turn follows), or None. With `single_use` the entry leaves the cache."""
+        ids = tuple(ids)
+        key = ids[:-1]
         entry = self._entries.pop(key, None) if len(ids) > 1 else None
+        if entry is None and len(ids) > 1:
+            best = max((k for k in self._entries if len(k) < len(ids) and ids[: len(k)] == k), key=len, default=None)
+            if best is not None:
+                key, entry = best, self._entries.pop(best)
         if entry is None:
             self.misses += 1
             return None
-        self._entries[key] = entry  # the most recently used last
+        if self.single_use:
+            self._drop(entry)
+        else:
+            self._entries[key] = entry  # the most recently used last
         self.hits += 1
         return entry[0]
 

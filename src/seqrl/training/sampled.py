@@ -205,7 +205,7 @@ class SampledLearner:
         with bf16_autocast(model_device(self.policy.model), self.cfg.run.use_bf16):
             episodes = multi_turn_rollout(self.policy, prompts, boxes, params, n=n, max_turns=a.max_turns,
                                           max_tool_calls=a.max_tool_calls, max_episode_tokens=a.max_episode_tokens,
-                                          envs=envs)
+                                          envs=envs, cache_bytes=a.kv_cache_mb << 20)
         for e, env in zip(episodes, envs or [None] * len(episodes)):
             e.env = env
         pad = self.policy.tokenizer.pad_token_id
