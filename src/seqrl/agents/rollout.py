@@ -182,6 +182,12 @@ def multi_turn_rollout(policy, prompt_ids: Sequence[Sequence[int]], toolbox: Too
     def left(e: Episode) -> int:  # tokens the episode may still add (its budget, the model's context)
         return min(max_episode_tokens - len(e.ids), context - 1 - len(e.prompt_ids) - len(e.ids))
 
+    longest = max((len(p) for p in prompt_ids), default=0)
+    if longest >= context - 1:
+        raise ValueError(f"multi_turn_rollout: a prompt of {longest} tokens (the tools told in it: agent.tool_prompt) "
+                         f"leaves no room in the model's context of {context} tokens; shorten it, tell the tools "
+                         f"in fewer tokens (agent.tool_prompt: compact or none) or use a longer-context model")
+
     live = list(episodes)
     for turn in range(max_turns):
         if not live:

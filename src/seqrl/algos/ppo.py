@@ -44,7 +44,7 @@ import torch
 
 from seqrl.algos.config import OptimConfig, RunConfig, TaskConfig
 from seqrl.algos.ppo_config import CriticConfig, PPOConfig, PPOLossConfig, SamplingConfig  # noqa: F401 (re-exported)
-from seqrl.core.advantages import gae, group_advantages, returns_to_go
+from seqrl.core.advantages import gae, group_advantages
 from seqrl.core.masking import masked_mean, masked_whiten
 from seqrl.core.policy_loss import aggregate_loss, grpo_loss
 from seqrl.core.ppo import clipped_value_loss, explained_variance, group_whiten_tokens, kl_shaped_rewards
@@ -63,7 +63,7 @@ from seqrl.rollout.logprobs import token_logprobs
 from seqrl.training.api import SampledTrainer
 from seqrl.training.loop import Cadence, RunLoop
 from seqrl.training.sampled import RewardTally, SampledLearner, SampledSteps, WeightedMeans
-from seqrl.training.sampled import build_sampled_run, check_rewards_given
+from seqrl.training.sampled import build_agent_tools, build_sampled_run, check_rewards_given
 from seqrl.training.run import make_optimizer, releases_run_folder
 from seqrl.training.update import OptimGroup
 from seqrl.types import Problem, Task
@@ -92,13 +92,16 @@ class PPOBatch:
 def compute_advantages(rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, mode: str, gamma: float,
                        lam: float, group_size: int, whiten: bool) -> tuple[torch.Tensor, torch.Tensor]:
     """(advantages, returns) (N, T) from per-token rewards and values (`PPOLossConfig.advantage`); the
-    returns are GAE's in every mode (the critic's target)."""
+    returns are GAE's in every mode (the critic's target). Only the mask's tokens are steps: in a
+    multi-turn episode the tool tokens between the policy's turns are skipped (GAE's next step, the
+    discount's exponent), their advantage and return 0."""
     adv, returns = gae(rewards, values, mask, gamma, lam)  # (N, T) each
     if mode == "gae":
         return (masked_whiten(adv, mask) if whiten else adv), returns
     if mode == "gae_then_group":
         return group_whiten_tokens(adv, mask, group_size), returns
-    seq_return = returns_to_go(rewards, gamma)[:, 0]  # (N,) the return from the first token
+    steps = (mask.cumsum(1) - 1).clamp(min=0)  # (N, T) each token's index among the policy's tokens
+    seq_return = (rewards * gamma ** steps * mask).sum(1)  # (N,) the return from the first token (tool tokens skipped)
     per_seq = group_advantages(seq_return.view(-1, group_size)).reshape(-1)  # (N,)
     return per_seq[:, None] * mask, returns
 
@@ -107,8 +110,9 @@ class PPOLearner(SampledLearner):
     """Policy, critic, reference and optimizers; `collect` samples and scores a batch, `train_step` learns."""
 
     def __init__(self, cfg: PPOConfig, policy: Policy, critic: torch.nn.Module, task: Task, problems: list[Problem],
-                 reward_fns: dict[str, tuple[RewardFn, float]] | None = None) -> None:
-        super().__init__(cfg, policy, problems, reward_fns if reward_fns is not None else build_rewards(cfg.rewards, task))
+                 reward_fns: dict[str, tuple[RewardFn, float]] | None = None, agent=None) -> None:
+        super().__init__(cfg, policy, problems, reward_fns if reward_fns is not None else build_rewards(cfg.rewards, task),
+                         agent)
         self.critic, self.task = critic, task
         self.verifier = None
         if not any(k in self.reward_fns for k in VERIFIER_KEYS):
@@ -206,6 +210,7 @@ class PPOLearner(SampledLearner):
         tally = RewardTally(self.reward_fns)
         tally.add(scored)
         metrics.update(tally.metrics())
+        metrics.update(rnd.agent)  # multi-turn episodes: turns, calls by tool, errors, ends
         self.keep_samples(rnd, scores.tolist())
         if self.verifier is not None:  # true accuracy beside a learned reward
             v = score_completions(self.verifier, rnd.row_problems, ro.texts, cfg.reward_budget_s).scores["verifier"]
@@ -320,14 +325,11 @@ def train(cfg: PPOConfig, rewards: dict | None = None, policy: Policy | None = N
 
     rewards: extra reward functions with no import path, ``{"name": fn}`` or ``{"name": (fn, weight)}``,
     added to the config's `rewards`. policy: a loaded model and tokenizer to train in place.
-    tools: not yet for PPO (its critic's values and GAE over the policy's tokens of a multi-turn episode
-    are the agents issue's next slice): a ValueError that says so; GRPO takes them."""
-    if tools or environment_factory is not None:
-        raise ValueError("PPOTrainer(tools=..., environment_factory=...): multi-turn episodes train with GRPO for "
-                         "now (PPO's values and GAE over the policy's tokens of an episode are not built yet); "
-                         "use GRPOTrainer")
+    tools, environment_factory: as `seqrl.algos.grpo.train`: each sample a multi-turn episode; the critic's
+    values, GAE, the KL and the losses read the policy's tokens only."""
     cfg.local_prompts_per_step  # noqa: B018 - raises when the prompts do not split over the processes
-    check_rewards_given(cfg, rewards, "PPOTrainer")
+    agent = build_agent_tools(cfg.agent, tools, environment_factory)  # an environment is checked before the model
+    check_rewards_given(cfg, {**(rewards or {}), **(agent.rewards() if agent is not None else {})}, "PPOTrainer")
     check_critic_start(cfg, policy is not None)
     loop = RunLoop(cfg, "ppo")
     device = loop.device
@@ -338,7 +340,7 @@ def train(cfg: PPOConfig, rewards: dict | None = None, policy: Policy | None = N
         critic, critic_tok = load_scalar_model(critic_model_config(cfg))
         check_same_tokenizer(critic_tok, policy.tokenizer, cfg.critic.path)
     critic.to(device)
-    trainer = PPOLearner(cfg, policy, critic, task, problems, reward_fns)
+    trainer = PPOLearner(cfg, policy, critic, task, problems, reward_fns, agent)
     loop.add_companion("critic", critic, trainer.critic_optimizer, trainer.critic_scheduler)
     loop.resume(policy.model, trainer.optimizer, trainer.scheduler, policy.tokenizer)
     # the held-out reward on fresh samples, unless the training reward is the verifier alone (eval/pass@1)
@@ -349,7 +351,11 @@ def train(cfg: PPOConfig, rewards: dict | None = None, policy: Policy | None = N
         first = {"model/parameters": float(num_parameters(policy.model)),
                  "model/critic_parameters": float(num_parameters(critic)), **steps.evaluate()}
         loop.log_start(first)
-    final = loop.run(cfg.steps, steps, Cadence(eval_every=cfg.eval.every))
+    try:
+        final = loop.run(cfg.steps, steps, Cadence(eval_every=cfg.eval.every))
+    finally:
+        if agent is not None:
+            agent.close()
     loop.plot(["reward/total/mean", "reward/verifier/mean", "eval/accuracy", "eval/pass@1", "stats/kl", "loss/value",
                "stats/explained_variance", "stats/clipfrac_high", "stats/entropy"], "ppo.png", f"PPO {cfg.run.name}")
     return {**first, **final}
@@ -366,7 +372,8 @@ class PPOTrainer(SampledTrainer):
         reward model given as its folder is TRL's ``reward_model``; functions and verifiers mix with it).
     value_model: the critic's starting point, a folder with the policy's tokenizer (TRL's
         ``value_model``; sets ``critic.path``). Default: ``args.critic.path``, else the policy's weights.
-    tools: refused at `train` for now (multi-turn episodes train with `GRPOTrainer(tools=...)`).
+    tools, environment_factory: as `GRPOTrainer`'s (TRL's shape): multi-turn episodes, the critic's values and
+        GAE over the policy's tokens.
     """
 
     config_cls = PPOConfig

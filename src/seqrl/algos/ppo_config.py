@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from seqrl.algos.config import OptimConfig, RunConfig, SamplingConfig, TaskConfig, accepts_trl_names
+from seqrl.algos.config import AgentConfig, OptimConfig, RunConfig, SamplingConfig, TaskConfig, accepts_trl_names
 from seqrl.evaluation import EvalConfig
 from seqrl.models.config import ModelConfig
 from seqrl.prompts import PromptConfig
@@ -115,6 +115,10 @@ class PPOConfig:
     """Optimizer steps per pass."""
     micro_batch_size: int = 64
     """Completions per forward/backward (memory only)."""
+    agent: AgentConfig = field(default_factory=AgentConfig)
+    """Multi-turn episodes with tools and environments (`agent.tools`, `agent.env`, or `PPOTrainer(tools=[...],
+    environment_factory=...)`); off without either. The critic's values, GAE and the losses read the
+    policy's tokens only (a tool turn is not a decision: GAE's next step is the next policy token)."""
     shared_prompt_forward: Literal["auto", "on", "off"] = "auto"
     """The policy's log-probs (π_old, π_ref, and the update when `loss.entropy_coef` = 0 without a
     shared critic backbone) computing each prompt once per micro-batch, with micro-batches packed by
