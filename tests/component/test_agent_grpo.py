@@ -29,14 +29,38 @@ def add(a: int, b: int) -> int:
     return a + b
 
 
-def _cfg(tmp_path, **kw) -> GRPOConfig:
+CALL = '<tool_call>{"name": "add", "arguments": {"a": 1, "b": 2}}</tool_call>'
+
+
+def call_then_answer(policy):
+    """An `engine_sampler` stand-in: every episode calls ``add(1, 2)``, then answers 3 (with EOS), its
+    tokens' log-probs those the model gives them after exactly the context it was handed."""
+    tok = policy.tokenizer
+
+    def sampler(policy_, params, *_):
+        def sample(contexts, max_new, seed):
+            out = []
+            for ctx in contexts:
+                text = CALL if "<tool_response>" not in tok.decode(ctx) else "<answer>3</answer>"
+                ids = tok.encode(text, add_special_tokens=False) + ([tok.eos_token_id] if "answer" in text else [])
+                with torch.no_grad():
+                    lp, _ = sequence_logprobs(policy.model, [ctx], torch.tensor([ids]), tok.pad_token_id)
+                out.append(Sampled(ids, lp[0].tolist(), "stop_string" if text == CALL else "eos"))
+            return out
+        return sample
+
+    return sampler
+
+
+def _cfg(tmp_path, config_cls=GRPOConfig, **kw):
+    """Two steps of 8 episodes (2 prompts × 4) of the tiny preset on arith with tools (GRPO's or PPO's config)."""
     base = dict(run=RunConfig(name="agent", out_dir=str(tmp_path), seed=1, log_every=1, progress=False),
                 model=ModelConfig(preset="tiny", max_seq_len=256), task=TaskConfig(name="arith", n_train=32, n_test=4),
                 optim=OptimConfig(lr=1e-3, warmup_steps=0, schedule="constant"), eval=EvalConfig(max_new_tokens=12),
                 sampling=SamplingConfig(max_new_tokens=40), steps=2, batch_size=8, group_size=4,
                 agent=AgentConfig(tool_prompt="none", max_turns=3, max_episode_tokens=120))
     base.update(kw)
-    return GRPOConfig(**base)
+    return config_cls(**base)
 
 
 def test_episodes_train_on_the_policys_tokens_only(tmp_path, monkeypatch):
@@ -50,21 +74,7 @@ def test_episodes_train_on_the_policys_tokens_only(tmp_path, monkeypatch):
     policy = load_policy(cfg.model)
     task = cfg.task.build()
     tok = policy.tokenizer
-    call = '<tool_call>{"name": "add", "arguments": {"a": 1, "b": 2}}</tool_call>'
-
-    def scripted(policy_, params, *_):
-        def sample(contexts, max_new, seed):
-            out = []
-            for ctx in contexts:
-                text = call if "<tool_response>" not in tok.decode(ctx) else "<answer>3</answer>"
-                ids = tok.encode(text, add_special_tokens=False) + ([tok.eos_token_id] if "answer" in text else [])
-                with torch.no_grad():
-                    lp, _ = sequence_logprobs(policy.model, [ctx], torch.tensor([ids]), tok.pad_token_id)
-                out.append(Sampled(ids, lp[0].tolist(), "stop_string" if text == call else "eos"))
-            return out
-        return sample
-
-    monkeypatch.setattr(rollout, "engine_sampler", scripted)
+    monkeypatch.setattr(rollout, "engine_sampler", call_then_answer(policy))
     seen: list[str] = []
 
     def capture(problems, completions):  # a reward function: what text does it read?
@@ -77,8 +87,8 @@ def test_episodes_train_on_the_policys_tokens_only(tmp_path, monkeypatch):
     tool = tok.encode("\n<tool_response>3</tool_response>\n", add_special_tokens=False)
     for row, mask in zip(batch.completion_ids, batch.completion_mask):
         ids = row.tolist()
-        assert mask.tolist()[len(tok.encode(call, add_special_tokens=False)):][: len(tool)] == [0.0] * len(tool)
-        assert ids[len(tok.encode(call, add_special_tokens=False)):][: len(tool)] == tool
+        assert mask.tolist()[len(tok.encode(CALL, add_special_tokens=False)):][: len(tool)] == [0.0] * len(tool)
+        assert ids[len(tok.encode(CALL, add_special_tokens=False)):][: len(tool)] == tool
         assert 0 < mask.sum() < len([t for t in ids if t != tok.pad_token_id])
     assert batch.metrics["agent/calls/add"] == 1.0 and batch.metrics["agent/end/answer"] == 1.0
     logged = learner.samples[0]  # run.log_completions: the whole episode, its messages as JSON text
@@ -90,7 +100,7 @@ def test_episodes_train_on_the_policys_tokens_only(tmp_path, monkeypatch):
     assert float(((logp - batch.sampler_logprobs).abs() * batch.completion_mask).max()) < 1e-4
     metrics = learner.train_step(batch)
     assert all(torch.isfinite(torch.tensor(v)) for v in metrics.values())
-    assert seen and set(seen) == {call + "\n<answer>3</answer>"}  # the policy's turns, not the tool's result
+    assert seen and set(seen) == {CALL + "\n<answer>3</answer>"}  # the policy's turns, not the tool's result
 
 
 def test_grpo_trainer_takes_tools_as_trl_does(tmp_path):

@@ -11,15 +11,13 @@ import torch
 
 from seqrl.agents import AgentTools
 from seqrl.agents.envs.guess import GuessEnv
-from seqrl.agents.rollout import Sampled
-from seqrl.algos.config import AgentConfig, OptimConfig, RunConfig, SamplingConfig, TaskConfig
+from seqrl.algos.config import AgentConfig, RunConfig
 from seqrl.algos.ppo import PPOConfig, PPOLearner, PPOTrainer, compute_advantages
 from seqrl.algos.ppo_config import CriticConfig
-from seqrl.evaluation import EvalConfig
-from seqrl.models import ModelConfig, load_policy
+from seqrl.models import load_policy
 from seqrl.rewards import RewardResult
-from seqrl.rollout import sequence_logprobs
-from tests.component.test_agent_grpo import add
+from tests.component.test_agent_grpo import _cfg as grpo_cfg
+from tests.component.test_agent_grpo import add, call_then_answer
 
 
 @pytest.mark.parametrize("mode", ["gae", "gae_then_group", "group"])
@@ -42,13 +40,7 @@ def test_a_tool_turn_between_two_policy_turns_is_no_step(mode):
 
 
 def _cfg(tmp_path, **kw) -> PPOConfig:
-    base = dict(run=RunConfig(name="agent_ppo", out_dir=str(tmp_path), seed=1, log_every=1, progress=False),
-                model=ModelConfig(preset="tiny", max_seq_len=256), task=TaskConfig(name="arith", n_train=32, n_test=4),
-                optim=OptimConfig(lr=1e-3, warmup_steps=0, schedule="constant"), eval=EvalConfig(max_new_tokens=12),
-                sampling=SamplingConfig(max_new_tokens=40), steps=2, batch_size=8, group_size=4,
-                agent=AgentConfig(tool_prompt="none", max_turns=3, max_episode_tokens=120))
-    base.update(kw)
-    return PPOConfig(**base)
+    return grpo_cfg(tmp_path, PPOConfig, **kw)
 
 
 def test_ppo_learns_from_the_policys_tokens_of_an_episode(tmp_path, monkeypatch):
@@ -56,22 +48,7 @@ def test_ppo_learns_from_the_policys_tokens_of_an_episode(tmp_path, monkeypatch)
     cfg = _cfg(tmp_path, critic=CriticConfig(shared_backbone=True))  # the value head on the policy's backbone
     torch.manual_seed(0)
     policy = load_policy(cfg.model)
-    tok = policy.tokenizer
-    call = '<tool_call>{"name": "add", "arguments": {"a": 1, "b": 2}}</tool_call>'
-
-    def scripted(policy_, params, *_):
-        def sample(contexts, max_new, seed):
-            out = []
-            for ctx in contexts:
-                text = call if "<tool_response>" not in tok.decode(ctx) else "<answer>3</answer>"
-                ids = tok.encode(text, add_special_tokens=False) + ([tok.eos_token_id] if "answer" in text else [])
-                with torch.no_grad():
-                    lp, _ = sequence_logprobs(policy.model, [ctx], torch.tensor([ids]), tok.pad_token_id)
-                out.append(Sampled(ids, lp[0].tolist(), "stop_string" if text == call else "eos"))
-            return out
-        return sample
-
-    monkeypatch.setattr(rollout, "engine_sampler", scripted)
+    monkeypatch.setattr(rollout, "engine_sampler", call_then_answer(policy))
     task = cfg.task.build()
     from seqrl.models.heads import ValueHead
 

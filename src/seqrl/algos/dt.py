@@ -37,7 +37,7 @@ from seqrl.algos.dt_config import BCConfig, BCModelConfig, DTConfig, auto_run_na
 from seqrl.core.losses import action_loss
 from seqrl.data.minari_data import DataConfig, load_dataset
 from seqrl.data.offline import OfflineDataset, Trajectories
-from seqrl.envs.evaluate import DTEvalConfig, run_evaluation, target_label, warn_far_targets
+from seqrl.envs.evaluate import DTEvalConfig, evaluate_on_main, target_label, warn_far_targets
 from seqrl.models.dt import DecisionTransformer, DTModelConfig, MLPPolicy
 from seqrl.training.api import RunTrainer
 from seqrl.training.loop import Cadence, RunLoop
@@ -130,12 +130,7 @@ class OfflineRL:
         return out
 
     def evaluate(self) -> dict[str, float]:
-        cfg = self.cfg
-        metrics: dict[str, float] = {}
-        if self.loop.main:
-            metrics, _ = run_evaluation(self.policy, self.info, cfg.eval.target_returns, cfg.eval.episodes,
-                                        cfg.eval.seed, cfg.eval.max_steps, env=self.env)
-        dist.barrier()
+        metrics = evaluate_on_main(self.policy, self.info, self.cfg.eval, self.env)
         return metrics
 
     def state(self) -> dict:

@@ -58,7 +58,7 @@ from seqrl.envs.evaluate import (
     DTEvalConfig,
     conditioned_rollouts,
     env_factory,
-    run_evaluation,
+    evaluate_on_main,
     target_label,
     time_limit,
     warn_far_targets,
@@ -362,12 +362,7 @@ class OnlineDT:
         return metrics
 
     def evaluate(self) -> dict[str, float]:
-        cfg = self.cfg
-        metrics: dict[str, float] = {}
-        if self.loop.main:
-            metrics, _ = run_evaluation(self.policy, self.info, cfg.eval.target_returns, cfg.eval.episodes,
-                                        cfg.eval.seed, cfg.eval.max_steps, env=self.env)
-        dist.barrier()
+        metrics = evaluate_on_main(self.policy, self.info, self.cfg.eval, self.env)
         if self.iteration == 0:  # right after pre-training
             self.offline_eval = {f"offline/{k}": v for k, v in metrics.items()}
             return self.offline_eval

@@ -261,3 +261,16 @@ def run_evaluation(policy: torch.nn.Module, info: dict, targets: list[float], ep
     lo, hi = info.get("ref_min_score"), info.get("ref_max_score")
     normalize = None if lo is None or hi is None else (lambda r: normalized_score(r, lo, hi))
     return result.metrics(normalize), result
+
+
+def evaluate_on_main(policy: torch.nn.Module, info: dict, eval_cfg: DTEvalConfig, env=None) -> dict[str, float]:
+    """`run_evaluation` at `eval_cfg`'s targets, episodes, seed and step limit on the main process; the
+    other processes wait for it and get {} (a trainer's held-out evaluation under torchrun)."""
+    from seqrl.utils import dist
+
+    metrics: dict[str, float] = {}
+    if dist.is_main():
+        metrics, _ = run_evaluation(policy, info, eval_cfg.target_returns, eval_cfg.episodes, eval_cfg.seed,
+                                    eval_cfg.max_steps, env=env)
+    dist.barrier()
+    return metrics
