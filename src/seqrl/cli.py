@@ -883,7 +883,7 @@ def cmd_env(args: argparse.Namespace, overrides: list[str]) -> int:
             return None
 
     play(environment_class(args.name, "seqrl env play"), Problem(args.prompt, str(fields.pop("answer", "")),
-         metadata=fields, uid="cli"), read, print, args.max_turns)
+         metadata=fields, uid="cli"), read, print, args.max_turns, syntax=args.syntax)
     return 0
 
 
@@ -1046,6 +1046,8 @@ def build_parser() -> argparse.ArgumentParser:
     env.add_argument("--field", action="append", default=[], metavar="KEY=VALUE",
                      help="a column of the row reset reads (repeatable; a JSON value, else text), e.g. --field seed=3")
     env.add_argument("--max-turns", type=int, default=20)
+    env.add_argument("--syntax", choices=("hermes", "compact"), default="hermes",
+                     help="how you write a call: hermes <tool_call>{json}</tool_call>, compact [[name arg ...]]")
     env.set_defaults(func=cmd_env)
 
     se = sub.add_parser("search", help="test-time search with a policy and a scorer: bon (best-of-N, voting), "

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import re
 
+import pytest
 import torch
 
 from seqrl.agents import AgentTools
@@ -20,7 +21,7 @@ from seqrl.rollout import SamplingParams, sequence_logprobs
 from seqrl.types import Problem
 
 
-def bisecting(policy):
+def bisecting(policy, syntax="hermes"):
     """A sampler that plays the guessing game by bisection from the results in its context, with the
     log-probs the model gives its tokens there."""
     tok = policy.tokenizer
@@ -31,7 +32,8 @@ def bisecting(policy):
             lo, hi = 1, 100
             for word, n in re.findall(r"(Higher|Lower) than (\d+)", tok.decode(ctx)):
                 lo, hi = (max(lo, int(n) + 1), hi) if word == "Higher" else (lo, min(hi, int(n) - 1))
-            text = f'<tool_call>{{"name": "guess", "arguments": {{"number": {(lo + hi) // 2}}}}}</tool_call>'
+            text = (f'<tool_call>{{"name": "guess", "arguments": {{"number": {(lo + hi) // 2}}}}}</tool_call>'
+                    if syntax == "hermes" else f"[[guess {(lo + hi) // 2}]]")
             ids = tok.encode(text, add_special_tokens=False)
             with torch.no_grad():
                 lp, _ = sequence_logprobs(policy.model, [ctx], torch.tensor([ids]), tok.pad_token_id)
@@ -41,22 +43,27 @@ def bisecting(policy):
     return sample
 
 
-def test_each_episode_plays_in_its_own_environment_until_it_is_done():
+@pytest.mark.parametrize("syntax", ["hermes", "compact"])
+def test_each_episode_plays_in_its_own_environment_until_it_is_done(syntax):
     torch.manual_seed(0)
     policy = load_policy(ModelConfig(preset="tiny", max_seq_len=1024))
-    agent = AgentTools(environments=GuessEnv)
+    agent = AgentTools(environments=GuessEnv, syntax=syntax)
     problems = [Problem("Play.", "", metadata={"seed": s}, uid=f"s{s}") for s in (3, 4)]
     boxes, envs, added = agent.prepare(problems, n=2)
     prompts = encode_prompts(policy, problems, boxes[::2], "none", added)
     assert "thinking of a whole number" in policy.tokenizer.decode(prompts[0])  # reset's text joins the prompt
     episodes = multi_turn_rollout(policy, prompts, boxes, SamplingParams(max_new_tokens=64), n=2, max_turns=10,
-                                  max_tool_calls=10, max_episode_tokens=900, sampler=bisecting(policy), envs=envs)
+                                  max_tool_calls=10, max_episode_tokens=900, sampler=bisecting(policy, syntax), envs=envs)
     assert [e.end for e in episodes] == ["done"] * 4
     assert envs[0] is not envs[1] and envs[0].target == envs[1].target != envs[2].target
     for e, env in zip(episodes, envs):
         assert env.found and e.calls["guess"] == env.guesses == e.turns <= 7
         assert e.messages[-1]["content"].startswith("Correct")
         assert 0 < sum(e.mask) < len(e.mask)
+    if syntax == "compact":  # a few tokens a turn: the whole game fits a tiny preset's context
+        assert "\n=> Higher than" in policy.tokenizer.decode(episodes[0].ids) or "\n=> Lower than" in \
+            policy.tokenizer.decode(episodes[0].ids)
+        assert max(len(e.ids) for e in episodes) <= 7 * 30  # up to 7 turns of ≈ 30 tokens (hermes: ≈ 117)
 
 
 def test_grpo_trainer_takes_an_environment_factory_as_trl_does(tmp_path):

@@ -209,6 +209,10 @@ def test_seqrl_env_lists_the_environments_and_plays_one_from_the_terminal(monkey
     assert "thinking of a whole number" in out and f"Higher than {target.target - 1}" in out
     assert "error: bad_arguments" in out and "episode over (done): 3 turns, 3 calls, reward 0.857143" in out  # the refused call is no guess
     assert next(turns) == "never read"
+    turns = iter(["[[guess 50]]", "I stop here."])
+    assert main(["env", "play", "guess", "--field", "seed=3", "--syntax", "compact"]) == 0
+    out = capsys.readouterr().out
+    assert "Call: [[name arg ...]]" in out and "than 50." in out and "episode over (answer): 2 turns, 1 calls" in out
     assert main(["env", "play", "nope"]) == 2
     assert "neither a built-in environment" in capsys.readouterr().err
 

@@ -140,3 +140,24 @@ def test_the_system_prompt_names_each_tool_and_the_call_syntax():
     lines = text.split("<tools>\n")[1].split("\n</tools>")[0].splitlines()
     assert [json.loads(x)["function"]["name"] for x in lines] == ["add", "shout"]
     assert "<tool_call>" in text and "</tool_call>" in text
+
+
+def test_the_compact_syntax_reads_positional_arguments_in_the_schemas_order():
+    box = Toolbox([add, shout], syntax="compact")
+    assert box.call_close == "]]" and "[[name arg ...]]" in box.system_prompt()
+    calls, any_call = box.parse('first [[add 3 4]] then [[shout "two words"]] and [[shout plain lower]]')
+    assert any_call and calls == [ToolCall("add", {"a": 3, "b": 4}), ToolCall("shout", {"text": "two words"}),
+                                  ToolCall("shout", {"text": "plain", "mode": "lower"})]
+    assert box.call(calls[0]).content == "7"
+    (too_many,), _ = box.parse("[[add 1 2 3]]")
+    assert too_many.error == "bad_arguments" and "takes 2 argument(s), got 3" in too_many.content
+    for text in ("[[ ]]", "[[3 4]]", '[[shout "open]]', "[[add 1 2"):
+        (bad,), called = box.parse(text)
+        assert called and bad.error == "malformed", text
+    (wrong_type,), _ = box.parse("[[add x 2]]")  # a bare word is text: the schema refuses it for an integer
+    assert box.call(wrong_type).error == "bad_arguments"
+    (unknown,), _ = box.parse("[[nope 1]]")
+    assert box.call(unknown).error == "unknown_tool"
+    assert box.parse("no call here [x]") == ([], False)
+    with pytest.raises(ValueError, match="syntax must be one of hermes, compact"):
+        Toolbox([add], syntax="xml")

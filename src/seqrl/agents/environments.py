@@ -237,14 +237,15 @@ def owns_reward(factory: Callable | Mapping[str, Callable]) -> bool:
 class AgentTools:
     """The tools of a run's episodes: plain functions shared by every episode (`tools`) and, with
     `environments` (an ``environment_factory``: a factory or a dict of them), each episode's own instance's
-    methods. ``timeout_s`` and ``max_result_chars`` are each call's limits (`Toolbox`)."""
+    methods. ``timeout_s`` and ``max_result_chars`` are each call's limits, ``syntax`` how the model writes a
+    call (`Toolbox`)."""
 
     def __init__(self, tools: Sequence[Callable] = (), environments: Callable | Mapping[str, Callable] | None = None,
-                 timeout_s: float = 10.0, max_result_chars: int = 4000):
+                 timeout_s: float = 10.0, max_result_chars: int = 4000, syntax: str = "hermes"):
         from seqrl.agents.tools import Toolbox
 
         self.tools = list(tools)
-        self.limits = {"timeout_s": timeout_s, "max_result_chars": max_result_chars}
+        self.limits = {"timeout_s": timeout_s, "max_result_chars": max_result_chars, "syntax": syntax}
         self.shared = Toolbox(self.tools, **self.limits)
         self.pool = EnvironmentPool(environments) if environments is not None else None
         for env in self.pool.instances() if self.pool is not None else ():

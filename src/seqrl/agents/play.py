@@ -13,11 +13,12 @@ from seqrl.types import Problem
 
 
 def play(factory: Any, row: Problem, read: Callable[[], str | None], write: Callable[[str], None],
-         max_turns: int = 20, timeout_s: float = 30.0) -> dict[str, Any]:
+         max_turns: int = 20, timeout_s: float = 30.0, syntax: str = "hermes") -> dict[str, Any]:
     """Play one episode of `factory`'s environment on `row`: ``read()`` gives each turn (None: the input
     ended), ``write`` shows the prompt, the tools, each result and the end. Returns the turns, the calls,
-    how it ended and the environment's reward (None without ``get_reward``)."""
-    agent = AgentTools(environments=factory, timeout_s=timeout_s)
+    how it ended and the environment's reward (None without ``get_reward``). `syntax`: how the turns
+    write calls (`seqrl.agents.tools.SYNTAXES`)."""
+    agent = AgentTools(environments=factory, timeout_s=timeout_s, syntax=syntax)
     boxes, envs, added = agent.prepare([row], 1)
     box, env = boxes[0], envs[0]
     write(f"prompt: {row.prompt}{added[0] or ''}")

@@ -32,6 +32,7 @@ from seqrl.rollout.engine import Rollouts, SamplingParams, generate
 from seqrl.rollout.lean import PrefixCache
 
 INLINE_OPEN, INLINE_CLOSE = "<tool_response>", "</tool_response>"
+COMPACT_RESULT = "=> "  # an inline result in the compact syntax
 ENDS = ("answer", "length", "done", "max_turns", "max_tool_calls", "max_tokens")
 """How an episode ended: a turn without a call (``answer``), a turn cut by the sampler's
 ``max_new_tokens`` without a call (``length``), its environment ``done`` after a turn's calls, or a
@@ -103,13 +104,17 @@ def tool_framing(tokenizer) -> tuple[str, str, str] | None:
     return (head, middle, tail) if two == head + a + middle + b + tail else None
 
 
-def tool_turn_text(results: Sequence[ToolResult], framing: tuple[str, str, str] | None) -> tuple[str, bool]:
+def tool_turn_text(results: Sequence[ToolResult], framing: tuple[str, str, str] | None,
+                   syntax: str = "hermes") -> tuple[str, bool]:
     """The text that follows a policy turn whose calls gave `results`: ``(text, inline)`` — the results in
     the template's tool turns (`framing`: `tool_framing` of the tokenizer), or inline in the policy's own
-    turn where the template renders none (`framing` None)."""
+    turn where the template renders none (`framing` None): ``<tool_response>R</tool_response>``, or in the
+    compact syntax ``=> R``, a line each."""
     if framing is not None:
         head, middle, tail = framing
         return head + middle.join(r.content for r in results) + tail, False
+    if syntax == "compact":
+        return "".join(f"\n{COMPACT_RESULT}{r.content}" for r in results) + "\n", True
     return "".join(f"\n{INLINE_OPEN}{r.content}{INLINE_CLOSE}" for r in results) + "\n", True
 
 
@@ -123,13 +128,13 @@ class Sampled:
     ended_by: str
 
 
-def engine_sampler(policy, params: SamplingParams, cache_bytes: int = 1 << 30
+def engine_sampler(policy, params: SamplingParams, cache_bytes: int = 1 << 30, call_close: str = CALL_CLOSE
                    ) -> Callable[[list[list[int]], int, int | None], list[Sampled]]:
     """The lean engine as the rollout's sampler: ``(contexts, max_new_tokens, seed) → [Sampled]``, each
-    context sampled once, stopping at EOS, a stop string of `params` or a closed tool call. A turn that
+    context sampled once, stopping at EOS, a stop string of `params` or a closed call (`call_close`). A turn that
     stops at a call keeps its keys and values (up to `cache_bytes`, 0: none), and the next turn of that
     episode prefills only the tool turn's tokens (`PrefixCache`); the lean decoder only."""
-    stops = tuple(dict.fromkeys((*params.stop, CALL_CLOSE)))
+    stops = tuple(dict.fromkeys((*params.stop, call_close)))
     cache = PrefixCache(cache_bytes, single_use=True) if cache_bytes > 0 else None
 
     def sample(contexts: list[list[int]], max_new: int, seed: int | None) -> list[Sampled]:
@@ -169,9 +174,10 @@ def multi_turn_rollout(policy, prompt_ids: Sequence[Sequence[int]], toolbox: Too
     if max_tool_calls < 0:
         raise ValueError(f"multi_turn_rollout: max_tool_calls must be >= 0 (got {max_tool_calls})")
     tok = policy.tokenizer
-    sample = sampler or engine_sampler(policy, params, cache_bytes)
     episodes = [Episode(list(p)) for p in prompt_ids for _ in range(n)]
     boxes = [toolbox] * len(episodes) if isinstance(toolbox, Toolbox) else list(toolbox)
+    syntax = boxes[0].syntax if boxes else "hermes"
+    sample = sampler or engine_sampler(policy, params, cache_bytes, boxes[0].call_close if boxes else CALL_CLOSE)
     if len(boxes) != len(episodes) or (envs is not None and len(envs) != len(episodes)):
         raise ValueError(f"multi_turn_rollout: {len(episodes)} episodes, {len(boxes)} toolboxes, "
                          f"{'no' if envs is None else len(envs)} environments (one each, or one toolbox for all)")
@@ -230,7 +236,7 @@ def multi_turn_rollout(policy, prompt_ids: Sequence[Sequence[int]], toolbox: Too
                     e.errors[r.error] += 1
                 e.truncated_results += r.truncated
                 e.messages.append({"role": "tool", "name": r.name, "content": r.content, "error": r.error})
-            text, _inline = tool_turn_text(mine, framing)
+            text, _inline = tool_turn_text(mine, framing, syntax)
             ids = tok.encode(text, add_special_tokens=False)
             fits = left(e)
             e._add(ids[: max(fits, 0)], None)

@@ -20,6 +20,7 @@ import copy
 import inspect
 import json
 import re
+import shlex
 import threading
 import time
 import weakref
@@ -29,6 +30,12 @@ from dataclasses import dataclass, field
 
 CALL_OPEN, CALL_CLOSE = "<tool_call>", "</tool_call>"
 _CALL = re.compile(re.escape(CALL_OPEN) + r"(.*?)" + re.escape(CALL_CLOSE), re.S)
+COMPACT_OPEN, COMPACT_CLOSE = "[[", "]]"
+_COMPACT = re.compile(re.escape(COMPACT_OPEN) + r"(.*?)" + re.escape(COMPACT_CLOSE), re.S)
+SYNTAXES = ("hermes", "compact")
+"""How the model writes a call: ``hermes`` — ``<tool_call>{"name": "add", "arguments": {"a": 3, "b": 4}}</tool_call>``;
+``compact`` — ``[[add 3 4]]``, the arguments in the schema's order, each a JSON value or a bare word (a
+string): a few tokens a call for the tiny presets' character-level vocabulary."""
 
 ERRORS = ("malformed", "unknown_tool", "bad_arguments", "raised", "timeout")
 """The kinds of failed call a `ToolResult.error` names (counted per kind in a rollout's metrics)."""
@@ -60,6 +67,14 @@ class ToolResult:
 
 _SCHEMAS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # function → its schema (an environment's
 # methods are bound afresh for each episode's instance; their schema is the class's)
+
+
+def _word_value(word: str):
+    """A compact call's argument: a JSON value (``3``, ``2.5``, ``true``, ``[1, 2]``), else the word as text."""
+    try:
+        return json.loads(word)
+    except ValueError:
+        return word
 
 
 def tool_schema(fn: Callable) -> dict:
@@ -147,7 +162,10 @@ class Toolbox:
     """
 
     def __init__(self, tools: Sequence[Callable] = (), timeout_s: float = 10.0, max_result_chars: int = 4000,
-                 max_workers: int = 8):
+                 max_workers: int = 8, syntax: str = "hermes"):
+        if syntax not in SYNTAXES:
+            raise ValueError(f"Toolbox: syntax must be one of {', '.join(SYNTAXES)} (got {syntax!r})")
+        self.syntax = syntax
         if timeout_s <= 0 or max_result_chars < 1 or max_workers < 1:
             raise ValueError(f"Toolbox: timeout_s must be > 0, max_result_chars and max_workers >= 1 (got "
                              f"{timeout_s}, {max_result_chars}, {max_workers})")
@@ -165,9 +183,16 @@ class Toolbox:
         self._schema = {s["function"]["name"]: s for s in self.schemas}
         self.timeout_s, self.max_result_chars, self.max_workers = timeout_s, max_result_chars, max_workers
 
+    @property
+    def call_close(self) -> str:
+        """The text that closes a call in this toolbox's syntax (the sampler stops there)."""
+        return CALL_CLOSE if self.syntax == "hermes" else COMPACT_CLOSE
+
     def system_prompt(self) -> str:
         """The tools and the call syntax in words, for a system message where the chat template renders
         no ``tools`` (SmolLM2-135M-Instruct's): one JSON schema a line."""
+        if self.syntax == "compact":
+            return self.compact_prompt()
         lines = "\n".join(json.dumps(s, ensure_ascii=False) for s in self.schemas)
         return ("You can use tools. Their JSON schemas, one a line, are between <tools> and </tools>:\n"
                 f"<tools>\n{lines}\n</tools>\n"
@@ -183,14 +208,18 @@ class Toolbox:
             f = sch["function"]
             args = ", ".join(f"{k}: {v.get('type', 'any')}" for k, v in f.get("parameters", {}).get("properties", {}).items())
             lines.append(f"{f['name']}({args}): {f.get('description', '')}".rstrip(": "))
-        return ("Tools: " + "; ".join(x.rstrip(".") for x in lines)
-                + f'. Call: {CALL_OPEN}{{"name": ..., "arguments": {{...}}}}{CALL_CLOSE}')
+        call = (f'{CALL_OPEN}{{"name": ..., "arguments": {{...}}}}{CALL_CLOSE}' if self.syntax == "hermes"
+                else f"{COMPACT_OPEN}name arg ...{COMPACT_CLOSE}")
+        return "Tools: " + "; ".join(x.rstrip(".") for x in lines) + f". Call: {call}"
 
     def parse(self, text: str) -> tuple[list[ToolCall | ToolResult], bool]:
         """The calls in one model turn, in order: a `ToolCall` for each well-formed one, a `ToolResult`
         with ``error="malformed"`` for one that is not a JSON object with a string ``name`` and object
-        ``arguments`` (a JSON-encoded object string is read too); and whether the turn holds any call
-        (an opened tag never closed counts as a malformed call)."""
+        ``arguments`` (a JSON-encoded object string is read too; in the compact syntax: no name, or more
+        arguments than the tool takes); and whether the turn holds any call (an opened tag never closed
+        counts as a malformed call)."""
+        if self.syntax == "compact":
+            return self._parse_compact(text)
         out: list[ToolCall | ToolResult] = []
         for m in _CALL.finditer(text):
             body = m.group(1).strip()
@@ -210,6 +239,32 @@ class Toolbox:
         tail = text[text.rfind(CALL_CLOSE) + len(CALL_CLOSE):] if out else text
         if CALL_OPEN in tail:
             out.append(ToolResult("?", f"error: a {CALL_OPEN} tag was never closed with {CALL_CLOSE}",
+                                  error="malformed"))
+        return out, bool(out)
+
+    def _parse_compact(self, text: str) -> tuple[list[ToolCall | ToolResult], bool]:
+        out: list[ToolCall | ToolResult] = []
+        for m in _COMPACT.finditer(text):
+            body = m.group(1).strip()
+            try:
+                words = shlex.split(body)
+            except ValueError as e:  # an unclosed quote
+                out.append(ToolResult("?", f"error: malformed tool call ({e}): {body[:200]}", error="malformed"))
+                continue
+            if not words or not re.fullmatch(r"[A-Za-z_]\w*", words[0]):
+                out.append(ToolResult("?", f"error: malformed tool call (a tool name first): {body[:200]}",
+                                      error="malformed"))
+                continue
+            name, values = words[0], [_word_value(w) for w in words[1:]]
+            params = list(self._schema.get(name, {}).get("function", {}).get("parameters", {}).get("properties", {}))
+            if name in self.tools and len(values) > len(params):
+                out.append(ToolResult(name, f"error: {name} takes {len(params)} argument(s), got {len(values)}",
+                                      error="bad_arguments"))
+                continue
+            out.append(ToolCall(name, dict(zip(params, values))))
+        tail = text[text.rfind(COMPACT_CLOSE) + len(COMPACT_CLOSE):] if out else text
+        if COMPACT_OPEN in tail:
+            out.append(ToolResult("?", f"error: a {COMPACT_OPEN} call was never closed with {COMPACT_CLOSE}",
                                   error="malformed"))
         return out, bool(out)
 

@@ -279,6 +279,10 @@ class AgentConfig:
     """Wall-clock limit of one tool call (its result is then a timeout error the policy reads)."""
     max_result_chars: int = 4000
     """A tool result's text is cut there (and the cut said)."""
+    call_syntax: Literal["hermes", "compact"] = "hermes"
+    """How the model writes a call: hermes = ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>``;
+    compact = ``[[name arg ...]]`` with results inline as ``=> result`` (a few tokens a call: the tiny
+    presets' character-level vocabulary)."""
     kv_cache_mb: int = 1024
     """Keys and values kept between an episode's turns (the next turn prefills only the tool turn's
     tokens); past it, a turn prefills its whole history again. 0: always re-prefill."""
@@ -292,6 +296,8 @@ class AgentConfig:
         for name in ("max_turns", "max_episode_tokens", "max_result_chars"):
             if getattr(self, name) < 1:
                 raise ValueError(f"agent.{name} must be >= 1 (got {getattr(self, name)})")
+        if self.call_syntax not in ("hermes", "compact"):
+            raise ValueError(f"agent.call_syntax must be hermes or compact (got {self.call_syntax!r})")
         if self.kv_cache_mb < 0:
             raise ValueError(f"agent.kv_cache_mb must be >= 0 (got {self.kv_cache_mb})")
         if self.max_tool_calls < 0 or self.tool_timeout_s <= 0:

@@ -276,7 +276,8 @@ def build_agent_tools(agent: Any, tools: list | None = None, environment_factory
         return None
     from seqrl.agents import AgentTools
 
-    limits = {"timeout_s": agent.tool_timeout_s, "max_result_chars": agent.max_result_chars} if agent is not None else {}
+    limits = ({"timeout_s": agent.tool_timeout_s, "max_result_chars": agent.max_result_chars,
+               "syntax": agent.call_syntax} if agent is not None else {})
     return AgentTools(fns, environment_factory, **limits)
 
 
