@@ -94,3 +94,34 @@ def test_the_python_environment_runs_the_models_code_in_the_sandbox():
     assert added == [None] and list(boxes[0].tools) == ["python"] and not agent.rewards()
     assert boxes[0].call(ToolCall("python", {"code": "print(6 * 7)"})).content == "42"
     assert envs[0].calls == 1 and envs[1].calls == 0
+
+
+def test_an_experts_demonstrations_train_on_the_policys_tokens_only():
+    """The bisection expert, run through the rollout as its sampler, solves every game in at most 7
+    guesses without noise (and not always with it); its episodes become fine-tuning examples whose tool
+    tokens carry no label."""
+    from seqrl.agents.demos import episode_examples, expert_sampler
+    from seqrl.agents.envs.guess import bisection_expert
+    from seqrl.core.losses import IGNORE_INDEX
+    from seqrl.training.finetune import collate
+
+    torch.manual_seed(0)
+    policy = load_policy(ModelConfig(preset="tiny", max_seq_len=512))
+    problems = [Problem("Play.", "", metadata={"seed": f"t{i}"}, uid=f"t{i}") for i in range(24)]
+    found = {}
+    for noise in (0.0, 0.6):
+        agent = AgentTools(environments=GuessEnv, syntax="compact")
+        boxes, envs, added = agent.prepare(problems, 1)
+        prompts = encode_prompts(policy, problems, boxes, "none", added)
+        episodes = multi_turn_rollout(policy, prompts, boxes, SamplingParams(max_new_tokens=24), max_turns=8,
+                                      max_tool_calls=8, max_episode_tokens=320, envs=envs,
+                                      sampler=expert_sampler(policy, bisection_expert(noise, seed=1), "]]"))
+        found[noise] = [env.found for env in envs]
+        if noise == 0.0:
+            assert all(found[0.0]) and max(env.guesses for env in envs) <= 7
+            examples = episode_examples(episodes)
+            batch = collate(examples, policy.tokenizer.pad_token_id)
+            for row, (p, ids, mask) in enumerate(examples):
+                labels = batch["labels"][row, len(p): len(p) + len(ids)].tolist()
+                assert labels == [t if m else IGNORE_INDEX for t, m in zip(ids, mask)] and 0 in mask
+    assert not all(found[0.6])  # noisy demonstrations miss some games

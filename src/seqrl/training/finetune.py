@@ -20,8 +20,9 @@ from seqrl.training.run import FiniteCheck
 from seqrl.training.update import OptimGroup, apply_update
 from seqrl.utils.dist import bf16_autocast
 
-Example = tuple[list[int], list[int]]
-"""(prompt ids, completion ids + EOS)."""
+Example = tuple[list[int], list[int]] | tuple[list[int], list[int], list[int]]
+"""(prompt ids, completion ids + EOS), or with a third list, per completion token 1 where it is trained
+(a multi-turn episode: the policy's tokens 1, the tool turns' 0)."""
 
 
 def encode_pairs(policy: Policy, problems: Sequence[Problem], completions: Sequence[str]) -> list[Example]:
@@ -73,15 +74,22 @@ def row_completion(problem: Problem) -> str:
 
 
 def collate(examples: list[Example], pad_id: int) -> dict[str, torch.Tensor]:
-    """Right-padded input ids, attention mask and labels (-100 on prompt and padding)."""
-    width = max(len(p) + len(c) for p, c in examples)
+    """Right-padded input ids, attention mask and labels (-100 on prompt and padding, and on the
+    completion tokens an example's third list leaves out)."""
+    width = max(len(e[0]) + len(e[1]) for e in examples)
     ids = torch.full((len(examples), width), pad_id, dtype=torch.long)  # (B, L)
     labels = torch.full((len(examples), width), IGNORE_INDEX, dtype=torch.long)  # (B, L)
     mask = torch.zeros((len(examples), width), dtype=torch.long)  # (B, L)
-    for i, (p, c) in enumerate(examples):
+    for i, e in enumerate(examples):
+        p, c = e[0], e[1]
         seq = p + c
         ids[i, : len(seq)] = torch.tensor(seq)
-        labels[i, len(p) : len(seq)] = torch.tensor(c)
+        target = torch.tensor(c)
+        if len(e) > 2:
+            if len(e[2]) != len(c):
+                raise ValueError(f"collate: example {i} has {len(c)} completion tokens but {len(e[2])} mask entries")
+            target = target.masked_fill(torch.tensor(e[2]) == 0, IGNORE_INDEX)
+        labels[i, len(p) : len(seq)] = target
         mask[i, : len(seq)] = 1
     return {"input_ids": ids, "attention_mask": mask, "labels": labels}
 

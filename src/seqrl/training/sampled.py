@@ -231,8 +231,8 @@ class SampledLearner:
     def agent_evaluation(self, task: Task, problems: list[Problem]) -> dict[str, float]:
         """Held-out episodes, greedy (one per problem, ``eval.max_new_tokens`` a turn): ``eval/accuracy`` —
         the task's verifier on the policy's turns, or where the environment owns a reward the share of
-        episodes it gives 1 or more (and ``eval/env_reward``, its mean) — and the episodes' metrics
-        (``eval/agent/…``)."""
+        episodes it calls ``solved`` (where it says; else whose reward is 1 or more), with
+        ``eval/env_reward``, the reward's mean — and the episodes' metrics (``eval/agent/…``)."""
         cfg = self.cfg
         params = replace(self._sampling(cfg.run.seed), temperature=0.0, max_new_tokens=cfg.eval.max_new_tokens)
         ro, agent, episodes = self._rollout(problems, 1, params)
@@ -240,7 +240,8 @@ class SampledLearner:
             rewards = self.agent.rewards()  # the environment judges: solved = its full reward
             scored = score_completions({k: (fn, 1.0) for k, fn in rewards.items()}, problems, ro.texts, None, False,
                                        {"environments": [e.env for e in episodes]})
-            correct = [t >= 1.0 for t in scored.total]
+            correct = [bool(e.env.solved) if hasattr(e.env, "solved") else t >= 1.0
+                       for e, t in zip(episodes, scored.total)]
             agent["env_reward"] = sum(scored.total) / max(len(scored.total), 1)
         else:
             correct = [task.verify(p, t).score >= 1.0 for p, t in zip(problems, ro.texts)]

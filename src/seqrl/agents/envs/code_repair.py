@@ -178,6 +178,12 @@ class CodeRepairEnv:
         self.last = result
         return float(result.score)
 
+    @property
+    def solved(self) -> bool:
+        """Every test the verdict counted passed (after `get_reward`)."""
+        last = getattr(self, "last", None)
+        return last is not None and last.parts.get("tests", 0.0) >= 1.0
+
     def close(self) -> None:
         if self.scratch is not None:
             shutil.rmtree(self.scratch, ignore_errors=True)

@@ -8,6 +8,8 @@ so the G episodes of one row play the same game.
 from __future__ import annotations
 
 import random
+import re
+from collections.abc import Callable
 from typing import Any
 
 
@@ -56,3 +58,29 @@ class GuessEnv:
         if not self.found:
             return 0.0
         return 1.0 - (self.guesses - 1) / self.max_guesses
+
+    @property
+    def solved(self) -> bool:
+        """Found within the guesses (what the held-out accuracy counts)."""
+        return self.found
+
+
+def bisection_expert(noise: float = 0.0, seed: int = 0, syntax: str = "compact", high: int = GuessEnv.high
+                     ) -> Callable[[str], str]:
+    """An expert for `seqrl.agents.demos.expert_sampler`: bisection on the hints in the episode's text so
+    far; with probability `noise` a guess drawn anywhere in the range still open (noisy demonstrations).
+    After "Correct" it ends the episode with a line saying the number."""
+    rng = random.Random(seed)
+
+    def turn(text: str) -> str:
+        found = re.findall(r"Correct: (\d+)", text)
+        if found:
+            return f"The number is {found[-1]}."
+        lo, hi = 1, high
+        for word, n in re.findall(r"(Higher|Lower) than (\d+)", text.split("whole number from", 1)[-1]):
+            lo, hi = (max(lo, int(n) + 1), hi) if word == "Higher" else (lo, min(hi, int(n) - 1))
+        guess = rng.randint(lo, max(lo, hi)) if rng.random() < noise else (lo + hi) // 2
+        return (f"[[guess {guess}]]" if syntax == "compact"
+                else f'<tool_call>{{"name": "guess", "arguments": {{"number": {guess}}}}}</tool_call>')
+
+    return turn

@@ -1,0 +1,51 @@
+"""Demonstrations from a scripted expert: an expert writes each turn from the episode's text so far, the
+multi-turn rollout runs it exactly as it runs the policy (the same prompt, tool turns, syntax and limits),
+and each episode becomes a fine-tuning example whose tool tokens are left out of the loss.
+
+An expert is ``expert(text) -> str``: the episode's decoded context (the prompt and every turn so far)
+to the next turn's text — a call in the toolbox's syntax, or a final answer (which ends the episode).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from seqrl.agents.rollout import Episode, Sampled
+
+
+def expert_sampler(policy, expert: Callable[[str], str], call_close: str) -> Callable:
+    """A rollout sampler that writes `expert`'s turns: a turn holding `call_close` stops there (as the
+    engine stops at a closed call), any other ends with EOS (a final answer). Log-probs are 0 (not the
+    policy's: demonstrations are fine-tuned on, not used as π_old)."""
+    tok = policy.tokenizer
+
+    def sample(contexts: list[list[int]], max_new: int, seed: int | None) -> list[Sampled]:
+        out = []
+        for ctx in contexts:
+            text = expert(tok.decode(ctx, skip_special_tokens=True))
+            calls = call_close in text
+            if calls:
+                text = text[: text.index(call_close) + len(call_close)]
+            ids = tok.encode(text, add_special_tokens=False) + ([] if calls else [tok.eos_token_id])
+            ended = "stop_string" if calls else "eos"
+            if len(ids) > max_new:
+                ids, ended = ids[:max_new], "length"
+            out.append(Sampled(ids, [0.0] * len(ids), ended))
+        return out
+
+    return sample
+
+
+def episode_examples(episodes: Sequence[Episode], solved: Sequence[bool] | None = None
+                     ) -> list[tuple[list[int], list[int], list[int]]]:
+    """Fine-tuning examples ``(prompt ids, episode ids, policy mask)`` (`seqrl.training.finetune.collate`
+    trains on the mask's tokens only), of the episodes `solved` marks (all without it)."""
+    keep = [e for i, e in enumerate(episodes) if solved is None or solved[i]]
+    return [(list(e.prompt_ids), list(e.ids), list(e.mask)) for e in keep if e.ids]
+
+
+def mean_where(values: Sequence[float], keep: Sequence[bool]) -> float:
+    """The mean of `values` where `keep` (NaN when none)."""
+    chosen = [v for v, k in zip(values, keep) if k]
+    return sum(chosen) / len(chosen) if chosen else float("nan")
+
