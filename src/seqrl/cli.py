@@ -1066,7 +1066,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 USER_ERRORS = ("ConfigError", "CheckpointError", "DatasetError", "DatasetFormatError", "EnvError", "NonFiniteError",
-               "CountdownParseError", "RunFolderError", "RewardFailed")
+               "CountdownParseError", "RunFolderError", "RewardFailed", "AgentError")
 """Exception classes that describe bad input (or a diverged run), reported as one line."""
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from seqrl.agents import AgentTools, EnvironmentPool, GymAdapter, environment_tools
+from seqrl.agents import AgentError, AgentTools, EnvironmentPool, GymAdapter, environment_tools
 from seqrl.agents.environments import EnvironmentReward, reset_arguments
 from seqrl.agents.envs import environment_class
 from seqrl.agents.envs.guess import GuessEnv
@@ -122,7 +122,7 @@ def test_misuse_is_a_clear_error_naming_the_environment_and_the_row():
         AgentTools(environments=NoReset)
     with pytest.raises(ValueError, match="building an instance failed: RuntimeError: down"):
         AgentTools(environments=lambda: (_ for _ in ()).throw(RuntimeError("down")))
-    with pytest.raises(ValueError, match=r"reset failed on row 'r7': KeyError"):
+    with pytest.raises(AgentError, match=r"reset failed on row 'r7': KeyError"):  # one line from the CLI
         AgentTools(environments=Fails).prepare(rows(1, 7), n=1)
     with pytest.raises(ValueError, match="different texts to the 2 episodes of row 'r1'"):
         AgentTools(environments=Random).prepare(rows(1), n=2)

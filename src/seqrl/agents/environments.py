@@ -25,6 +25,7 @@ import inspect
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from seqrl.agents.tools import AgentError
 from seqrl.types import Problem
 
 RESERVED = ("reset", "get_reward", "close")
@@ -105,7 +106,7 @@ class EnvironmentPool:
             return None
         name = (problem.metadata or {}).get("environment")
         if name not in self.factories:
-            raise ValueError(f"row {_row(problem)}: environment={name!r} is not one of the environments given "
+            raise AgentError(f"row {_row(problem)}: environment={name!r} is not one of the environments given "
                              f"({', '.join(map(str, self.factories))}); each row needs an 'environment' column")
         return name
 
@@ -126,7 +127,7 @@ class EnvironmentPool:
 
     def reset(self, envs: Sequence[Any], problems: Sequence[Problem], n: int) -> list[str | None]:
         """``reset`` every episode's instance with its row; the text each problem's prompt gains (None:
-        nothing). A failing reset is a ValueError naming the row; G episodes of one row must get one text."""
+        nothing). A failing reset is an `AgentError` naming the row; G episodes of one row must get one text."""
         added: list[str | None] = []
         for j, p in enumerate(problems):
             texts = []
@@ -134,14 +135,14 @@ class EnvironmentPool:
                 try:
                     out = env.reset(**reset_arguments(env.reset, p))
                 except Exception as e:  # noqa: BLE001 — the environment's failure on this row: name it
-                    raise ValueError(f"environment {type(env).__name__}: reset failed on row {_row(p)}: "
+                    raise AgentError(f"environment {type(env).__name__}: reset failed on row {_row(p)}: "
                                      f"{type(e).__name__}: {e}") from e
                 if out is not None and not isinstance(out, str):
-                    raise ValueError(f"environment {type(env).__name__}: reset on row {_row(p)} returned "
+                    raise AgentError(f"environment {type(env).__name__}: reset on row {_row(p)} returned "
                                      f"{type(out).__name__}; it must return a string or None")
                 texts.append(out)
             if len(set(texts)) > 1:
-                raise ValueError(f"environment {type(envs[j * n]).__name__}: reset gave different texts to the "
+                raise AgentError(f"environment {type(envs[j * n]).__name__}: reset gave different texts to the "
                                  f"{n} episodes of row {_row(p)}; GRPO compares the episodes of one prompt, so "
                                  f"derive any randomness from the row (a seed column)")
             added.append(texts[0] if texts else None)

@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from seqrl.agents.tools import CALL_CLOSE, Toolbox, ToolCall, ToolResult, run_episode_calls
+from seqrl.agents.tools import CALL_CLOSE, AgentError, Toolbox, ToolCall, ToolResult, run_episode_calls
 from seqrl.prompts import build_messages, render
 from seqrl.rollout.engine import Rollouts, SamplingParams, generate
 from seqrl.rollout.lean import PrefixCache
@@ -190,7 +190,7 @@ def multi_turn_rollout(policy, prompt_ids: Sequence[Sequence[int]], toolbox: Too
 
     longest = max((len(p) for p in prompt_ids), default=0)
     if longest >= context - 1:
-        raise ValueError(f"multi_turn_rollout: a prompt of {longest} tokens (the tools told in it: agent.tool_prompt) "
+        raise AgentError(f"multi_turn_rollout: a prompt of {longest} tokens (the tools told in it: agent.tool_prompt) "
                          f"leaves no room in the model's context of {context} tokens; shorten it, tell the tools "
                          f"in fewer tokens (agent.tool_prompt: compact or none) or use a longer-context model")
 

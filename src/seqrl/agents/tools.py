@@ -44,6 +44,12 @@ _JSON_TYPES = {"string": (str,), "integer": (int,), "number": (int, float), "boo
                "array": (list,), "object": (dict,), "null": (type(None),)}
 
 
+class AgentError(ValueError):
+    """Bad input to an agent's run — an environment's ``reset`` that fails on a row or returns no text, the
+    episodes of one row reset differently, a prompt with no room left for a turn: the CLI reports it as
+    one line (it names the row or the length), even from inside the training loop."""
+
+
 @dataclass(frozen=True)
 class ToolCall:
     """One call as the model wrote it: the tool's name and its arguments."""
