@@ -64,3 +64,33 @@ def test_an_honest_episode_earns_the_verdict_and_a_wrong_one_does_not(tmp_path):
     assert wrong.get_reward() < 1.0
     agent.close()
     assert not any(e.scratch for e in envs)
+
+
+@needs_root
+def test_the_privileged_expert_repairs_the_task_through_the_rollout(tmp_path):
+    """The repair expert (it reads the task's mutation from its episode's environment) as the rollout's
+    sampler: read, edit, test, submit — a solved episode that costs four actions; with noise, two more."""
+    import torch
+
+    from seqrl.agents.demos import episode_examples, expert_sampler
+    from seqrl.agents.envs.code_repair import repair_expert
+    from seqrl.agents.rollout import encode_prompts, multi_turn_rollout
+    from seqrl.models.lm import ModelConfig, load_policy
+    from seqrl.rollout import SamplingParams
+
+    problems = get_task("code_repair", tasks_dir=str(task_set(tmp_path)), test_packages=["calc"]).problems("test", -1)
+    torch.manual_seed(0)
+    policy = load_policy(ModelConfig(preset="tiny", max_seq_len=2048))
+    for noise, actions in ((0.0, ["read_file", "edit", "run_tests", "submit"]),
+                           (1.0, ["list_files", "search", "read_file", "edit", "run_tests", "submit"])):
+        agent = AgentTools(environments=environment_class("code_repair"), timeout_s=120)
+        boxes, envs, added = agent.prepare(problems, n=1)
+        episodes = multi_turn_rollout(policy, encode_prompts(policy, problems, boxes, "none", added), boxes,
+                                      SamplingParams(max_new_tokens=400), max_turns=8, max_tool_calls=8,
+                                      max_episode_tokens=1500, envs=envs,
+                                      sampler=expert_sampler(policy, repair_expert(noise), "</tool_call>", with_env=True))
+        env, e = envs[0], episodes[0]
+        assert e.end == "done" and env.actions == actions and not e.errors, (e.end, env.actions, e.messages)
+        assert env.get_reward() > 1.0 and env.solved
+        assert episode_examples(episodes)[0][2].count(0) > 0  # the tool turns are left out of the loss
+        agent.close()

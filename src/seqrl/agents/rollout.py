@@ -161,7 +161,8 @@ def multi_turn_rollout(policy, prompt_ids: Sequence[Sequence[int]], toolbox: Too
     ``length`` where the sampler's ``max_new_tokens`` cut it). Calls past ``max_tool_calls`` are not run
     and end the episode; ``max_turns`` policy turns end it; ``max_episode_tokens`` (and the model's
     context) bound ``len(ids)``: a turn or a tool turn that would pass it is cut there and the episode
-    ends (``max_tokens``). `sampler`: ``(contexts, max_new_tokens, seed) → [Sampled]`` (default: the
+    ends (``max_tokens``). `sampler`: ``(contexts, max_new_tokens, seed) → [Sampled]`` (with a true
+    ``takes_envs`` attribute it also gets each context's environment instance; default: the
     engine, `engine_sampler`, keeping each episode's keys and values across its turns within `cache_bytes`);
     turn t samples with seed ``params.seed + 104729·t`` where a seed is given.
 
@@ -205,8 +206,11 @@ def multi_turn_rollout(policy, prompt_ids: Sequence[Sequence[int]], toolbox: Too
         if not live:
             break
         widest = max(room[id(e)] for e in live)
-        got = sample([e.prompt_ids + e.ids for e in live], min(params.max_new_tokens, widest),
-                     None if params.seed is None else params.seed + 104_729 * turn)
+        args = ([e.prompt_ids + e.ids for e in live], min(params.max_new_tokens, widest),
+                None if params.seed is None else params.seed + 104_729 * turn)
+        if getattr(sample, "takes_envs", False):  # an expert that reads its episode's environment
+            args += ([envs[index[id(e)]] if envs is not None else None for e in live],)
+        got = sample(*args)
         pending: list[tuple[Episode, list]] = []
         for e, s in zip(live, got):
             cut = len(s.tokens) > room[id(e)] or (s.ended_by == "length" and len(s.tokens) >= room[id(e)])

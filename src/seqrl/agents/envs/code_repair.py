@@ -13,6 +13,7 @@ test run (``run_tests`` stops at `test_timeout_s`).
 
 from __future__ import annotations
 
+import json
 import shlex
 import shutil
 import tempfile
@@ -191,3 +192,39 @@ class CodeRepairEnv:
 
 
 __all__ = ["CodeRepairEnv"]
+
+
+def repair_expert(noise: float = 0.0, seed: int = 0, syntax: str = "hermes"):
+    """A privileged expert for `seqrl.agents.demos.expert_sampler(..., with_env=True)`: it reads the
+    buggy lines around the task's mutation, replaces the buggy line with the fixed one, runs the tests and
+    submits. With probability `noise` per episode it first looks around (lists the files, searches for
+    a word of the buggy line) — the noisy demonstrations that cost actions."""
+    import random
+
+    rng = random.Random(seed)
+    plans: dict[int, list[tuple[str, dict]]] = {}
+
+    def call(name: str, args: dict) -> str:
+        if syntax == "compact":
+            return f"[[{name} " + " ".join(json.dumps(v) for v in args.values()) + "]]"
+        return f'<tool_call>{json.dumps({"name": name, "arguments": args})}</tool_call>'
+
+    def plan(env) -> list[tuple[str, dict]]:
+        t = env.task
+        lines = cr.read_source(env.repo / t["file"]).splitlines()
+        buggy = lines[t["line"] - 1]
+        fixed = buggy.replace(t["edit"]["new"], t["edit"]["old"], 1)
+        steps = [("read_file", {"path": t["file"], "start": max(1, t["line"] - 3), "end": t["line"] + 3}),
+                 ("edit", {"path": t["file"], "old": buggy, "new": fixed}),
+                 ("run_tests", {"selector": ""}), ("submit", {})]
+        if rng.random() < noise:
+            word = max(buggy.split(), key=len) if buggy.split() else t["file"]
+            steps = [("list_files", {"path": "."}), ("search", {"text": word})] + steps
+        return steps
+
+    def turn(text: str, env) -> str:
+        steps = plans.setdefault(id(env), plan(env)) if env.actions == [] else plans[id(env)]
+        done = len(env.actions)
+        return call(*steps[done]) if done < len(steps) else "Fixed."
+
+    return turn
