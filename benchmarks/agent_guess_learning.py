@@ -73,7 +73,7 @@ def one_seed(seed: int, args) -> dict:
     from seqrl.algos.config import AgentConfig, OptimConfig, RunConfig
     from seqrl.algos.grpo import GRPOConfig, GRPOTrainer, LossConfig, SamplingConfig
     from seqrl.evaluation import EvalConfig
-    from seqrl.models.lm import ModelConfig, load_policy
+    from seqrl.models.lm import ModelConfig, load_policy, load_pretrained
     from seqrl.training.finetune import finetune
     from seqrl.training.run import make_optimizer
 
@@ -86,9 +86,18 @@ def one_seed(seed: int, args) -> dict:
     examples = episode_examples(demos)
     expert = {"solve_rate": sum(e.found for e in envs) / len(envs),
               "guesses_per_solved": statistics.mean(e.guesses for e in envs if e.found)}
-    optimizer, scheduler = make_optimizer(policy.model, OptimConfig(lr=args.sft_lr, warmup_steps=20), args.sft_steps)
-    sft = finetune(policy.model, examples, steps=args.sft_steps, batch_size=32, optimizer=optimizer,
-                   scheduler=scheduler, pad_id=policy.tokenizer.pad_token_id, seed=seed)
+    cached = Path(args.cache) / f"sft_s{seed}_n{args.demos}_{args.noise}_{args.sft_steps}" if args.cache else None
+    if cached is not None and (cached / "config.json").is_file():
+        policy = load_pretrained(str(cached))
+        policy.prompt = GRPOConfig().prompt
+        sft = json.loads((cached / "sft.json").read_text())
+    else:
+        optimizer, scheduler = make_optimizer(policy.model, OptimConfig(lr=args.sft_lr, warmup_steps=20), args.sft_steps)
+        sft = finetune(policy.model, examples, steps=args.sft_steps, batch_size=32, optimizer=optimizer,
+                       scheduler=scheduler, pad_id=policy.tokenizer.pad_token_id, seed=seed)
+        if cached is not None:
+            policy.save(cached)
+            (cached / "sft.json").write_text(json.dumps(sft))
     test = rows("test", args.test)
     print(f"seed {seed}: SFT on {len(examples)} demonstrations, loss {sft['loss/sft_last']:.3f} "
           f"({time.perf_counter() - t0:.0f} s)", file=sys.stderr, flush=True)
@@ -122,6 +131,8 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--group", type=int, default=8)
     ap.add_argument("--grpo-lr", type=float, default=1e-4)
+    ap.add_argument("--cache", default="runs/bench-cache/agent_guess", help="SFT models kept per (seed, demos, noise, "
+                    "steps) and reused ('' keeps none)")
     args = ap.parse_args()
     import torch
 
