@@ -81,9 +81,11 @@ def test_the_privileged_expert_repairs_the_task_through_the_rollout(tmp_path):
     problems = get_task("code_repair", tasks_dir=str(task_set(tmp_path)), test_packages=["calc"]).problems("test", -1)
     torch.manual_seed(0)
     policy = load_policy(ModelConfig(preset="tiny", max_seq_len=2048))
+    agent = AgentTools(environments=environment_class("code_repair"), timeout_s=120)  # one pool: instances reused
+    bases = set()
     for noise, actions in ((0.0, ["read_file", "edit", "run_tests", "submit"]),
-                           (1.0, ["list_files", "search", "read_file", "edit", "run_tests", "submit"])):
-        agent = AgentTools(environments=environment_class("code_repair"), timeout_s=120)
+                           (1.0, ["list_files", "search", "read_file", "edit", "run_tests", "submit"]),
+                           (0.0, ["read_file", "edit", "run_tests", "submit"])):
         boxes, envs, added = agent.prepare(problems, n=1)
         episodes = multi_turn_rollout(policy, encode_prompts(policy, problems, boxes, "none", added), boxes,
                                       SamplingParams(max_new_tokens=400), max_turns=8, max_tool_calls=8,
@@ -93,4 +95,6 @@ def test_the_privileged_expert_repairs_the_task_through_the_rollout(tmp_path):
         assert e.end == "done" and env.actions == actions and not e.errors, (e.end, env.actions, e.messages)
         assert env.get_reward() > 1.0 and env.solved
         assert episode_examples(episodes)[0][2].count(0) > 0  # the tool turns are left out of the loss
-        agent.close()
+        bases.add(env.base)
+    assert len(bases) == 1  # the task's snapshot is written once; each episode edits its own copy
+    agent.close()

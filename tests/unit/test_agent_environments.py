@@ -226,3 +226,75 @@ def test_a_config_names_its_environment():
     agent = build_agent_tools(AgentConfig(env="guess", tool_timeout_s=3))
     assert isinstance(agent.pool.pools[None][0], GuessEnv) and agent.shared.timeout_s == 3
     assert build_agent_tools(AgentConfig()) is None
+
+
+class Slow:
+    def reset(self, **_) -> None:
+        return None
+
+    def wait(self, seconds: float) -> str:
+        """Wait.
+
+        Args:
+            seconds: How long.
+        """
+        import time
+
+        time.sleep(seconds)
+        return "waited"
+
+
+def test_a_call_abandoned_past_its_timeout_ends_its_episode_and_its_instance_leaves_the_pool():
+    from seqrl.agents.rollout import Sampled, multi_turn_rollout
+    from seqrl.rollout import SamplingParams
+
+    class Tok:  # characters as tokens: enough for a scripted rollout
+        chat_template = None
+
+        def encode(self, text, add_special_tokens=False):
+            return [ord(c) for c in text]
+
+        def decode(self, ids, skip_special_tokens=True):
+            return "".join(chr(i) for i in ids)
+
+    class Pol:
+        tokenizer, max_seq_len = Tok(), 10_000
+
+    waits = iter([0.0, 2.0])
+
+    def sampler(contexts, max_new, seed):
+        text = f'<tool_call>{{"name": "wait", "arguments": {{"seconds": {next(waits)}}}}}</tool_call>'
+        return [Sampled([ord(c) for c in text], [0.0] * len(text), "stop_string") for _ in contexts]
+
+    agent = AgentTools(environments=Slow, timeout_s=0.5)
+    boxes, envs, _ = agent.prepare(rows(1), 1)
+    first = envs[0]
+    (e,) = multi_turn_rollout(Pol(), [[1, 2]], boxes, SamplingParams(), max_turns=4, sampler=sampler, envs=envs)
+    for ep, env in zip([e], envs):
+        ep.env = env
+    agent.release([e])
+    assert e.end == "tool_timeout" and e.errors["timeout"] == 1 and e.turns == 2
+    _, again, _ = agent.prepare(rows(1), 1)
+    assert again[0] is not first and first in agent.pool.discarded  # a fresh instance; the old one closed at the end
+
+
+def test_an_environment_that_needs_longer_calls_refuses_a_short_timeout():
+    from seqrl.agents.envs.code_repair import CodeRepairEnv
+
+    with pytest.raises(AgentError, match=r"a tool call may take up to 90 s; agent.tool_timeout_s is 10"):
+        AgentTools(environments=CodeRepairEnv, timeout_s=10)
+
+
+def test_a_trl_reward_over_environments_is_checked_with_the_episode_keywords():
+    def env_score(environments, **kwargs):
+        return [float(e.n) for e in environments]
+
+    fn = UserReward(env_score, "env_score")
+    assert fn.form == "trl"
+    fn.check_columns(rows(1), episodes=True)
+    with pytest.raises(ValueError, match="requires 'environments'"):
+        fn.check_columns(rows(1))
+    envs = [Counter(), Counter()]
+    envs[1].n = 3
+    assert [r.score for r in fn(rows(1, 2), ["a", "b"], environments=envs, trajectories=[[], []])] == [0.0, 3.0]
+

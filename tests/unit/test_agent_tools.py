@@ -154,6 +154,8 @@ def test_the_compact_syntax_reads_positional_arguments_in_the_schemas_order():
     for text in ("[[ ]]", "[[3 4]]", '[[shout "open]]', "[[add 1 2"):
         (bad,), called = box.parse(text)
         assert called and bad.error == "malformed", text
+    (text,), _ = box.parse("[[shout 0 lower]]")  # a string parameter takes the word as written
+    assert text == ToolCall("shout", {"text": "0", "mode": "lower"})
     (wrong_type,), _ = box.parse("[[add x 2]]")  # a bare word is text: the schema refuses it for an integer
     assert box.call(wrong_type).error == "bad_arguments"
     (unknown,), _ = box.parse("[[nope 1]]")

@@ -10,7 +10,12 @@ An environment is a class (or any zero-argument callable returning an instance) 
   that episode's instance;
 - optionally ``get_reward() -> float``: the environment's own reward, read once the episode ends (a
   reward function named after the class, weight 1, beside the trainer's others);
-- optionally a ``done`` attribute: true after a turn's calls ends the episode (``end == "done"``).
+- optionally a ``done`` attribute: true after a turn's calls ends the episode (``end == "done"``);
+- optionally ``solved`` (what the held-out accuracy counts) and ``min_tool_timeout_s`` (a shorter
+  ``agent.tool_timeout_s`` is refused).
+
+A call past its timeout is abandoned, not stopped (`seqrl.agents.tools`): its episode ends
+(``tool_timeout``) and its instance leaves the pool, so nothing else runs on it meanwhile.
 
 Instances are pooled per environment and reused across steps (built once, reset per episode), as TRL
 does. `GymAdapter` wraps a Gymnasium-style ``reset()/step(action)`` environment in this shape.
@@ -83,6 +88,7 @@ class EnvironmentPool:
             self.factories = {None: factories}
             self.multi = False
         self.pools: dict[Any, list] = {}
+        self.discarded: list = []
         for name, factory in self.factories.items():
             if not callable(factory):
                 raise ValueError(f"environment_factory: {name!r} is not callable (got {type(factory).__name__})")
@@ -148,12 +154,20 @@ class EnvironmentPool:
             added.append(texts[0] if texts else None)
         return added
 
+    def discard(self, env: Any) -> None:
+        """Leave `env` out of the pool (a call of its episode was abandoned past its timeout and may still be
+        running on it): a fresh instance takes its place when one is needed; it is closed at `close`."""
+        for pool in self.pools.values():
+            if any(e is env for e in pool):
+                pool[:] = [e for e in pool if e is not env]
+                self.discarded.append(env)
+
     def instances(self) -> list[Any]:
         return [env for pool in self.pools.values() for env in pool]
 
     def close(self) -> None:
         """``close()`` every instance that has one (errors ignored: the run is over)."""
-        for env in self.instances():
+        for env in [*self.instances(), *self.discarded]:
             close = getattr(env, "close", None)
             if callable(close):
                 try:
@@ -251,6 +265,10 @@ class AgentTools:
         self.pool = EnvironmentPool(environments) if environments is not None else None
         for env in self.pool.instances() if self.pool is not None else ():
             self.toolbox(env)  # a method named like a plain tool is refused now, before any model loads
+            need = float(getattr(env, "min_tool_timeout_s", 0.0))
+            if timeout_s < need:
+                raise AgentError(f"environment {type(env).__name__}: a tool call may take up to {need:g} s; "
+                                 f"agent.tool_timeout_s is {timeout_s:g} (raise it to {need:g} or more)")
 
     def toolbox(self, env: Any = None):
         """The toolbox of an episode with environment instance `env` (None: the plain tools only)."""
@@ -271,6 +289,13 @@ class AgentTools:
         envs = self.pool.take(problems, n)
         added = self.pool.reset(envs, problems, n)
         return [self.toolbox(env) for env in envs], envs, added
+
+    def release(self, episodes) -> None:
+        """After a rollout: the environments of episodes a tool timeout ended leave the pool (`discard`)."""
+        if self.pool is not None:
+            for e in episodes:
+                if e.end == "tool_timeout" and e.env is not None:
+                    self.pool.discard(e.env)
 
     def rewards(self) -> dict[str, EnvironmentReward]:
         """One reward function per environment class that defines ``get_reward`` (named after the class)."""

@@ -18,7 +18,15 @@ def play(factory: Any, row: Problem, read: Callable[[], str | None], write: Call
     ended), ``write`` shows the prompt, the tools, each result and the end. Returns the turns, the calls,
     how it ended and the environment's reward (None without ``get_reward``). `syntax`: how the turns
     write calls (`seqrl.agents.tools.SYNTAXES`)."""
+    timeout_s = max(timeout_s, float(getattr(factory, "min_tool_timeout_s", 0.0)))
     agent = AgentTools(environments=factory, timeout_s=timeout_s, syntax=syntax)
+    try:
+        return _play(agent, row, read, write, max_turns)
+    finally:
+        agent.close()
+
+
+def _play(agent: AgentTools, row: Problem, read, write, max_turns: int) -> dict[str, Any]:
     boxes, envs, added = agent.prepare([row], 1)
     box, env = boxes[0], envs[0]
     write(f"prompt: {row.prompt}{added[0] or ''}")
@@ -47,5 +55,4 @@ def play(factory: Any, row: Problem, read: Callable[[], str | None], write: Call
         reward = EnvironmentReward(type(env).__name__)([row], [""], environments=[env])[0]
         reward = None if reward is None else reward.score
     write(f"episode over ({end}): {turns} turns, {calls} calls" + ("" if reward is None else f", reward {reward:g}"))
-    agent.close()
     return {"turns": turns, "calls": calls, "end": end, "reward": reward}

@@ -33,10 +33,11 @@ from seqrl.rollout.lean import PrefixCache
 
 INLINE_OPEN, INLINE_CLOSE = "<tool_response>", "</tool_response>"
 COMPACT_RESULT = "=> "  # an inline result in the compact syntax
-ENDS = ("answer", "length", "done", "max_turns", "max_tool_calls", "max_tokens")
+ENDS = ("answer", "length", "done", "tool_timeout", "max_turns", "max_tool_calls", "max_tokens")
 """How an episode ended: a turn without a call (``answer``), a turn cut by the sampler's
-``max_new_tokens`` without a call (``length``), its environment ``done`` after a turn's calls, or a
-limit of the rollout."""
+``max_new_tokens`` without a call (``length``), its environment ``done`` after a turn's calls, a call of
+its environment abandoned past its timeout (``tool_timeout``: the call may still run on the instance),
+or a limit of the rollout."""
 
 
 @dataclass
@@ -155,7 +156,8 @@ def multi_turn_rollout(policy, prompt_ids: Sequence[Sequence[int]], toolbox: Too
                        max_episode_tokens: int = 1024, sampler: Callable | None = None,
                        envs: Sequence | None = None, cache_bytes: int = 1 << 30) -> list[Episode]:
     """`n` episodes per prompt (episode i belongs to prompt i // n), each turn of all the live episodes
-    sampled together and their calls run together (`Toolbox.run`).
+    sampled together and their calls run together (`run_episode_calls`: an episode's in order, the
+    episodes' at once).
 
     A turn's text is parsed for calls (`Toolbox.parse`); without one the episode ends (``answer``, or
     ``length`` where the sampler's ``max_new_tokens`` cut it). Calls past ``max_tool_calls`` are not run
@@ -246,6 +248,8 @@ def multi_turn_rollout(policy, prompt_ids: Sequence[Sequence[int]], toolbox: Too
             e._add(ids[: max(fits, 0)], None)
             if len(ids) >= fits:  # the next turn would have no room
                 e.end = "max_tokens"
+            elif envs is not None and any(r.error == "timeout" for r in mine):
+                e.end = "tool_timeout"
             elif envs is not None and getattr(envs[index[id(e)]], "done", False):
                 e.end = "done"
         live = [e for e in live if not e.end]

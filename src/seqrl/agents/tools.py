@@ -4,7 +4,7 @@ template's ``tools=`` takes).
 
 The model writes a call as ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>`` (the Hermes
 convention; `Toolbox.system_prompt` describes the tools for templates that render no ``tools``, such as
-SmolLM2-135M-Instruct's). Whatever a call does — raise, hang past ``timeout_s``, return something that
+SmolLM2-135M-Instruct's), or in the compact syntax ``[[name arg ...]]`` (`SYNTAXES`). Whatever a call does — raise, hang past ``timeout_s``, return something that
 is not text or is huge, name no tool, pass arguments the schema refuses, or is not JSON — comes back
 as that call's `ToolResult` with its ``error`` kind, the text the model reads next, and is never raised
 in the trainer.
@@ -34,8 +34,10 @@ COMPACT_OPEN, COMPACT_CLOSE = "[[", "]]"
 _COMPACT = re.compile(re.escape(COMPACT_OPEN) + r"(.*?)" + re.escape(COMPACT_CLOSE), re.S)
 SYNTAXES = ("hermes", "compact")
 """How the model writes a call: ``hermes`` — ``<tool_call>{"name": "add", "arguments": {"a": 3, "b": 4}}</tool_call>``;
-``compact`` — ``[[add 3 4]]``, the arguments in the schema's order, each a JSON value or a bare word (a
-string): a few tokens a call for the tiny presets' character-level vocabulary."""
+``compact`` — ``[[add 3 4]]``, the arguments in the schema's order (quotes around one with spaces), each
+read as the schema's type says (a string parameter takes the word as written, ``0`` included; others a
+JSON value); ``]]`` cannot appear inside: a few tokens a call for the tiny presets' character-level
+vocabulary."""
 
 ERRORS = ("malformed", "unknown_tool", "bad_arguments", "raised", "timeout")
 """The kinds of failed call a `ToolResult.error` names (counted per kind in a rollout's metrics)."""
@@ -261,8 +263,11 @@ class Toolbox:
                 out.append(ToolResult("?", f"error: malformed tool call (a tool name first): {body[:200]}",
                                       error="malformed"))
                 continue
-            name, values = words[0], [_word_value(w) for w in words[1:]]
-            params = list(self._schema.get(name, {}).get("function", {}).get("parameters", {}).get("properties", {}))
+            props = self._schema.get(words[0], {}).get("function", {}).get("parameters", {}).get("properties", {})
+            params = list(props)
+            name = words[0]
+            values = [w if props.get(p, {}).get("type") == "string" else _word_value(w)  # text stays text: "0"
+                      for p, w in zip(params + [None] * len(words), words[1:])]
             if name in self.tools and len(values) > len(params):
                 out.append(ToolResult(name, f"error: {name} takes {len(params)} argument(s), got {len(values)}",
                                       error="bad_arguments"))

@@ -358,7 +358,8 @@ def train(cfg: GRPOConfig, rewards: dict | None = None, policy: Policy | None = 
     check_rewards_given(cfg, {**(rewards or {}), **(agent.rewards() if agent is not None else {})}, "GRPOTrainer")
     loop = RunLoop(cfg, "grpo")  # seeded the same on every process: identical initial weights
     main = loop.main
-    task, problems, test_problems, reward_fns, policy = build_sampled_run(cfg, loop.device, rewards, policy)
+    task, problems, test_problems, reward_fns, policy = build_sampled_run(cfg, loop.device, rewards, policy,
+                                                                          agent is not None)
     if cfg.lora.r:
         policy.model = apply_lora(policy.model, cfg.lora)
     trainer = GRPOLearner(cfg, policy, task, problems, reward_fns, agent)

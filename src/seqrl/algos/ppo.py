@@ -333,7 +333,8 @@ def train(cfg: PPOConfig, rewards: dict | None = None, policy: Policy | None = N
     check_critic_start(cfg, policy is not None)
     loop = RunLoop(cfg, "ppo")
     device = loop.device
-    task, problems, test_problems, reward_fns, policy = build_sampled_run(cfg, device, rewards, policy)
+    task, problems, test_problems, reward_fns, policy = build_sampled_run(cfg, device, rewards, policy,
+                                                                          agent is not None)
     if cfg.critic.shared_backbone:
         critic = ValueHead(policy.model.config.hidden_size)
     else:

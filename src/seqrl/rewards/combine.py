@@ -217,12 +217,14 @@ def build_rewards(specs: list[RewardSpec], task: Task, extra: dict | None = None
     return fns
 
 
-def check_reward_columns(fns: dict[str, tuple[RewardFn, float]], problems: list[Problem]) -> None:
-    """Every TRL-form user reward finds the keywords it requires in the rows' columns (before the
-    model loads); `UserReward.check_columns`."""
+def check_reward_columns(fns: dict[str, tuple[RewardFn, float]], problems: list[Problem],
+                         episodes: bool = False) -> None:
+    """Every TRL-form user reward finds the keywords it requires in the rows' columns (and, with
+    multi-turn `episodes`, in ``trajectories`` and ``environments``) before the model loads;
+    `UserReward.check_columns`."""
     for fn, _ in fns.values():
         if isinstance(fn, UserReward):
-            fn.check_columns(problems)
+            fn.check_columns(problems, episodes)
 
 
 FLOAT32_MAX = 3.4028234663852886e38

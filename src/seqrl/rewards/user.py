@@ -35,6 +35,8 @@ from seqrl.types import Problem, RewardResult
 
 TRL_FIXED = ("prompts", "completions", "answer")
 """Keywords a TRL-form function gets besides the row's columns."""
+EPISODE_KEYS = ("trajectories", "environments")
+"""Keywords a function gets in multi-turn training (each episode's messages and environment instance)."""
 
 
 def signature_form(fn: Callable, where: str) -> str:
@@ -47,8 +49,8 @@ def signature_form(fn: Callable, where: str) -> str:
         positional = [p for p in params.values() if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
         if len(positional) >= 2 and positional[0].name == "problems":
             return "seqrl"
-    if "completions" in params and params["completions"].kind != inspect.Parameter.POSITIONAL_ONLY:
-        return "trl"
+    if any(k in params and params[k].kind != inspect.Parameter.POSITIONAL_ONLY for k in ("completions", *EPISODE_KEYS)):
+        return "trl"  # TRL's environment rewards may take `environments` alone
     shown = ", ".join(str(p) for p in params.values())
     raise ValueError(f"{where}: {getattr(fn, '__name__', fn)!r}({shown}) fits neither reward signature: "
                      f"seqrl's (problems, completions) or TRL's (completions, **kwargs)")
@@ -112,12 +114,13 @@ class UserReward:
         if unknown:
             raise ValueError(f"{where}: kwargs {unknown[0]!r} is not a parameter of {name!r}")
 
-    def check_columns(self, problems: list[Problem]) -> None:
+    def check_columns(self, problems: list[Problem], episodes: bool = False) -> None:
         """A TRL-form function's required keywords are all given (fixed ones, the rows' columns, the
-        spec's kwargs); ValueError naming the missing one. Run before the model loads."""
+        spec's kwargs and, in multi-turn training, `EPISODE_KEYS`); ValueError naming the missing one.
+        Run before the model loads."""
         if self.form != "trl" or not problems:
             return
-        have = {*TRL_FIXED, *_columns(problems), *self.kwargs}
+        have = {*TRL_FIXED, *_columns(problems), *self.kwargs, *(EPISODE_KEYS if episodes else ())}
         missing = sorted(self._required - have)
         if missing:
             raise ValueError(f"{self.where}: {self.name!r} requires {missing[0]!r}, which is neither a column of the "

@@ -13,8 +13,9 @@ What it saves against calling the HF model once per token:
   copied), and on the CPU the KV buffer is reused between calls (no page faults per call);
 * on the CPU, the larger projections and the head run on oneDNN with their weights packed once per
   call (`PACK_WEIGHTS`): the plain GEMM repacks a weight at every step;
-* with a `PrefixCache`, a prompt that continues a row an earlier call ended at a stop string copies that
-  row's K/V and prefills one token (step-wise search continues such rows round after round).
+* with a `PrefixCache`, a prompt that extends a row an earlier call ended at a stop string copies that
+  row's K/V and prefills only the rest: one token where step-wise search continues such rows round
+  after round, a tool turn where a multi-turn episode goes on.
 
 Under ``torch.autocast`` (e.g. bf16 on a CPU with AVX-512 BF16) the projections and the head run in
 the autocast dtype, their weights cast once per call; the residual stream, norms and RoPE keep the

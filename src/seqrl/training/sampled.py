@@ -111,8 +111,11 @@ class SampledLearner:
         self.cfg, self.policy, self.problems, self.reward_fns = cfg, policy, problems, reward_fns
         self.agent = agent  # `seqrl.agents.AgentTools`: multi-turn episodes with tools (``cfg.agent``)
         if agent is not None:  # environments that own a reward score beside the others (weight 1, TRL's rule)
-            self.reward_fns = {**reward_fns, **{k: (fn, 1.0) for k, fn in agent.rewards().items()
-                                                if k not in reward_fns}}
+            clash = sorted(set(agent.rewards()) & set(reward_fns))
+            if clash:
+                raise ValueError(f"rewards: {clash[0]!r} names both a reward function and an environment whose "
+                                 f"get_reward is a reward; rename the function")
+            self.reward_fns = {**reward_fns, **{k: (fn, 1.0) for k, fn in agent.rewards().items()}}
         # Position in this process's share of the endless prompt stream: with W processes, process r
         # reads the global positions r, r + W, r + 2W, … so the shares never overlap.
         self.prompt_cursor = 0
@@ -208,6 +211,7 @@ class SampledLearner:
                                           envs=envs, cache_bytes=a.kv_cache_mb << 20)
         for e, env in zip(episodes, envs or [None] * len(episodes)):
             e.env = env
+        self.agent.release(episodes)
         pad = self.policy.tokenizer.pad_token_id
         return as_rollouts(episodes, n, pad if pad is not None else 0), episode_metrics(episodes), episodes
 
@@ -240,8 +244,10 @@ class SampledLearner:
             rewards = self.agent.rewards()  # the environment judges: solved = its full reward
             scored = score_completions({k: (fn, 1.0) for k, fn in rewards.items()}, problems, ro.texts, None, False,
                                        {"environments": [e.env for e in episodes]})
-            correct = [bool(e.env.solved) if hasattr(e.env, "solved") else t >= 1.0
-                       for e, t in zip(episodes, scored.total)]
+            owners = set(self.agent.pool.rewarded.values())  # rows of another environment: the task's verifier
+            correct = [(bool(e.env.solved) if hasattr(e.env, "solved") else t >= 1.0)
+                       if type(e.env).__name__ in owners else task.verify(p, text).score >= 1.0
+                       for e, t, p, text in zip(episodes, scored.total, problems, ro.texts)]
             agent["env_reward"] = sum(scored.total) / max(len(scored.total), 1)
         else:
             correct = [task.verify(p, t).score >= 1.0 for p, t in zip(problems, ro.texts)]
@@ -289,12 +295,13 @@ def check_rewards_given(cfg: Any, rewards: dict | None, trainer: str) -> None:
                          f"pass functions ({trainer}(reward_funcs=[...]), train(cfg, rewards={{...}}))")
 
 
-def build_sampled_run(cfg: Any, device: Any, rewards: dict | None, policy: Policy | None
+def build_sampled_run(cfg: Any, device: Any, rewards: dict | None, policy: Policy | None, episodes: bool = False
                       ) -> tuple[Task, list[Problem], list[Problem], dict[str, tuple[RewardFn, float]], Policy]:
     """What a sampling trainer builds before its learner: the task and its train and held-out problems (the
     prompt template checked on both), the reward functions (the config's and `rewards`, their columns
-    checked on the training rows) and the policy (`cfg.model` loaded, or `policy` moved to `device`),
-    prompting with ``cfg.prompt``."""
+    checked on the training rows; `episodes`: multi-turn, where they also get ``trajectories`` and
+    ``environments``) and the policy (`cfg.model` loaded, or `policy` moved to `device`), prompting with
+    ``cfg.prompt``."""
     from seqrl.models.lm import load_policy
     from seqrl.prompts import check_template
     from seqrl.rewards.combine import build_rewards, check_reward_columns
@@ -304,7 +311,7 @@ def build_sampled_run(cfg: Any, device: Any, rewards: dict | None, policy: Polic
     test_problems = task.problems("test", cfg.task.n_test, cfg.task.seed)
     check_template(cfg.prompt, problems + test_problems)
     reward_fns = build_rewards(cfg.rewards, task, rewards)
-    check_reward_columns(reward_fns, problems)
+    check_reward_columns(reward_fns, problems, episodes)
     if policy is None:
         policy = load_policy(cfg.model, device)
     else:

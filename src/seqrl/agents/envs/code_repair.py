@@ -13,26 +13,55 @@ test run (``run_tests`` stops at `test_timeout_s`).
 
 from __future__ import annotations
 
+import atexit
 import json
-import shlex
 import shutil
 import tempfile
+import threading
 from pathlib import Path
 from typing import Any
 
 from seqrl.data import code_repair as cr
 from seqrl.data.code_repair_task import issue_text
+from seqrl.rewards.code_agent import parse_test_cmd
 
 _TASKS: dict[str, dict[str, dict]] = {}  # tasks_dir → task id → task (read once per process)
+_SNAPSHOTS: dict[tuple, tuple[Path, Path | None]] = {}  # (tasks_dir, task id, hidden) → (buggy snapshot, hidden tests)
+_REWARDS: dict[float, Any] = {}  # test time limit → the verdict (its pristine-run and hidden-test caches shared)
+_LOCK = threading.Lock()
+_ROOT: list[Path] = []  # the process's folder of snapshots, removed at exit
 
 
 def _task(tasks_dir: str, task_id: str) -> dict:
-    if tasks_dir not in _TASKS:
-        _TASKS[tasks_dir] = {t["id"]: t for t in cr.load_tasks(Path(tasks_dir))}
+    with _LOCK:
+        if tasks_dir not in _TASKS:
+            _TASKS[tasks_dir] = {t["id"]: t for t in cr.load_tasks(Path(tasks_dir))}
     try:
         return _TASKS[tasks_dir][task_id]
     except KeyError:
         raise ValueError(f"code_repair: no task {task_id!r} in {tasks_dir}") from None
+
+
+def _snapshot(tasks_dir: str, task: dict, hidden: bool) -> tuple[Path, Path | None]:
+    """The task's buggy snapshot (and its hidden tests), written once per process and never changed: the
+    reward patches copies of it, so its pristine test runs are computed once per task."""
+    key = (tasks_dir, task["id"], hidden)
+    with _LOCK:
+        if key not in _SNAPSHOTS:
+            if not _ROOT:
+                _ROOT.append(Path(tempfile.mkdtemp(prefix="seqrl-repair-tasks-")))
+                atexit.register(shutil.rmtree, _ROOT[0], True)
+            home = Path(tempfile.mkdtemp(dir=_ROOT[0]))
+            base = cr.materialize(task, home / "base", hidden=home / "hidden" if hidden else None)
+            _SNAPSHOTS[key] = (base, home / "hidden" if hidden else None)
+        return _SNAPSHOTS[key]
+
+
+def _reward(test_timeout_s: float):
+    from seqrl.rewards.code_agent import CodeAgentReward
+
+    with _LOCK:
+        return _REWARDS.setdefault(test_timeout_s, CodeAgentReward(timeout_s=test_timeout_s))
 
 
 class CodeRepairEnv:
@@ -41,6 +70,9 @@ class CodeRepairEnv:
     hidden = True
     """Keep the failing tests' files out of the snapshot (the reward judges with them)."""
     test_timeout_s = 60.0
+    min_tool_timeout_s = test_timeout_s + 30.0
+    """`AgentTools` refuses a shorter per-call timeout: a test run abandoned by its call would still be
+    running when the episode's next call, or the next episode's reset, touches this instance."""
     max_listed = 400
 
     def __init__(self) -> None:
@@ -52,13 +84,11 @@ class CodeRepairEnv:
     def reset(self, task_id: str, tasks_dir: str, **_: Any) -> None:
         self.close()
         self.task = _task(str(tasks_dir), str(task_id))
+        self.base, self.hidden_dir = _snapshot(str(tasks_dir), self.task, self.hidden)  # what the reward patches
         self.scratch = Path(tempfile.mkdtemp(prefix="seqrl-repair-env-"))
-        hidden = self.scratch / "hidden" if self.hidden else None
-        self.base = cr.materialize(self.task, self.scratch / "base", hidden=hidden)  # what the reward patches
-        self.hidden_dir = hidden
         self.repo = self.scratch / "repo"
         shutil.copytree(self.base, self.repo)
-        self.done, self.actions, self.original = False, [], {}
+        self.done, self.actions, self.original, self.last = False, [], {}, None
         return None
 
     # -- the tools ---------------------------------------------------------------------------------
@@ -145,7 +175,7 @@ class CodeRepairEnv:
             selector: A test file or test id to run ("" for the repository's test command).
         """
         self.actions.append("run_tests")
-        args = [a for a in shlex.split(self.task["test_cmd"])[3:]  # the test command less the hidden files
+        args = [a for a in parse_test_cmd(self.task["test_cmd"])  # the test command less the hidden files
                 if a.startswith("-") or (self.repo / a.split("::", 1)[0]).exists()]
         if selector:
             if selector.startswith("-"):
@@ -171,11 +201,8 @@ class CodeRepairEnv:
         return "".join(cr.make_diff(rel, old, cr.read_source(self.repo / rel)) for rel, old in sorted(self.original.items()))
 
     def get_reward(self) -> float:
-        from seqrl.rewards.code_agent import CodeAgentReward
-
-        result = CodeAgentReward(timeout_s=self.test_timeout_s).score(
-            self.base, issue_text(self.task), self.actions, self._diff(), self.task["test_cmd"],
-            hidden_tests=self.hidden_dir)
+        result = _reward(self.test_timeout_s).score(self.base, issue_text(self.task), self.actions, self._diff(),
+                                                    self.task["test_cmd"], hidden_tests=self.hidden_dir)
         self.last = result
         return float(result.score)
 
@@ -223,7 +250,9 @@ def repair_expert(noise: float = 0.0, seed: int = 0, syntax: str = "hermes"):
         return steps
 
     def turn(text: str, env) -> str:
-        steps = plans.setdefault(id(env), plan(env)) if env.actions == [] else plans[id(env)]
+        if not env.actions:  # a new episode (a pooled instance plays several): plan its task afresh
+            plans[id(env)] = plan(env)
+        steps = plans[id(env)]
         done = len(env.actions)
         return call(*steps[done]) if done < len(steps) else "Fixed."
 
