@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import statistics
 import sys
 import tempfile
@@ -104,8 +105,12 @@ def one_seed(seed: int, args) -> dict:
     before = held_out(policy, test)
     print(f"seed {seed}: held-out after SFT {before}", file=sys.stderr, flush=True)
     t1 = time.perf_counter()
-    with tempfile.TemporaryDirectory() as out:
-        cfg = GRPOConfig(run=RunConfig(name="guess", out_dir=out, seed=seed, progress=False, log_every=10),
+    with tempfile.TemporaryDirectory() as scratch:
+        out = Path(args.cache) / "grpo" if args.cache else Path(scratch)  # its metrics.jsonl and plots kept
+        name = f"s{seed}_lr{args.grpo_lr:g}_steps{args.steps}_b{args.batch}"
+        shutil.rmtree(out / name, ignore_errors=True)  # a fresh run each time
+        cfg = GRPOConfig(run=RunConfig(name=name, out_dir=str(out), seed=seed, progress=False, log_every=10,
+                                       resume=False),
                          optim=OptimConfig(lr=args.grpo_lr, warmup_steps=0, schedule="constant"),
                          eval=EvalConfig(max_new_tokens=24), sampling=SamplingConfig(max_new_tokens=24),
                          loss=LossConfig(beta=0.0), steps=args.steps, batch_size=args.batch, group_size=args.group,
