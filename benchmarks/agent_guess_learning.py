@@ -54,16 +54,22 @@ def play(policy, problems, sampler=None, params=None):
 
 
 def held_out(policy, problems) -> dict:
+    """Greedy episodes on the held-out games, and one sampled (T = 1, fixed seed) episode each: what GRPO
+    trains on."""
     import torch
+
+    from seqrl.agents.demos import mean_where
+    from seqrl.rollout import SamplingParams
 
     with torch.no_grad():
         episodes, envs = play(policy, problems)
+        _, sampled = play(policy, problems, params=SamplingParams(temperature=1.0, max_new_tokens=24, seed=12345))
     solved = [e.found for e in envs]
-    from seqrl.agents.demos import mean_where
-
     return {"solve_rate": sum(solved) / len(solved), "guesses_per_solved": mean_where([e.guesses for e in envs], solved),
             "reward": sum(e.get_reward() for e in envs) / len(envs),
-            "malformed_per_episode": sum(e.errors["malformed"] + e.errors["bad_arguments"] for e in episodes) / len(episodes)}
+            "malformed_per_episode": sum(e.errors["malformed"] + e.errors["bad_arguments"] for e in episodes) / len(episodes),
+            "sampled_solve_rate": sum(e.found for e in sampled) / len(sampled),
+            "sampled_reward": sum(e.get_reward() for e in sampled) / len(sampled)}
 
 
 def one_seed(seed: int, args) -> dict:
@@ -149,7 +155,7 @@ def main() -> None:
         results.append(one_seed(seed, args))
         print(json.dumps(results[-1]), flush=True)
     summary = {"benchmark": "agent_guess_learning", "args": vars(args), "seeds": results, "machine": machine_info()}
-    for key in ("solve_rate", "guesses_per_solved", "reward"):
+    for key in ("solve_rate", "guesses_per_solved", "reward", "sampled_solve_rate", "sampled_reward"):
         gains = [r["after"][key] - r["before"][key] for r in results]
         se = statistics.stdev(gains) / len(gains) ** 0.5 if len(gains) > 1 else float("nan")
         summary[f"gain/{key}"] = {"mean": statistics.mean(gains), "se": se}

@@ -241,7 +241,7 @@ class SampledLearner:
         params = replace(self._sampling(cfg.run.seed), temperature=0.0, max_new_tokens=cfg.eval.max_new_tokens)
         ro, agent, episodes = self._rollout(problems, 1, params)
         if self.agent is not None and self.agent.pool is not None and self.agent.pool.rewarded:
-            rewards = self.agent.rewards()  # the environment judges: solved = its full reward
+            rewards = self.agent.rewards()  # an environment with a reward judges its own rows
             scored = score_completions({k: (fn, 1.0) for k, fn in rewards.items()}, problems, ro.texts, None, False,
                                        {"environments": [e.env for e in episodes]})
             owners = set(self.agent.pool.rewarded.values())  # rows of another environment: the task's verifier
