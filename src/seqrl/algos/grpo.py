@@ -355,7 +355,7 @@ def train(cfg: GRPOConfig, rewards: dict | None = None, policy: Policy | None = 
     """
     cfg.local_prompts_per_step  # noqa: B018 - raises when the prompts do not split over the processes
     agent = build_agent_tools(cfg.agent, tools, environment_factory)  # an environment is checked before the model
-    check_rewards_given(cfg, {**(rewards or {}), **(agent.rewards() if agent is not None else {})}, "GRPOTrainer")
+    check_rewards_given(cfg, rewards, "GRPOTrainer", agent)
     loop = RunLoop(cfg, "grpo")  # seeded the same on every process: identical initial weights
     main = loop.main
     task, problems, test_problems, reward_fns, policy = build_sampled_run(cfg, loop.device, rewards, policy,

@@ -329,7 +329,7 @@ def train(cfg: PPOConfig, rewards: dict | None = None, policy: Policy | None = N
     values, GAE, the KL and the losses read the policy's tokens only."""
     cfg.local_prompts_per_step  # noqa: B018 - raises when the prompts do not split over the processes
     agent = build_agent_tools(cfg.agent, tools, environment_factory)  # an environment is checked before the model
-    check_rewards_given(cfg, {**(rewards or {}), **(agent.rewards() if agent is not None else {})}, "PPOTrainer")
+    check_rewards_given(cfg, rewards, "PPOTrainer", agent)
     check_critic_start(cfg, policy is not None)
     loop = RunLoop(cfg, "ppo")
     device = loop.device

@@ -288,9 +288,10 @@ def build_agent_tools(agent: Any, tools: list | None = None, environment_factory
     return AgentTools(fns, environment_factory, **limits)
 
 
-def check_rewards_given(cfg: Any, rewards: dict | None, trainer: str) -> None:
-    """A ValueError when neither the config nor the caller names a reward function."""
-    if not cfg.rewards and not rewards:
+def check_rewards_given(cfg: Any, rewards: dict | None, trainer: str, agent: Any = None) -> None:
+    """A ValueError when neither the config, the caller nor an environment of `agent` (``get_reward``)
+    gives a reward function."""
+    if not cfg.rewards and not rewards and not (agent is not None and agent.rewards()):
         raise ValueError(f"rewards: no reward function; name one in the config's rewards (task: the verifier) or "
                          f"pass functions ({trainer}(reward_funcs=[...]), train(cfg, rewards={{...}}))")
 
