@@ -31,10 +31,12 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 AGENT = dict(call_syntax="compact", tool_prompt="none", max_turns=8, max_tool_calls=8, max_episode_tokens=320)
 
 
-def rows(split: str, n: int):
+def rows(split: str, n: int, sample: int = 0):
+    """`n` games of `split`; `sample` draws another set of numbers (the problem sample)."""
     from seqrl.types import Problem
 
-    return [Problem("Play.", "", metadata={"seed": f"{split}-{i}"}, uid=f"{split}-{i}") for i in range(n)]
+    tag = f"{split}-{sample}" if sample else split  # sample 0: the rows of the first runs
+    return [Problem("Play.", "", metadata={"seed": f"{tag}-{i}"}, uid=f"{tag}-{i}") for i in range(n)]
 
 
 def play(policy, problems, sampler=None, params=None):
@@ -53,19 +55,19 @@ def play(policy, problems, sampler=None, params=None):
     return episodes, envs
 
 
-def held_out(policy, problems) -> dict:
+def held_out(policy, problems, sampling_seed: int = 12345) -> dict:
     """Greedy episodes on the held-out games, and one sampled (T = 1, fixed seed) episode each: what GRPO
     trains on."""
     import torch
 
-    from seqrl.agents.demos import mean_where
     from seqrl.rollout import SamplingParams
 
     with torch.no_grad():
         episodes, envs = play(policy, problems)
-        _, sampled = play(policy, problems, params=SamplingParams(temperature=1.0, max_new_tokens=24, seed=12345))
-    solved = [e.found for e in envs]
-    return {"solve_rate": sum(solved) / len(solved), "guesses_per_solved": mean_where([e.guesses for e in envs], solved),
+        _, sampled = play(policy, problems, params=SamplingParams(temperature=1.0, max_new_tokens=24, seed=sampling_seed))
+    solved = [e.guesses for e in envs if e.found]
+    return {"solve_rate": len(solved) / len(envs),
+            "guesses_per_solved": sum(solved) / len(solved) if solved else float("nan"),
             "reward": sum(e.get_reward() for e in envs) / len(envs),
             "malformed_per_episode": sum(e.errors["malformed"] + e.errors["bad_arguments"] for e in episodes) / len(episodes),
             "sampled_solve_rate": sum(e.found for e in sampled) / len(sampled),
@@ -88,12 +90,14 @@ def one_seed(seed: int, args) -> dict:
     policy = load_policy(ModelConfig(preset="tiny", max_seq_len=512))
     policy.prompt = GRPOConfig().prompt  # the prompt GRPO renders
     t0 = time.perf_counter()
-    demos, envs = play(policy, rows("train", args.demos),
+    sample = seed if args.sample_per_seed else 0
+    demos, envs = play(policy, rows("train", args.demos, sample),
                        sampler=expert_sampler(policy, bisection_expert(args.noise, seed), "]]"))
     examples = episode_examples(demos)
     expert = {"solve_rate": sum(e.found for e in envs) / len(envs),
               "guesses_per_solved": statistics.mean(e.guesses for e in envs if e.found)}
-    cached = Path(args.cache) / f"sft_s{seed}_n{args.demos}_{args.noise}_{args.sft_steps}" if args.cache else None
+    cached = (Path(args.cache) / f"sft_s{seed}_n{args.demos}_{args.noise}_{args.sft_steps}{'_p' if sample else ''}"
+              if args.cache else None)
     if cached is not None and (cached / "config.json").is_file():
         policy = load_pretrained(str(cached))
         policy.prompt = GRPOConfig().prompt
@@ -105,10 +109,10 @@ def one_seed(seed: int, args) -> dict:
         if cached is not None:
             policy.save(cached)
             (cached / "sft.json").write_text(json.dumps(sft))
-    test = rows("test", args.test)
+    test = rows("test", args.test, sample)
     print(f"seed {seed}: SFT on {len(examples)} demonstrations, loss {sft['loss/sft_last']:.3f} "
           f"({time.perf_counter() - t0:.0f} s)", file=sys.stderr, flush=True)
-    before = held_out(policy, test)
+    before = held_out(policy, test, 12345 + seed)
     print(f"seed {seed}: held-out after SFT {before}", file=sys.stderr, flush=True)
     t1 = time.perf_counter()
     with tempfile.TemporaryDirectory() as scratch:
@@ -122,10 +126,10 @@ def one_seed(seed: int, args) -> dict:
                          loss=LossConfig(beta=0.0), steps=args.steps, batch_size=args.batch, group_size=args.group,
                          agent=AgentConfig(**AGENT))
         GRPOTrainer(model=policy.model, processing_class=policy.tokenizer, args=cfg,
-                    train_dataset=[{"prompt": p.prompt, **p.metadata} for p in rows("train", args.demos)],
+                    train_dataset=[{"prompt": p.prompt, **p.metadata} for p in rows("train", args.demos, sample)],
                     eval_dataset=[{"prompt": p.prompt, **p.metadata} for p in test[:8]],
                     environment_factory=GuessEnv).train()
-    after = held_out(policy, test)
+    after = held_out(policy, test, 12345 + seed)
     return {"seed": seed, "expert": expert, "sft_loss": sft["loss/sft_last"], "before": before, "after": after,
             "sft_s": round(t1 - t0, 1), "grpo_s": round(time.perf_counter() - t1, 1)}
 
@@ -142,6 +146,8 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--group", type=int, default=8)
     ap.add_argument("--grpo-lr", type=float, default=1e-4)
+    ap.add_argument("--sample-per-seed", action="store_true",
+                    help="draw the training and held-out games from the seed too (the problem sample varies with it)")
     ap.add_argument("--cache", default="runs/bench-cache/agent_guess", help="SFT models kept per (seed, demos, noise, "
                     "steps) and reused ('' keeps none)")
     args = ap.parse_args()

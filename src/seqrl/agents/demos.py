@@ -46,10 +46,3 @@ def episode_examples(episodes: Sequence[Episode], solved: Sequence[bool] | None 
     trains on the mask's tokens only), of the episodes `solved` marks (all without it)."""
     keep = [e for i, e in enumerate(episodes) if solved is None or solved[i]]
     return [(list(e.prompt_ids), list(e.ids), list(e.mask)) for e in keep if e.ids]
-
-
-def mean_where(values: Sequence[float], keep: Sequence[bool]) -> float:
-    """The mean of `values` where `keep` (NaN when none)."""
-    chosen = [v for v, k in zip(values, keep) if k]
-    return sum(chosen) / len(chosen) if chosen else float("nan")
-
